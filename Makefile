@@ -1,0 +1,27 @@
+# The two commands of the README: `make demo` (the main job) and `make test`.
+# Each sets itself up: a .venv built from a Python 3.12 (see scripts/find-python), the project installed editable.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test parity clean-venv
+
+$(STAMP): pyproject.toml
+	@set -e; if [ ! -x $(PY) ]; then \
+	  base=$$(scripts/find-python); echo "creating $(VENV) with $$base"; $$base -m venv $(VENV); fi
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	PYTHONUNBUFFERED=1 $(PY) demos/distributed_rmsnorm.py
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+parity: $(STAMP)
+	$(VENV)/bin/tt-rmsnorm-parity
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Device programs for non-Tenstorrent hardware: the Triton/CUDA and NKI ports and their drivers."""
