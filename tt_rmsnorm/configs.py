@@ -1,0 +1,246 @@
+"""Program, memory and compute-kernel configs for the distributed RMSNorm, derived from shape, grid and shard strategy.
+
+- interleaved (prefill): `LayerNormDefaultProgramConfig`, DRAM-interleaved activations;
+- sharded (decode, padded height 32): `LayerNormShardedMultiCoreProgramConfig` over a width- (or block-) sharded L1 input,
+  stats gathered onto one core (`stats_memory_config`).
+
+`choose_path` picks between them from the shape; every choice here is accepted by the rules in `tt_rmsnorm.rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ttnn
+from loguru import logger
+
+from tt_rmsnorm import rules
+from tt_rmsnorm.tensors import TILE, TensorDesc, tile_padded
+
+WIDTH, BLOCK = "width", "block"
+# Decode norm grids in tt-metal model code use 16-32 cores (1-4 tiles each): with more, multicasting the partial
+# stats between cores costs more than the tiny per-core work saves.
+MAX_DECODE_CORES = 32
+
+
+def compute_kernel_config(*, fp32_dest_acc_en: bool = True, math_fidelity=None, dst_full_sync_en: bool = False):
+    """Defaults for RMSNorm, with the reason for each:
+
+    - math_fidelity HiFi4: x*x and x*rsqrt go through the FPU multiplier; lower fidelities drop mantissa bits of bf16
+      operands (LoFi keeps ~4 of 7), which shows up directly in the output ULPs;
+    - math_approx_mode False: RMSNorm's one transcendental (rsqrt) should be exact; the cost is one op per row;
+    - fp32_dest_acc_en True: the sum of squares over 1024-8192 elements accumulated in a bf16 dest register loses most
+      of its 8 bits (tt-metal's pre test needs rtol 0.1*W without it); costs L1 on the interleaved pre (its local width
+      limit drops from 7168 to ~4096 bf16) - `distributed_rms_norm` turns it off, with a warning, where it does not fit;
+    - packer_l1_acc False: these kernels pack each tile once; L1 accumulation only helps multi-pass matmul packing;
+    - dst_full_sync_en False: double-buffered dest; keeps subblock_w <= 4 (fp32) which the sharded configs respect.
+    """
+    return ttnn.WormholeComputeKernelConfig(
+        math_fidelity=math_fidelity or ttnn.MathFidelity.HiFi4,
+        math_approx_mode=False,
+        fp32_dest_acc_en=fp32_dest_acc_en,
+        packer_l1_acc=False,
+        dst_full_sync_en=dst_full_sync_en,
+    )
+
+
+_default_compute = compute_kernel_config  # `plan` has a parameter of the same name
+
+
+def interleaved_program_config():
+    """legacy_reduction=False keeps the fp32 reduction in the post when fp32_dest_acc_en is on; no Welford for RMS."""
+    return ttnn.LayerNormDefaultProgramConfig(legacy_reduction=False, use_welford=False)
+
+
+def choose_path(shape, sharded: bool | None = None) -> str:
+    """'sharded' only where the activation is one tile row high (padded height 32, batch 1): the sharded distributed
+    ops accept nothing taller. `sharded=True/False` overrides; True on a taller shape raises RuleError."""
+    padded = tile_padded(tuple(shape))
+    rows = 1
+    for d in padded[:-1]:
+        rows *= d
+    fits = padded[-2] == TILE and rows == TILE
+    if sharded is None:
+        return "sharded" if fits else "interleaved"
+    if sharded and not fits:
+        raise rules.RuleError(
+            "sharded.height_32",
+            "the sharded distributed path needs one tile row (padded height 32, batch 1)",
+            f"shape {tuple(shape)}",
+            "use sharded=False (interleaved prefill path) or at most 32 rows",
+        )
+    return "sharded" if sharded else "interleaved"
+
+
+def width_shard_grid(padded_width: int, compute_grid=(8, 8), max_cores: int | None = None) -> tuple[int, int]:
+    """The largest rectangle of cores (x, y) inside compute_grid whose core count divides the width in tiles.
+
+    Rows are filled first (x up to the grid width), as tt_transformers lays out its norm grids."""
+    kt = padded_width // TILE
+    gx, gy = compute_grid
+    best = (1, 1)
+    for n in range(1, min(kt, gx * gy, max_cores or gx * gy) + 1):
+        if kt % n:
+            continue
+        x = min(n, gx)
+        while n % x:
+            x -= 1
+        y = n // x
+        if y <= gy:
+            best = (x, y)
+    return best
+
+
+def _grid_range(grid: tuple[int, int]):
+    return ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(grid[0] - 1, grid[1] - 1))})
+
+
+def _shard_shape(padded_shape, grid, strategy) -> tuple[int, int]:
+    rows = 1
+    for d in padded_shape[:-1]:
+        rows *= d
+    width = padded_shape[-1]
+    gx, gy = grid
+    if strategy == WIDTH:
+        n = gx * gy
+        return rows, -(-(width // TILE) // n) * TILE
+    return -(-(rows // TILE) // gy) * TILE, -(-(width // TILE) // gx) * TILE
+
+
+def sharded_memory_config(shape, grid: tuple[int, int], strategy: str = WIDTH):
+    """L1 memory config sharding a (per-device) activation over `grid` = (x, y) cores, ROW_MAJOR orientation."""
+    padded = tile_padded(tuple(shape))
+    layout = ttnn.TensorMemoryLayout.WIDTH_SHARDED if strategy == WIDTH else ttnn.TensorMemoryLayout.BLOCK_SHARDED
+    spec = ttnn.ShardSpec(_grid_range(grid), list(_shard_shape(padded, grid, strategy)), ttnn.ShardOrientation.ROW_MAJOR)
+    return ttnn.MemoryConfig(layout, ttnn.BufferType.L1, spec)
+
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def sharded_program_config(shape, grid: tuple[int, int], strategy: str = WIDTH, compute_kernel_config=None):
+    """LayerNormShardedMultiCoreProgramConfig for `shape` sharded as `sharded_memory_config(shape, grid, strategy)`:
+    block_w/block_h are the shard in tiles, subblock_w the largest divisor of block_w within the dst limit."""
+    shard_h, shard_w = _shard_shape(tile_padded(tuple(shape)), grid, strategy)
+    block_w = shard_w // TILE
+    return ttnn.LayerNormShardedMultiCoreProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(grid[0], grid[1]),
+        subblock_w=_largest_divisor_at_most(block_w, rules.max_subblock_w(compute_kernel_config)),
+        block_h=shard_h // TILE,
+        block_w=block_w,
+        inplace=False,
+    )
+
+
+def program_config_from_shard_spec(shard_spec, compute_kernel_config=None):
+    """The sharded program config matching an existing sharded input (as ttnn.create_layernorm_program_config, but
+    with subblock_w as large as the dst limit allows)."""
+    box = shard_spec.grid.bounding_box()
+    shard_h, shard_w = shard_spec.shape
+    block_w = shard_w // TILE
+    return ttnn.LayerNormShardedMultiCoreProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(box.end.x - box.start.x + 1, box.end.y - box.start.y + 1),
+        subblock_w=_largest_divisor_at_most(block_w, rules.max_subblock_w(compute_kernel_config)),
+        block_h=shard_h // TILE,
+        block_w=block_w,
+        inplace=False,
+    )
+
+
+def stats_memory_config(num_devices: int, rows: int = TILE):
+    """The gathered stats of the sharded path: one core, WIDTH_SHARDED L1, shard [rows, 32 * num_devices]."""
+    spec = ttnn.ShardSpec(_grid_range((1, 1)), [rows, TILE * num_devices], ttnn.ShardOrientation.ROW_MAJOR)
+    return ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
+
+
+@dataclass(frozen=True)
+class NormPlan:
+    """Everything `distributed_rms_norm` hands to ttnn for one per-device activation shape."""
+
+    path: str  # "interleaved" | "sharded"
+    local_shape: tuple[int, ...]
+    num_devices: int
+    program_config: object
+    compute_kernel_config: object
+    input_memory_config: object  # what the activation is moved to before the pre (None: leave it)
+    stats_memory_config: object
+    grid: tuple[int, int] | None
+
+    def describe(self) -> str:
+        c = self.compute_kernel_config
+        fid = str(c.math_fidelity).rsplit(".", 1)[-1]
+        if self.path == "sharded":
+            pc = self.program_config
+            shard = self.input_memory_config.shard_spec.shape
+            cfg = (
+                f"LayerNormShardedMultiCoreProgramConfig(grid={self.grid[0]}x{self.grid[1]}, block_w={pc.block_w}, "
+                f"block_h={pc.block_h}, subblock_w={pc.subblock_w}); input WIDTH_SHARDED L1 shard {list(shard)}; "
+                f"stats on 1 core {list(self.stats_memory_config.shard_spec.shape)}"
+            )
+        else:
+            cfg = "LayerNormDefaultProgramConfig(legacy_reduction=False); input/stats/output DRAM interleaved"
+        return f"{self.path}: {cfg}; compute {fid} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}"
+
+
+def plan(
+    local_shape,
+    num_devices: int,
+    *,
+    compute_grid=(8, 8),
+    dtype=ttnn.bfloat16,
+    sharded: bool | None = None,
+    program_config=None,
+    compute_kernel_config=None,
+    grid: tuple[int, int] | None = None,
+    strategy: str = WIDTH,
+) -> NormPlan:
+    """Choose path and configs for a per-device activation of `local_shape` on a device with `compute_grid`."""
+    local_shape = tuple(local_shape)
+    path = choose_path(local_shape, sharded)
+    if path == "sharded":
+        cfg = compute_kernel_config or _default_compute()
+        g = grid or width_shard_grid(tile_padded(local_shape)[-1], compute_grid, max_cores=MAX_DECODE_CORES)
+        return NormPlan(
+            path=path,
+            local_shape=local_shape,
+            num_devices=num_devices,
+            program_config=program_config or sharded_program_config(local_shape, g, strategy, cfg),
+            compute_kernel_config=cfg,
+            input_memory_config=sharded_memory_config(local_shape, g, strategy),
+            stats_memory_config=stats_memory_config(num_devices),
+            grid=g,
+        )
+    cfg = compute_kernel_config
+    if cfg is None:
+        fits = rules.pre_l1_bytes(TensorDesc(local_shape, dtype=dtype), _default_compute(fp32_dest_acc_en=True)) <= rules.L1_SIZE
+        if not fits and dtype != ttnn.float32:  # FLOAT32 input needs fp32 accumulation whatever it costs
+            logger.warning(f"local width {local_shape[-1]} does not fit the interleaved pre with fp32_dest_acc_en: using bf16 accumulation")
+        cfg = _default_compute(fp32_dest_acc_en=fits or dtype == ttnn.float32)
+    return NormPlan(
+        path=path,
+        local_shape=local_shape,
+        num_devices=num_devices,
+        program_config=program_config or interleaved_program_config(),
+        compute_kernel_config=cfg,
+        input_memory_config=None,
+        stats_memory_config=ttnn.DRAM_MEMORY_CONFIG,
+        grid=None,
+    )
+
+
+# Per-device shapes of the demo (Llama-70B hidden 8192 on T3000 1x8 and Galaxy 8x4) and of the tests.
+DEMO_CASES = [
+    # (name, local_shape, num_devices, compute_grid)
+    *[(f"t3k_prefill_{s}", (1, 1, s, 1024), 8, (8, 7)) for s in (128, 512, 2048)],
+    ("t3k_decode_32", (1, 1, 32, 1024), 8, (8, 7)),
+    *[(f"galaxy_prefill_{s}", (1, 1, s, 2048), 4, (8, 9)) for s in (128, 512, 2048)],
+    ("galaxy_decode_32", (1, 1, 32, 2048), 4, (8, 9)),
+    ("n300_decode_32", (1, 1, 32, 4096), 2, (8, 7)),
+    ("n300_prefill_128", (1, 1, 128, 4096), 2, (8, 7)),
+]
+
+
+def demo_configurations() -> list[tuple[str, NormPlan]]:
+    """The plans `distributed_rms_norm` makes for the demo and test shapes (the mock battery checks ttnn accepts them)."""
+    return [(name, plan(shape, n, compute_grid=grid)) for name, shape, n, grid in DEMO_CASES]

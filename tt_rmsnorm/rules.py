@@ -1,0 +1,514 @@
+"""Every rule of ttnn 0.81.1's distributed RMSNorm ops, checked in Python before anything reaches a device.
+
+A mirror of the validation of `rms_norm_pre_all_gather`, `rms_norm_post_all_gather` (interleaved and sharded paths),
+`rms_norm` and the `all_gather` arguments, as read from tt-metal (../shared/docs/tt-facts.md §1, §3) and as ttnn actually
+behaved on mock devices (../shared/docs/ttnn-findings.md), plus guards ttnn lacks (`PACKAGE_ONLY_RULES`).
+
+Each check takes real ttnn tensors or `TensorDesc`s and raises `RuleError` (a ValueError) naming the rule, the value seen
+and the fix. The rule ids are stable: tests and the agreement battery refer to them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import ttnn
+from loguru import logger
+
+from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TILE, TILE_BYTES, TensorDesc, describe
+
+
+class RuleError(ValueError):
+    """A violated rule: `rule` (stable id), `seen` (the offending value) and `fix` (what to do)."""
+
+    def __init__(self, rule: str, message: str, seen, fix: str):
+        self.rule, self.seen, self.fix = rule, seen, fix
+        super().__init__(f"[{rule}] {message}; got {seen}. Fix: {fix}")
+
+
+class AccuracyWarning(UserWarning):
+    """A requested option is accepted but known to lose accuracy."""
+
+
+# Package-only guards: ttnn accepts these (or crashes instead of raising); we reject on purpose.
+PACKAGE_ONLY_RULES = {
+    "input.on_device": "ttnn segfaults on a host-resident input tensor instead of raising (ttnn-findings #2)",
+    "distributed.rank": "pre accepts rank 5 and returns a wrong-shaped stats tensor (ttnn-findings #5)",
+    "distributed.width_multiple_of_32": "post divides sum(x^2) by the *padded* local width: a ragged width is biased",
+    "bias.needs_weight": "ttnn applies beta only inside the gamma branch: bias without weight is silently dropped",
+    "stats.kind_mismatch": "sharded pre stores means, interleaved post expects sums (and the reverse): off by W_local",
+    "stats.rows_match": "the sharded post never compares stats rows/batch with the input's (ttnn-findings #3)",
+    "program_config.ignored": "a sharded program config on an interleaved input is silently ignored by pre/post",
+    "sharded_pre.dtype_ignored": "the sharded pre always writes bfloat16 stats and ignores `dtype`",
+    "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved path; the sharded path ignores it",
+}
+
+PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
+STATS_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
+GAMMA_DTYPES = (ttnn.bfloat16, ttnn.float32)
+DEFAULT_COMPUTE_GRID = (8, 8)
+
+# L1 of a Wormhole Tensix core (soc descriptor: worker_l1_size) and the allocator's base address. The base is calibrated
+# on a mock device: the interleaved pre at W=8192 bf16 asked for 1,682,784 B (ttnn-findings #1) and its circular buffers
+# (below) sum to 1,576,960 B.
+L1_SIZE = 1_499_136
+L1_BASE = 105_824
+
+
+def _name(x) -> str:
+    return str(x).rsplit(".", 1)[-1] if x is not None else "None"
+
+
+def _fail(rule: str, message: str, seen, fix: str):
+    raise RuleError(rule, message, seen, fix)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Compute kernel config as the ops resolve it (defaults: rmsnorm_default_compute_config = HiFi4, approx, fp32 off).
+
+
+@dataclass(frozen=True)
+class _Compute:
+    fp32_dest_acc_en: bool
+    dst_full_sync_en: bool
+
+
+def _compute(cfg) -> _Compute:
+    if cfg is None:
+        return _Compute(False, False)
+    return _Compute(bool(cfg.fp32_dest_acc_en), bool(getattr(cfg, "dst_full_sync_en", False)))
+
+
+def max_subblock_w(cfg) -> int:
+    """The dst-register limit on subblock_w (sharded factory `assert_subblock_compute_config_compatible`)."""
+    c = _compute(cfg)
+    return {(False, False): 8, (True, False): 4, (False, True): 16, (True, True): 8}[(c.fp32_dest_acc_en, c.dst_full_sync_en)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Shared checks.
+
+
+def _check_on_device(t: TensorDesc, what: str):
+    if not t.on_device:
+        _fail(
+            "input.on_device" if what == "input" else f"{what}.on_device",
+            f"{what} tensor must be on device (ttnn crashes on a host input)",
+            "host storage",
+            f"move it first: ttnn.to_device({what}, mesh_device) or ttnn.from_torch(..., device=mesh_device)",
+        )
+
+
+def _check_tile(t: TensorDesc, what: str):
+    if t.layout != ttnn.TILE_LAYOUT:
+        _fail(f"{what}.layout", f"{what} tensor must be in TILE layout", _name(t.layout), f"ttnn.to_layout({what}, ttnn.TILE_LAYOUT)")
+
+
+def _check_rank4(t: TensorDesc, op: str):
+    if t.rank != 4:
+        _fail(
+            "distributed.rank",
+            f"{op} needs a rank-4 input [batch, 1, seq, hidden_local] (it indexes dim 3)",
+            f"rank {t.rank} shape {t.shape}",
+            "reshape to 4 dims, e.g. x.reshape(1, 1, seq, hidden_local)",
+        )
+
+
+def _check_dtype(t: TensorDesc, allowed, rule: str, what: str):
+    if t.dtype not in allowed:
+        _fail(rule, f"{what} dtype must be one of {[_name(d) for d in allowed]}", _name(t.dtype), f"convert it, e.g. ttnn.typecast({what}, ttnn.bfloat16)")
+
+
+def _check_not_height_sharded(t: TensorDesc, what: str):
+    if t.memory_layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
+        _fail(
+            f"{what}.height_sharded",
+            f"{what}: height-sharded tensors are not supported by the layernorm op",
+            "HEIGHT_SHARDED",
+            "use WIDTH_SHARDED or BLOCK_SHARDED (tt_rmsnorm.configs.sharded_memory_config)",
+        )
+
+
+def _bbox_extent(shard_spec) -> tuple[int, int]:
+    box = shard_spec.grid.bounding_box()
+    return box.end.x - box.start.x + 1, box.end.y - box.start.y + 1
+
+
+def _check_shard_grid_on_device(t: TensorDesc, compute_grid, what: str):
+    box = t.shard_spec.grid.bounding_box()
+    if box.end.x >= compute_grid[0] or box.end.y >= compute_grid[1]:
+        _fail(
+            f"{what}.shard_grid_on_device",
+            f"{what} shard grid must lie inside the device's compute grid {compute_grid[0]}x{compute_grid[1]}",
+            f"grid up to core ({box.end.x},{box.end.y})",
+            "choose a grid from mesh_device.compute_with_storage_grid_size() (tt_rmsnorm.configs picks one)",
+        )
+
+
+def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, distributed: bool):
+    """tt-facts §3.2: a LayerNormShardedMultiCoreProgramConfig against the input's shard spec."""
+    if pc.block_w < 1:
+        _fail("program_config.block_w", "block_w must be >= 1", pc.block_w, "block_w = shard width / 32")
+    if pc.subblock_w < 1 or pc.block_w % pc.subblock_w != 0:
+        _fail("program_config.subblock_w_divides", "block_w must be divisible by subblock_w", f"block_w={pc.block_w} subblock_w={pc.subblock_w}", "pick subblock_w as a divisor of block_w")
+    limit = max_subblock_w(compute_kernel_config)
+    if pc.subblock_w > limit:
+        c = _compute(compute_kernel_config)
+        _fail(
+            "program_config.subblock_w_limit",
+            f"subblock_w must be <= {limit} with fp32_dest_acc_en={c.fp32_dest_acc_en}, dst_full_sync_en={c.dst_full_sync_en}",
+            pc.subblock_w,
+            f"use the largest divisor of block_w <= {limit} (tt_rmsnorm.configs.sharded_program_config does)",
+        )
+    if pc.use_welford:
+        _fail("program_config.welford", "Welford is not supported for RMSNorm", "use_welford=True", "set use_welford=False")
+    grid = pc.compute_with_storage_grid_size
+    ex, ey = _bbox_extent(x.shard_spec)
+    if ex > grid.x or ey > grid.y:
+        _fail(
+            "program_config.grid_fits_shards",
+            "the input's shard grid (its bounding box) must fit compute_with_storage_grid_size",
+            f"shard grid {ex}x{ey} vs program grid {grid.x}x{grid.y}",
+            f"compute_with_storage_grid_size=({ex}, {ey})",
+        )
+    shard_h, shard_w = x.shard_spec.shape
+    if pc.block_h * TILE != shard_h:
+        _fail("program_config.block_h_shard", "block_h * 32 must equal the shard height", f"block_h={pc.block_h}, shard height {shard_h}", f"block_h={shard_h // TILE}")
+    if pc.block_w * TILE != shard_w:
+        _fail("program_config.block_w_shard", "block_w * 32 must equal the shard width", f"block_w={pc.block_w}, shard width {shard_w}", f"block_w={shard_w // TILE}")
+    mt, kt = x.physical_rows // TILE, x.padded_width // TILE
+    if x.physical_rows == pc.block_h * TILE:  # the whole height in one block: 1-D multicast
+        n = x.shard_spec.grid.num_cores()
+        if pc.block_w != math.ceil(kt / n):
+            _fail("program_config.block_w_cores", "block_w must equal ceil(Wt / shard cores)", f"block_w={pc.block_w}, Wt={kt}, cores={n}", f"block_w={math.ceil(kt / n)}")
+    else:
+        row_major = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+        across, down = (ex, ey) if row_major else (ey, ex)
+        if pc.block_w != math.ceil(kt / across) or mt % down or pc.block_h != mt // down:
+            _fail(
+                "program_config.block_2d",
+                "block sharding needs block_w = ceil(Wt / grid columns) and block_h = Ht / grid rows",
+                f"block_w={pc.block_w} block_h={pc.block_h}, Wt={kt}, Ht={mt}, grid {across}x{down}",
+                f"block_w={math.ceil(kt / across)}, block_h={mt // down if down else '?'}",
+            )
+
+
+def _check_output_memory_config(x: TensorDesc, memory_config):
+    if memory_config is None:
+        return
+    if x.is_sharded:
+        if not memory_config.is_sharded() or memory_config.memory_layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
+            _fail("memory_config.sharded_output", "sharded inputs require a WIDTH/BLOCK-sharded output memory_config", _name(memory_config.memory_layout), "omit memory_config (the input's is used) or pass a sharded one")
+        if memory_config.buffer_type != x.memory_config.buffer_type or memory_config.memory_layout != x.memory_layout:
+            _fail("memory_config.matches_input", "output and input buffer types and memory layouts must match", f"{_name(memory_config.buffer_type)}/{_name(memory_config.memory_layout)} vs input {_name(x.memory_config.buffer_type)}/{_name(x.memory_layout)}", "use the input's memory layout and buffer type")
+    elif memory_config.is_sharded():
+        _fail("memory_config.interleaved_output", "an interleaved input gives an interleaved output; a sharded memory_config is rejected", _name(memory_config.memory_layout), "use ttnn.DRAM_MEMORY_CONFIG or ttnn.L1_MEMORY_CONFIG, then reshard the result")
+
+
+def _check_residual(x: TensorDesc, residual: TensorDesc | None):
+    if residual is None:
+        return
+    _check_on_device(residual, "residual")
+    _check_tile(residual, "residual")
+    if residual.shape != x.shape or residual.padded_shape != x.padded_shape:
+        _fail("residual.shape", "input and residual logical and padded shapes must match", f"residual {residual.shape}/{residual.padded_shape} vs input {x.shape}/{x.padded_shape}", "pass a residual of the input's shape")
+    if x.is_sharded:
+        if not residual.is_sharded or residual.memory_config != x.memory_config:
+            _fail("residual.same_sharding", "with a sharded input the residual must be sharded with the same shard spec and memory config", _name(residual.memory_layout), "ttnn.to_memory_config(residual, x.memory_config())")
+    elif residual.is_sharded:
+        _fail("residual.interleaved", "with an interleaved input the residual must be interleaved", _name(residual.memory_layout), "ttnn.to_memory_config(residual, ttnn.DRAM_MEMORY_CONFIG)")
+
+
+def _check_fp32_needs_acc(tensors: dict, compute_kernel_config, op: str):
+    if _compute(compute_kernel_config).fp32_dest_acc_en:
+        return
+    for what, t in tensors.items():
+        if t is not None and t.dtype == ttnn.float32:
+            _fail(f"{op}.fp32_needs_fp32_acc", f"the interleaved {op} with a FLOAT32 {what} requires fp32_dest_acc_en=True", f"{what} FLOAT32 with fp32_dest_acc_en=False", "pass compute_kernel_config=tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)")
+
+
+def _check_width_multiple_of_32(x: TensorDesc):
+    if x.width % TILE:
+        _fail("distributed.width_multiple_of_32", "the per-device width must be a multiple of 32: the post divides sum(x^2) by the padded width", x.width, "shard the hidden dim so each device holds a multiple of 32 (pad the hidden size with zeros and the weight with ones)")
+
+
+def _check_bias_needs_weight(weight, bias):
+    if bias is not None and weight is None:
+        _fail("bias.needs_weight", "bias without weight is silently dropped by ttnn's RMSNorm kernels", "bias given, weight None", "pass weight (ones if you only want the bias)")
+
+
+def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
+    if not use_2d_core_grid:
+        return
+    if sharded:
+        _fail("use_2d_core_grid.ignored", "use_2d_core_grid applies to the interleaved path only and is ignored for sharded inputs", True, "drop use_2d_core_grid")
+    msg = "use_2d_core_grid=True has a known accuracy bug (tt-metal #35435: bad PCC at seq 128, hidden 8192); default is False"
+    logger.warning(msg)
+    warnings.warn(msg, AccuracyWarning, stacklevel=3)
+
+
+def _check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
+    """Weight/bias rules. path: 'interleaved_post' | 'sharded' (sharded post and rms_norm)."""
+    if g is None:
+        return
+    _check_on_device(g, what)
+    if g.layout == ttnn.TILE_LAYOUT:
+        if path == "interleaved_post":
+            if g.width != x.width or g.padded_width != x.padded_width:
+                _fail(f"{what}.tile_width", f"a TILE {what} must have the input's last logical and padded dims", f"{what} {g.width}/{g.padded_width} vs input {x.width}/{x.padded_width}", f"{what} shape [1, 1, 1, {x.width}]")
+        elif g.padded_width != x.padded_width or g.width < x.width:
+            _fail(f"{what}.tile_width", f"a TILE {what} must have the input's padded width and at least its logical width", f"{what} {g.width}/{g.padded_width} vs input {x.width}/{x.padded_width}", f"{what} shape [1, 1, 1, {x.width}]")
+        if g.padded_shape[-2] != TILE:
+            _fail(f"{what}.tile_height", f"a TILE {what} must be one tile high (padded height 32)", g.padded_shape[-2], f"{what} shape [1, 1, 1, {x.width}]")
+        if path == "interleaved_post":
+            _check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
+    elif g.layout == ttnn.ROW_MAJOR_LAYOUT:
+        volume = math.prod(g.padded_shape)
+        if g.padded_width != TILE or volume // TILE != x.padded_width // TILE:
+            _fail(f"{what}.row_major_shape", f"a ROW_MAJOR {what} must be [1, 1, W/32, 32] for the input's padded width W", f"{what} {g.padded_shape} for W={x.padded_width}", f"{what}.reshape(1, 1, {x.padded_width // TILE}, 32) (tt_rmsnorm.prepare_weight does this)")
+        _check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
+    else:
+        _fail(f"{what}.layout", f"{what} must be TILE or ROW_MAJOR", _name(g.layout), "use ROW_MAJOR [1, 1, W/32, 32]")
+
+
+def _check_gamma_beta(x, weight, bias, path):
+    _check_bias_needs_weight(weight, bias)
+    _check_gamma(x, weight, "weight", path)
+    _check_gamma(x, bias, "bias", path)
+    if path == "sharded" and weight is not None and bias is not None and weight.layout != bias.layout:
+        _fail("bias.same_layout", "weight and bias must have the same layout", f"{_name(weight.layout)} vs {_name(bias.layout)}", "prepare both the same way")
+
+
+def _is_sharded_pc(pc) -> bool:
+    return isinstance(pc, ttnn.LayerNormShardedMultiCoreProgramConfig)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# L1 budgets of the interleaved distributed factories (the whole local row sits in circular buffers on one core).
+
+
+def pre_l1_bytes(x: TensorDesc, compute_kernel_config=None, residual: TensorDesc | None = None, stats_dtype=ttnn.bfloat16) -> int:
+    """L1 end address of the interleaved pre's circular buffers (layernorm_pre_all_gather_program_factory)."""
+    wt = x.padded_width // TILE
+    cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    total = 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype]  # input x2, x^2, reduce scaler, out
+    if residual is not None:
+        total += 2 * wt * residual.tile_bytes() + wt * cb  # residual x2, fused a+b
+    return L1_BASE + total
+
+
+def post_l1_bytes(x: TensorDesc, stats: TensorDesc, compute_kernel_config=None, weight=None, bias=None, out_dtype=None) -> int:
+    """L1 end address of the interleaved post: the whole row is buffered unless it exceeds 95% of L1, then streamed."""
+    wt = x.padded_width // TILE
+    available = L1_SIZE - L1_BASE
+    cb_length = wt
+    if wt * x.tile_bytes() > 0.95 * available:
+        cb_length = int((available // x.tile_bytes()) * 0.95 / 7)
+    per_tile = x.tile_bytes() + TILE_BYTES[out_dtype or x.dtype]
+    for g in (weight, bias):
+        if g is not None:
+            per_tile += TILE_BYTES.get(g.dtype, 2048)
+    cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    small = (stats.padded_width // TILE) * stats.tile_bytes() + 2 * 2048 + 5 * cb
+    return L1_BASE + cb_length * per_tile + small
+
+
+def _check_l1(needed: int, op: str, x: TensorDesc):
+    if needed > L1_SIZE:
+        _fail(
+            f"{op}.l1_budget",
+            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B) and needs {needed} B",
+            f"local width {x.padded_width} {_name(x.dtype)}",
+            "shard the hidden dim over more devices, use bfloat8_b input, or turn fp32_dest_acc_en off",
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The ops.
+
+
+def _resolve_grid(compute_grid, *tensors):
+    if compute_grid is not None:
+        return tuple(compute_grid)
+    for t in tensors:
+        if isinstance(t, ttnn.Tensor):
+            try:
+                g = t.device().compute_with_storage_grid_size()
+                return (g.x, g.y)
+            except Exception:
+                pass
+    return DEFAULT_COMPUTE_GRID
+
+
+def check_pre_all_gather(
+    input_tensor,
+    *,
+    dtype=ttnn.bfloat16,
+    residual_input_tensor=None,
+    compute_kernel_config=None,
+    program_config=None,
+    memory_config=None,
+    use_2d_core_grid=None,
+    compute_grid=None,
+) -> str:
+    """Validate `ttnn.rms_norm_pre_all_gather` arguments. Returns the path taken: 'interleaved' or 'sharded'."""
+    grid = _resolve_grid(compute_grid, input_tensor)
+    x, res = describe(input_tensor), describe(residual_input_tensor)
+    _check_on_device(x, "input")
+    _check_rank4(x, "rms_norm_pre_all_gather")
+    _check_tile(x, "input")
+    _check_dtype(x, PRE_INPUT_DTYPES, "pre.input.dtype", "input")
+    _warn_2d_core_grid(use_2d_core_grid, x.is_sharded)
+    if x.is_sharded:
+        _check_not_height_sharded(x, "input")
+        _check_shard_grid_on_device(x, grid, "input")
+        if x.padded_shape[-2] != TILE:
+            _fail("sharded.height_32", "the sharded distributed path needs padded height 32 (decode: <= 32 rows)", f"padded height {x.padded_shape[-2]}", "use an interleaved input (prefill path) or at most 32 rows")
+        if not _is_sharded_pc(program_config):
+            _fail("sharded.program_config", "a sharded input needs a LayerNormShardedMultiCoreProgramConfig", type(program_config).__name__, "tt_rmsnorm.configs.sharded_program_config(...)")
+        _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
+        _check_output_memory_config(x, memory_config)
+        if dtype not in (None, ttnn.bfloat16):
+            _fail("sharded_pre.dtype_ignored", "the sharded pre always writes bfloat16 stats", _name(dtype), "pass dtype=ttnn.bfloat16 (or omit it)")
+        _check_residual(x, res)
+        return "sharded"
+    if program_config is not None and _is_sharded_pc(program_config):
+        _fail("program_config.ignored", "a sharded program config on an interleaved input is silently ignored", "LayerNormShardedMultiCoreProgramConfig", "omit program_config or use ttnn.LayerNormDefaultProgramConfig()")
+    if program_config is not None and program_config.use_welford:
+        _fail("pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather", "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
+    _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
+    _check_output_memory_config(x, memory_config)
+    _check_residual(x, res)
+    _check_l1(pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16), "pre", x)
+    return "interleaved"
+
+
+def check_post_all_gather(
+    input_tensor,
+    stats,
+    *,
+    epsilon=1e-12,
+    weight=None,
+    bias=None,
+    memory_config=None,
+    compute_kernel_config=None,
+    program_config=None,
+    dtype=None,
+    use_2d_core_grid=None,
+    compute_grid=None,
+) -> str:
+    """Validate `ttnn.rms_norm_post_all_gather` arguments. Returns the path: 'interleaved' or 'sharded'."""
+    grid = _resolve_grid(compute_grid, input_tensor)
+    x, s, w, b = describe(input_tensor), describe(stats), describe(weight), describe(bias)
+    _check_on_device(x, "input")
+    _check_rank4(x, "rms_norm_post_all_gather")
+    _check_tile(x, "input")
+    _check_dtype(x, PRE_INPUT_DTYPES, "post.input.dtype", "input")
+    if s is None:
+        _fail("stats.present", "post_all_gather requires the gathered stats", None, "pass the all_gather output of rms_norm_pre_all_gather")
+    _check_on_device(s, "stats")
+    _check_tile(s, "stats")
+    if s.padded_width % TILE:
+        _fail("stats.width", "the stats' padded last dim must be a multiple of 32 (one tile per device)", s.padded_width, "gather the [.., 32]-wide per-device stats on dim 3")
+    if epsilon is not None and epsilon < 0:
+        _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")
+    _check_width_multiple_of_32(x)
+    _warn_2d_core_grid(use_2d_core_grid, x.is_sharded)
+    if x.is_sharded:
+        _check_not_height_sharded(x, "input")
+        _check_shard_grid_on_device(x, grid, "input")
+        if x.padded_shape[-2] != TILE:
+            _fail("sharded.height_32", "the sharded distributed path needs padded height 32 (decode: <= 32 rows)", f"padded height {x.padded_shape[-2]}", "use an interleaved input (prefill path) or at most 32 rows")
+        if s.stats_kind == STATS_SUMS:
+            _fail("stats.kind_mismatch", "the sharded post averages per-device MEANS but these stats hold SUMS (from the interleaved pre)", STATS_SUMS, "run the sharded pre on the same sharded input (tt_rmsnorm.distributed_rms_norm does)")
+        if not s.is_sharded:
+            _fail("stats.sharded", "the sharded post needs its stats sharded on one core", _name(s.memory_layout), "all_gather with memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)")
+        if s.dtype != ttnn.bfloat16:
+            _fail("stats.bf16_sharded", "the sharded post supports only bfloat16 stats", _name(s.dtype), "gather the stats in bfloat16")
+        if not _is_sharded_pc(program_config):
+            _fail("sharded.program_config", "a sharded input needs a LayerNormShardedMultiCoreProgramConfig", type(program_config).__name__, "tt_rmsnorm.configs.sharded_program_config(...)")
+        if s.shard_spec.grid.num_cores() != 1:
+            _fail("stats.one_core", "with a sharded program config the stats must be sharded on exactly 1 core", f"{s.shard_spec.grid.num_cores()} cores", "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)")
+        if s.padded_shape[:-1] != x.padded_shape[:-1]:
+            _fail("stats.rows_match", "stats rows and batch dims must equal the input's", f"stats {s.padded_shape} vs input {x.padded_shape}", "gather the stats of this same input")
+        _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
+        if memory_config is not None and not memory_config.is_sharded():
+            _fail("memory_config.sharded_output", "sharded inputs require a sharded output memory_config", _name(memory_config.memory_layout), "omit memory_config (the input's is used)")
+        _check_output_memory_config(x, memory_config)
+        if memory_config is not None and memory_config.shard_spec is not None and memory_config.shard_spec.shape[0] != x.shard_spec.shape[0]:
+            _fail("memory_config.shard_height", "the output shard height must equal the input shard height", f"{memory_config.shard_spec.shape[0]} vs {x.shard_spec.shape[0]}", "keep the input's shard height")
+        _check_gamma_beta(x, w, b, "sharded")
+        return "sharded"
+    if s.stats_kind == STATS_MEANS:
+        _fail("stats.kind_mismatch", "the interleaved post expects per-device SUMS but these stats hold MEANS (from the sharded pre)", STATS_MEANS, "run the interleaved pre on an interleaved input, or use the sharded post")
+    _check_dtype(s, STATS_DTYPES, "stats.dtype", "stats")
+    if s.padded_shape[:-1] != x.padded_shape[:-1]:
+        _fail("post.stats_dims", "stats and input padded dims 0, 1 and 2 must match", f"stats {s.padded_shape} vs input {x.padded_shape}", "gather the stats of this same input")
+    if program_config is not None and _is_sharded_pc(program_config):
+        _fail("program_config.ignored", "a sharded program config on an interleaved input is silently ignored", "LayerNormShardedMultiCoreProgramConfig", "omit program_config or use ttnn.LayerNormDefaultProgramConfig()")
+    if program_config is not None and program_config.use_welford:
+        _fail("post.welford", "RMS norm is not compatible with the Welford algorithm", "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
+    _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
+    _check_output_memory_config(x, memory_config)
+    _check_gamma_beta(x, w, b, "interleaved_post")
+    _check_l1(post_l1_bytes(x, s, compute_kernel_config, w, b, dtype), "post", x)
+    return "interleaved"
+
+
+def check_rms_norm(
+    input_tensor,
+    *,
+    epsilon=1e-12,
+    weight=None,
+    bias=None,
+    residual_input_tensor=None,
+    memory_config=None,
+    program_config=None,
+    compute_kernel_config=None,
+    compute_grid=None,
+) -> str:
+    """Validate single-device `ttnn.rms_norm` arguments. Returns 'interleaved' or 'sharded'."""
+    grid = _resolve_grid(compute_grid, input_tensor)
+    x, res, w, b = describe(input_tensor), describe(residual_input_tensor), describe(weight), describe(bias)
+    _check_on_device(x, "input")
+    _check_tile(x, "input")
+    _check_dtype(x, PRE_INPUT_DTYPES, "rms_norm.input.dtype", "input")
+    if epsilon is not None and epsilon < 0:
+        _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")
+    if x.is_sharded:
+        _check_not_height_sharded(x, "input")
+        _check_shard_grid_on_device(x, grid, "input")
+        if program_config is not None and _is_sharded_pc(program_config):
+            _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
+        _check_output_memory_config(x, memory_config)
+        path = "sharded"
+    else:
+        if program_config is not None and _is_sharded_pc(program_config):
+            _fail("rms_norm.sharded_config_interleaved", "a sharded program config needs a sharded input (ttnn fails with 'bad optional access')", "LayerNormShardedMultiCoreProgramConfig", "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config")
+        _check_output_memory_config(x, memory_config)
+        path = "interleaved"
+    _check_residual(x, res)
+    _check_gamma_beta(x, w, b, "sharded")
+    return path
+
+
+def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory_config=None) -> int:
+    """Validate `ttnn.all_gather(input, dim, cluster_axis=...)` on a mesh of `mesh_shape`. Returns the gather size."""
+    x = describe(input_tensor)
+    _check_on_device(x, "input")
+    if not -x.rank <= dim < x.rank:
+        _fail("all_gather.dim", f"dim must be in [{-x.rank}, {x.rank}) for a rank-{x.rank} tensor", dim, "gather the stats on dim=3 (the last)")
+    mesh_shape = tuple(mesh_shape)
+    if cluster_axis is None:
+        n = math.prod(mesh_shape)
+    else:
+        if not isinstance(cluster_axis, int) or not 0 <= cluster_axis < len(mesh_shape):
+            _fail("all_gather.cluster_axis", f"cluster_axis must be an axis of the {len(mesh_shape)}-D mesh {mesh_shape}", cluster_axis, "cluster_axis=1 gathers along mesh columns (the tensor-parallel axis of 1xN and 8x4 meshes)")
+        n = mesh_shape[cluster_axis]
+    if n < 2:
+        _fail("all_gather.num_devices", "all_gather needs more than one device along the gather axis", f"{n} device(s) on axis {cluster_axis} of mesh {mesh_shape}", "on one device skip the gather (tt_rmsnorm.distributed_rms_norm does); otherwise pick the axis the hidden dim is sharded over")
+    if x.is_sharded and memory_config is None:
+        _fail("all_gather.sharded_needs_memory_config", "a sharded input needs an explicit output memory_config", _name(x.memory_layout), "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)")
+    return n
