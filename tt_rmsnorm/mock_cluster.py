@@ -1,0 +1,533 @@
+"""Real ttnn without Tenstorrent hardware: mock clusters, an SFPI compiler stand-in, and isolated worker processes.
+
+With `TT_METAL_MOCK_CLUSTER_DESC_PATH` pointing at a UMD cluster descriptor, ttnn 0.81.1 opens mock devices on which
+ops run their real validation and program factories; no kernel runs and every value read back is zero. Opening a
+device needs the SFPI RISC-V compiler, which cannot be had here, so `configure` installs a stand-in (only where no real
+`riscv-tt-elf-g++` exists, only inside this project's virtual environment):
+
+- `--version` prints the sfpi version of the installed ttnn, so the firmware build key matches a pre-compiled firmware
+  directory shipped in the wheel and no firmware is compiled;
+- `-x c++-header` fails (tt-metal then skips its precompiled header);
+- `-c ... -o X.o` writes an empty object (and the `-MF` depfile);
+- a link `-o X.elf` copies a stub kernel ELF (two RISC-V instructions with one R_RISCV_JAL relocation, which tt-metal's
+  XIP relocation accepts), or, outside `kernels/`, the pre-compiled firmware ELF of that target.
+
+    from tt_rmsnorm import mock_cluster
+    mock_cluster.configure("t3k")                 # before ttnn opens anything (one system per process)
+    mesh = mock_cluster.open_mesh((1, 8))
+
+ttnn keeps process-wide state (one cluster, program caches, fabric config) and segfaults on some bad inputs, so tests
+run ttnn in worker processes: `run_isolated(system, fn, ...)` calls `fn(mesh, ...)` in a persistent worker for that
+system (one mesh opened once, many calls), restarts the worker after a crash, and kills it on a timeout.
+`dry_run(system)` runs `tt_rmsnorm.distributed_rms_norm` end to end on a mock mesh and reports what ttnn accepted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import pickle
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
+
+DESCRIPTOR_DIR = Path(__file__).resolve().parent / "cluster_descriptors"
+DESCRIPTORS: dict[str, Path] = {
+    "n150": DESCRIPTOR_DIR / "n150.yaml",
+    "n300": DESCRIPTOR_DIR / "n300.yaml",
+    "t3k": DESCRIPTOR_DIR / "t3k.yaml",
+    # tt-metal's public 6U (32-chip Wormhole Galaxy) mock descriptor plus the `chip_to_bus_id` map its copy lacks: UBB
+    # tray and ASIC positions come from the PCIe bus id, and without it all 32 chips collide at (tray 3, loc 0).
+    "galaxy": DESCRIPTOR_DIR / "galaxy_6u.yaml",
+}
+MESH_SHAPES: dict[str, tuple[int, int]] = {"n150": (1, 1), "n300": (1, 2), "t3k": (1, 8), "galaxy": (8, 4)}
+# The n300-board mocks report an 8x8 grid under the default (ETH) dispatch while the program validator assumes 8x7;
+# Tensix (WORKER) dispatch makes both 8x7 (ttnn-findings #6).
+WORKER_DISPATCH_SYSTEMS = ("n300", "t3k")
+
+COMPILER = "riscv-tt-elf-g++"
+STAND_IN_MARK = "tt_rmsnorm mock-cluster stand-in for the SFPI compiler"
+GCC_VERSION = "15.1.0"  # the gcc inside sfpi 7.89.0; part of the --version line hashed into the firmware key
+CACHE_ENV = "TT_METAL_CACHE"
+STARTUP_TIMEOUT_S = 180.0
+CALL_TIMEOUT_S = 120.0
+
+
+class MockClusterError(RuntimeError):
+    """The mock cluster cannot be set up here (wrong environment, unknown system, conflicting process state)."""
+
+
+class IsolatedError(RuntimeError):
+    """A call in a worker process raised: `kind` is the remote exception type name, `remote_traceback` its traceback."""
+
+    def __init__(self, kind: str, message: str, remote_traceback: str = ""):
+        self.kind, self.message, self.remote_traceback = kind, message, remote_traceback
+        super().__init__(f"{kind}: {message}")
+
+
+class WorkerCrashed(RuntimeError):
+    """The worker process died during a call (ttnn segfaults on some inputs); it is restarted on the next call."""
+
+    def __init__(self, system: str, returncode, log_tail: str):
+        self.system, self.returncode, self.log_tail = system, returncode, log_tail
+        how = f"signal {-returncode} ({signal.Signals(-returncode).name})" if returncode and returncode < 0 else f"exit {returncode}"
+        super().__init__(f"mock {system} worker died with {how}; last output:\n{log_tail}")
+
+
+class WorkerTimeout(TimeoutError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The compiler stand-in.
+
+
+def stub_kernel_elf() -> bytes:
+    """A relocatable 32-bit RISC-V ELF that tt-metal's kernel loader accepts: one R+X PT_LOAD segment at address 0
+    holding `jal x0,+4; ret`, and a .rela.text with one R_RISCV_JAL at offset 0 against the .text section symbol."""
+    text = struct.pack("<II", 0x0040006F, 0x00008067)
+    symtab = bytes(16) + struct.pack("<IIIBBH", 0, 0, 0, 3, 0, 1)  # null symbol; STT_SECTION, STB_LOCAL, shndx 1
+    strtab = b"\0"
+    rela = struct.pack("<IIi", 0, (1 << 8) | 17, 4)  # r_offset 0, sym 1, R_RISCV_JAL, addend 4
+    names = [b".text", b".symtab", b".strtab", b".rela.text", b".shstrtab"]
+    shstrtab, name_at = b"\0", {}
+    for n in names:
+        name_at[n] = len(shstrtab)
+        shstrtab += n + b"\0"
+    header_bytes = 52 + 32  # ELF header + one program header
+    body, at = b"", {}
+    for n, blob in zip(names, (text, symtab, strtab, rela, shstrtab)):
+        body += bytes(-(header_bytes + len(body)) % 4)
+        at[n] = header_bytes + len(body)
+        body += blob
+    body += bytes(-(header_bytes + len(body)) % 4)
+    shoff = header_bytes + len(body)
+    ident = b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)  # 32-bit, little endian, version 1
+    ehdr = ident + struct.pack("<HHIIIIIHHHHHH", 2, 243, 1, 0, 52, shoff, 0, 52, 32, 1, 40, len(names) + 1, len(names))
+    phdr = struct.pack("<IIIIIIII", 1, at[b".text"], 0, 0, len(text), len(text), 5, 4)  # PT_LOAD, R+X
+
+    def sh(name, typ, flags, size, link=0, info=0, align=1, entsize=0):
+        return struct.pack("<IIIIIIIIII", name_at[name], typ, flags, 0, at[name], size, link, info, align, entsize)
+
+    shdrs = bytes(40) + b"".join(
+        [
+            sh(b".text", 1, 0x6, len(text), align=4),  # PROGBITS, ALLOC|EXECINSTR
+            sh(b".symtab", 2, 0, len(symtab), link=3, info=2, align=4, entsize=16),
+            sh(b".strtab", 3, 0, len(strtab)),
+            sh(b".rela.text", 4, 0x40, len(rela), link=2, info=1, align=4, entsize=12),  # INFO_LINK to .text
+            sh(b".shstrtab", 3, 0, len(shstrtab)),
+        ]
+    )
+    return ehdr + phdr + body + shdrs
+
+
+def _stand_in_script(version_line: str) -> str:
+    return f"""#!/bin/sh
+# {STAND_IN_MARK}. Written by tt_rmsnorm/mock_cluster.py; safe to delete.
+# No code is compiled: objects are empty, kernels link to a stub ELF, firmware to the wheel's pre-compiled ELFs.
+here=$(cd "$(dirname "$0")" && pwd)
+ttnn_dir=$(cd "$here/../../../.." && pwd)
+out=""; mf=""; prev=""
+for a in "$@"; do
+  case "$prev" in
+    -o) out=$a ;;
+    -MF) mf=$a ;;
+    -x) [ "$a" = c++-header ] && {{ echo "stand-in: no precompiled headers" >&2; exit 1; }} ;;
+  esac
+  [ "$a" = --version ] && {{ echo "{version_line}"; exit 0; }}
+  prev=$a
+done
+[ -n "$mf" ] && printf '%s:\\n' "$out" > "$mf"
+case "$out" in
+  "") exit 0 ;;
+  *.elf)
+    case "$out" in
+      */kernels/*) exec cp "$here/stub_kernel.elf" "$out" ;;
+    esac
+    target=$(basename "$out"); target=${{target%%.*}}
+    for fw in "$ttnn_dir"/tt_metal/pre-compiled/*/"$target"/"$target".elf; do
+      key=$(basename "$(dirname "$(dirname "$fw")")")
+      case "$out" in *"$key"*) exec cp "$fw" "$out" ;; esac
+    done
+    echo "stand-in: no pre-compiled firmware for $out" >&2; exit 1 ;;
+  *) : > "$out" ;;
+esac
+exit 0
+"""
+
+
+def _ttnn_dir() -> Path:
+    spec = importlib.util.find_spec("ttnn")
+    if spec is None or spec.origin is None:
+        raise MockClusterError("ttnn is not installed in this Python environment")
+    return Path(spec.origin).resolve().parent
+
+
+def _sfpi_version_line(ttnn_dir: Path) -> str:
+    fields = {}
+    for line in (ttnn_dir / "tt_metal" / "sfpi-version").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            fields[key.strip()] = value.strip().strip("'\"")
+    return f"{COMPILER} (tenstorrent/sfpi:{fields['sfpi_version']}[{fields['sfpi_build']}]) {GCC_VERSION}"
+
+
+def real_compiler() -> Path | None:
+    """A real SFPI compiler where tt-metal looks for one (<ttnn>/runtime/sfpi, /opt/tenstorrent/sfpi), else None."""
+    for root in (_ttnn_dir() / "runtime" / "sfpi", Path("/opt/tenstorrent/sfpi")):
+        exe = root / "compiler" / "bin" / COMPILER
+        if exe.exists() and STAND_IN_MARK not in exe.read_bytes()[:400].decode("latin-1"):
+            return exe
+    return None
+
+
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def install_compiler_stand_in() -> Path | None:
+    """Install the stand-in at <ttnn>/runtime/sfpi/compiler/bin/ unless a real compiler exists. Idempotent and safe
+    against concurrent callers. Returns the stand-in's path, or None when a real compiler is used."""
+    if real_compiler() is not None:
+        return None
+    ttnn_dir = _ttnn_dir()
+    if sys.prefix == sys.base_prefix or not ttnn_dir.is_relative_to(Path(sys.prefix).resolve()):
+        raise MockClusterError(
+            f"refusing to install the SFPI stand-in: ttnn ({ttnn_dir}) is not inside this project's virtual environment "
+            f"({sys.prefix}); run through `make test`, which creates .venv"
+        )
+    bin_dir = ttnn_dir / "runtime" / "sfpi" / "compiler" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe, stub = bin_dir / COMPILER, bin_dir / "stub_kernel.elf"
+    script = _stand_in_script(_sfpi_version_line(ttnn_dir)).encode()
+    if not stub.exists() or stub.read_bytes() != stub_kernel_elf():
+        _write_atomically(stub, stub_kernel_elf(), 0o644)
+    if not exe.exists() or exe.read_bytes() != script:
+        _write_atomically(exe, script, 0o755)
+    return exe
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Configuring a process and opening meshes.
+
+_private_cache: Path | None = None
+
+
+def configured_system() -> str | None:
+    """The mock system this process was configured for (from the environment), or None."""
+    path = os.environ.get(MOCK_ENV)
+    if not path:
+        return None
+    for name, desc in DESCRIPTORS.items():
+        if Path(path).resolve() == desc.resolve():
+            return name
+    return "custom"
+
+
+def configure(system: str) -> None:
+    """Make this process use the mock `system` ("n150", "n300", "t3k", "galaxy"): descriptor, private JIT cache and the
+    compiler stand-in. Call before ttnn opens a device; a process can use one mock system only. Idempotent."""
+    global _private_cache
+    if system not in DESCRIPTORS:
+        raise MockClusterError(f"unknown mock system {system!r}; known: {sorted(DESCRIPTORS)}")
+    if not DESCRIPTORS[system].exists():
+        raise MockClusterError(f"descriptor for {system} missing: {DESCRIPTORS[system]}")
+    current = configured_system()
+    if current not in (None, system) and "ttnn" in sys.modules:
+        raise MockClusterError(f"this process already uses the mock {current} (ttnn keeps one cluster per process); "
+                               f"use run_isolated({system!r}, ...) for another system")
+    os.environ[MOCK_ENV] = str(DESCRIPTORS[system])
+    if _private_cache is None:
+        # A fresh JIT cache per process: stale artefacts in ~/.cache/tt-metal-cache (real or stand-in builds) are never
+        # reused, and concurrent workers never share half-written files. The stand-in makes rebuilding cost ~ms.
+        _private_cache = Path(tempfile.mkdtemp(prefix=f"tt_rmsnorm-jit-{system}-"))
+        atexit.register(shutil.rmtree, _private_cache, True)
+    os.environ[CACHE_ENV] = f"{_private_cache}/"
+    install_compiler_stand_in()
+
+
+def open_mesh(shape: tuple[int, int], **kwargs):
+    """Open a MeshDevice of `shape` (rows, cols) with the fabric configured for all_gather. On a mock n300/T3K, Tensix
+    dispatch keeps the reported grid and the validator's grid consistent; on real hardware ttnn's defaults are used.
+    Extra kwargs go to ttnn.open_mesh_device."""
+    import ttnn
+
+    rows, cols = (int(v) for v in shape)
+    if rows * cols > 1:
+        ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
+    if configured_system() in WORKER_DISPATCH_SYSTEMS and not tt_hardware_present():
+        kwargs.setdefault("dispatch_core_config", ttnn.DispatchCoreConfig(ttnn.DispatchCoreType.WORKER))
+    return ttnn.open_mesh_device(ttnn.MeshShape(rows, cols), **kwargs)
+
+
+def close_mesh(mesh) -> None:
+    import ttnn
+
+    multi = mesh.get_num_devices() > 1
+    ttnn.close_mesh_device(mesh)
+    if multi:
+        ttnn.set_fabric_config(ttnn.FabricConfig.DISABLED)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Worker processes. Messages are length-prefixed pickles on two private pipes; the worker's stdout/stderr (ttnn's
+# logging) go to a log file whose tail is reported when the worker dies.
+
+
+def _send(fd: int, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = struct.pack("<Q", len(data)) + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise WorkerTimeout()
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _recv(fd: int, deadline: float | None = None):
+    head = _read_exact(fd, 8, deadline)
+    if head is None:
+        return None
+    body = _read_exact(fd, struct.unpack("<Q", head)[0], deadline)
+    return None if body is None else pickle.loads(body)
+
+
+def _load_function(file: str, qualname: str):
+    module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
+    if module is None:
+        module_name = "_tt_rmsnorm_isolated_" + Path(file).stem
+        sys.path.insert(0, str(Path(file).parent))
+        spec = importlib.util.spec_from_file_location(module_name, file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _serve(system: str, rfd: int, wfd: int) -> None:
+    """Worker main loop: configure, open the system's mesh on first use, answer calls until the pipe closes."""
+    configure(system)
+    mesh, mesh_shape = None, None
+    _send(wfd, {"ready": True, "pid": os.getpid()})
+    while True:
+        msg = _recv(rfd)
+        if msg is None or msg.get("op") == "exit":
+            break
+        try:
+            fn = _load_function(msg["file"], msg["qualname"])
+            shape = tuple(msg.get("mesh_shape") or MESH_SHAPES[system])
+            if mesh is None or shape != mesh_shape:
+                if mesh is not None:
+                    close_mesh(mesh)
+                    mesh = None
+                mesh, mesh_shape = open_mesh(shape), shape
+            reply = {"ok": True, "result": fn(mesh, *msg["args"], **msg["kwargs"])}
+        except BaseException as e:  # ttnn's TT_FATALs are RuntimeErrors; anything else is reported the same way
+            reply = {"ok": False, "kind": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
+        try:
+            _send(wfd, reply)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            _send(wfd, {"ok": False, "kind": "PicklingError", "message": f"result not picklable: {e}", "traceback": ""})
+    if mesh is not None:
+        close_mesh(mesh)
+
+
+class _Worker:
+    def __init__(self, system: str):
+        self.system = system
+        fd, log_path = tempfile.mkstemp(prefix=f"tt_rmsnorm-worker-{system}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(log_path)
+        to_child_r, self.to_child = os.pipe()
+        self.from_child, from_child_w = os.pipe()
+        env = dict(os.environ)
+        env.pop(MOCK_ENV, None)  # the worker configures itself
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tt_rmsnorm.mock_cluster", "--serve", system, str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=root,
+                start_new_session=True,  # ttnn's signal handlers and children stay in the worker's group
+            )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        hello = self._receive(STARTUP_TIMEOUT_S)
+        if not hello or not hello.get("ready"):
+            raise MockClusterError(f"mock {system} worker did not start: {hello}")
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def _receive(self, timeout: float):
+        try:
+            reply = _recv(self.from_child, time.monotonic() + timeout)
+        except WorkerTimeout:
+            self.kill()
+            raise WorkerTimeout(f"mock {self.system} worker gave no answer in {timeout:.0f} s; killed. Log tail:\n{self.log_tail()}")
+        if reply is None:
+            rc = self.proc.wait(timeout=30)
+            tail = self.log_tail()
+            self.kill()
+            raise WorkerCrashed(self.system, rc, tail)
+        return reply
+
+    def call(self, fn, args, kwargs, timeout: float, mesh_shape=None):
+        file = os.path.abspath(sys.modules[fn.__module__].__file__)
+        _send(self.to_child, {"op": "call", "file": file, "qualname": fn.__qualname__, "args": args, "kwargs": kwargs,
+                              "mesh_shape": mesh_shape})
+        return self._receive(timeout)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                _send(self.to_child, {"op": "exit"})
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker's own process group (start_new_session)
+            self.proc.wait()
+        for fd in (self.to_child, self.from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.to_child = self.from_child = -1
+        try:
+            self.log_path.unlink()
+        except OSError:
+            pass
+
+
+_workers: dict[str, _Worker] = {}
+
+
+def run_isolated(system: str, fn, *args, timeout: float = CALL_TIMEOUT_S, mesh_shape=None, **kwargs):
+    """Call `fn(mesh, *args, **kwargs)` in the persistent worker process of mock `system` and return its result.
+
+    `fn` must be a module-level function (it is loaded in the worker from its source file); arguments and result must
+    pickle. The worker opens the system's mesh (`MESH_SHAPES[system]`, or `mesh_shape`) once and keeps it for later
+    calls. Raises IsolatedError when fn raised (ttnn's TT_FATAL arrives as kind 'RuntimeError'), WorkerCrashed when
+    the process died (the next call starts a fresh one), WorkerTimeout after `timeout` seconds (the worker is killed).
+    """
+    worker = _workers.get(system)
+    if worker is None or not worker.alive():
+        if worker is not None:
+            worker.kill()
+        worker = _workers[system] = _Worker(system)
+    try:
+        reply = worker.call(fn, args, kwargs, timeout, mesh_shape)
+    except (WorkerCrashed, WorkerTimeout):
+        _workers.pop(system, None)
+        raise
+    if not reply["ok"]:
+        raise IsolatedError(reply["kind"], reply["message"], reply["traceback"])
+    return reply["result"]
+
+
+def shutdown_workers() -> None:
+    while _workers:
+        _workers.popitem()[1].close()
+
+
+atexit.register(shutdown_workers)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Dry run of distributed_rms_norm on a mock mesh.
+
+# (system, case, global activation shape, mode). Llama-70B hidden 8192: 1024 per device on T3000, 2048 on Galaxy columns.
+DRY_RUN_CASES = {
+    "t3k": [("prefill_interleaved", (1, 1, 128, 8192), "interleaved"), ("decode_sharded", (1, 1, 32, 8192), "sharded")],
+    "galaxy": [("prefill_interleaved", (1, 1, 128, 8192), "interleaved"), ("decode_sharded", (1, 1, 32, 8192), "sharded")],
+    "n300": [("prefill_interleaved", (1, 1, 128, 8192), "interleaved"), ("decode_sharded", (1, 1, 32, 8192), "sharded")],
+}
+
+
+def _memory_config_text(mc) -> str:
+    text = f"{str(mc.memory_layout).rsplit('.', 1)[-1]} {str(mc.buffer_type).rsplit('.', 1)[-1]}"
+    if mc.shard_spec is not None:
+        box = mc.shard_spec.grid.bounding_box()
+        text += (f" shard {list(mc.shard_spec.shape)} on {mc.shard_spec.grid.num_cores()} cores "
+                 f"({box.start.x},{box.start.y})-({box.end.x},{box.end.y})")
+    return text
+
+
+def _dry_run_in_worker(mesh, system: str, cases) -> list[dict]:
+    import torch
+    import ttnn
+
+    from tt_rmsnorm import mesh as tt_mesh
+
+    rows_out = []
+    cluster_axis = 1 if MESH_SHAPES[system][0] > 1 else None
+    for case, shape, mode in cases:
+        torch.manual_seed(0)
+        x = torch.randn(shape, dtype=torch.bfloat16)
+        w = torch.randn(shape[-1], dtype=torch.bfloat16)
+        tt_x = tt_mesh.shard_activation(x, mesh, cluster_axis=cluster_axis)
+        tt_w = tt_mesh.prepare_weight(w, mesh, cluster_axis=cluster_axis)
+        y = tt_mesh.distributed_rms_norm(tt_x, tt_w, mesh, epsilon=1e-5, cluster_axis=cluster_axis,
+                                         sharded=(mode == "sharded"))
+        for i, t in enumerate(ttnn.get_device_tensors(y)):
+            rows_out.append({
+                "system": system, "mesh": "x".join(map(str, MESH_SHAPES[system])), "case": case, "device": i,
+                "input_shape": tuple(shape), "output_shape": tuple(t.shape), "dtype": str(t.dtype).rsplit(".", 1)[-1],
+                "layout": str(t.layout).rsplit(".", 1)[-1], "memory_config": _memory_config_text(t.memory_config()),
+            })
+    return rows_out
+
+
+def dry_run(system: str, timeout: float = 300.0) -> list[dict]:
+    """Run distributed_rms_norm through real ttnn on the mock `system` ("t3k", "galaxy", "n300") for an interleaved
+    prefill and a sharded decode activation. One row per (case, device): what ttnn accepted and returned."""
+    return run_isolated(system, _dry_run_in_worker, system, DRY_RUN_CASES[system], timeout=timeout)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        _serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        sys.exit("usage: python -m tt_rmsnorm.mock_cluster --serve SYSTEM READ_FD WRITE_FD (started by run_isolated)")
