@@ -45,6 +45,71 @@ PACKAGE_ONLY_RULES = {
     "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved path; the sharded path ignores it",
 }
 
+# Every rule id this module raises, with what it guards. The test suite has a violating case for each.
+RULES = {
+    **{f"{t}.on_device": f"{t} tensor stored on device" for t in ("input", "residual", "stats", "weight", "bias")},
+    **{f"{t}.layout": f"{t} tensor in TILE layout" for t in ("input", "residual", "stats")},
+    "distributed.rank": "distributed ops take rank-4 tensors",
+    "pre.input.dtype": "pre input is bfloat16, bfloat8_b or float32",
+    "post.input.dtype": "post input is bfloat16, bfloat8_b or float32",
+    "rms_norm.input.dtype": "rms_norm input is bfloat16, bfloat8_b or float32",
+    "stats.dtype": "interleaved post stats are bfloat16, bfloat8_b or float32",
+    "weight.dtype": "weight (RM, or TILE on the interleaved post) is bfloat16 or float32",
+    "bias.dtype": "bias (RM, or TILE on the interleaved post) is bfloat16 or float32",
+    "use_2d_core_grid.ignored": "use_2d_core_grid only on the interleaved path",
+    "input.height_sharded": "no height sharding",
+    "input.shard_grid_on_device": "shard grid inside the device's compute grid",
+    "sharded.height_32": "sharded distributed input is one tile row high",
+    "sharded.program_config": "sharded input needs a sharded program config",
+    "program_config.block_w": "block_w >= 1",
+    "program_config.subblock_w_divides": "subblock_w divides block_w",
+    "program_config.subblock_w_limit": "subblock_w within the dst-register limit",
+    "program_config.welford": "no Welford for RMSNorm (sharded config)",
+    "program_config.grid_fits_shards": "shard grid fits the program config grid",
+    "program_config.block_h_shard": "block_h * 32 == shard height",
+    "program_config.block_w_shard": "block_w * 32 == shard width",
+    "program_config.block_w_cores": "1-D: block_w == ceil(Wt / cores)",
+    "program_config.block_2d": "2-D: block_w == ceil(Wt / columns), block_h == Ht / rows",
+    "program_config.ignored": "no sharded program config on an interleaved input",
+    "memory_config.sharded_output": "sharded input, sharded output",
+    "memory_config.matches_input": "output buffer type and layout equal the input's",
+    "memory_config.interleaved_output": "interleaved input, interleaved output",
+    "memory_config.shard_height": "output shard height equals the input's",
+    "sharded_pre.dtype_ignored": "the sharded pre writes bfloat16 only",
+    "residual.shape": "residual shape equals the input's",
+    "residual.same_sharding": "residual sharded as the input",
+    "residual.interleaved": "interleaved input, interleaved residual",
+    "pre.welford": "no Welford in the pre",
+    "post.welford": "no Welford in the post",
+    "pre.fp32_needs_fp32_acc": "FLOAT32 pre input needs fp32_dest_acc_en",
+    "post.fp32_needs_fp32_acc": "FLOAT32 post input or stats need fp32_dest_acc_en",
+    "pre.l1_budget": "the interleaved pre's row fits one core's L1",
+    "post.l1_budget": "the interleaved post's row fits one core's L1",
+    "stats.present": "post needs stats",
+    "stats.width": "stats padded width % 32 == 0",
+    "epsilon.non_negative": "epsilon >= 0",
+    "distributed.width_multiple_of_32": "per-device width % 32 == 0",
+    "stats.kind_mismatch": "sums for the interleaved post, means for the sharded post",
+    "stats.sharded": "sharded post stats are sharded",
+    "stats.bf16_sharded": "sharded post stats are bfloat16",
+    "stats.one_core": "sharded post stats on one core",
+    "stats.rows_match": "sharded post stats rows equal the input's",
+    "post.stats_dims": "interleaved post stats dims 0-2 equal the input's",
+    "weight.tile_width": "TILE weight width matches the input",
+    "bias.tile_width": "TILE bias width matches the input",
+    "weight.tile_height": "TILE weight is one tile high",
+    "bias.tile_height": "TILE bias is one tile high",
+    "weight.row_major_shape": "RM weight is [1, 1, W/32, 32]",
+    "bias.row_major_shape": "RM bias is [1, 1, W/32, 32]",
+    "bias.needs_weight": "no bias without weight",
+    "bias.same_layout": "weight and bias share a layout (sharded post, rms_norm)",
+    "rms_norm.sharded_config_interleaved": "rms_norm: no sharded config on an interleaved input",
+    "all_gather.dim": "gather dim within the rank",
+    "all_gather.cluster_axis": "cluster_axis is an axis of the mesh",
+    "all_gather.num_devices": "more than one device on the gather axis",
+    "all_gather.sharded_needs_memory_config": "sharded input needs an output memory_config",
+}
+
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
 STATS_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
 GAMMA_DTYPES = (ttnn.bfloat16, ttnn.float32)
@@ -269,8 +334,6 @@ def _check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
         if g.padded_width != TILE or volume // TILE != x.padded_width // TILE:
             _fail(f"{what}.row_major_shape", f"a ROW_MAJOR {what} must be [1, 1, W/32, 32] for the input's padded width W", f"{what} {g.padded_shape} for W={x.padded_width}", f"{what}.reshape(1, 1, {x.padded_width // TILE}, 32) (tt_rmsnorm.prepare_weight does this)")
         _check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
-    else:
-        _fail(f"{what}.layout", f"{what} must be TILE or ROW_MAJOR", _name(g.layout), "use ROW_MAJOR [1, 1, W/32, 32]")
 
 
 def _check_gamma_beta(x, weight, bias, path):

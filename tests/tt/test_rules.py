@@ -1,0 +1,247 @@
+"""Every rule of tt_rmsnorm.rules: one violating case each (asserting the rule id and the message), valid cases that must
+pass, and a completeness check so that removing or renaming a rule fails the suite."""
+
+import warnings
+
+import pytest
+import ttnn
+
+from tt_rmsnorm import configs, rules
+from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm.tensors import TensorDesc as D
+
+RM = ttnn.ROW_MAJOR_LAYOUT
+GRID_T3K = (8, 7)
+PLAN = configs.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K)  # T3K decode: width-sharded 8x4, block_w 1
+CKC, PC = PLAN.compute_kernel_config, PLAN.program_config
+FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
+NO_FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=False)
+
+
+def x(shape=(1, 1, 128, 1024), **kw):
+    return D(shape, **kw)
+
+
+def xs(shape=(1, 1, 32, 1024), memory_config=None, **kw):
+    return D(shape, memory_config=memory_config or PLAN.input_memory_config, **kw)
+
+
+def sums(shape=(1, 1, 128, 256), stats_kind="sums", **kw):
+    return D(shape, stats_kind=stats_kind, **kw)
+
+
+def means(shape=(1, 1, 32, 256), memory_config=None, **kw):
+    return D(shape, memory_config=memory_config or PLAN.stats_memory_config, stats_kind="means", **kw)
+
+
+def rm_weight(width=1024, **kw):
+    return D((1, 1, width // 32, 32), layout=RM, **kw)
+
+
+def pc(grid=(8, 4), subblock_w=1, block_h=1, block_w=1, **kw):
+    return ttnn.LayerNormShardedMultiCoreProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(*grid), subblock_w=subblock_w, block_h=block_h, block_w=block_w, inplace=False, **kw
+    )
+
+
+def shard_mc(layout, grid, shard, start=(0, 0), buffer=ttnn.BufferType.L1):
+    crs = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(*start), ttnn.CoreCoord(start[0] + grid[0] - 1, start[1] + grid[1] - 1))})
+    return ttnn.MemoryConfig(layout, buffer, ttnn.ShardSpec(crs, list(shard), ttnn.ShardOrientation.ROW_MAJOR))
+
+
+W_SHARD, B_SHARD, H_SHARD = (ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.TensorMemoryLayout.BLOCK_SHARDED, ttnn.TensorMemoryLayout.HEIGHT_SHARDED)
+
+
+def pre(inp, **kw):
+    kw.setdefault("compute_grid", GRID_T3K)
+    if inp.is_sharded:
+        kw.setdefault("program_config", PC)
+        kw.setdefault("compute_kernel_config", CKC)
+    return lambda: rules.check_pre_all_gather(inp, **kw)
+
+
+def post(inp, stats, **kw):
+    kw.setdefault("compute_grid", GRID_T3K)
+    kw.setdefault("epsilon", 1e-5)
+    if inp.is_sharded:
+        kw.setdefault("program_config", PC)
+        kw.setdefault("compute_kernel_config", CKC)
+    return lambda: rules.check_post_all_gather(inp, stats, **kw)
+
+
+def rms(inp, **kw):
+    kw.setdefault("compute_grid", GRID_T3K)
+    return lambda: rules.check_rms_norm(inp, **kw)
+
+
+def gather(inp, dim=3, mesh_shape=(1, 8), **kw):
+    return lambda: rules.check_all_gather(inp, dim, mesh_shape=mesh_shape, **kw)
+
+
+# (rule id, a fragment of the message, the check)
+BAD = [
+    ("input.on_device", "must be on device", pre(x(on_device=False))),
+    ("residual.on_device", "must be on device", pre(x(), residual_input_tensor=x(on_device=False))),
+    ("stats.on_device", "must be on device", post(x(), sums(on_device=False))),
+    ("weight.on_device", "must be on device", post(x(), sums(), weight=rm_weight(on_device=False))),
+    ("bias.on_device", "must be on device", post(x(), sums(), weight=rm_weight(), bias=rm_weight(on_device=False))),
+    ("input.layout", "TILE layout", pre(x(layout=RM))),
+    ("residual.layout", "TILE layout", pre(x(), residual_input_tensor=x(layout=RM))),
+    ("stats.layout", "TILE layout", post(x(), sums(layout=RM))),
+    ("distributed.rank", "rank-4", pre(x((128, 1024)))),
+    ("pre.input.dtype", "dtype must be one of", pre(x(dtype=ttnn.uint32))),
+    ("post.input.dtype", "dtype must be one of", post(x(dtype=ttnn.uint16), sums())),
+    ("rms_norm.input.dtype", "dtype must be one of", rms(x(dtype=ttnn.uint32))),
+    ("stats.dtype", "dtype must be one of", post(x(), sums(dtype=ttnn.uint32))),
+    ("weight.dtype", "dtype must be one of", post(x(), sums(), weight=rm_weight(dtype=ttnn.uint32))),
+    ("bias.dtype", "dtype must be one of", post(x(), sums(), weight=rm_weight(), bias=D((1, 1, 1, 1024), dtype=ttnn.bfloat8_b))),
+    ("use_2d_core_grid.ignored", "interleaved path only", pre(xs(), use_2d_core_grid=True)),
+    ("input.height_sharded", "height-sharded", rms(x((1, 1, 256, 1024), memory_config=shard_mc(H_SHARD, (8, 1), (32, 1024))))),
+    ("input.shard_grid_on_device", "inside the device's compute grid", pre(xs(memory_config=shard_mc(W_SHARD, (2, 8), (32, 64))), program_config=pc((2, 8), block_w=2))),
+    ("sharded.height_32", "padded height 32", pre(xs((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32))))),
+    ("sharded.program_config", "LayerNormShardedMultiCoreProgramConfig", pre(xs(), program_config=configs.interleaved_program_config())),
+    ("program_config.block_w", "block_w must be >= 1", pre(xs(), program_config=pc(block_w=0))),
+    ("program_config.subblock_w_divides", "divisible by subblock_w", pre(xs((1, 1, 32, 3072), memory_config=shard_mc(W_SHARD, (8, 4), (32, 96))), program_config=pc(block_w=3, subblock_w=2))),
+    ("program_config.subblock_w_limit", "subblock_w must be <= 4", pre(xs((1, 1, 32, 8192), memory_config=shard_mc(W_SHARD, (8, 4), (32, 256))), program_config=pc(block_w=8, subblock_w=8), compute_kernel_config=FP32_ACC)),
+    ("program_config.welford", "Welford", pre(xs(), program_config=pc(use_welford=True))),
+    ("program_config.grid_fits_shards", "must fit compute_with_storage_grid_size", pre(xs(), program_config=pc((8, 2)))),
+    ("program_config.block_h_shard", "block_h * 32", pre(xs(), program_config=pc(block_h=2))),
+    ("program_config.block_w_shard", "block_w * 32", pre(xs(), program_config=pc(block_w=2))),
+    ("program_config.block_w_cores", "ceil(Wt / shard cores)", pre(xs(memory_config=shard_mc(W_SHARD, (8, 4), (32, 64))), program_config=pc(block_w=2))),
+    ("program_config.block_2d", "block sharding needs", rms(x(memory_config=shard_mc(B_SHARD, (8, 2), (32, 128))), program_config=pc((8, 2), block_w=4))),
+    ("program_config.ignored", "silently ignored", pre(x(), program_config=PC)),
+    ("memory_config.sharded_output", "sharded output", pre(xs(), memory_config=ttnn.DRAM_MEMORY_CONFIG)),
+    ("memory_config.matches_input", "must match", pre(xs(), memory_config=shard_mc(B_SHARD, (8, 4), (32, 32)))),
+    ("memory_config.interleaved_output", "interleaved output", pre(x(), memory_config=PLAN.input_memory_config)),
+    ("memory_config.shard_height", "shard height", post(xs(), means(), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))),
+    ("sharded_pre.dtype_ignored", "always writes bfloat16", pre(xs(), dtype=ttnn.bfloat8_b)),
+    ("residual.shape", "shapes must match", pre(x(), residual_input_tensor=x((1, 1, 64, 1024)))),
+    ("residual.same_sharding", "same shard spec", pre(xs(), residual_input_tensor=x((1, 1, 32, 1024)))),
+    ("residual.interleaved", "must be interleaved", pre(x((1, 1, 32, 1024)), residual_input_tensor=xs())),
+    ("pre.welford", "Welford", pre(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
+    ("post.welford", "Welford", post(x(), sums(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
+    ("pre.fp32_needs_fp32_acc", "requires fp32_dest_acc_en", pre(x(dtype=ttnn.float32), compute_kernel_config=NO_FP32_ACC)),
+    ("post.fp32_needs_fp32_acc", "requires fp32_dest_acc_en", post(x(), sums(dtype=ttnn.float32))),
+    ("pre.l1_budget", "L1", pre(x((1, 1, 32, 8192)))),
+    ("post.l1_budget", "L1", post(x((1, 1, 32, 16384)), sums((1, 1, 32, 32)))),
+    ("stats.present", "requires the gathered stats", post(x(), None)),
+    ("stats.width", "multiple of 32", post(x(), sums((1, 1, 128, 48), padded_shape=(1, 1, 128, 48)))),
+    ("epsilon.non_negative", "epsilon must be >= 0", post(x(), sums(), epsilon=-1e-5)),
+    ("distributed.width_multiple_of_32", "multiple of 32", post(x((1, 1, 128, 1000)), sums())),
+    ("stats.kind_mismatch", "hold MEANS", post(x(), sums(stats_kind="means"))),
+    ("stats.sharded", "sharded on one core", post(xs(), D((1, 1, 32, 256)))),
+    ("stats.bf16_sharded", "only bfloat16 stats", post(xs(), means(dtype=ttnn.float32))),
+    ("stats.one_core", "exactly 1 core", post(xs(), means(memory_config=shard_mc(W_SHARD, (8, 1), (32, 32))))),
+    ("stats.rows_match", "rows and batch", post(xs(), means((2, 1, 32, 256)))),
+    ("post.stats_dims", "dims 0, 1 and 2", post(x(), sums((1, 1, 64, 256)))),
+    ("weight.tile_width", "last logical and padded", post(x(), sums(), weight=D((1, 1, 1, 512)))),
+    ("bias.tile_width", "last logical and padded", post(x(), sums(), weight=rm_weight(), bias=D((1, 1, 1, 512)))),
+    ("weight.tile_height", "one tile high", post(x(), sums(), weight=D((1, 1, 64, 1024)))),
+    ("bias.tile_height", "one tile high", post(x(), sums(), weight=D((1, 1, 1, 1024)), bias=D((1, 1, 64, 1024)))),
+    ("weight.row_major_shape", "[1, 1, W/32, 32]", post(x(), sums(), weight=D((1, 1, 1, 1024), layout=RM))),
+    ("bias.row_major_shape", "[1, 1, W/32, 32]", post(x(), sums(), weight=rm_weight(), bias=rm_weight(512))),
+    ("bias.needs_weight", "silently dropped", post(x(), sums(), bias=rm_weight())),
+    ("bias.same_layout", "same layout", rms(x(), weight=rm_weight(), bias=D((1, 1, 1, 1024)))),
+    ("rms_norm.sharded_config_interleaved", "needs a sharded input", rms(x(), program_config=PC)),
+    ("all_gather.dim", "dim must be in", gather(x(), dim=4)),
+    ("all_gather.cluster_axis", "cluster_axis must be an axis", gather(x(), cluster_axis=2)),
+    ("all_gather.num_devices", "more than one device", gather(x(), cluster_axis=0)),
+    ("all_gather.sharded_needs_memory_config", "explicit output memory_config", gather(means())),
+]
+
+
+@pytest.mark.parametrize("rule, fragment, check", BAD, ids=[b[0] for b in BAD])
+def test_violation_raises_named_rule(rule, fragment, check):
+    with pytest.raises(RuleError) as err:
+        check()
+    assert err.value.rule == rule, str(err.value)
+    msg = str(err.value)
+    assert fragment in msg and "got" in msg and "Fix:" in msg, msg
+    assert isinstance(err.value, ValueError)
+
+
+def test_every_rule_has_a_violating_case():
+    covered = {b[0] for b in BAD}
+    assert covered == set(rules.RULES), f"untested: {set(rules.RULES) - covered}; unknown: {covered - set(rules.RULES)}"
+
+
+def test_package_only_rules_are_rules():
+    assert set(rules.PACKAGE_ONLY_RULES) <= set(rules.RULES)
+
+
+# Valid combinations (model-code usage and the tests' shard specs): the rules must accept each.
+SHARD_SPECS = [
+    # (per-device width, grid (x, y)) as tt-metal's sharded distributed tests and model code use them
+    (2048, (8, 4)),
+    (1024, (1, 4)),
+    (2048, (8, 2)),
+    (1024, (2, 8)),
+    (1024, (8, 4)),
+    (2048, (4, 8)),
+]
+
+
+@pytest.mark.parametrize("width, grid", SHARD_SPECS, ids=[f"w{w}_grid{g[0]}x{g[1]}" for w, g in SHARD_SPECS])
+@pytest.mark.parametrize("weight_layout", [RM, ttnn.TILE_LAYOUT], ids=["rm_weight", "tile_weight"])
+def test_sharded_configs_accepted(width, grid, weight_layout):
+    shape, n = (1, 1, 32, width), 8
+    cfg = configs.compute_kernel_config()
+    pcfg = configs.sharded_program_config(shape, grid, configs.WIDTH, cfg)
+    inp = D(shape, memory_config=configs.sharded_memory_config(shape, grid, configs.WIDTH))
+    stats = D((1, 1, 32, 32 * n), memory_config=configs.stats_memory_config(n), stats_kind="means")
+    weight = rm_weight(width) if weight_layout == RM else D((1, 1, 1, width))
+    kw = dict(program_config=pcfg, compute_kernel_config=cfg, compute_grid=(8, 8))
+    assert rules.check_pre_all_gather(inp, **kw) == "sharded"
+    assert rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=weight, **kw) == "sharded"
+    assert rules.check_rms_norm(inp, weight=weight, **kw) == "sharded"
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, fp32_acc",
+    [
+        ((1, 1, 128, 1024), ttnn.bfloat16, True),
+        ((1, 1, 2048, 1024), ttnn.bfloat16, True),
+        ((2, 1, 128, 2048), ttnn.bfloat8_b, False),
+        ((1, 1, 32, 7168), ttnn.bfloat16, False),
+        ((1, 1, 32, 8192), ttnn.bfloat8_b, False),
+        ((1, 1, 32, 3072), ttnn.float32, True),
+        ((1, 1, 100, 1024), ttnn.bfloat16, True),
+    ],
+    ids=["t3k_prefill128", "t3k_prefill2048", "batch2_bf8", "w7168_bf16", "w8192_bf8", "w3072_fp32", "ragged_rows"],
+)
+@pytest.mark.parametrize("n_dev", [1, 8, 32], ids=["n1", "n8", "n32"])
+def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
+    cfg = configs.compute_kernel_config(fp32_dest_acc_en=fp32_acc)
+    inp = D(shape, dtype=dtype)
+    stats = D(shape[:-1] + (32 * n_dev,), stats_kind="sums")
+    assert rules.check_pre_all_gather(inp, compute_kernel_config=cfg, residual_input_tensor=D(shape, dtype=dtype) if shape[-1] <= 2048 else None) == "interleaved"
+    affine = dict(weight=rm_weight(shape[-1]), bias=rm_weight(shape[-1])) if shape[-1] <= 4096 else {}  # wide rows: L1
+    assert rules.check_post_all_gather(inp, stats, epsilon=1e-5, compute_kernel_config=cfg, **affine) == "interleaved"
+    assert rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
+
+
+def test_l1_limits_match_ttnn_observations():
+    """ttnn-findings #1 on mock devices: bf16 7168 accepted, 8192 rejected; bf8 8192 accepted; fp32 3072 ok, 4096 not;
+    bf16 with fp32 accumulation rejected at 7168."""
+    ok = lambda w, dt, acc: rules.pre_l1_bytes(D((1, 1, 32, w), dtype=dt), configs.compute_kernel_config(fp32_dest_acc_en=acc)) <= rules.L1_SIZE
+    assert ok(7168, ttnn.bfloat16, False) and not ok(8192, ttnn.bfloat16, False)
+    assert ok(8192, ttnn.bfloat8_b, False)
+    assert ok(3072, ttnn.float32, True) and not ok(4096, ttnn.float32, True)
+    assert not ok(7168, ttnn.bfloat16, True)
+    post_ok = lambda w: rules.post_l1_bytes(D((1, 1, 32, w)), D((1, 1, 32, 32))) <= rules.L1_SIZE
+    assert [post_ok(w) for w in (10240, 12288, 16384, 20480, 24576)] == [True, False, False, False, True]
+
+
+def test_use_2d_core_grid_warns_on_interleaved():
+    with pytest.warns(rules.AccuracyWarning, match="35435"):
+        rules.check_pre_all_gather(x(), use_2d_core_grid=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rules.check_pre_all_gather(x(), use_2d_core_grid=False)
+
+
+def test_all_gather_galaxy_axes():
+    assert rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
+    assert rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
+    assert rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
+    assert rules.check_all_gather(means(), 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config) == 8
