@@ -72,7 +72,8 @@ class IsolatedError(RuntimeError):
 
     def __init__(self, kind: str, message: str, remote_traceback: str = ""):
         self.kind, self.message, self.remote_traceback = kind, message, remote_traceback
-        super().__init__(f"{kind}: {message}")
+        where = f"\n--- in the worker ---\n{remote_traceback[-3000:]}" if remote_traceback else ""
+        super().__init__(f"{kind}: {message}{where}")
 
 
 class WorkerCrashed(RuntimeError):
@@ -152,7 +153,7 @@ case "$out" in
   "") exit 0 ;;
   *.elf)
     case "$out" in
-      */kernels/*) exec cp "$here/stub_kernel.elf" "$out" ;;
+      */kernels/*|kernels/*) exec cp "$here/stub_kernel.elf" "$out" ;;
     esac
     target=$(basename "$out"); target=${{target%%.*}}
     for fw in "$ttnn_dir"/tt_metal/pre-compiled/*/"$target"/"$target".elf; do
@@ -359,6 +360,9 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
         close_mesh(mesh)
 
 
+_WORKER_MAIN = "import sys; from tt_rmsnorm.mock_cluster import _serve; _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
+
+
 class _Worker:
     def __init__(self, system: str):
         self.system = system
@@ -373,7 +377,7 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tt_rmsnorm.mock_cluster", "--serve", system, str(to_child_r), str(from_child_w)],
+                [sys.executable, "-c", _WORKER_MAIN, system, str(to_child_r), str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -499,23 +503,30 @@ def _dry_run_in_worker(mesh, system: str, cases) -> list[dict]:
     import torch
     import ttnn
 
+    from tt_rmsnorm import configs
     from tt_rmsnorm import mesh as tt_mesh
 
     rows_out = []
     cluster_axis = 1 if MESH_SHAPES[system][0] > 1 else None
+    n = MESH_SHAPES[system][1]
+    grid = mesh.compute_with_storage_grid_size()
     for case, shape, mode in cases:
         torch.manual_seed(0)
+        local = (*shape[:-1], shape[-1] // n)
+        plan = configs.plan(local, n, compute_grid=(grid.x, grid.y), sharded=(mode == "sharded"))
         x = torch.randn(shape, dtype=torch.bfloat16)
         w = torch.randn(shape[-1], dtype=torch.bfloat16)
         tt_x = tt_mesh.shard_activation(x, mesh, cluster_axis=cluster_axis)
         tt_w = tt_mesh.prepare_weight(w, mesh, cluster_axis=cluster_axis)
+        # decode: the output stays width-sharded in L1 where the sharded post wrote it (as tt-metal's decode keeps it)
         y = tt_mesh.distributed_rms_norm(tt_x, tt_w, mesh, epsilon=1e-5, cluster_axis=cluster_axis,
-                                         sharded=(mode == "sharded"))
+                                         sharded=(mode == "sharded"), memory_config=plan.input_memory_config)
         for i, t in enumerate(ttnn.get_device_tensors(y)):
             rows_out.append({
                 "system": system, "mesh": "x".join(map(str, MESH_SHAPES[system])), "case": case, "device": i,
                 "input_shape": tuple(shape), "output_shape": tuple(t.shape), "dtype": str(t.dtype).rsplit(".", 1)[-1],
                 "layout": str(t.layout).rsplit(".", 1)[-1], "memory_config": _memory_config_text(t.memory_config()),
+                "plan": plan.describe(),
             })
     return rows_out
 
@@ -525,9 +536,3 @@ def dry_run(system: str, timeout: float = 300.0) -> list[dict]:
     prefill and a sharded decode activation. One row per (case, device): what ttnn accepted and returned."""
     return run_isolated(system, _dry_run_in_worker, system, DRY_RUN_CASES[system], timeout=timeout)
 
-
-if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
-        _serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    else:
-        sys.exit("usage: python -m tt_rmsnorm.mock_cluster --serve SYSTEM READ_FD WRITE_FD (started by run_isolated)")

@@ -1,0 +1,137 @@
+"""The mock-cluster harness itself: the SFPI compiler stand-in, the mock meshes, and worker isolation."""
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import mock_worker
+from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.hardware import MOCK_ENV
+
+pytestmark = pytest.mark.mock_cluster
+
+EXPECTED_MESHES = {  # system: (mesh shape, devices, compute_with_storage_grid_size)
+    "n150": ((1, 1), 1, (8, 8)),
+    "n300": ((1, 2), 2, (8, 7)),
+    "t3k": ((1, 8), 8, (8, 7)),
+    "galaxy": ((8, 4), 32, (8, 9)),
+}
+
+
+def test_stub_kernel_elf_is_what_the_xip_loader_needs():
+    elf = mock_cluster.stub_kernel_elf()
+    assert elf[:4] == b"\x7fELF" and elf[4] == 1 and elf[5] == 1  # 32-bit, little endian
+    e_type, e_machine = struct.unpack_from("<HH", elf, 16)
+    phoff, shoff = struct.unpack_from("<II", elf, 28)
+    phnum, shentsize, shnum = struct.unpack_from("<H", elf, 44)[0], *struct.unpack_from("<HH", elf, 46)
+    assert e_machine == 243 and phnum == 1 and len(elf) < 512
+    p_type, p_offset, p_vaddr, _, p_filesz, _, p_flags, _ = struct.unpack_from("<IIIIIIII", elf, phoff)
+    assert (p_type, p_vaddr, p_filesz, p_flags) == (1, 0, 8, 5)  # PT_LOAD at 0, two instructions, R+X
+    assert struct.unpack_from("<II", elf, p_offset) == (0x0040006F, 0x00008067)  # jal x0,+4 ; ret
+    sections = [struct.unpack_from("<IIIIIIIIII", elf, shoff + i * shentsize) for i in range(shnum)]
+    rela = [s for s in sections if s[1] == 4]  # SHT_RELA
+    assert len(rela) == 1 and sections[rela[0][6]][1] == 2 and sections[rela[0][7]][2] & 0x4  # -> .symtab, .text
+    r_offset, r_info, r_addend = struct.unpack_from("<IIi", elf, rela[0][4])
+    assert (r_offset, r_info & 0xFF, r_addend) == (0, 17, 4)  # R_RISCV_JAL, addend 4
+
+
+def test_compiler_stand_in(tmp_path):
+    if mock_cluster.real_compiler() is not None:
+        pytest.skip(f"a real SFPI compiler is installed ({mock_cluster.real_compiler()}); the stand-in is never written")
+    exe = mock_cluster.install_compiler_stand_in()
+    before = exe.read_bytes()
+    assert mock_cluster.install_compiler_stand_in() == exe and exe.read_bytes() == before  # idempotent
+    assert mock_cluster.real_compiler() is None  # it never mistakes itself for a real toolchain
+    assert os.access(exe, os.X_OK) and exe.is_relative_to(os.path.realpath(sys.prefix))
+
+    def run(*args):
+        return subprocess.run([str(exe), *args], capture_output=True, text=True, cwd=tmp_path)
+
+    version = run("--version").stdout.strip()
+    sfpi = (mock_cluster._ttnn_dir() / "tt_metal" / "sfpi-version").read_text()
+    assert version.startswith("riscv-tt-elf-g++ (tenstorrent/sfpi:7.89.0[1050])") and "7.89.0" in sfpi
+    assert run("-x", "c++-header", "pch.h", "-o", "pch.gch").returncode != 0
+    assert run("-O2", "-c", "-o", "k.o", "k.cc", "-MF", "k.d").returncode == 0
+    assert (tmp_path / "k.o").read_bytes() == b"" and (tmp_path / "k.d").read_text().startswith("k.o:")
+    (tmp_path / "kernels" / "k").mkdir(parents=True)
+    assert run("k.o", "-o", "kernels/k/trisc0.123.elf").returncode == 0
+    assert (tmp_path / "kernels" / "k" / "trisc0.123.elf").read_bytes() == mock_cluster.stub_kernel_elf()
+    assert run("fw.o", "-o", "firmware/nokey/brisc.elf").returncode != 0  # no firmware under an unknown key
+
+
+@pytest.mark.parametrize("system", list(EXPECTED_MESHES))
+def test_mock_mesh_opens(system):
+    shape, devices, grid = EXPECTED_MESHES[system]
+    facts = mock_cluster.run_isolated(system, mock_worker.mesh_facts)
+    assert facts == {"shape": shape, "num_devices": devices, "grid": grid, "arch": "WORMHOLE_B0"}
+
+
+def _process_facts(mesh):
+    import ttnn
+
+    return {"pid": os.getpid(), "cache": os.environ[mock_cluster.CACHE_ENV], "mock": os.environ[MOCK_ENV],
+            "ttnn": ttnn.__file__}
+
+
+def _raise_ttnn_error(mesh):
+    import torch
+    import ttnn
+
+    x = ttnn.from_torch(torch.zeros(1, 1, 32, 64), dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, device=mesh)
+    return ttnn.rms_norm_pre_all_gather(x)
+
+
+def _segfault(mesh):
+    import torch
+    import ttnn
+
+    host = ttnn.from_torch(torch.zeros(1, 1, 32, 64), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    return ttnn.rms_norm_pre_all_gather(host)  # ttnn-findings #2: SIGSEGV, not an exception
+
+
+def _hang(mesh):
+    import time
+
+    time.sleep(60)
+
+
+def _configure_other_system(mesh):
+    mock_cluster.configure("n150")  # idempotent for the process's own system
+    try:
+        mock_cluster.configure("t3k")
+    except mock_cluster.MockClusterError as e:
+        return str(e)
+    return "no error"
+
+
+def test_worker_survives_errors_crashes_and_timeouts():
+    first = mock_cluster.run_isolated("n150", _process_facts)
+    assert first["pid"] != os.getpid()
+    assert first["mock"] == str(mock_cluster.DESCRIPTORS["n150"])
+    assert "tt_rmsnorm-jit-n150-" in first["cache"] and ".cache/tt-metal-cache" not in first["cache"]
+    assert MOCK_ENV not in os.environ  # the pytest process itself never becomes a mock
+
+    with pytest.raises(mock_cluster.IsolatedError) as err:
+        mock_cluster.run_isolated("n150", _raise_ttnn_error)
+    assert err.value.kind == "RuntimeError" and "Only tilized inputs supported" in err.value.message
+    assert mock_cluster.run_isolated("n150", _process_facts)["pid"] == first["pid"]  # same worker, still usable
+
+    assert "already uses the mock n150" in mock_cluster.run_isolated("n150", _configure_other_system)
+
+    with pytest.raises(mock_cluster.WorkerCrashed) as crash:
+        mock_cluster.run_isolated("n150", _segfault)
+    assert crash.value.returncode == -11
+    after_crash = mock_cluster.run_isolated("n150", _process_facts)
+    assert after_crash["pid"] != first["pid"] and after_crash["cache"] != first["cache"]  # fresh process, fresh cache
+
+    with pytest.raises(mock_cluster.WorkerTimeout):
+        mock_cluster.run_isolated("n150", _hang, timeout=2)
+    assert mock_cluster.run_isolated("n150", _process_facts)["pid"] not in (first["pid"], after_crash["pid"])
+
+
+def test_unknown_system_is_refused():
+    with pytest.raises(mock_cluster.MockClusterError, match="unknown mock system"):
+        mock_cluster.configure("wormhole_galaxy_2")
