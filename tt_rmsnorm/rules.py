@@ -363,17 +363,18 @@ def pre_l1_bytes(x: TensorDesc, compute_kernel_config=None, residual: TensorDesc
 
 
 def post_l1_bytes(x: TensorDesc, stats: TensorDesc, compute_kernel_config=None, weight=None, bias=None, out_dtype=None) -> int:
-    """L1 end address of the interleaved post: the whole row is buffered unless it exceeds 95% of L1, then streamed."""
+    """L1 end address of the interleaved post: the whole row is buffered unless it exceeds 95% of L1, then streamed.
+    Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts.txt: 102 observed verdicts)."""
     wt = x.padded_width // TILE
     available = L1_SIZE - L1_BASE
     cb_length = wt
     if wt * x.tile_bytes() > 0.95 * available:
         cb_length = int((available // x.tile_bytes()) * 0.95 / 7)
-    per_tile = x.tile_bytes() + TILE_BYTES[out_dtype or x.dtype]
-    for g in (weight, bias):
-        if g is not None:
-            per_tile += TILE_BYTES.get(g.dtype, 2048)
     cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    per_tile = x.tile_bytes() + TILE_BYTES[out_dtype or x.dtype]
+    for g in (weight, bias):  # each affine operand: its own buffer and one intermediate in the compute format
+        if g is not None:
+            per_tile += TILE_BYTES.get(g.dtype, 2048) + cb
     small = (stats.padded_width // TILE) * stats.tile_bytes() + 2 * 2048 + 5 * cb
     return L1_BASE + cb_length * per_tile + small
 
