@@ -1,0 +1,60 @@
+"""FP8 output formats and the per-row / per-tensor scale rule shared by the forward kernels.
+
+scale = min(rowmax, scale_ub) / fp8_max (MAX's allreduce_rmsnorm_fp8; vLLM's dynamic per-token quant without its floor);
+q = fp8(clamp(v * (0 if scale == 0 else 1/scale), -fp8_max, fp8_max)); v ~= q * scale.
+
+Triton's interpreter (CPU CI) converts fp32 to bf16 by truncation and to fp8 with a rounding that drops the exponent
+carry, so under the interpreter the kernels pre-round values to the target grid (round to nearest even, as the GPU's
+cvt.rn does) and the casts become exact. `downcast_consts` gives the constants for that; on the GPU they are all zero.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from programs.triton.checks import TritonRuleError
+
+
+@dataclass(frozen=True)
+class FP8Format:
+    dtype: torch.dtype
+    max: float
+    mantissa_bits: int
+    min_normal_exp: int
+
+
+FP8_FORMATS = {
+    torch.float8_e4m3fn: FP8Format(torch.float8_e4m3fn, 448.0, 3, -6),
+    torch.float8_e5m2: FP8Format(torch.float8_e5m2, 57344.0, 2, -14),
+}
+SCALE_MODES = ("row", "tensor")
+
+
+def is_fp8(dtype) -> bool:
+    return dtype in FP8_FORMATS
+
+
+def fp8_format(dtype) -> FP8Format:
+    if dtype not in FP8_FORMATS:
+        raise TritonRuleError("dtype.fp8", "FP8 output must be torch.float8_e4m3fn or torch.float8_e5m2", dtype, "dtype=torch.float8_e4m3fn")
+    return FP8_FORMATS[dtype]
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def downcast_consts(dtype) -> tuple[int, float, float]:
+    """(DROP, MIN_NORMAL, SUB_MAGIC) for the kernels' `pre_round`: mantissa bits to drop from fp32, the target's smallest
+    normal magnitude and the magic constant that rounds its subnormals. (0, 0, 0) means "cast directly"."""
+    if not interpreting() or dtype in (torch.float32, torch.float16):  # numpy's fp16 cast already rounds to nearest even
+        return 0, 0.0, 0.0
+    if dtype == torch.bfloat16:
+        return 16, 0.0, 0.0
+    f = fp8_format(dtype)
+    min_normal = 2.0**f.min_normal_exp
+    # (|v| + 2^(e_min - m + 23)) - that rounds |v| < 2^e_min to the subnormal spacing 2^(e_min - m), ties to even.
+    return 23 - f.mantissa_bits, min_normal, 2.0 ** (f.min_normal_exp - f.mantissa_bits + 23)

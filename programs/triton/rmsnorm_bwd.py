@@ -1,0 +1,242 @@
+"""RMSNorm backward in Triton: dx (+ dresidual), dgamma and dbias from the saved rsigma, dgamma deterministic.
+
+    rmsnorm_bwd(dy, h, weight, rsigma, *, weight_offset=0.0, dresidual=None, need_bias_grad=False, config=None)
+        -> (dx, dweight | None, dbias | None)
+
+With xhat = h * rs, g = dy * (w + weight_offset) and c = mean(xhat * g) over the row:
+    dx = rs * (g - xhat * c) (+ dresidual, the gradient reaching residual_out), dweight = sum_rows dy * xhat,
+    dbias = sum_rows dy.
+h is the normalized input (x, or residual_out when the residual add was fused).
+
+dweight/dbias: each program accumulates its rows in fp32 and writes one row of a [programs, N] fp32 buffer; a second
+kernel sums that buffer column by column in program order. No atomics: the same inputs give the same bits every run.
+
+Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers.
+Longer rows take two kernels: `_bwd_rowdot_kernel` computes c per row, then `_bwd_cols_kernel` works on column tiles
+(dx and the dweight partials), reading x and dy a second time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from programs.triton import fp8 as fp8mod
+from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
+from programs.triton.rmsnorm_fwd import pre_round, sm_count
+
+MAX_ROWS_N = 16384  # x, dy and the dweight accumulator of a row tile all live in registers
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    kernel: str  # "rows" | "cols"
+    num_warps: int
+    block_m: int = 1
+    programs: int = 0  # rows: persistent programs; cols: row groups
+    block_n: int = 0  # cols: column tile width
+
+
+def bwd_config(m: int, n: int, device) -> BwdConfig:
+    sms = sm_count(device)
+    if n <= MAX_ROWS_N:
+        block_n = triton.next_power_of_2(n)
+        block_m = max(1, min(4096 // block_n, 8))
+        num_warps = min(32, max(4, block_m * block_n // 256))
+        return BwdConfig("rows", num_warps, block_m=block_m, programs=min(triton.cdiv(m, block_m), 2 * sms))
+    block_n = 1024
+    groups = max(1, min(triton.cdiv(m, 8), (4 * sms) // max(1, triton.cdiv(n, block_n)) or 1))
+    return BwdConfig("cols", 8, block_m=8, programs=groups, block_n=block_n)
+
+
+@triton.jit
+def _bwd_rows_kernel(
+    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
+    M, N, inv_n, w_off,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(pid * BLOCK_M, M, nprog * BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        r64 = rows.to(tl.int64)[:, None]
+        h = tl.load(H + r64 * stride_h + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + r64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rs = tl.load(RSIG + rows, mask=row_ok, other=0.0)[:, None]
+        xhat = h * rs
+        if HAS_W:
+            g = dy * w[None, :]
+        else:
+            g = dy
+        c = tl.sum(xhat * g, axis=1)[:, None] * inv_n
+        dx = (g - xhat * c) * rs
+        if HAS_DRES:
+            dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+        if HAS_W:
+            dw += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db += tl.sum(dy, axis=0)
+    if HAS_W:
+        tl.store(DWP + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(DBP + pid.to(tl.int64) * N + cols, db, mask=col_ok)
+
+
+@triton.jit
+def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_off, HAS_W: tl.constexpr, CHUNK: tl.constexpr):
+    """c[row] = mean(xhat * dy * w~) over the row."""
+    row = tl.program_id(0)
+    r64 = row.to(tl.int64)
+    cols = tl.arange(0, CHUNK)
+    acc = tl.zeros([CHUNK], dtype=tl.float32)
+    for start in range(0, N, CHUNK):
+        c = start + cols
+        ok = c < N
+        h = tl.load(H + r64 * stride_h + c, mask=ok, other=0.0).to(tl.float32)
+        g = tl.load(DY + r64 * stride_dy + c, mask=ok, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * (tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off)
+        acc += h * g
+    tl.store(C + row, tl.sum(acc, axis=0) * tl.load(RSIG + row) * inv_n)
+
+
+@triton.jit
+def _bwd_cols_kernel(
+    DY, stride_dy, H, stride_h, W, RSIG, C, DX, stride_dx, DRES, stride_dres, DWP, DBP,
+    M, N, w_off,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
+):
+    cb = tl.program_id(0)
+    grp = tl.program_id(1)
+    ngrp = tl.num_programs(1)
+    cols = cb * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(grp * BLOCK_M, M, ngrp * BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        r64 = rows.to(tl.int64)[:, None]
+        h = tl.load(H + r64 * stride_h + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + r64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rs = tl.load(RSIG + rows, mask=row_ok, other=0.0)[:, None]
+        c = tl.load(C + rows, mask=row_ok, other=0.0)[:, None]
+        xhat = h * rs
+        if HAS_W:
+            g = dy * w[None, :]
+        else:
+            g = dy
+        dx = (g - xhat * c) * rs
+        if HAS_DRES:
+            dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+        if HAS_W:
+            dw += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db += tl.sum(dy, axis=0)
+    if HAS_W:
+        tl.store(DWP + grp.to(tl.int64) * N + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(DBP + grp.to(tl.int64) * N + cols, db, mask=col_ok)
+
+
+@triton.jit
+def _sum_partials_kernel(P, OUT, G, N, BLOCK: tl.constexpr, OUT_DROP: tl.constexpr):
+    """OUT[n] = sum over g = 0..G-1 of P[g, n], in that order."""
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < N
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for g in range(G):
+        acc += tl.load(P + g * N + cols, mask=ok, other=0.0)
+    tl.store(OUT + cols, pre_round(acc, OUT_DROP, 0.0, 0.0).to(OUT.dtype.element_ty), mask=ok)
+
+
+def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
+    g, n = partials.shape
+    out = torch.empty(n, dtype=dtype, device=partials.device)
+    block = min(1024, triton.next_power_of_2(n))
+    _sum_partials_kernel[(triton.cdiv(n, block),)](partials, out, g, n, BLOCK=block, OUT_DROP=fp8mod.downcast_consts(dtype)[0], num_warps=4)
+    return out
+
+
+def rmsnorm_bwd(
+    dy: torch.Tensor,
+    h: torch.Tensor,
+    weight: torch.Tensor | None,
+    rsigma: torch.Tensor,
+    *,
+    weight_offset: float = 0.0,
+    dresidual: torch.Tensor | None = None,
+    need_bias_grad: bool = False,
+    bias_dtype: torch.dtype | None = None,
+    config: BwdConfig | None = None,
+):
+    """(dx, dweight, dbias) of RMSNorm (module docstring). dx has h's dtype, dweight weight's, dbias bias_dtype."""
+    check_activation(h, "h")
+    check_same_rows(dy, h, "dy")
+    check_same_rows(dresidual, h, "dresidual")
+    n = h.shape[-1]
+    check_vector(weight, n, "weight", h.device)
+    h2, dy2 = as_rows(h, "h"), as_rows(dy, "dy")
+    m = h2.shape[0]
+    if rsigma.dtype != torch.float32 or rsigma.numel() != m or rsigma.device != h.device or (m > 1 and rsigma.stride(-1) != 1):
+        raise TritonRuleError("rsigma.shape", f"rsigma must be the forward's contiguous float32 [{m}]", (tuple(rsigma.shape), rsigma.dtype), "rmsnorm_fwd(..., return_rsigma=True).rsigma")
+    rsig = rsigma.reshape(m)
+    dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
+    dx2 = dx.view(-1, n)
+    dr2 = as_rows(dresidual, "dresidual") if dresidual is not None else None
+    cfg = config or bwd_config(m, n, h.device)
+    groups = max(1, cfg.programs or 1)
+    dwp = torch.empty((groups, n), dtype=torch.float32, device=h.device) if weight is not None else None
+    dbp = torch.empty((groups, n), dtype=torch.float32, device=h.device) if need_bias_grad else None
+    dummy = h2
+    common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None, DX_DROP=fp8mod.downcast_consts(h.dtype)[0])
+    if m > 0:
+        if cfg.kernel == "rows":
+            _bwd_rows_kernel[(groups,)](
+                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
+                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
+                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
+                m, n, 1.0 / n, float(weight_offset),
+                BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps, **common,
+            )
+        elif cfg.kernel == "cols":
+            c = torch.empty(m, dtype=torch.float32, device=h.device)
+            _bwd_rowdot_kernel[(m,)](
+                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig, c, m, n, 1.0 / n,
+                float(weight_offset), HAS_W=weight is not None, CHUNK=min(4096, triton.next_power_of_2(n)), num_warps=8,
+            )
+            _bwd_cols_kernel[(triton.cdiv(n, cfg.block_n), groups)](
+                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig, c,
+                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
+                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
+                m, n, float(weight_offset),
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, **common,
+            )
+        else:
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows' or 'cols'", cfg.kernel, "config=None")
+    else:
+        if dwp is not None:
+            dwp.zero_()
+        if dbp is not None:
+            dbp.zero_()
+    dw = _reduce(dwp, weight.dtype) if weight is not None else None
+    db = _reduce(dbp, bias_dtype or h.dtype) if need_bias_grad else None
+    return dx, dw, db

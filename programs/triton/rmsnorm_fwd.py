@@ -1,0 +1,425 @@
+"""RMSNorm forward in Triton: y = h * rsqrt(mean(h^2) + eps) * (w + weight_offset) (+ bias), h = x (+ residual).
+
+Launcher (reusable entry point, also for a fused all-reduce + RMSNorm + FP8 built on top of it):
+
+    rmsnorm_fwd(x, weight=None, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, dtype=None,
+                scale_mode="row", scale=None, scale_ub=inf, return_rsigma=False, stats=None, hidden_size=None,
+                config=None) -> RMSNormOutput(y, rsigma, residual_out, scale)
+
+    x         [..., N] bf16/fp16/fp32, hidden dim contiguous, rows may be strided; math in fp32, 64-bit offsets.
+    weight    [N] or None; the kernel multiplies by (weight + weight_offset) (weight_offset=1.0: zero-centered gamma).
+    residual  [..., N]: h = x + residual rounded to residual.dtype is both normalized and returned as residual_out.
+    dtype     output dtype: None (x.dtype), bf16/fp16/fp32, or torch.float8_e4m3fn / torch.float8_e5m2.
+    FP8       scale_mode="row":    one float32 scale per row, min(rowmax|v|, scale_ub) / fp8_max, returned [M]
+              scale_mode="tensor": one float32 scale [1]: `scale` if given (static), else min(max|v|, scale_ub)/fp8_max
+                                   from a first pass over x (dynamic); y = fp8(clamp(v / scale)), v ~= y * scale.
+    rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
+    stats     float32 [W, M] per-shard sums of squares (distributed post): summed in rank order, divided by hidden_size
+              (default N), instead of the sum over x's own row.
+
+Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y).
+`_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
+keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
+so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from programs.triton import fp8 as fp8mod
+from programs.triton.checks import (
+    TritonRuleError,
+    as_rows,
+    check_activation,
+    check_epsilon,
+    check_same_rows,
+    check_vector,
+)
+
+MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
+
+OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
+
+
+class RMSNormOutput(NamedTuple):
+    y: torch.Tensor | None  # output (x's shape), None for the amax-only pass
+    rsigma: torch.Tensor | None  # float32 [M] when asked for
+    residual_out: torch.Tensor | None  # x + residual when residual was given
+    scale: torch.Tensor | None  # FP8: float32 [M] (row) or [1] (tensor)
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Launch shape. kernel "rows": block_m rows per program; "looped": `programs` persistent programs, chunk-wide."""
+
+    kernel: str
+    num_warps: int
+    block_m: int = 1
+    chunk: int = 0
+    programs: int = 0
+
+
+def sm_count(device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # the interpreter: a few programs, so persistent loops and partial buffers see several
+
+
+def fwd_config(m: int, n: int, device) -> FwdConfig:
+    """Tuned on H200 (NOTES.md): rows up to MAX_ROWS_N in registers, ~8K elements per program."""
+    if n <= MAX_ROWS_N:
+        block_n = triton.next_power_of_2(n)
+        block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sm_count(device))))))
+        num_warps = min(32, max(4, block_m * block_n // 512))
+        return FwdConfig("rows", num_warps, block_m=block_m)
+    return FwdConfig("looped", 16, chunk=8192, programs=min(m, sm_count(device)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# device helpers
+
+
+@triton.jit
+def pre_round(v, DROP: tl.constexpr, MIN_NORMAL: tl.constexpr, SUB_MAGIC: tl.constexpr):
+    """Round fp32 v to nearest even on the grid of a format with (23 - DROP) mantissa bits (interpreter only; DROP=0
+    is the identity). Normal values by integer carry on the bits, subnormals of that format by a magic-number add."""
+    if DROP == 0:
+        return v
+    else:
+        b = v.to(tl.uint32, bitcast=True)
+        b = b + ((1 << (DROP - 1)) - 1) + ((b >> DROP) & 1)
+        b = b & (0xFFFFFFFF ^ ((1 << DROP) - 1))
+        r = b.to(tl.float32, bitcast=True)
+        if SUB_MAGIC != 0.0:
+            a = tl.abs(v)
+            s = (a + SUB_MAGIC) - SUB_MAGIC
+            s = tl.where(v < 0, -s, s)
+            r = tl.where(a < MIN_NORMAL, s, r)
+        return r
+
+
+@triton.jit
+def fp8_recip(scale):
+    return tl.where(scale == 0.0, 0.0, 1.0 / scale)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# kernels
+
+
+@triton.jit
+def _fwd_rows_kernel(
+    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
+    W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
+    M, N, inv_n, eps, w_off, scale_ub, fp8_max,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
+    STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
+    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    r64 = rows.to(tl.int64)[:, None]
+
+    h = tl.load(X + r64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        h += tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        hq = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+        tl.store(RO + r64 * stride_ro + cols[None, :], hq, mask=mask)
+        h = hq.to(tl.float32)  # the rounded sum is what gets normalized, as an unfused x + r then norm
+
+    if HAS_STATS:
+        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k in range(n_stats):  # rank order: every rank gets the same bits
+            ss += tl.load(STATS + k * stride_stats + rows, mask=row_ok, other=0.0)
+    else:
+        ss = tl.sum(h * h, axis=1)
+    rs = tl.rsqrt(ss * inv_n + eps)
+    if STORE_RSIG:
+        tl.store(RSIG + rows, rs, mask=row_ok)
+
+    v = h * rs[:, None]
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        v = v * w[None, :]
+    if HAS_B:
+        v += tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+
+    if OUT_MODE == 0:
+        y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
+        tl.store(Y + r64 * stride_y + cols[None, :], y, mask=mask)
+    elif OUT_MODE == 3:
+        tl.store(SC + rows, tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1), mask=row_ok)
+    else:
+        if OUT_MODE == 1:
+            amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
+            scale = tl.minimum(amax, scale_ub) / fp8_max
+            tl.store(SC + rows, scale, mask=row_ok)
+            recip = fp8_recip(scale)[:, None]
+        else:
+            recip = fp8_recip(tl.load(SCALE_IN))
+        q = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
+        q = pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
+        tl.store(Y + r64 * stride_y + cols[None, :], q, mask=mask)
+
+
+@triton.jit
+def _fwd_looped_kernel(
+    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
+    W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
+    M, N, inv_n, eps, w_off, scale_ub, fp8_max,
+    CHUNK: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
+    STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
+    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, CHUNK)
+    n_chunks = tl.cdiv(N, CHUNK)
+    NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
+    # Without bias, max|h*rs*w| = rs * max|h*w| (rs > 0): the row max rides along the stats pass.
+    AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and (not HAS_STATS or HAS_RES)
+    for row in range(pid, M, nprog):
+        r64 = tl.cast(row, tl.int64)
+        xrow = X + r64 * stride_x
+        # h is re-read from RO (the stored sum) when there is a residual
+        if HAS_RES:
+            hrow = RO + r64 * stride_ro
+        else:
+            hrow = xrow
+        acc = tl.zeros([CHUNK], dtype=tl.float32)
+        mx = tl.zeros([CHUNK], dtype=tl.float32)
+        if (not HAS_STATS) or HAS_RES:
+            for i in range(n_chunks):
+                c = i * CHUNK + cols
+                ok = c < N
+                h = tl.load(xrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                if HAS_RES:
+                    h += tl.load(R + r64 * stride_r + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                    hq = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+                    tl.store(hrow + c, hq, mask=ok, eviction_policy="evict_last")
+                    h = hq.to(tl.float32)
+                acc += h * h
+                if AMAX_IN_STATS:
+                    if HAS_W:
+                        wv = tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off
+                        mx = tl.maximum(mx, tl.abs(h * wv))
+                    else:
+                        mx = tl.maximum(mx, tl.abs(h))
+        if HAS_STATS:
+            ss = 0.0
+            for k in range(n_stats):
+                ss += tl.load(STATS + k * stride_stats + row)
+        else:
+            ss = tl.sum(acc, axis=0)
+        rs = tl.rsqrt(ss * inv_n + eps)
+        if STORE_RSIG:
+            tl.store(RSIG + row, rs)
+
+        amax = 0.0
+        if NEED_AMAX:
+            if AMAX_IN_STATS:
+                amax = tl.max(mx, axis=0) * rs
+            else:
+                for i in range(n_chunks):
+                    c = i * CHUNK + cols
+                    ok = c < N
+                    v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32) * rs
+                    if HAS_W:
+                        v = v * (tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off)
+                    if HAS_B:
+                        v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
+                    mx = tl.maximum(mx, tl.where(ok, tl.abs(v), 0.0))
+                amax = tl.max(mx, axis=0)
+
+        if OUT_MODE == 3:
+            tl.store(SC + row, amax)
+        else:
+            if OUT_MODE == 1:
+                scale = tl.minimum(amax, scale_ub) / fp8_max
+                tl.store(SC + row, scale)
+                recip = fp8_recip(scale)
+            elif OUT_MODE == 2:
+                recip = fp8_recip(tl.load(SCALE_IN))
+            # normalize pass in reverse: the most recently read chunks are the likeliest still in L2
+            for j in range(n_chunks):
+                c = (n_chunks - 1 - j) * CHUNK + cols
+                ok = c < N
+                v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * rs
+                if HAS_W:
+                    v = v * (tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off)
+                if HAS_B:
+                    v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
+                if OUT_MODE != 0:
+                    v = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
+                y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
+                tl.store(Y + r64 * stride_y + c, y, mask=ok, eviction_policy="evict_first")
+
+
+@triton.jit
+def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    cols = tl.arange(0, CHUNK)
+    r64 = rows.to(tl.int64)[:, None]
+    acc = tl.zeros([BLOCK_M, CHUNK], dtype=tl.float32)
+    for start in range(0, N, CHUNK):
+        c = start + cols
+        x = tl.load(X + r64 * stride_x + c[None, :], mask=row_ok[:, None] & (c < N)[None, :], other=0.0).to(tl.float32)
+        acc += x * x
+    tl.store(OUT + rows, tl.sum(acc, axis=1), mask=row_ok)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# launchers
+
+
+def _out_mode(dtype, scale_mode, scale) -> int:
+    if not fp8mod.is_fp8(dtype):
+        return OUT_CAST
+    if scale_mode == "row":
+        if scale is not None:
+            raise TritonRuleError("scale.row_mode", "a given scale applies to scale_mode='tensor' only", "scale with scale_mode='row'", "scale_mode='tensor'")
+        return OUT_FP8_ROW
+    return OUT_FP8_STATIC
+
+
+def rmsnorm_fwd(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    *,
+    epsilon: float = 1e-5,
+    weight_offset: float = 0.0,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
+    scale_mode: str = "row",
+    scale: torch.Tensor | None = None,
+    scale_ub: float = math.inf,
+    return_rsigma: bool = False,
+    stats: torch.Tensor | None = None,
+    hidden_size: int | None = None,
+    config: FwdConfig | None = None,
+) -> RMSNormOutput:
+    """Fused RMSNorm forward (see the module docstring for every argument)."""
+    check_activation(x)
+    eps = check_epsilon(epsilon)
+    n = x.shape[-1]
+    check_vector(weight, n, "weight", x.device)
+    check_vector(bias, n, "bias", x.device)
+    check_same_rows(residual, x, "residual")
+    if weight is None and weight_offset != 0.0:
+        raise TritonRuleError("weight_offset.no_weight", "weight_offset shifts a weight, but weight is None", weight_offset, "pass weight or weight_offset=0.0")
+    out_dtype = x.dtype if dtype is None else dtype
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32) and not fp8mod.is_fp8(out_dtype):
+        fp8mod.fp8_format(out_dtype)  # raises with the FP8 rule
+    if scale_mode not in fp8mod.SCALE_MODES:
+        raise TritonRuleError("scale_mode.value", f"scale_mode must be one of {fp8mod.SCALE_MODES}", scale_mode, "scale_mode='row'")
+    if not (scale_ub > 0):
+        raise TritonRuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
+    if scale is not None:
+        if not fp8mod.is_fp8(out_dtype):
+            raise TritonRuleError("scale.dtype", "a scale is only used for FP8 output", out_dtype, "dtype=torch.float8_e4m3fn")
+        if scale.numel() != 1 or scale.dtype != torch.float32 or scale.device != x.device:
+            raise TritonRuleError("scale.shape", "scale must be one float32 element on x's device", (tuple(scale.shape), scale.dtype, scale.device), "torch.tensor([s], dtype=torch.float32, device=x.device)")
+    hidden = n if hidden_size is None else int(hidden_size)
+    if hidden < n:
+        raise TritonRuleError("hidden_size.range", f"hidden_size must be >= the local width {n}", hidden_size, "hidden_size = the global hidden dim")
+
+    x2 = as_rows(x)
+    m = x2.shape[0]
+    if stats is not None:
+        if stats.dim() != 2 or stats.shape[1] != m or stats.dtype != torch.float32 or stats.stride(1) != 1 or stats.device != x.device:
+            raise TritonRuleError("stats.shape", f"stats must be float32 [world, {m}] with contiguous rows on x's device", (tuple(stats.shape), stats.dtype), "stack the gathered pre_stats outputs")
+        if residual is not None:
+            raise TritonRuleError("stats.residual", "stats from pre_stats already include any residual", "residual and stats", "add the residual before pre_stats")
+
+    mode = _out_mode(out_dtype, scale_mode, scale)
+    dynamic_tensor_scale = mode == OUT_FP8_STATIC and scale is None
+    fmax = fp8mod.fp8_format(out_dtype).max if mode != OUT_CAST else 1.0
+
+    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    rsig = torch.empty(m, dtype=torch.float32, device=x.device) if return_rsigma else None
+    res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None
+    sc = None
+    if mode == OUT_FP8_ROW:
+        sc = torch.empty(m, dtype=torch.float32, device=x.device)
+    if m == 0:
+        if mode == OUT_FP8_STATIC:
+            sc = scale if scale is not None else torch.zeros(1, dtype=torch.float32, device=x.device)
+        return RMSNormOutput(y, rsig, res_out, sc)
+
+    cfg = config or fwd_config(m, n, x.device)
+    r2 = as_rows(residual, "residual") if residual is not None else None
+    ro2 = res_out.view(-1, n) if res_out is not None else None
+    y2 = y.view(-1, n)
+    dummy = x2
+    ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
+    y_drop, y_min, y_sub = fp8mod.downcast_consts(out_dtype)
+
+    def launch(src, out_mode, y_t, sc_t, scale_in, store_rsig, rsig_t, ro_t, r_t):
+        args = (
+            src, src.stride(0),
+            r_t if r_t is not None else dummy, r_t.stride(0) if r_t is not None else 0,
+            ro_t if ro_t is not None else dummy, ro_t.stride(0) if ro_t is not None else 0,
+            y_t, y_t.stride(0),
+            weight if weight is not None else dummy, bias if bias is not None else dummy,
+            rsig_t if rsig_t is not None else dummy, sc_t if sc_t is not None else dummy,
+            stats if stats is not None else dummy, stats.stride(0) if stats is not None else 0,
+            stats.shape[0] if stats is not None else 0,
+            scale_in if scale_in is not None else dummy,
+            m, n, 1.0 / hidden, eps, float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax),
+        )
+        flags = dict(
+            HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=r_t is not None, HAS_STATS=stats is not None,
+            STORE_RSIG=store_rsig, OUT_MODE=out_mode,
+            RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub,
+        )
+        if cfg.kernel == "rows":
+            grid = (triton.cdiv(m, cfg.block_m),)
+            _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps, **flags)
+        elif cfg.kernel == "looped":
+            grid = (min(m, cfg.programs or sm_count(x.device)),)
+            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, num_warps=cfg.num_warps, **flags)
+        else:
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows' or 'looped'", cfg.kernel, "config=None")
+
+    if dynamic_tensor_scale:
+        # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale
+        amax = torch.empty(m, dtype=torch.float32, device=x.device)
+        launch(x2, OUT_AMAX, y2, amax, None, return_rsigma, rsig, ro2, r2)
+        sc = (torch.clamp(amax.amax(), max=min(scale_ub, 3.0e38)) / fmax).reshape(1)
+        # pass 2 normalizes residual_out (the rounded sum written by pass 1) when there is a residual
+        launch(ro2 if ro2 is not None else x2, OUT_FP8_STATIC, y2, None, sc, False, None, None, None)
+    else:
+        if mode == OUT_FP8_STATIC:
+            sc = scale
+        launch(x2, mode, y2, sc if mode == OUT_FP8_ROW else None, scale, return_rsigma, rsig, ro2, r2)
+    return RMSNormOutput(y, rsig, res_out, sc)
+
+
+def row_sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    """float32 [M]: the sum of squares of each row of x [..., N] (fp32 accumulation), the distributed pre-stats."""
+    check_activation(x)
+    x2 = as_rows(x)
+    m, n = x2.shape
+    out = torch.empty(m, dtype=torch.float32, device=x.device)
+    if m == 0:
+        return out
+    chunk = min(triton.next_power_of_2(n), 4096)
+    block_m = max(1, min(4096 // chunk, 16))
+    _row_sumsq_kernel[(triton.cdiv(m, block_m),)](x2, x2.stride(0), out, m, n, BLOCK_M=block_m, CHUNK=chunk, num_warps=8)
+    return out

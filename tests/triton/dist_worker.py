@@ -1,0 +1,78 @@
+"""One rank of the distributed RMSNorm checks: `python dist_worker.py RANK WORLD PORT BACKEND` (gloo: CPU; nccl: GPUs).
+
+Every rank draws the same full activation, keeps its column shard (a strided view) and checks pre_stats, the gathered
+stats, post and the composed call against the float64 RMSNorm of the full rows. Exit status 0 means every check held."""
+
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # ref64
+rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if backend == "gloo":
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats  # noqa: E402
+from ref64 import norm64  # noqa: E402
+from tt_rmsnorm.accuracy import assert_close  # noqa: E402
+
+
+def check(device, m, n_local, dtype):
+    g = torch.Generator().manual_seed(1234)
+    hidden = n_local * world
+    x = torch.randn(m, hidden, generator=g).to(dtype)
+    w = torch.randn(hidden, generator=g).to(dtype)
+    b = torch.randn(hidden, generator=g).to(dtype)
+    cols = slice(rank * n_local, (rank + 1) * n_local)
+    x_local = x.to(device)[:, cols]  # strided rows, as a column shard of a larger tensor is
+    w_local, b_local = w[cols].contiguous().to(device), b[cols].contiguous().to(device)
+
+    stats = pre_stats(x_local)
+    assert_close(stats, x[:, cols].double().pow(2).sum(-1), torch.float32, context="pre_stats")
+    stats_all = gather_stats(stats)
+    assert stats_all.shape == (world, m)
+    full = torch.stack([x[:, r * n_local : (r + 1) * n_local].double().pow(2).sum(-1) for r in range(world)])
+    assert_close(stats_all, full, torch.float32, context="gathered stats")
+
+    v, _, _ = norm64(x, w, epsilon=1e-5)
+    y = post(x_local, stats_all, w_local, epsilon=1e-5, hidden_size=hidden)
+    assert_close(y, v[:, cols], dtype, context="post")
+
+    v2, _, _ = norm64(x, w, epsilon=1e-6, weight_offset=1.0, bias=b)
+    y2 = distributed_rms_norm(x_local, w_local, epsilon=1e-6, weight_offset=1.0, bias_local=b_local)
+    assert_close(y2, v2[:, cols], dtype, context="distributed_rms_norm")
+
+    # every rank used the same rsigma bits: the ranks' outputs reassemble into exactly one full tensor
+    parts = [torch.empty_like(y2) for _ in range(world)]
+    dist.all_gather(parts, y2.contiguous())
+    assert_close(torch.cat(parts, dim=-1), v2, dtype, context="reassembled")
+
+
+def main():
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=90))
+    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+        cases = [(4096, 4096, torch.bfloat16), (37, 1000, torch.float32)]
+    else:
+        cases = [(5, 13, torch.float32), (3, 24, torch.bfloat16)]
+    try:
+        for m, n_local, dtype in cases:
+            check(device, m, n_local, dtype)
+        print(f"rank {rank}/{world}: OK", flush=True)
+        code = 0
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    dist.destroy_process_group()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The same cases at real sizes on a GPU (skipped without CUDA): long rows, > 2^31 elements, CUDA graphs, NCCL."""
+
+import pytest
+import torch
+
+from programs.triton.autograd import RMSNorm
+from programs.triton.rmsnorm_bwd import rmsnorm_bwd
+from programs.triton.rmsnorm_fwd import rmsnorm_fwd
+from ref64 import fp8_expected, grads64, norm64
+from test_distributed import run_ranks
+from tt_rmsnorm.accuracy import assert_close
+
+
+def rand(*shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("shape", [(4096, 8192), (333, 32768), (64, 65536), (16, 262144), (7, 70001)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_forward_real_sizes(shape):
+    x, w, r = rand(*shape, seed=1), rand(shape[1], seed=2), rand(*shape, seed=3)
+    o = rmsnorm_fwd(x, w, epsilon=1e-6, residual=r, return_rsigma=True)
+    v, rs, h = norm64(x, w, epsilon=1e-6, residual=r)
+    assert_close(o.y, v, torch.bfloat16, context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+    assert torch.equal(o.residual_out, (x.float() + r.float()).to(torch.bfloat16))
+    for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for mode in ("row", "tensor"):
+            q = rmsnorm_fwd(x, w, epsilon=1e-6, residual=r, dtype=fmt, scale_mode=mode)
+            q_exp, s_exp = fp8_expected(v, fmt, mode)
+            assert_close(q.y.float(), q_exp, fmt, context=f"{fmt} {mode}")
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("shape", [(262145, 8192), (32769, 65536)], ids=["rows_kernel", "looped_kernel"])
+def test_forward_beyond_2_31_elements(shape):
+    m, n = shape
+    assert m * n > 2**31
+    x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda").normal_()
+    w = rand(n, seed=4)
+    y = rmsnorm_fwd(x, w).y
+    for rows in (slice(0, 2), slice(m - 3, m)):  # the last rows sit past 2^31 elements
+        v, _, _ = norm64(x[rows], w)
+        assert_close(y[rows], v, torch.bfloat16, context=f"rows {rows}")
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("shape", [(4096, 8192), (8192, 4096), (512, 16384), (256, 65536), (8, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_backward_real_sizes(shape):
+    x, w, dy = rand(*shape, seed=5), rand(shape[1], seed=6), rand(*shape, seed=7)
+    rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
+    dx, dw, db = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)
+    ref = grads64(x, w, dy, bias=torch.zeros(shape[1], device="cuda"))
+    assert_close(dx, ref["x"], torch.bfloat16, context="dx")
+    assert_close(dw, ref["weight"], torch.bfloat16, context="dweight")
+    assert_close(db, ref["bias"], torch.bfloat16, context="dbias")
+    dx2, dw2, db2 = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)
+    assert torch.equal(dw, dw2) and torch.equal(db, db2) and torch.equal(dx, dx2)
+
+
+@pytest.mark.requires_cuda
+def test_cuda_graph_capture_forward_and_backward():
+    mod = RMSNorm(8192, eps=1e-6, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        mod.weight.copy_(rand(8192, seed=8))
+    x = rand(32, 8192, seed=9).requires_grad_()
+    graphed = torch.cuda.make_graphed_callables(mod, (x,))
+    for seed in (10, 11):
+        xin = rand(32, 8192, seed=seed).requires_grad_()
+        dy = rand(32, 8192, seed=seed + 100)
+        mod.weight.grad = None
+        y = graphed(xin)
+        y.backward(dy)
+        v, _, _ = norm64(xin.detach(), mod.weight.detach(), epsilon=1e-6)
+        ref = grads64(xin.detach(), mod.weight.detach(), dy, epsilon=1e-6)
+        assert_close(y.detach(), v, torch.bfloat16, context="graphed forward")
+        assert_close(xin.grad, ref["x"], torch.bfloat16, context="graphed dx")
+        assert_close(mod.weight.grad, ref["weight"], torch.bfloat16, context="graphed dweight")
+
+    # FP8 forward with a dynamic per-tensor scale, replayed from a graph on new data
+    xs, w = rand(64, 4096, seed=12), rand(4096, seed=13)
+    rmsnorm_fwd(xs, w, dtype=torch.float8_e4m3fn, scale_mode="tensor")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = rmsnorm_fwd(xs, w, dtype=torch.float8_e4m3fn, scale_mode="tensor")
+    xs.copy_(rand(64, 4096, seed=14))
+    g.replay()
+    v, _, _ = norm64(xs, w)
+    q_exp, _ = fp8_expected(v, torch.float8_e4m3fn, "tensor")
+    assert_close(out.y.float(), q_exp, torch.float8_e4m3fn, context="graphed fp8")
+
+
+@pytest.mark.requires_multi_gpu
+def test_distributed_nccl_two_gpus():
+    run_ranks(2, "nccl", timeout=300.0)

@@ -1,0 +1,146 @@
+"""Forward kernels (register-resident rows and the looped long-row kernel) against a float64 reference."""
+
+import math
+
+import pytest
+import torch
+
+from programs.triton.checks import TritonRuleError
+from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd
+from ref64 import fp8_expected, norm64
+from tt_rmsnorm.accuracy import assert_close
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+# "looped" at tiny N: 32-wide chunks, so N=37 and N=100 span several chunks (and a partial last one)
+KERNELS = {"rows": None, "looped": FwdConfig("looped", 4, chunk=32, programs=3)}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", [(5, 37), (3, 100), (6, 3)], ids=["5x37_odd", "3x100", "6x3"])
+def test_forward_matches_float64(kernel, dtype, shape):
+    dt = DTYPES[dtype]
+    x, w = rand(*shape, dtype=dt, seed=1), rand(shape[-1], dtype=dt, seed=2)
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, return_rsigma=True, config=KERNELS[kernel])
+    v, rs, _ = norm64(x, w, epsilon=1e-5)
+    assert o.y.dtype == dt and o.y.shape == x.shape
+    assert_close(o.y, v, dt, context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+
+
+CASES = {
+    "residual": dict(residual=True),
+    "residual_fp32_into_bf16": dict(residual=True, residual_dtype=torch.float32),
+    "bias_zero_centered": dict(bias=True, weight_offset=1.0),
+    "no_weight": dict(weight=False),
+    "strided_rows": dict(strided=True),
+    "3d_input": dict(shape=(2, 3, 45)),
+    "fp32_out_of_bf16": dict(out=torch.float32),
+}
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("case", list(CASES))
+def test_forward_options(kernel, case):
+    c = CASES[case]
+    shape = c.get("shape", (4, 70))
+    n = shape[-1]
+    if c.get("strided"):
+        x = rand(shape[0], n + 13, dtype=torch.bfloat16, seed=3)[:, 5 : 5 + n]
+        assert x.stride(0) == n + 13
+    else:
+        x = rand(*shape, dtype=torch.bfloat16, seed=3)
+    w = rand(n, dtype=torch.bfloat16, seed=4) if c.get("weight", True) else None
+    b = rand(n, dtype=torch.float32, seed=5) if c.get("bias") else None
+    r = rand(*shape, dtype=c.get("residual_dtype", torch.bfloat16), seed=6) if c.get("residual") else None
+    off = c.get("weight_offset", 0.0)
+    out_dt = c.get("out", torch.bfloat16)
+    o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r, dtype=out_dt, return_rsigma=True, config=KERNELS[kernel])
+    v, rs, h = norm64(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r)
+    assert o.y.dtype == out_dt
+    assert_close(o.y, v, out_dt, context=case)
+    assert_close(o.rsigma, rs.reshape(-1), torch.float32, context="rsigma")
+    if r is not None:
+        assert o.residual_out.dtype == r.dtype
+        assert torch.equal(o.residual_out, (x.float() + r.float()).to(r.dtype)), "residual_out must be x + residual"
+    else:
+        assert o.residual_out is None
+
+
+FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+SCALES = ["row", "row_ub", "tensor_dynamic", "tensor_static", "tensor_residual"]
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("fmt", list(FP8))
+@pytest.mark.parametrize("scaling", SCALES)
+def test_forward_fp8(kernel, fmt, scaling):
+    dt = FP8[fmt]
+    x = rand(6, 75, dtype=torch.bfloat16, seed=7) * torch.linspace(0.1, 3.0, 6).to(DEV)[:, None].to(torch.bfloat16)
+    w = rand(75, dtype=torch.bfloat16, seed=8)
+    r = rand(6, 75, dtype=torch.bfloat16, seed=9) if scaling == "tensor_residual" else None
+    mode = "row" if scaling.startswith("row") else "tensor"
+    v, _, _ = norm64(x, w, epsilon=1e-5, residual=r)
+    # scale_ub between the smallest and largest row max: some rows are clamped, some not
+    ub = float(v.abs().amax(-1).median()) if scaling == "row_ub" else math.inf
+    static = torch.tensor([0.004], dtype=torch.float32, device=DEV) if scaling == "tensor_static" else None
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=KERNELS[kernel])
+    q_exp, s_exp = fp8_expected(v, dt, mode, ub, static)
+    assert o.y.dtype == dt
+    assert_close(o.y.float(), q_exp, dt, context="fp8 values")
+    # the scale and the quantized values together must give back v, up to FP8 rounding and saturation
+    sc = o.scale[:, None] if mode == "row" else o.scale
+    assert_close(o.y.double() * sc.double(), (q_exp * (s_exp[:, None] if mode == "row" and static is None else s_exp)), dt, context="dequantized")
+    if mode == "row":
+        assert o.scale.shape == (6,)
+        assert_close(o.scale, s_exp, torch.float32, context="row scales")
+        if ub < math.inf:
+            assert bool((o.scale <= ub / (448.0 if fmt == "e4m3" else 57344.0) * (1 + 1e-6)).all())
+            fmax = 448.0 if fmt == "e4m3" else 57344.0
+            clamped = v.abs().amax(-1) > ub
+            assert bool((o.y.float().abs().amax(-1)[clamped] == fmax).all()), "rows above scale_ub saturate"
+            assert bool((o.y.float().abs().amax(-1)[~clamped] <= fmax).all())
+    else:
+        assert o.scale.shape == (1,)
+        if static is not None:
+            assert o.scale.item() == static.item()
+        else:  # one number: compare it through the row-mode scale of the same rows, whose max it is
+            rows = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode="row", residual=r, config=KERNELS[kernel]).scale
+            assert o.scale.item() == rows.max().item()
+
+
+def test_fp8_zero_row_gets_zero_scale():
+    x = rand(3, 40, dtype=torch.float32, seed=10)
+    x[1] = 0
+    o = rmsnorm_fwd(x, None, dtype=torch.float8_e4m3fn)
+    assert o.scale[1].item() == 0.0 and bool((o.y[1].float() == 0).all())
+    assert bool(torch.isfinite(o.y.float()).all())
+
+
+BAD = {
+    "int_input": (lambda: rmsnorm_fwd(torch.ones(2, 4, dtype=torch.int32, device=DEV)), "x.dtype"),
+    "column_strided": (lambda: rmsnorm_fwd(torch.ones(4, 2, device=DEV).t()), "x.last_dim_stride"),
+    "weight_shape": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), torch.ones(5, device=DEV)), "weight.shape"),
+    "negative_eps": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), epsilon=-1.0), "epsilon.range"),
+    "bad_fp8": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.int8), "dtype.fp8"),
+    "bad_scale_mode": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.float8_e4m3fn, scale_mode="col"), "scale_mode.value"),
+    "scale_in_row_mode": (
+        lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.float8_e4m3fn, scale=torch.ones(1, device=DEV)),
+        "scale.row_mode",
+    ),
+    "offset_without_weight": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), weight_offset=1.0), "weight_offset.no_weight"),
+    "residual_shape": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), residual=torch.ones(2, 5, device=DEV)), "residual.shape"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_names_the_rule(case):
+    fn, rule = BAD[case]
+    with pytest.raises(TritonRuleError, match=rf"\[{rule}\]"):
+        fn()
