@@ -61,6 +61,7 @@ GCC_VERSION = "15.1.0"  # the gcc inside sfpi 7.89.0; part of the --version line
 CACHE_ENV = "TT_METAL_CACHE"
 STARTUP_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 120.0
+MAX_WORKERS = 2  # each worker holds ~0.8-1 GiB (ttnn + a mock cluster); the least recently used one is stopped
 
 
 class MockClusterError(RuntimeError):
@@ -456,11 +457,14 @@ def run_isolated(system: str, fn, *args, timeout: float = CALL_TIMEOUT_S, mesh_s
     calls. Raises IsolatedError when fn raised (ttnn's TT_FATAL arrives as kind 'RuntimeError'), WorkerCrashed when
     the process died (the next call starts a fresh one), WorkerTimeout after `timeout` seconds (the worker is killed).
     """
-    worker = _workers.get(system)
+    worker = _workers.pop(system, None)
     if worker is None or not worker.alive():
         if worker is not None:
             worker.kill()
-        worker = _workers[system] = _Worker(system)
+        while len(_workers) >= MAX_WORKERS:
+            _workers.pop(next(iter(_workers))).close()
+        worker = _Worker(system)
+    _workers[system] = worker  # most recently used last
     try:
         reply = worker.call(fn, args, kwargs, timeout, mesh_shape)
     except (WorkerCrashed, WorkerTimeout):

@@ -458,3 +458,5 @@ KNOWN_DISAGREEMENTS = {
 }
 
 assert len({c["id"] for c in CASES}) == len(CASES), "duplicate case ids"
+# grouped by system, so the session's worker processes (at most MAX_WORKERS alive) are started once each
+CASES.sort(key=lambda c: list(GRIDS).index(c["system"]))

@@ -62,7 +62,7 @@ def test_compiler_stand_in(tmp_path):
     assert run("fw.o", "-o", "firmware/nokey/brisc.elf").returncode != 0  # no firmware under an unknown key
 
 
-@pytest.mark.parametrize("system", list(EXPECTED_MESHES))
+@pytest.mark.parametrize("system", ["galaxy", "t3k", "n300", "n150"])
 def test_mock_mesh_opens(system):
     shape, devices, grid = EXPECTED_MESHES[system]
     facts = mock_cluster.run_isolated(system, mock_worker.mesh_facts)
