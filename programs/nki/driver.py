@@ -1,0 +1,174 @@
+"""Runs the NKI RMSNorm kernels: on a Trainium device or the Neuron CPU simulator when `neuronxcc` is importable,
+otherwise on the NumPy emulator (programs/nki/emulator), and says which in a label.
+
+    y, label = run_rms_norm(x, weight, epsilon=1e-5, num_devices=8, dtype="bfloat16")
+
+label is "nki-device", "nki-simulator" or "nki-emulated". num_devices > 1 runs the distributed form on one host:
+pre-stats on each hidden slice, the all-gather as a concatenation of the per-slice stats, post on each slice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+from loguru import logger
+
+DEVICE = "nki-device"
+SIMULATOR = "nki-simulator"
+EMULATED = "nki-emulated"
+
+DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32)}
+
+# The fused and post kernels keep the broadcast weight slice resident: hidden * itemsize bytes on every partition, next
+# to about 16 KiB of streaming tiles (LIMITS.md). SBUF holds 192 KiB per partition on NeuronCore-v2.
+SBUF_BYTES_PER_PARTITION = 192 * 1024
+STREAMING_RESERVE_BYTES = 16 * 1024
+
+KERNELS_FILE = Path(__file__).with_name("kernels.py")
+
+
+def toolchain() -> str:
+    """Where the kernels run: a Trainium device, the Neuron CPU simulator, or the NumPy emulator."""
+    if importlib.util.find_spec("neuronxcc") is None:
+        return EMULATED
+    return DEVICE if Path("/dev/neuron0").exists() else SIMULATOR
+
+
+@lru_cache(maxsize=None)
+def kernels():
+    """The kernels module, bound to the real `neuronxcc` when importable, else to the emulator."""
+    if toolchain() != EMULATED:
+        import programs.nki.kernels as real
+
+        return real
+    from programs.nki.emulator import neuronxcc_modules
+
+    # The kernel file is imported unchanged; its `import neuronxcc.nki...` lines bind to the emulator, which is
+    # registered under those names only for the duration of this import.
+    spec = importlib.util.spec_from_file_location("programs.nki._kernels_on_emulator", KERNELS_FILE)
+    module = importlib.util.module_from_spec(spec)
+    with neuronxcc_modules():
+        spec.loader.exec_module(module)
+    return module
+
+
+def launch(kernel, *args):
+    """Run one kernel on the selected toolchain with NumPy arguments; returns its NumPy output."""
+    mode = toolchain()
+    if mode == DEVICE:
+        return kernel(*args)  # a jit kernel called with NumPy arrays runs on the NeuronCore
+    if mode == SIMULATOR:
+        import neuronxcc.nki as nki
+
+        return nki.simulate_kernel(kernel, *args)
+    from programs.nki.emulator import nki as emulated
+
+    return emulated.simulate_kernel(kernel, *args)
+
+
+def max_local_hidden(dtype: str) -> int:
+    itemsize = DTYPES[dtype].itemsize
+    return (SBUF_BYTES_PER_PARTITION - STREAMING_RESERVE_BYTES) // itemsize // 512 * 512
+
+
+def _to_numpy(a, dtype: np.dtype, what: str) -> np.ndarray:
+    if type(a).__module__.startswith("torch"):
+        a = a.detach().to("cpu").float().numpy()  # bf16 -> fp32 is exact
+    a = np.asarray(a)
+    if a.dtype.kind != "f" and a.dtype not in DTYPES.values():
+        raise TypeError(f"{what} must be a floating-point array, got dtype {a.dtype}")
+    return np.ascontiguousarray(a.astype(np.float32).astype(dtype) if a.dtype != dtype else a)
+
+
+def _validate(x, weight, epsilon, num_devices, dtype):
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}: got {dtype!r}; pass dtype='bfloat16' or 'float32'")
+    if x.ndim < 1 or x.shape[-1] == 0 or x.size == 0:
+        raise ValueError(f"x must have at least one row and a non-empty hidden axis: got shape {tuple(x.shape)}")
+    hidden = x.shape[-1]
+    if not (isinstance(epsilon, (int, float)) and epsilon > 0 and np.isfinite(epsilon)):
+        raise ValueError(f"epsilon must be a positive finite number: got {epsilon!r}; pass e.g. epsilon=1e-5")
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f"num_devices must be a positive int: got {num_devices!r}")
+    if hidden % num_devices:
+        raise ValueError(
+            f"the hidden size must split evenly over the devices: hidden {hidden} % num_devices {num_devices} != 0; "
+            "choose num_devices dividing the hidden size"
+        )
+    if weight is not None and tuple(weight.shape) != (hidden,):
+        raise ValueError(f"weight must have shape ({hidden},) (the hidden size): got {tuple(weight.shape)}")
+    local = hidden // num_devices
+    limit = max_local_hidden(dtype)
+    if local > limit:
+        raise ValueError(
+            f"per-device hidden slice {local} exceeds {limit} for {dtype}: the resident broadcast weight "
+            f"({local} x {DTYPES[dtype].itemsize} bytes per partition) would not fit SBUF's "
+            f"{SBUF_BYTES_PER_PARTITION} bytes per partition; use more devices (num_devices >= "
+            f"{-(-hidden // limit)})"
+        )
+
+
+def run_rms_norm(x, weight=None, *, epsilon: float, num_devices: int = 1, dtype: str = "bfloat16"):
+    """RMSNorm of x (..., hidden) through the NKI kernels. Inputs are rounded to `dtype` first.
+
+    Returns (y, label): y has x's shape, in `dtype`, as a torch tensor if x was one, else a NumPy array;
+    label is "nki-device", "nki-simulator" or "nki-emulated"."""
+    _validate(x, weight, epsilon, num_devices, dtype)
+    np_dtype = DTYPES[dtype]
+    shape = tuple(x.shape)
+    x2 = _to_numpy(x, np_dtype, "x").reshape(-1, shape[-1])
+    w2 = None if weight is None else _to_numpy(weight, np_dtype, "weight").reshape(1, -1)
+    k = kernels()
+    label = toolchain()
+    if num_devices == 1:
+        y = launch(k.rms_norm_kernel, x2, w2, float(epsilon)) if w2 is not None else launch(
+            k.rms_norm_unweighted_kernel, x2, float(epsilon)
+        )
+    else:
+        y = _distributed(k, x2, w2, float(epsilon), num_devices)
+    logger.debug(f"NKI RMSNorm {x2.shape} {dtype} devices={num_devices} ran on {label}")
+    y = y.reshape(shape)
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        return torch.from_numpy(y.astype(np.float32)).to(getattr(torch, dtype)), label
+    return y, label
+
+
+def _distributed(k, x2, w2, epsilon, num_devices):
+    hidden = x2.shape[1]
+    local = hidden // num_devices
+    slices = [np.ascontiguousarray(x2[:, d * local : (d + 1) * local]) for d in range(num_devices)]
+    stats = np.concatenate([launch(k.rms_norm_pre_stats_kernel, s) for s in slices], axis=1)  # the all-gather
+    outs = []
+    for d, s in enumerate(slices):
+        if w2 is None:
+            outs.append(launch(k.rms_norm_post_unweighted_kernel, s, stats, epsilon, hidden))
+        else:
+            w_local = np.ascontiguousarray(w2[:, d * local : (d + 1) * local])
+            outs.append(launch(k.rms_norm_post_kernel, s, stats, w_local, epsilon, hidden))
+    return np.concatenate(outs, axis=1)
+
+
+def run_pre_stats(x_local: np.ndarray) -> np.ndarray:
+    """Per-row float32 sum of squares of one device's slice (rows, local_hidden) -> (rows, 1)."""
+    return launch(kernels().rms_norm_pre_stats_kernel, x_local)
+
+
+def run_post(x_local, stats, weight_local, *, epsilon: float, hidden_size: int) -> np.ndarray:
+    """Normalize one device's slice with the gathered (rows, devices) stats; weight_local (1, local_hidden) or None."""
+    k = kernels()
+    if weight_local is None:
+        return launch(k.rms_norm_post_unweighted_kernel, x_local, stats, float(epsilon), int(hidden_size))
+    return launch(k.rms_norm_post_kernel, x_local, stats, weight_local, float(epsilon), int(hidden_size))
+
+
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((129, 4096)).astype(np.float32)
+    out, where = run_rms_norm(xs, rng.standard_normal(4096).astype(np.float32), epsilon=1e-5, num_devices=1)
+    print(f"[{where}] y[0, :4] = {out[0, :4]}")

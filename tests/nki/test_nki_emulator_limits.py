@@ -1,0 +1,266 @@
+"""The emulator rejects kernels that break an NKI rule, loudly, and accepts the same kernels within the limit.
+
+Each negative kernel below is written as NKI code against the emulated modules; each has a positive twin (or a
+parameter at the limit) so the test shows where the boundary is, not just that something raised.
+"""
+
+import numpy as np
+import pytest
+
+from programs.nki.driver import kernels
+from programs.nki.emulator import NkiConstraintError
+from programs.nki.emulator import isa as nisa
+from programs.nki.emulator import language as nl
+from programs.nki.emulator import nki
+
+P = 128
+
+
+def _copy_kernel(rows_per_tile, cols, mask_rows):
+    """out = x, rows_per_tile rows per tile, optionally masking the last partial tile."""
+
+    @nki.jit
+    def kernel(x):
+        num_rows, hidden = x.shape
+        out = nl.ndarray((num_rows, hidden), dtype=x.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(rows_per_tile)[:, None]
+        jf = nl.arange(cols)[None, :]
+        for i in nl.affine_range(-(-num_rows // rows_per_tile)):
+            rows = i * rows_per_tile + ip
+            m = (rows < num_rows) if mask_rows else None
+            t = nl.load(x[rows, jf], mask=m)
+            nl.store(out[rows, jf], value=t, mask=m)
+        return out
+
+    return kernel
+
+
+def test_partition_dimension_over_128_is_rejected():
+    x = np.ones((256, 64), np.float32)
+    np.testing.assert_array_equal(_copy_kernel(128, 64, True)(x), x)
+    with pytest.raises(NkiConstraintError, match="Size of partition dimension 256 .* exceeds architecture limitation of 128"):
+        _copy_kernel(256, 64, True)(x)
+
+
+def test_unmasked_partial_tile_is_an_out_of_bounds_access():
+    x = np.arange(129 * 8, dtype=np.float32).reshape(129, 8)
+    np.testing.assert_array_equal(_copy_kernel(128, 8, True)(x), x)
+    with pytest.raises(NkiConstraintError, match="out-of-bounds HBM access"):
+        _copy_kernel(128, 8, False)(x)
+
+
+def test_forgotten_partial_tile_leaves_output_unwritten():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ip, jf = nl.arange(P)[:, None], nl.arange(8)[None, :]
+        for i in nl.affine_range(x.shape[0] // P):  # floor: drops the last, partial tile
+            nl.store(out[i * P + ip, jf], value=nl.load(x[i * P + ip, jf]))
+        return out
+
+    np.testing.assert_array_equal(kernel(np.ones((256, 8), np.float32)), 1.0)
+    with pytest.raises(NkiConstraintError, match="8 of 1032 elements .* were never stored"):
+        kernel(np.ones((129, 8), np.float32))
+
+
+def test_reducing_over_masked_out_columns_cannot_be_stored():
+    """A masked load leaves the skipped elements undefined; a reduction that forgets the mask consumes them."""
+
+    def make(mask_the_reduction):
+        @nki.jit
+        def kernel(x):
+            num_rows, hidden = x.shape
+            out = nl.ndarray((num_rows, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            ip, jf, i0 = nl.arange(P)[:, None], nl.arange(512)[None, :], nl.arange(1)[None, :]
+            valid = (ip < num_rows) & (jf < hidden)
+            t = nl.load(x[ip, jf], mask=valid)
+            s = nisa.tensor_reduce(nl.add, t, axis=[1], dtype=nl.float32, keepdims=True,
+                                   mask=valid if mask_the_reduction else (ip < num_rows))
+            nl.store(out[ip, i0], value=s, mask=(ip < num_rows))
+            return out
+
+        return kernel
+
+    x = np.ones((4, 300), np.float32)
+    np.testing.assert_array_equal(make(True)(x), 300.0)
+    with pytest.raises(NkiConstraintError, match="stores elements that were never computed"):
+        make(False)(x)
+
+
+@pytest.mark.parametrize("free,ok", [(49152, True), (49153, False)], ids=["192KiB", "192KiB+4B"])
+def test_single_sbuf_tile_larger_than_a_partition(free, ok):
+    @nki.jit
+    def kernel():
+        t = nl.zeros((P, free), dtype=nl.float32, buffer=nl.sbuf)
+        del t
+        return None
+
+    if ok:
+        kernel()
+    else:
+        with pytest.raises(NkiConstraintError, match="SBUF tile larger than one partition: .* 196612 bytes"):
+            kernel()
+
+
+def test_live_sbuf_footprint_over_capacity():
+    """Three 64 KiB-per-partition tiles fill SBUF's 192 KiB per partition; a fourth small one does not fit."""
+
+    @nki.jit
+    def kernel(extra):
+        held = [nl.zeros((P, 16384), dtype=nl.float32, buffer=nl.sbuf) for _ in range(3)]
+        if extra:
+            held.append(nl.zeros((P, 1), dtype=nl.float32, buffer=nl.sbuf))
+        return None
+
+    kernel(False)
+    assert nki.last_launch["sbuf_peak_bytes_per_partition"] == 3 * 65536 == 196608
+    with pytest.raises(NkiConstraintError, match="SBUF capacity per partition exceeded: .* 196608 already live"):
+        kernel(True)
+
+
+@pytest.mark.parametrize("free,ok", [(512, True), (513, False)])
+def test_psum_tile_free_size(free, ok):
+    @nki.jit
+    def kernel():
+        t = nl.zeros((P, free), dtype=nl.float32, buffer=nl.psum)
+        del t
+        return None
+
+    if ok:
+        kernel()
+    else:
+        with pytest.raises(NkiConstraintError, match="PSUM tile free size exceeds .*psum_fmax.*513 elements"):
+            kernel()
+
+
+@pytest.mark.parametrize("banks,ok", [(8, True), (9, False)])
+def test_psum_capacity_is_16KiB_per_partition(banks, ok):
+    @nki.jit
+    def kernel():
+        held = [nl.zeros((P, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(banks)]
+        return None
+
+    if ok:
+        kernel()
+        assert nki.last_launch["psum_peak_bytes_per_partition"] == 16384
+    else:
+        with pytest.raises(NkiConstraintError, match="PSUM capacity per partition exceeded"):
+            kernel()
+
+
+@pytest.mark.parametrize("free,ok", [(512, True), (1024, False)])
+def test_partition_broadcast_is_bounded_by_gemm_moving_fmax(free, ok):
+    @nki.jit
+    def kernel(w):
+        out = nl.ndarray((P, free), dtype=w.dtype, buffer=nl.shared_hbm)
+        ip, iw, jf = nl.arange(P)[:, None], nl.arange(1)[:, None], nl.arange(free)[None, :]
+        row = nl.load(w[iw, jf])
+        nl.store(out[ip, jf], value=row.broadcast_to((P, free)))
+        return out
+
+    w = np.arange(free, dtype=np.float32).reshape(1, free)
+    if ok:
+        np.testing.assert_array_equal(kernel(w), np.broadcast_to(w, (P, free)))
+    else:
+        with pytest.raises(NkiConstraintError, match="partition broadcast free size exceeds gemm_moving_fmax"):
+            kernel(w)
+
+
+def test_reduction_over_the_partition_axis_is_rejected():
+    @nki.jit
+    def kernel(x):
+        t = nl.load(x[nl.arange(4)[:, None], nl.arange(8)[None, :]])
+        nisa.tensor_reduce(nl.add, t, axis=[0], dtype=nl.float32)
+        return None
+
+    with pytest.raises(NkiConstraintError, match="never the partition axis 0"):
+        kernel(np.ones((4, 8), np.float32))
+
+
+def test_float64_is_not_an_nki_dtype():
+    x = np.ones((4, 64))
+    with pytest.raises(NkiConstraintError, match="unsupported NKI data type: kernel argument 0 has dtype float64"):
+        nki.simulate_kernel(kernels().rms_norm_pre_stats_kernel, x)
+    assert nki.simulate_kernel(kernels().rms_norm_pre_stats_kernel, x.astype(np.float32))[0, 0] == 64.0
+
+
+def test_mixed_dtypes_need_an_explicit_output_dtype():
+    def make(dtype):
+        @nki.jit
+        def kernel(a, b):
+            ij = (nl.arange(4)[:, None], nl.arange(8)[None, :])
+            out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out[ij], value=nl.add(nl.load(a[ij]), nl.load(b[ij]), dtype=dtype))
+            return out
+
+        return kernel
+
+    a, b = np.ones((4, 8), np.float32), np.ones((4, 8), np.float32).astype(nl.bfloat16)
+    np.testing.assert_array_equal(make(nl.float32)(a, b), 2.0)
+    with pytest.raises(NkiConstraintError, match="mixed input dtypes without an explicit output dtype"):
+        make(None)(a, b)
+
+
+def test_store_dtype_must_match_the_hbm_tensor():
+    @nki.jit
+    def kernel(x):
+        ij = (nl.arange(4)[:, None], nl.arange(8)[None, :])
+        out = nl.ndarray((4, 8), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(out[ij], value=nl.square(nl.load(x[ij]), dtype=nl.float32))
+        return out
+
+    with pytest.raises(NkiConstraintError, match="stored tile dtype differs"):
+        kernel(np.ones((4, 8), np.float32))
+
+
+def test_tensor_scalar_operand_is_one_value_per_partition():
+    @nki.jit
+    def kernel(x):
+        t = nl.load(x[nl.arange(4)[:, None], nl.arange(8)[None, :]])
+        nisa.tensor_scalar(t, op0=nl.multiply, operand0=t, dtype=nl.float32)
+        return None
+
+    with pytest.raises(NkiConstraintError, match=r"one value per partition: .* shape \(4, 8\)"):
+        kernel(np.ones((4, 8), np.float32))
+
+
+def test_implicit_partition_broadcast_is_rejected():
+    @nki.jit
+    def kernel(x, w):
+        t = nl.load(x[nl.arange(4)[:, None], nl.arange(8)[None, :]])
+        r = nl.load(w[nl.arange(1)[:, None], nl.arange(8)[None, :]])
+        nl.multiply(t, r, dtype=nl.float32)
+        return None
+
+    with pytest.raises(NkiConstraintError, match="partition-axis broadcast is not implicit"):
+        kernel(np.ones((4, 8), np.float32), np.ones((1, 8), np.float32))
+
+
+def test_mixing_slices_and_arange_indexing_is_rejected():
+    @nki.jit
+    def kernel(x):
+        nl.load(x[nl.arange(4)[:, None], 0:8])
+        return None
+
+    with pytest.raises(NkiConstraintError, match="basic .* and advanced .* indexing mixed"):
+        kernel(np.ones((4, 8), np.float32))
+
+
+def test_apis_outside_the_emulated_subset_fail_at_once():
+    with pytest.raises(AttributeError, match="nki.language.exp is not emulated"):
+        nl.exp  # noqa: B018
+    with pytest.raises(AttributeError, match="nki.isa.nc_matmul is not emulated"):
+        nisa.nc_matmul  # noqa: B018
+
+
+def test_real_fused_kernel_over_the_sbuf_budget_is_rejected():
+    """The project's own kernel, launched directly (bypassing the driver's check): its resident broadcast weight for
+    65536 fp32 columns needs 256 KiB per partition."""
+    k = kernels()
+    x = np.ones((1, 32768), np.float32)
+    w = np.ones((1, 32768), np.float32)
+    assert nki.simulate_kernel(k.rms_norm_kernel, x, w, 1e-5).shape == (1, 32768)
+    assert 131072 < nki.last_launch["sbuf_peak_bytes_per_partition"] <= 196608
+    x, w = np.ones((1, 65536), np.float32), np.ones((1, 65536), np.float32)
+    with pytest.raises(NkiConstraintError, match="SBUF tile larger than one partition: .* 262144 bytes"):
+        nki.simulate_kernel(k.rms_norm_kernel, x, w, 1e-5)
