@@ -6,6 +6,7 @@ values: bf16 tensors would add bf16 roundings that neither the device's fp32 red
 """
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def _weight(width, seed):
 
 
 def _bf16_exact(t):
-    """float32 copy of the bf16 values, the form ttnn's goldens get here."""
+    """float32 holding bf16 values: weights and biases are bf16 on the device."""
     return ref.quantize(t, "bfloat16").to(torch.float32)
 
 
@@ -46,10 +47,8 @@ def ttnn():
 @pytest.fixture
 def host_cluster(monkeypatch, ttnn):
     """ttnn's bf8 golden helpers pack on the host and need a (mock) cluster, like reference.quantize."""
-    import os
-
     if not os.environ.get(MOCK_ENV) and not tt_hardware_present():
-        monkeypatch.setenv(MOCK_ENV, str(ref._MOCK_DESCRIPTOR))
+        monkeypatch.setenv(MOCK_ENV, str(ref.HOST_CONVERSION_DESCRIPTOR))
     return ttnn
 
 
@@ -151,16 +150,17 @@ def test_interleaved_post_matches_ttnn_golden(ttnn, shape, affine):
     stats = ref.all_gather_stats([ref.pre_all_gather(s) for s in slices])
     assert stats.shape == (*shape[:-1], 32 * num_devices)
     golden = ttnn.rms_norm_post_all_gather.golden_function
+    wants, unrounded, got = [], [], []
     for d, x in enumerate(slices):
         w = None if weight is None else weight[d * width : (d + 1) * width].double()
         b = None if bias is None else bias[d * width : (d + 1) * width].double()
-        want = golden(x.double(), stats.double(), epsilon=EPS, weight=w, bias=b)
-        unrounded = ref.post_all_gather(x.double(), stats, epsilon=EPS, weight=w, bias=b)
-        assert unrounded.dtype == torch.float64
-        assert_close(unrounded, want, "float32", context=f"device {d}: post (unrounded) vs ttnn golden")
-        got = ref.post_all_gather(x, stats, epsilon=EPS, weight=w, bias=b)
-        assert got.dtype == torch.bfloat16, "dtype=None keeps the input's dtype"
-        assert_close(got, want, "bfloat16", context=f"device {d}: post (bf16 out) vs ttnn golden")
+        wants.append(golden(x.double(), stats.double(), epsilon=EPS, weight=w, bias=b))
+        unrounded.append(ref.post_all_gather(x.double(), stats, epsilon=EPS, weight=w, bias=b))
+        got.append(ref.post_all_gather(x, stats, epsilon=EPS, weight=w, bias=b))
+    want = torch.cat(wants, dim=-1)
+    assert all(u.dtype == torch.float64 for u in unrounded) and all(g.dtype == torch.bfloat16 for g in got)
+    assert_close(torch.cat(unrounded, dim=-1), want, "float32", context="post (unrounded) vs ttnn golden")
+    assert_close(torch.cat(got, dim=-1), want, "bfloat16", context="post (bf16 out: the input's dtype) vs ttnn golden")
 
 
 def test_sharded_post_matches_ttnn_golden_given_sums(ttnn):
@@ -170,11 +170,13 @@ def test_sharded_post_matches_ttnn_golden_given_sums(ttnn):
     weight, _ = _affine("weight", width * num_devices, 12)
     slices = x_full.split(width, dim=-1)
     means = ref.all_gather_stats([ref.pre_all_gather(s, path="sharded") for s in slices])
+    golden = ttnn.rms_norm_post_all_gather.golden_function
+    want, got = [], []
     for d, x in enumerate(slices):
         w = weight[d * width : (d + 1) * width].double()
-        want = ttnn.rms_norm_post_all_gather.golden_function(x.double(), means.double() * width, epsilon=EPS, weight=w)
-        got = ref.post_all_gather(x, means, path="sharded", epsilon=EPS, weight=w, dtype="float32")
-        assert_close(got, want, "float32", context=f"device {d}: sharded post vs ttnn golden")
+        want.append(golden(x.double(), means.double() * width, epsilon=EPS, weight=w))
+        got.append(ref.post_all_gather(x, means, path="sharded", epsilon=EPS, weight=w, dtype="float32"))
+    assert_close(torch.cat(got, dim=-1), torch.cat(want, dim=-1), "float32", context="sharded post vs ttnn golden")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
@@ -324,12 +326,14 @@ def test_bias_without_weight_is_dropped_by_post(ttnn):
     out_bias, _ = ref.distributed_rms_norm(x, None, bias, num_devices=num_devices, epsilon=EPS)
     out_plain, _ = ref.distributed_rms_norm(x, num_devices=num_devices, epsilon=EPS)
     assert torch.equal(out_bias, out_plain), "the post kernel applies beta only inside its gamma branch"
-    # ttnn's golden adds the bias anyway, so the device (and the model) disagree with it here.
+    # ttnn's golden adds the bias anyway: the device (and the model) match its bias-free answer, not that one.
     slices = x.split(width, dim=-1)
-    stats = ref.all_gather_stats([ref.pre_all_gather(s) for s in slices])
-    want = ttnn.rms_norm_post_all_gather.golden_function(slices[0].float(), stats.float(), epsilon=EPS, bias=bias[:width])
+    stats = ref.all_gather_stats([ref.pre_all_gather(s) for s in slices]).double()
+    golden = ttnn.rms_norm_post_all_gather.golden_function
+    assert_close(out_bias[..., :width], golden(slices[0].double(), stats, epsilon=EPS), "bfloat16")
+    with_bias = golden(slices[0].double(), stats, epsilon=EPS, bias=bias[:width])
     with pytest.raises(AssertionError):
-        assert_close(out_bias[..., :width], want, "bfloat16")
+        assert_close(out_bias[..., :width], with_bias, "bfloat16")
     # Single-device ttnn.rms_norm applies beta without gamma.
     single = ref.single_device_rms_norm(x, None, bias, epsilon=EPS, dtype="bfloat16")
     assert_close(single, ref.golden_rms_norm(x, None, bias, epsilon=EPS), "bfloat16")
@@ -386,8 +390,6 @@ def test_bfloat16_quantize_matches_ttnn_from_torch(host_cluster):
 
 
 def test_quantize_leaves_environment_as_found(ttnn):
-    import os
-
     before = os.environ.get(MOCK_ENV)
     ref.quantize(torch.ones(32, 32), "bfloat8_b")
     assert os.environ.get(MOCK_ENV) == before
