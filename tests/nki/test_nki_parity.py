@@ -12,7 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from programs.nki.driver import DEVICE, DTYPES, EMULATED, SIMULATOR, run_post, run_pre_stats, run_rms_norm, toolchain
+from programs.nki.driver import (
+    DEVICE,
+    DTYPES,
+    EMULATED,
+    SIMULATOR,
+    max_local_hidden,
+    run_post,
+    run_pre_stats,
+    run_rms_norm,
+    toolchain,
+)
 from tt_rmsnorm.accuracy import assert_close
 
 EPSILON = 1e-5
@@ -173,6 +183,19 @@ def test_hidden_slice_too_large_for_sbuf_is_rejected_before_launch():
         run_rms_norm(x, None, epsilon=EPSILON, dtype="float32")
     y, _ = run_rms_norm(x, None, epsilon=EPSILON, num_devices=2, dtype="float32")  # the suggested fix works
     _check_rms_norm(y, x, None, "float32", "65536 over 2 devices")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_driver_limit_fits_the_emulated_sbuf(dtype):
+    """At max_local_hidden the fused kernel still fits SBUF (the emulator would raise otherwise); one more chunk is
+    refused by the driver."""
+    hidden = max_local_hidden(dtype)
+    x, w = _inputs(3, hidden, dtype, seed=6)
+    y, _ = run_rms_norm(x, w, epsilon=EPSILON, dtype=dtype)
+    _check_rms_norm(y, x, w, dtype, f"hidden {hidden} at the limit")
+    x, w = _inputs(3, hidden + 512, dtype, seed=6)
+    with pytest.raises(ValueError, match="would not fit SBUF"):
+        run_rms_norm(x, w, epsilon=EPSILON, dtype=dtype)
 
 
 @pytest.mark.requires_neuron
