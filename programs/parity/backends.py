@@ -21,9 +21,9 @@ import os
 
 import numpy as np
 import torch
-from loguru import logger
 
 from programs.parity.cases import Case, tensors
+from programs.parity.log import logger
 from tt_rmsnorm import reference
 from tt_rmsnorm.hardware import tt_hardware_present
 

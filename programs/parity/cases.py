@@ -119,22 +119,21 @@ def default_cases(seed: int = DEFAULT_SEED) -> list[Case]:
 
     It includes the huge-magnitude rows, which fail every fp32-accumulating backend (see the README's parity note)."""
     c = [
-        # decode: one token, and a full tile row of 32 (the sharded TT path)
+        # Grouped by mesh size (each mock system's worker then starts once); decode (1 token, or one tile row of 32:
+        # the sharded TT path), prefill (the interleaved path), hard rows.
+        Case("decode", 32, 2048, 1, 1e-6, "random"),
+        Case("decode", 32, 4096, 2, 1e-5, "random", hard="zeros"),
+        Case("prefill", 128, 4096, 2, 1e-5, "ones"),
+        Case("prefill", 2048, 2048, 2, 1e-5, "random"),  # long prefill
         Case("decode", 1, 8192, 8, 1e-5, "random"),
         Case("decode", 32, 8192, 8, 1e-5, "ones"),
-        Case("decode", 32, 2048, 1, 1e-6, "random"),
-        Case("decode", 32, 16384, 32, 1e-6, "zero_centered"),
-        # prefill (the interleaved TT path)
-        Case("prefill", 128, 4096, 2, 1e-5, "ones"),
         Case("prefill", 128, 8192, 8, 1e-5, "zero_centered"),
-        Case("prefill", 64, 16384, 32, 1e-6, "random"),
-        Case("prefill", 2048, 2048, 2, 1e-5, "random"),  # long prefill
-        # hard rows
-        Case("decode", 32, 4096, 2, 1e-5, "random", hard="zeros"),
         Case("decode", 32, 8192, 8, 1e-5, "random", hard="outlier"),
         Case("decode", 32, 4096, 8, 1e-6, "ones", hard="tiny"),
-        Case("prefill", 64, 4096, 32, 1e-6, "zero_centered", hard="tiny"),
         Case("decode", 32, 8192, 8, 1e-5, "random", hard="huge"),
+        Case("decode", 32, 16384, 32, 1e-6, "zero_centered"),
+        Case("prefill", 64, 16384, 32, 1e-6, "random"),
+        Case("prefill", 64, 4096, 32, 1e-6, "zero_centered", hard="tiny"),
     ]
     return [Case(**{**k.__dict__, "seed": seed}) for k in c]
 
@@ -150,7 +149,7 @@ def full_cases(seed: int = DEFAULT_SEED) -> list[Case]:
         Case("prefill", 128, 16384, 32, 1e-6, "zero_centered", hard="huge"),
         Case("decode", 1, 16384, 32, 1e-6, "ones", hard="tiny"),
     ]
-    return default_cases(seed) + [Case(**{**k.__dict__, "seed": seed}) for k in more]
+    return sorted(default_cases(seed) + [Case(**{**k.__dict__, "seed": seed}) for k in more], key=lambda k: k.num_devices)
 
 
 def demo_cases(seed: int = DEFAULT_SEED) -> list[Case]:

@@ -269,9 +269,9 @@ def write_files(run: ParityRun, out_dir: Path) -> dict[str, Path]:
         plot(run, out_dir / "parity.png")
         written["png"] = out_dir / "parity.png"
     except ImportError as e:
-        from loguru import logger
+        from programs.parity.log import logger
 
-        logger.warning(f"no plot: {e}")
+        logger.warning(f"no plot (matplotlib missing): {e}")
     written["md"] = out_dir / "parity.md"
     written["md"].write_text(markdown_report(run, "parity.png" if "png" in written else None))
     return written

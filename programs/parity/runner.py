@@ -23,11 +23,10 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from loguru import logger  # noqa: E402
-
-from programs.parity import report  # noqa: E402
+from programs.parity import log, report  # noqa: E402
 from programs.parity.backends import Backend, all_backends  # noqa: E402
 from programs.parity.cases import CASE_SETS, DEFAULT_SEED, Case  # noqa: E402
+from programs.parity.log import logger  # noqa: E402
 from tt_rmsnorm.accuracy import compare  # noqa: E402
 
 DEFAULT_OUT = Path("out/parity")
@@ -134,8 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
     os.environ.setdefault("TT_LOGGER_LEVEL", "error")  # ttnn's cluster chatter would interleave with the tables
-    logger.remove()
-    logger.add(sys.stderr, level="DEBUG" if args.verbose else "WARNING")
+    log.configure(args.verbose)
 
     backends = all_backends()
     if args.backends:
