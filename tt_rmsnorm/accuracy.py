@@ -61,7 +61,9 @@ TOLERANCES: dict[str, Tolerance] = {
         why=(
             "a bf16 output is rounded once (0.5 ULP); bf16 stats (TT stores sum(x^2) in bf16: 2^-9 relative, so "
             "rsqrt is off by 2^-10, 1/8 ULP) and a bf16 product with the weight (0.5 ULP) add at most ~1 ULP more; "
-            "2 ULPs leaves one ULP of margin. PCC 0.9999 is the project requirement for distributed-vs-single-device"
+            "2 ULPs leaves one ULP of margin (measured: <= 1.0 with fp32_dest_acc_en, the project default; ttnn's "
+            "bf16-accumulation default reaches 2.7 at N=8 and 6.5 at N=1, which is why configs turns fp32 on). "
+            "PCC 0.9999 is the project requirement for distributed-vs-single-device"
         ),
     ),
     "float16": Tolerance(
@@ -194,9 +196,13 @@ class Report:
         return s + (" PASS" if self.passed else " FAIL: " + "; ".join(self.failures))
 
 
-def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None) -> Report:
+def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_reference=None) -> Report:
     """All metrics of `actual` against the float64 `expected`, judged by the policy for `dtype` (the result's dtype).
 
+    `ulp_reference`: the magnitude the error scales with, where it differs from the result's (y = x*r*w + bias: the
+    error of x*r*w is not smaller because the bias cancels it); ULPs are then taken at max(|expected|, |ulp_reference|).
+    PCC is reported always but judged only where `expected` varies by more than bf16 resolution: a correlation of
+    near-constant data measures rounding noise, not agreement (the ULP and abs bounds judge those).
     Non-finite values in `actual` where `expected` is finite always fail."""
     tol = tolerance or tolerance_for(dtype)
     a, e = _f64(actual), _f64(expected)
@@ -208,7 +214,8 @@ def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None) -> R
     max_abs = float(diff[finite].max()) if bool(finite.any()) else float("nan")
     scale = float(e[torch.isfinite(e)].abs().max()) if bool(torch.isfinite(e).any()) else 0.0
     max_abs_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
-    ulps = bf16_ulp_distance(a, e)
+    at = e if ulp_reference is None else torch.maximum(e.abs(), _f64(ulp_reference).abs())
+    ulps = (a - e).abs() / bf16_ulp(at)
     ulps_f = ulps[torch.isfinite(ulps)]
     max_ulp = float(ulps_f.max()) if ulps_f.numel() else float("nan")
     mean_ulp = float(ulps_f.mean()) if ulps_f.numel() else float("nan")
@@ -223,7 +230,9 @@ def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None) -> R
     failures = []
     if nonfinite:
         failures.append(f"{nonfinite} non-finite values where the reference is finite")
-    if not (p >= tol.pcc_min):
+    fin_e = e[torch.isfinite(e)]
+    varies = fin_e.numel() > 1 and float(fin_e.std()) > 2.0**-BF16_MANTISSA_BITS * float(fin_e.abs().mean())
+    if varies and not (p >= tol.pcc_min):
         failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
     if tol.max_ulp is not None and not (max_ulp <= tol.max_ulp):
         failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
@@ -248,9 +257,9 @@ def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None) -> R
     )
 
 
-def assert_close(actual, expected, dtype, *, context: str = "") -> Report:
+def assert_close(actual, expected, dtype, *, context: str = "", ulp_reference=None) -> Report:
     """`compare` for tests: raises AssertionError with every metric when the policy is not met."""
-    report = compare(actual, expected, dtype)
+    report = compare(actual, expected, dtype, ulp_reference=ulp_reference)
     if not report.passed:
         raise AssertionError(f"{context + ': ' if context else ''}{report.summary()}")
     return report

@@ -61,6 +61,7 @@ GCC_VERSION = "15.1.0"  # the gcc inside sfpi 7.89.0; part of the --version line
 CACHE_ENV = "TT_METAL_CACHE"
 STARTUP_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 120.0
+IN_WORKER_ENV = "TT_RMSNORM_MOCK_WORKER"  # set inside workers: they never start workers of their own
 MAX_WORKERS = 2  # each worker holds ~0.8-1 GiB (ttnn + a mock cluster); the least recently used one is stopped
 
 
@@ -333,8 +334,19 @@ def _load_function(file: str, qualname: str):
     return obj
 
 
+def _exit_with_parent(parent: int) -> None:
+    """A worker busy in a long call cannot see its pipe close: leave as soon as the process that started it is gone."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(3)
+
+
 def _serve(system: str, rfd: int, wfd: int) -> None:
     """Worker main loop: configure, open the system's mesh on first use, answer calls until the pipe closes."""
+    import threading
+
+    os.environ[IN_WORKER_ENV] = "1"
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     configure(system)
     mesh, mesh_shape = None, None
     _send(wfd, {"ready": True, "pid": os.getpid()})
@@ -403,8 +415,9 @@ class _Worker:
         try:
             reply = _recv(self.from_child, time.monotonic() + timeout)
         except WorkerTimeout:
+            tail = self.log_tail()
             self.kill()
-            raise WorkerTimeout(f"mock {self.system} worker gave no answer in {timeout:.0f} s; killed. Log tail:\n{self.log_tail()}")
+            raise WorkerTimeout(f"mock {self.system} worker gave no answer in {timeout:.0f} s; killed. Log tail:\n{tail}")
         if reply is None:
             rc = self.proc.wait(timeout=30)
             tail = self.log_tail()
@@ -457,6 +470,9 @@ def run_isolated(system: str, fn, *args, timeout: float = CALL_TIMEOUT_S, mesh_s
     calls. Raises IsolatedError when fn raised (ttnn's TT_FATAL arrives as kind 'RuntimeError'), WorkerCrashed when
     the process died (the next call starts a fresh one), WorkerTimeout after `timeout` seconds (the worker is killed).
     """
+    if os.environ.get(IN_WORKER_ENV):
+        raise MockClusterError("run_isolated called inside a mock-cluster worker (e.g. at import time of the module "
+                               "whose function runs there); call it from the test process only")
     worker = _workers.pop(system, None)
     if worker is None or not worker.alive():
         if worker is not None:

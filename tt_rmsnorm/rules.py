@@ -352,24 +352,34 @@ def _is_sharded_pc(pc) -> bool:
 # L1 budgets of the interleaved distributed factories (the whole local row sits in circular buffers on one core).
 
 
-def pre_l1_bytes(x: TensorDesc, compute_kernel_config=None, residual: TensorDesc | None = None, stats_dtype=ttnn.bfloat16) -> int:
-    """L1 end address of the interleaved pre's circular buffers (layernorm_pre_all_gather_program_factory)."""
+def pre_l1_bytes(x: TensorDesc, compute_kernel_config=None, residual: TensorDesc | None = None, stats_dtype=ttnn.bfloat16,
+                 use_2d_core_grid: bool = False) -> int:
+    """L1 end address of the interleaved pre's circular buffers (layernorm_pre_all_gather_program_factory): the
+    input double-buffered, x^2, a reduce scaler and the output; the 2-D factory double-buffers x^2 too and adds
+    merge buffers. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
     wt = x.padded_width // TILE
     cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    if use_2d_core_grid:
+        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + 11 * cb + TILE_BYTES[stats_dtype]
     total = 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype]  # input x2, x^2, reduce scaler, out
     if residual is not None:
         total += 2 * wt * residual.tile_bytes() + wt * cb  # residual x2, fused a+b
     return L1_BASE + total
 
 
-def post_l1_bytes(x: TensorDesc, stats: TensorDesc, compute_kernel_config=None, weight=None, bias=None, out_dtype=None) -> int:
-    """L1 end address of the interleaved post: the whole row is buffered unless it exceeds 95% of L1, then streamed.
-    Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts.txt: 102 observed verdicts)."""
+def post_l1_bytes(x: TensorDesc, stats: TensorDesc, compute_kernel_config=None, weight=None, bias=None, out_dtype=None,
+                  use_2d_core_grid: bool = False, grid_y: int = DEFAULT_COMPUTE_GRID[1]) -> int:
+    """L1 end address of the interleaved post. 1-D: the whole row is buffered unless it exceeds 95% of L1, then it is
+    streamed in short chunks; 2-D: each core buffers Wt / cores_y tiles (cores_y = the largest divisor of Wt <= grid.y).
+    Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
     wt = x.padded_width // TILE
     available = L1_SIZE - L1_BASE
-    cb_length = wt
-    if wt * x.tile_bytes() > 0.95 * available:
+    if use_2d_core_grid:
+        cb_length = wt // max(d for d in range(1, min(wt, grid_y) + 1) if wt % d == 0)
+    elif wt * x.tile_bytes() > 0.95 * available:
         cb_length = int((available // x.tile_bytes()) * 0.95 / 7)
+    else:
+        cb_length = wt
     cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     per_tile = x.tile_bytes() + TILE_BYTES[out_dtype or x.dtype]
     for g in (weight, bias):  # each affine operand: its own buffer and one intermediate in the compute format
@@ -445,7 +455,7 @@ def check_pre_all_gather(
     _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
     _check_output_memory_config(x, memory_config)
     _check_residual(x, res)
-    _check_l1(pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16), "pre", x)
+    _check_l1(pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)), "pre", x)
     return "interleaved"
 
 
@@ -515,9 +525,9 @@ def check_post_all_gather(
     if program_config is not None and program_config.use_welford:
         _fail("post.welford", "RMS norm is not compatible with the Welford algorithm", "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
     _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
-    _check_output_memory_config(x, memory_config)
+    # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
     _check_gamma_beta(x, w, b, "interleaved_post")
-    _check_l1(post_l1_bytes(x, s, compute_kernel_config, w, b, dtype), "post", x)
+    _check_l1(post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]), "post", x)
     return "interleaved"
 
 
@@ -565,6 +575,8 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
     if not -x.rank <= dim < x.rank:
         _fail("all_gather.dim", f"dim must be in [{-x.rank}, {x.rank}) for a rank-{x.rank} tensor", dim, "gather the stats on dim=3 (the last)")
     mesh_shape = tuple(mesh_shape)
+    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1:
+        _fail("all_gather.cluster_axis", "on a 2-D mesh the 1-D fabric needs cluster_axis", f"cluster_axis=None on mesh {mesh_shape}", "cluster_axis=1 gathers along mesh columns (Galaxy: the tensor-parallel axis)")
     if cluster_axis is None:
         n = math.prod(mesh_shape)
     else:

@@ -4,6 +4,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -130,6 +131,44 @@ def test_worker_survives_errors_crashes_and_timeouts():
     with pytest.raises(mock_cluster.WorkerTimeout):
         mock_cluster.run_isolated("n150", _hang, timeout=2)
     assert mock_cluster.run_isolated("n150", _process_facts)["pid"] not in (first["pid"], after_crash["pid"])
+
+
+def _nested_run_isolated(mesh):
+    try:
+        mock_cluster.run_isolated("n150", _process_facts)
+    except mock_cluster.MockClusterError as e:
+        return str(e)
+    return "no error"
+
+
+def test_workers_never_start_workers():
+    assert "inside a mock-cluster worker" in mock_cluster.run_isolated("n150", _nested_run_isolated)
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+sys.path.insert(0, {here!r})
+import mock_worker
+from tt_rmsnorm import mock_cluster
+print(mock_cluster.run_isolated("n150", mock_worker.worker_pid), flush=True)
+time.sleep(600)
+"""
+
+
+def test_worker_exits_when_its_parent_dies(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(ORPHAN_SCRIPT.format(here=os.path.dirname(os.path.abspath(mock_worker.__file__))))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        assert os.path.exists(f"/proc/{worker}")
+    finally:
+        parent.kill()  # SIGKILL: no atexit, no graceful worker shutdown
+        parent.wait()
+    deadline = time.monotonic() + 15
+    while os.path.exists(f"/proc/{worker}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{worker}"), "orphaned worker still running"
 
 
 def test_unknown_system_is_refused():

@@ -114,6 +114,7 @@ BAD = [
     ("memory_config.sharded_output", "sharded output", pre(xs(), memory_config=ttnn.DRAM_MEMORY_CONFIG)),
     ("memory_config.matches_input", "must match", pre(xs(), memory_config=shard_mc(B_SHARD, (8, 4), (32, 32)))),
     ("memory_config.interleaved_output", "interleaved output", pre(x(), memory_config=PLAN.input_memory_config)),
+    ("all_gather.cluster_axis", "needs cluster_axis", gather(x(), mesh_shape=(8, 4))),
     ("memory_config.shard_height", "shard height", post(xs(), means(), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))),
     ("sharded_pre.dtype_ignored", "always writes bfloat16", pre(xs(), dtype=ttnn.bfloat8_b)),
     ("residual.shape", "shapes must match", pre(x(), residual_input_tensor=x((1, 1, 64, 1024)))),
@@ -240,6 +241,33 @@ def test_l1_budget_matches_ttnn_verdicts(op, width, affine, acc, dt, residual, v
     else:
         affine_kw = {"weight": rm_weight(width), "bias": rm_weight(width)} if affine == 2 else ({"weight": rm_weight(width)} if affine else {})
         check = post(inp, sums((1, 1, 32, 32)), compute_kernel_config=cfg, **affine_kw)
+    if verdict == "ok":
+        check()
+    else:
+        with pytest.raises(RuleError) as err:
+            check()
+        assert err.value.rule == f"{op}.l1_budget"
+
+
+def _l1_verdicts_2d():
+    path = Path(__file__).with_name("data") / "l1_verdicts_2d.txt"
+    rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return [(op, int(w), int(s), acc == "True", dt, int(g), verdict) for op, w, s, acc, dt, g, verdict, *_ in rows]
+
+
+@pytest.mark.filterwarnings("ignore::tt_rmsnorm.rules.AccuracyWarning")
+@pytest.mark.parametrize("op, width, rows, acc, dt, weight, verdict", _l1_verdicts_2d(),
+                         ids=[f"{r[0]}-w{r[1]}-s{r[2]}-{'fp32acc' if r[3] else 'bf16acc'}-{r[4]}{'-weight' if r[5] else ''}" for r in _l1_verdicts_2d()])
+def test_l1_budget_2d_core_grid_matches_ttnn_verdicts(op, width, rows, acc, dt, weight, verdict):
+    """The 2-D core-grid factories' L1 verdicts from ttnn on a mock N150 (data/l1_verdicts_2d.txt, grid 8x8)."""
+    dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b}[dt]
+    cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    inp = D((1, 1, rows, width), dtype=dtype)
+    if op == "pre":
+        check = pre(inp, compute_kernel_config=cfg, use_2d_core_grid=True, compute_grid=(8, 8))
+    else:
+        check = post(inp, sums((1, 1, rows, 32)), compute_kernel_config=cfg, use_2d_core_grid=True, compute_grid=(8, 8),
+                     **({"weight": rm_weight(width)} if weight else {}))
     if verdict == "ok":
         check()
     else:
