@@ -59,6 +59,7 @@ COMPILER = "riscv-tt-elf-g++"
 STAND_IN_MARK = "tt_rmsnorm mock-cluster stand-in for the SFPI compiler"
 GCC_VERSION = "15.1.0"  # the gcc inside sfpi 7.89.0; part of the --version line hashed into the firmware key
 CACHE_ENV = "TT_METAL_CACHE"
+PRIVATE_CACHE_ENV = "TT_RMSNORM_WORKER_JIT_DIR"
 STARTUP_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 120.0
 IN_WORKER_ENV = "TT_RMSNORM_MOCK_WORKER"  # set inside workers: they never start workers of their own
@@ -256,8 +257,13 @@ def configure(system: str) -> None:
     if _private_cache is None:
         # A fresh JIT cache per process: stale artefacts in ~/.cache/tt-metal-cache (real or stand-in builds) are never
         # reused, and concurrent workers never share half-written files. The stand-in makes rebuilding cost ~ms.
-        _private_cache = Path(tempfile.mkdtemp(prefix=f"tt_rmsnorm-jit-{system}-"))
-        atexit.register(shutil.rmtree, _private_cache, True)
+        # A worker's cache is made (and removed, even after a crash) by the process that started it.
+        given = os.environ.get(PRIVATE_CACHE_ENV)
+        if given:
+            _private_cache = Path(given)
+        else:
+            _private_cache = Path(tempfile.mkdtemp(prefix=f"tt_rmsnorm-jit-{system}-"))
+            atexit.register(shutil.rmtree, _private_cache, True)
     os.environ[CACHE_ENV] = f"{_private_cache}/"
     install_compiler_stand_in()
 
@@ -384,8 +390,10 @@ class _Worker:
         self.log_path = Path(log_path)
         to_child_r, self.to_child = os.pipe()
         self.from_child, from_child_w = os.pipe()
+        self.cache_dir = tempfile.mkdtemp(prefix=f"tt_rmsnorm-jit-{system}-")
         env = dict(os.environ)
         env.pop(MOCK_ENV, None)  # the worker configures itself
+        env[PRIVATE_CACHE_ENV] = self.cache_dir
         root = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         with open(self.log_path, "wb") as log:
@@ -403,6 +411,7 @@ class _Worker:
         os.close(from_child_w)
         hello = self._receive(STARTUP_TIMEOUT_S)
         if not hello or not hello.get("ready"):
+            self.kill()
             raise MockClusterError(f"mock {system} worker did not start: {hello}")
 
     def log_tail(self, n: int = 4000) -> str:
@@ -457,6 +466,7 @@ class _Worker:
             self.log_path.unlink()
         except OSError:
             pass
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
 
 
 _workers: dict[str, _Worker] = {}
