@@ -31,3 +31,27 @@ def test_distributed_rms_norm_dry_run(system):
                 assert r["memory_config"] == "INTERLEAVED DRAM", r
             else:
                 assert r["memory_config"].startswith("WIDTH_SHARDED L1 shard [32, "), r
+
+
+def _decode_from_sharded_activation(mesh):
+    """Decode as models run it: the activation already width-sharded in L1 when the norm is called."""
+    import torch
+    import ttnn
+
+    from tt_rmsnorm import configs
+    from tt_rmsnorm import mesh as tt_mesh
+
+    grid = mesh.compute_with_storage_grid_size()
+    n = tuple(mesh.shape)[1]
+    plan = configs.plan((1, 1, 32, HIDDEN // n), n, compute_grid=(grid.x, grid.y), sharded=True)
+    x = tt_mesh.shard_activation(torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=plan.input_memory_config)
+    w = tt_mesh.prepare_weight(torch.randn(HIDDEN), mesh)
+    y = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5)
+    return [(tuple(t.shape), t.memory_config() == plan.input_memory_config) for t in ttnn.get_device_tensors(y)]
+
+
+@pytest.mark.xfail(strict=True, reason="reported to the lead: distributed_rms_norm on an already-sharded x replaces the "
+                   "plan's input_memory_config by None, then NormPlan.describe() reads its shard_spec (AttributeError)")
+def test_decode_from_an_already_sharded_activation():
+    rows = mock_cluster.run_isolated("t3k", _decode_from_sharded_activation)
+    assert rows == [((1, 1, 32, HIDDEN // 8), True)] * 8
