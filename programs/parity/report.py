@@ -56,6 +56,7 @@ class ParityRun:
     results: list[Result]
     seed: int
     wall_s: float
+    environment: str = ""
 
     @property
     def failures(self) -> list[Result]:
@@ -160,7 +161,8 @@ def verdict(run: ParityRun) -> str:
 
 
 def terminal_report(run: ParityRun) -> str:
-    out = [f"Parity: {len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s", ""]
+    out = [f"Parity: {len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s",
+           f"on {run.environment}", ""]
     out += _grid(*backend_rows(run))
     out += ["", LEGEND]
     out += _grid(*matrix_rows(run))
@@ -175,8 +177,8 @@ def markdown_report(run: ParityRun, plot_name: str | None) -> str:
     out = [
         "# Parity run",
         "",
-        f"{len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s. "
-        f"{verdict(run)}.",
+        f"{len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s, on "
+        f"{run.environment}. {verdict(run)}.",
         "",
         "## Backends",
         "",

@@ -89,6 +89,20 @@ def run_one(backend: Backend, case: Case, available: tuple[bool, str]) -> report
     )
 
 
+def environment() -> str:
+    """What the run ran on, for the report header: CPU cores, GPU, and the versions of the backends' packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+    parts = [f"{os.cpu_count()} CPU cores, {gpu}"]
+    for pkg in ("torch", "triton", "ttnn", "neuronxcc"):
+        try:
+            parts.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            parts.append(f"no {pkg}")
+    return ", ".join(parts)
+
+
 def run_parity(cases: list[Case], backends: list[Backend], *, seed: int = DEFAULT_SEED, progress: bool = True) -> report.ParityRun:
     """Every case through every backend (case by case, so each case's tensors are drawn once)."""
     t0 = time.perf_counter()
@@ -120,7 +134,7 @@ def run_parity(cases: list[Case], backends: list[Backend], *, seed: int = DEFAUL
                 b.close()
             except Exception as e:  # noqa: BLE001 - closing must not hide the results
                 logger.warning(f"closing {b.name}: {e!r}")
-    return report.ParityRun([c.name for c in cases], infos, results, seed, time.perf_counter() - t0)
+    return report.ParityRun([c.name for c in cases], infos, results, seed, time.perf_counter() - t0, environment())
 
 
 def main(argv=None) -> int:
