@@ -144,6 +144,9 @@ def full_cases(seed: int = DEFAULT_SEED) -> list[Case]:
         Case("prefill", 2048, 8192, 8, 1e-5, "zero_centered"),
         Case("prefill", 512, 16384, 32, 1e-6, "random"),
         Case("prefill", 1024, 4096, 1, 1e-6, "ones"),
+        # 8192 per device is past the interleaved pre's L1 budget: the TT package refuses it by rule (the models,
+        # Triton and NKI compute it)
+        Case("prefill", 128, 16384, 2, 1e-5, "random"),
         Case("prefill", 128, 8192, 2, 1e-5, "random", hard="outlier"),
         Case("prefill", 128, 2048, 1, 1e-5, "ones", hard="zeros"),
         Case("prefill", 128, 16384, 32, 1e-6, "zero_centered", hard="huge"),
