@@ -344,7 +344,20 @@ def _exit_with_parent(parent: int) -> None:
     """A worker busy in a long call cannot see its pipe close: leave as soon as the process that started it is gone."""
     while os.getppid() == parent:
         time.sleep(1.0)
+    _remove_worker_files()
     os._exit(3)
+
+
+def _remove_worker_files() -> None:
+    """JIT cache and log of a worker whose parent is gone or has closed the pipe (the parent removes them otherwise)."""
+    if _private_cache is not None:
+        shutil.rmtree(_private_cache, ignore_errors=True)
+    log = os.path.realpath("/proc/self/fd/1")
+    if os.path.basename(log).startswith("tt_rmsnorm-worker-"):
+        try:
+            os.unlink(log)
+        except OSError:
+            pass
 
 
 def _serve(system: str, rfd: int, wfd: int) -> None:
@@ -358,7 +371,10 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     _send(wfd, {"ready": True, "pid": os.getpid()})
     while True:
         msg = _recv(rfd)
-        if msg is None or msg.get("op") == "exit":
+        if msg is None:  # the parent went away without saying goodbye
+            _remove_worker_files()
+            break
+        if msg.get("op") == "exit":
             break
         try:
             fn = _load_function(msg["file"], msg["qualname"])

@@ -77,7 +77,8 @@ def run_plan(mesh, plan, cluster_axis) -> list[dict]:
     return [describe_output(t) for t in (stats, gathered, y)]
 
 
-def worker_pid(mesh) -> int:
+def worker_identity(mesh) -> str:
+    """'pid cache-dir' of the worker process."""
     import os
 
-    return os.getpid()
+    return f"{os.getpid()} {os.environ['TT_METAL_CACHE'].rstrip('/')}"

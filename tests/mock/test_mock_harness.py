@@ -150,7 +150,7 @@ import sys, time
 sys.path.insert(0, {here!r})
 import mock_worker
 from tt_rmsnorm import mock_cluster
-print(mock_cluster.run_isolated("n150", mock_worker.worker_pid), flush=True)
+print(mock_cluster.run_isolated("n150", mock_worker.worker_identity), flush=True)
 time.sleep(600)
 """
 
@@ -160,8 +160,9 @@ def test_worker_exits_when_its_parent_dies(tmp_path):
     script.write_text(ORPHAN_SCRIPT.format(here=os.path.dirname(os.path.abspath(mock_worker.__file__))))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
-        worker = int(parent.stdout.readline())
-        assert os.path.exists(f"/proc/{worker}")
+        pid, cache = parent.stdout.readline().split()
+        worker = int(pid)
+        assert os.path.exists(f"/proc/{worker}") and os.path.isdir(cache)
     finally:
         parent.kill()  # SIGKILL: no atexit, no graceful worker shutdown
         parent.wait()
@@ -169,6 +170,7 @@ def test_worker_exits_when_its_parent_dies(tmp_path):
     while os.path.exists(f"/proc/{worker}") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not os.path.exists(f"/proc/{worker}"), "orphaned worker still running"
+    assert not os.path.exists(cache), "the orphaned worker left its JIT cache behind"
 
 
 def test_unknown_system_is_refused():
