@@ -11,7 +11,8 @@ h is the normalized input (x, or residual_out when the residual add was fused).
 dweight/dbias: each program accumulates its rows in fp32 and writes one row of a [programs, N] fp32 buffer; a second
 kernel sums that buffer column by column in program order. No atomics: the same inputs give the same bits every run.
 
-Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers.
+Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
+tile's loads issued before the current tile is reduced.
 Longer rows take two kernels: `_bwd_rowdot_kernel` computes c per row, then `_bwd_cols_kernel` works on column tiles
 (dx and the dweight partials), reading x and dy a second time.
 """
@@ -28,7 +29,7 @@ from programs.triton import fp8 as fp8mod
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import pre_round, sm_count
 
-MAX_ROWS_N = 16384  # x, dy and the dweight accumulator of a row tile all live in registers
+MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,16 @@ class BwdConfig:
 
 
 def bwd_config(m: int, n: int, device) -> BwdConfig:
+    """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`): one CTA per SM."""
     sms = sm_count(device)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
-        block_m = max(1, min(4096 // block_n, 8))
-        num_warps = min(32, max(4, block_m * block_n // 256))
-        return BwdConfig("rows", num_warps, block_m=block_m, programs=min(triton.cdiv(m, block_m), 2 * sms))
-    block_n = 1024
-    groups = max(1, min(triton.cdiv(m, 8), (4 * sms) // max(1, triton.cdiv(n, block_n)) or 1))
-    return BwdConfig("cols", 8, block_m=8, programs=groups, block_n=block_n)
+        block_m = max(1, min(8192 // block_n, 8))
+        num_warps = 32 if block_n >= 8192 else 16
+        return BwdConfig("rows", num_warps, block_m=block_m, programs=min(triton.cdiv(m, block_m), sms))
+    block_n = 2048
+    groups = max(1, min(triton.cdiv(m, 8), (2 * sms) // triton.cdiv(n, block_n)))
+    return BwdConfig("cols", 4, block_m=8, programs=groups, block_n=block_n)
 
 
 @triton.jit
@@ -59,6 +61,8 @@ def _bwd_rows_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
 ):
+    # One CTA per SM is all the registers allow (x, dy and the dweight accumulator), so the next tile's loads are
+    # issued before the current tile is reduced: DRAM stays busy through the reduction and the stores.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -67,14 +71,25 @@ def _bwd_rows_kernel(
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(pid * BLOCK_M, M, nprog * BLOCK_M):
+    step = nprog * BLOCK_M
+    rows_n = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_n = (rows_n < M)[:, None] & col_ok[None, :]
+    h_n = tl.load(H + rows_n.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask_n, other=0.0)
+    dy_n = tl.load(DY + rows_n.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask_n, other=0.0)
+    rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
+    for start in range(pid * BLOCK_M, M, step):
         rows = start + tl.arange(0, BLOCK_M)
         row_ok = rows < M
         mask = row_ok[:, None] & col_ok[None, :]
         r64 = rows.to(tl.int64)[:, None]
-        h = tl.load(H + r64 * stride_h + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + r64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rs = tl.load(RSIG + rows, mask=row_ok, other=0.0)[:, None]
+        h = h_n.to(tl.float32)
+        dy = dy_n.to(tl.float32)
+        rs = rs_n[:, None]
+        rows_n = rows + step
+        mask_n = (rows_n < M)[:, None] & col_ok[None, :]
+        h_n = tl.load(H + rows_n.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask_n, other=0.0)
+        dy_n = tl.load(DY + rows_n.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask_n, other=0.0)
+        rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
         xhat = h * rs
         if HAS_W:
             g = dy * w[None, :]

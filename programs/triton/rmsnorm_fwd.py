@@ -44,6 +44,7 @@ from programs.triton.checks import (
 )
 
 MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
+LOOPED_HEAD = 16384  # leading columns the looped kernel keeps in registers (16 fp32 per thread at 32 warps)
 
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
@@ -64,6 +65,7 @@ class FwdConfig:
     block_m: int = 1
     chunk: int = 0
     programs: int = 0
+    head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
 
 
 def sm_count(device) -> int:
@@ -73,13 +75,16 @@ def sm_count(device) -> int:
 
 
 def fwd_config(m: int, n: int, device) -> FwdConfig:
-    """Tuned on H200 (NOTES.md): rows up to MAX_ROWS_N in registers, ~8K elements per program."""
+    """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`)."""
+    sms = sm_count(device)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
-        block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sm_count(device))))))
+        if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
+            return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
+        block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
         num_warps = min(32, max(4, block_m * block_n // 512))
         return FwdConfig("rows", num_warps, block_m=block_m)
-    return FwdConfig("looped", 16, chunk=8192, programs=min(m, sm_count(device)))
+    return FwdConfig("looped", 32, chunk=8192, programs=min(m, 2 * sms), head=LOOPED_HEAD)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -131,6 +136,11 @@ def _fwd_rows_kernel(
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
     r64 = rows.to(tl.int64)[:, None]
+    # weight and bias first: their loads overlap x's instead of waiting behind the row reduction (decode latency)
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+    if HAS_B:
+        b = tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)
 
     h = tl.load(X + r64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
@@ -151,10 +161,9 @@ def _fwd_rows_kernel(
 
     v = h * rs[:, None]
     if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
         v = v * w[None, :]
     if HAS_B:
-        v += tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        v += b[None, :]
 
     if OUT_MODE == 0:
         y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
@@ -179,31 +188,50 @@ def _fwd_looped_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
     M, N, inv_n, eps, w_off, scale_ub, fp8_max,
-    CHUNK: tl.constexpr,
+    CHUNK: tl.constexpr, HEAD: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
     RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
+    # Columns [0, HEAD) stay in registers between the stats pass and the normalize pass; [HEAD, N) stream through in
+    # CHUNK pieces and are read twice, the second time (reverse order) mostly from L2. HEAD=0: everything streams.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, CHUNK)
-    n_chunks = tl.cdiv(N, CHUNK)
+    n_chunks = tl.cdiv(N - HEAD, CHUNK)
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
+    STATS_PASS: tl.constexpr = (not HAS_STATS) or HAS_RES
     # Without bias, max|h*rs*w| = rs * max|h*w| (rs > 0): the row max rides along the stats pass.
-    AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and (not HAS_STATS or HAS_RES)
+    AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and STATS_PASS
     for row in range(pid, M, nprog):
         r64 = tl.cast(row, tl.int64)
         xrow = X + r64 * stride_x
-        # h is re-read from RO (the stored sum) when there is a residual
-        if HAS_RES:
+        if HAS_RES:  # h is re-read from RO, the stored sum
             hrow = RO + r64 * stride_ro
         else:
             hrow = xrow
         acc = tl.zeros([CHUNK], dtype=tl.float32)
         mx = tl.zeros([CHUNK], dtype=tl.float32)
-        if (not HAS_STATS) or HAS_RES:
+        head_ss = 0.0
+        head_mx = 0.0
+        if HEAD > 0:
+            hc = tl.arange(0, HEAD)
+            hh = tl.load(xrow + hc).to(tl.float32)
+            if HAS_RES:
+                hh += tl.load(R + r64 * stride_r + hc).to(tl.float32)
+                hq_head = pre_round(hh, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+                tl.store(hrow + hc, hq_head)
+                hh = hq_head.to(tl.float32)
+            if STATS_PASS:
+                head_ss = tl.sum(hh * hh, axis=0)
+            if AMAX_IN_STATS:
+                if HAS_W:
+                    head_mx = tl.max(tl.abs(hh * (tl.load(W + hc).to(tl.float32) + w_off)), axis=0)
+                else:
+                    head_mx = tl.max(tl.abs(hh), axis=0)
+        if STATS_PASS:
             for i in range(n_chunks):
-                c = i * CHUNK + cols
+                c = HEAD + i * CHUNK + cols
                 ok = c < N
                 h = tl.load(xrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
                 if HAS_RES:
@@ -223,7 +251,7 @@ def _fwd_looped_kernel(
             for k in range(n_stats):
                 ss += tl.load(STATS + k * stride_stats + row)
         else:
-            ss = tl.sum(acc, axis=0)
+            ss = tl.sum(acc, axis=0) + head_ss
         rs = tl.rsqrt(ss * inv_n + eps)
         if STORE_RSIG:
             tl.store(RSIG + row, rs)
@@ -231,10 +259,10 @@ def _fwd_looped_kernel(
         amax = 0.0
         if NEED_AMAX:
             if AMAX_IN_STATS:
-                amax = tl.max(mx, axis=0) * rs
+                amax = tl.maximum(tl.max(mx, axis=0), head_mx) * rs
             else:
                 for i in range(n_chunks):
-                    c = i * CHUNK + cols
+                    c = HEAD + i * CHUNK + cols
                     ok = c < N
                     v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32) * rs
                     if HAS_W:
@@ -243,6 +271,13 @@ def _fwd_looped_kernel(
                         v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
                     mx = tl.maximum(mx, tl.where(ok, tl.abs(v), 0.0))
                 amax = tl.max(mx, axis=0)
+                if HEAD > 0:
+                    vh = hh * rs
+                    if HAS_W:
+                        vh = vh * (tl.load(W + hc).to(tl.float32) + w_off)
+                    if HAS_B:
+                        vh += tl.load(B + hc).to(tl.float32)
+                    amax = tl.maximum(amax, tl.max(tl.abs(vh), axis=0))
 
         if OUT_MODE == 3:
             tl.store(SC + row, amax)
@@ -255,7 +290,7 @@ def _fwd_looped_kernel(
                 recip = fp8_recip(tl.load(SCALE_IN))
             # normalize pass in reverse: the most recently read chunks are the likeliest still in L2
             for j in range(n_chunks):
-                c = (n_chunks - 1 - j) * CHUNK + cols
+                c = HEAD + (n_chunks - 1 - j) * CHUNK + cols
                 ok = c < N
                 v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * rs
                 if HAS_W:
@@ -266,6 +301,15 @@ def _fwd_looped_kernel(
                     v = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
                 y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
                 tl.store(Y + r64 * stride_y + c, y, mask=ok, eviction_policy="evict_first")
+            if HEAD > 0:
+                vh = hh * rs
+                if HAS_W:
+                    vh = vh * (tl.load(W + hc).to(tl.float32) + w_off)
+                if HAS_B:
+                    vh += tl.load(B + hc).to(tl.float32)
+                if OUT_MODE != 0:
+                    vh = tl.minimum(tl.maximum(vh * recip, -fp8_max), fp8_max)
+                tl.store(Y + r64 * stride_y + hc, pre_round(vh, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty))
 
 
 @triton.jit
@@ -276,8 +320,8 @@ def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.c
     cols = tl.arange(0, CHUNK)
     r64 = rows.to(tl.int64)[:, None]
     acc = tl.zeros([BLOCK_M, CHUNK], dtype=tl.float32)
-    for start in range(0, N, CHUNK):
-        c = start + cols
+    for i in range(tl.cdiv(N, CHUNK)):
+        c = i * CHUNK + cols
         x = tl.load(X + r64 * stride_x + c[None, :], mask=row_ok[:, None] & (c < N)[None, :], other=0.0).to(tl.float32)
         acc += x * x
     tl.store(OUT + rows, tl.sum(acc, axis=1), mask=row_ok)
@@ -393,7 +437,9 @@ def rmsnorm_fwd(
             _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps, **flags)
         elif cfg.kernel == "looped":
             grid = (min(m, cfg.programs or sm_count(x.device)),)
-            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, num_warps=cfg.num_warps, **flags)
+            if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
+                raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
+            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, num_warps=cfg.num_warps, **flags)
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows' or 'looped'", cfg.kernel, "config=None")
 

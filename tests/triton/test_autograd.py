@@ -5,12 +5,10 @@ import torch
 
 from programs.triton.autograd import RMSNorm, RMSNormFunction, rms_norm, rms_norm_bwd_op, rms_norm_fp8, rms_norm_fp8_op, rms_norm_fwd_op
 from programs.triton.checks import TritonRuleError
-from ref64 import fp8_expected, grads64, norm64
+from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from tt_rmsnorm.accuracy import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-# see test_rmsnorm_bwd.py: fp32 gradients are judged by the bf16 policy (cancellation in dx)
-GRAD_POLICY = torch.bfloat16
 
 
 def rand(*shape, dtype=torch.float32, seed=0, grad=False):
@@ -53,7 +51,7 @@ def test_autograd_function_gradients(dtype):
     ref = grads64(x.detach(), w.detach(), dy, epsilon=1e-5, weight_offset=1.0, bias=b.detach(), residual=r.detach(), dresidual=dres)
     for name, t in (("x", x), ("residual", r), ("weight", w), ("bias", b)):
         assert t.grad is not None and t.grad.dtype == dt, name
-        assert_close(t.grad, ref[name], GRAD_POLICY, context=f"d{name}")
+        assert_close_cancelling(t.grad, ref[name], dt, context=f"d{name}")
 
 
 def test_torch_compile_fullgraph_matches_eager():
@@ -75,8 +73,10 @@ def test_torch_compile_fullgraph_matches_eager():
     mod.weight.grad = None
     loss_e = step(x, r)
     loss_e.backward()
-    assert torch.equal(loss_c, loss_e)
-    assert torch.equal(gx_c, x.grad) and torch.equal(gw_c, mod.weight.grad)
+    # the compiled graph may fuse the loss reduction differently: same function, not necessarily the same bits
+    assert_close(loss_c.detach().reshape(1), loss_e.detach().double().reshape(1), torch.float32, context="loss")
+    assert_close_cancelling(gx_c, x.grad.double(), torch.float32, context="dx compiled vs eager")
+    assert_close_cancelling(gw_c, mod.weight.grad.double(), torch.float32, context="dweight compiled vs eager")
 
 
 def test_fp8_op_compiles_and_matches_reference():

@@ -1,0 +1,389 @@
+"""RMSNorm benchmark on CUDA: forward/backward GB/s, % of the copy bandwidth measured in the same run, ratios to peers.
+
+    python3 -m programs.triton.benchmark                 # single-GPU tables (cuda:0)
+    python3 -m programs.triton.benchmark --distributed   # two-phase distributed section on 2 GPUs (NCCL)
+    python3 -m programs.triton.benchmark --sweep         # launch-config sweep that fwd_config / bwd_config come from
+
+Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
+total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
+time per call = median replay time / calls per graph. GB/s counts the fewest bytes: forward reads x and writes y;
+backward reads x and dy and writes dx. `copy` is the faster of dst.copy_(x) (same shape) and a flat copy of the same
+bytes per call, timed the same way.
+Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from programs.triton.rmsnorm_bwd import BwdConfig, bwd_config, rmsnorm_bwd
+from programs.triton.rmsnorm_fwd import FwdConfig, fwd_config, rmsnorm_fwd, row_sum_of_squares
+
+# 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
+SHAPES = [(1024, 262144), (1, 8192), (32, 8192), (4096, 4096), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384), (2048, 65536)]
+EPS = 1e-6
+DT = torch.bfloat16
+MAX_SET_BYTES = 6 << 30
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def graph_time(calls: list[Callable[[], object]], reps: int = 15) -> float:
+    """Seconds per call: the calls captured in one CUDA graph, replayed `reps` times; median replay / len(calls)."""
+    for c in calls[: min(len(calls), 3)]:
+        c()  # compile / autotune / allocate outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls[:2]:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del g
+    return statistics.median(times) / len(calls)
+
+
+def n_sets(bytes_per_call: int, l2: int) -> tuple[int, int]:
+    """(input sets, calls per graph): sets cover >= 3x L2 unless one set already does; at least 8 calls per graph."""
+    sets = max(2, math.ceil(3 * l2 / bytes_per_call))
+    sets = min(sets, 4000, max(2, MAX_SET_BYTES // bytes_per_call))
+    return sets, max(sets, 8)
+
+
+def rotating(make: Callable[[int], Callable[[], object]], sets: int, calls: int) -> list[Callable[[], object]]:
+    fns = [make(i) for i in range(sets)]
+    return [fns[i % sets] for i in range(calls)]
+
+
+def try_time(name, fn_builder) -> float | None:
+    try:
+        return fn_builder()
+    except Exception as e:  # a peer that cannot run a shape (e.g. Liger past N = 65536) is reported as n/a
+        log(f"  {name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+        torch.cuda.synchronize()
+        return None
+
+
+def load_peers():
+    peers = {}
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        peers["liger"] = LigerRMSNormFunction
+    except Exception as e:
+        log(f"liger not importable: {e}")
+    try:
+        from quack.rmsnorm import rmsnorm as quack_rmsnorm
+
+        peers["quack"] = quack_rmsnorm
+    except Exception as e:
+        log(f"quack not importable: {type(e).__name__}: {e}")
+    return peers
+
+
+def fmt_ratio(ours: float, other: float | None) -> str:
+    return "n/a" if other is None else f"{other / ours:.2f}x"
+
+
+def bench_single(reps: int) -> None:
+    dev = torch.device("cuda:0")
+    props = torch.cuda.get_device_properties(dev)
+    l2 = props.L2_cache_size
+    peers = load_peers()
+    for knob in ("cache_size_limit", "recompile_limit"):  # one compiled graph per shape, 9 shapes
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    compiled_fwd = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
+    compiled_fb = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
+    fwd_rows, bwd_rows = [], []
+    for m, n in SHAPES:
+        log(f"shape {m}x{n}")
+        elt = torch.finfo(DT).bits // 8
+        fbytes = 2 * m * n * elt
+        sets, calls = n_sets(fbytes, l2)
+        g = torch.Generator(device=dev).manual_seed(0)
+        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        w = torch.randn(n, device=dev, generator=g).to(DT)
+        dst = [torch.empty_like(x) for x in xs]
+        t = {}
+        t["copy2d"] = graph_time(rotating(lambda i: (lambda: dst[i].copy_(xs[i])), sets, calls), reps)
+        del dst
+        flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
+        t["copyflat"] = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
+        del flat
+        t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
+        t["ours"] = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)), sets, calls), reps)
+        t["eager"] = try_time("eager", lambda: graph_time(rotating(lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS)), sets, calls), reps))
+        t["compile"] = try_time("compile", lambda: graph_time(rotating(lambda i: (lambda: compiled_fwd(xs[i], w)), sets, calls), reps))
+        if "liger" in peers:
+            L = peers["liger"]
+            t["liger"] = try_time("liger", lambda: graph_time(rotating(lambda i: (lambda: L.apply(xs[i], w, EPS)), sets, calls), reps))
+        if "quack" in peers:
+            Q = peers["quack"]
+            t["quack"] = try_time("quack", lambda: graph_time(rotating(lambda i: (lambda: Q(xs[i], w, eps=EPS)), sets, calls), reps))
+        # FP8 row-scaled output (3 bytes/elem moved): reported for the record
+        t["ours_fp8"] = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn)), sets, calls), reps)
+        fwd_rows.append((m, n, fbytes, t))
+        log("  fwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in t.items() if v))
+
+        # backward: read x, dy; write dx
+        bbytes = 3 * m * n * elt
+        bsets, bcalls = n_sets(bbytes, l2)
+        bsets = min(bsets, sets)
+        bcalls = max(bsets, 8)
+        dys = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(bsets)]
+        rss = [rmsnorm_fwd(xs[i], w, epsilon=EPS, return_rsigma=True).rsigma for i in range(bsets)]
+        # a copy of the same bytes: read 1.5*M*N elements, write 1.5*M*N elements
+        k = 3 * m * n // 2
+        srcs = [torch.randn(k, device=dev, generator=g).to(DT) for _ in range(bsets)]
+        dsts = [torch.empty(k, dtype=DT, device=dev) for _ in range(bsets)]
+        tb = {}
+        tb["copy"] = graph_time(rotating(lambda i: (lambda: dsts[i].copy_(srcs[i])), bsets, bcalls), reps)
+        del dsts, srcs
+        tb["ours"] = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])), bsets, bcalls), reps)
+
+        def autograd_calls(forward):
+            def make(i):
+                xr = xs[i].detach().requires_grad_()
+                wr = w.detach().clone().requires_grad_()
+                y = forward(xr, wr)
+                return lambda: torch.autograd.grad(y, (xr, wr), dys[i], retain_graph=True)
+
+            return make
+
+        tb["eager"] = try_time("eager bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS)), bsets, bcalls), reps))
+        tb["compile"] = try_time("compile bwd", lambda: graph_time(rotating(autograd_calls(compiled_fb), bsets, bcalls), reps))
+        if "liger" in peers:
+            L = peers["liger"]
+            tb["liger"] = try_time("liger bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: L.apply(a, b, EPS)), bsets, bcalls), reps))
+        if "quack" in peers:
+            Q = peers["quack"]
+            tb["quack"] = try_time("quack bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: Q(a, b, eps=EPS)), bsets, bcalls), reps))
+        bwd_rows.append((m, n, bbytes, tb))
+        log("  bwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in tb.items() if v))
+        del xs, dys, rss
+        torch.cuda.empty_cache()
+
+    names = ["eager", "compile"] + [p for p in ("liger", "quack") if p in peers]
+    print(f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs")
+    for title, rows in (("FORWARD (read x + write y)", fwd_rows), ("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows)):
+        print(f"\n## {title}")
+        head = ["M x N", "copy GB/s", "ours us", "ours GB/s", "% of copy"] + [f"vs {p}" for p in names]
+        if rows is fwd_rows:
+            head.append("fp8-row us")
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for m, n, nbytes, t in rows:
+            cells = [f"{m} x {n}", f"{nbytes / t['copy'] / 1e9:.0f}", f"{t['ours'] * 1e6:.1f}", f"{nbytes / t['ours'] / 1e9:.0f}", f"{100 * t['copy'] / t['ours']:.0f}%"]
+            cells += [fmt_ratio(t["ours"], t.get(p)) for p in names]
+            if rows is fwd_rows:
+                cells.append(f"{t['ours_fp8'] * 1e6:.1f}")
+            print("| " + " | ".join(cells) + " |")
+    print("\n(vs X = X's time / ours: > 1 means ours is faster; n/a = the peer cannot run the shape)")
+    print("\n## times in us (same run)")
+    for title, rows in (("fwd", fwd_rows), ("bwd", bwd_rows)):
+        for m, n, _, t in rows:
+            print(f"{title} {m}x{n}: " + ", ".join(f"{k} {v * 1e6:.2f}" for k, v in t.items() if v is not None))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# config sweep
+
+
+def sweep(reps: int) -> None:
+    """Forward configs for decode and long rows, backward configs for the register-resident kernel."""
+    import triton
+
+    dev = torch.device("cuda:0")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def report(kind, m, n, base, default_cfg, t_default, res):
+        res.sort(key=lambda r: r[0])
+        print(f"SWEEP {kind} {m}x{n}: copy-equiv {base * 1e6:.2f}us; default {default_cfg} {t_default * 1e6:.2f}us ({100 * base / t_default:.0f}%)")
+        for tt, cfg in res[:4]:
+            print(f"   {tt * 1e6:8.2f}us {100 * base / tt:5.1f}%  {cfg}")
+        sys.stdout.flush()
+
+    def run_all(cands, make):
+        res = []
+        for cfg in cands:
+            try:
+                res.append((graph_time(make(cfg), reps), cfg))
+            except Exception as e:
+                log(f"  {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
+        return res
+
+    for m, n in [(1, 8192), (32, 8192), (2048, 65536), (1024, 262144)]:
+        sets, calls = n_sets(4 * m * n, l2)
+        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        w = torch.randn(n, device=dev, generator=g).to(DT)
+        flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
+        copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
+        del flat
+        cands = []
+        if n <= 8192:
+            cands = [FwdConfig("rows", nw, block_m=1) for nw in (16, 32)]
+        else:
+            for ch, nw in ((8192, 32), (8192, 16), (4096, 16)):
+                for head in (0, 16384, 32768):
+                    for progs in (sms, 2 * sms):
+                        if head // (nw * 32) <= 32:
+                            cands.append(FwdConfig("looped", nw, chunk=ch, programs=progs, head=head))
+        mk = lambda cfg: rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls)
+        td = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)), sets, calls), reps)
+        report("fwd", m, n, copy, fwd_config(m, n, dev), td, run_all(cands, mk))
+        del xs
+        torch.cuda.empty_cache()
+
+    for m, n in [(32, 8192), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384)]:
+        sets, calls = n_sets(6 * m * n, l2)
+        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        dys = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        w = torch.randn(n, device=dev, generator=g).to(DT)
+        rss = [rmsnorm_fwd(xs[i], w, return_rsigma=True).rsigma for i in range(sets)]
+        k = 3 * m * n // 2
+        flat = [torch.empty(2 * k, dtype=DT, device=dev) for _ in range(sets)]
+        copy = graph_time(rotating(lambda i: (lambda: flat[i][k:].copy_(flat[i][:k])), sets, calls), reps)
+        del flat
+        bn = triton.next_power_of_2(n)
+        cands = []
+        for bm in (1, 2, 4):
+            for nw in (8, 16, 32):
+                if 4 <= bm * bn / (nw * 32) <= 32:
+                    for progs in (sms, 2 * sms):
+                        cands.append(BwdConfig("rows", nw, block_m=bm, programs=min(triton.cdiv(m, bm), progs)))
+        mk = lambda cfg: rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls)
+        td = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])), sets, calls), reps)
+        report("bwd", m, n, copy, bwd_config(m, n, dev), td, run_all(cands, mk))
+        del xs, dys, rss
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# distributed section
+
+
+def _dist_worker(rank: int, world: int, port: int, reps: int) -> None:
+    import torch.distributed as dist
+
+    from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    torch.cuda.set_device(rank)
+    dev = torch.device(f"cuda:{rank}")
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=dev)
+    hidden = 8192
+    hl = hidden // world
+    rows = []
+    for t_rows in (32, 2048, 32768):
+        g = torch.Generator(device=dev).manual_seed(rank)
+        per_call = 2 * t_rows * hl * 2
+        sets = 2 if per_call * 2 > 3 * (60 << 20) else max(2, min(64, math.ceil(3 * (60 << 20) / per_call)))
+        calls = max(sets, 8)
+        xs = [torch.randn(t_rows, hl, device=dev, generator=g).to(DT) for _ in range(sets)]
+        w = torch.randn(hl, device=dev, generator=g).to(DT)
+        w_full = torch.randn(hidden, device=dev, generator=g).to(DT)
+        stats_fixed = torch.rand(world, t_rows, device=dev) * hidden
+        st = [torch.rand(t_rows, device=dev) for _ in range(sets)]
+
+        def gather_then_norm(x):
+            buf = torch.empty(world, t_rows, hl, dtype=DT, device=dev)
+            dist.all_gather_into_tensor(buf, x)
+            full = buf.permute(1, 0, 2).reshape(t_rows, hidden)
+            return rmsnorm_fwd(full, w_full, epsilon=EPS).y[:, rank * hl : (rank + 1) * hl]
+
+        def torch_two_phase(x):
+            s = x.float().pow(2).sum(-1)
+            allst = torch.empty(world, t_rows, device=dev)
+            dist.all_gather_into_tensor(allst, s)
+            rs = torch.rsqrt(allst.sum(0) / hidden + EPS)
+            return (x.float() * rs[:, None] * w.float()).to(DT)
+
+        methods = {
+            "local fused (pre_stats + post, no comm)": lambda i: (lambda: (pre_stats(xs[i]), post(xs[i], stats_fixed, w, epsilon=EPS, hidden_size=hidden))),
+            "stats all_gather alone": lambda i: (lambda: gather_stats(st[i])),
+            "fused two-phase (ours)": lambda i: (lambda: distributed_rms_norm(xs[i], w, epsilon=EPS, hidden_size=hidden)),
+            "all_gather x then norm": lambda i: (lambda: gather_then_norm(xs[i])),
+            "unfused torch two-phase": lambda i: (lambda: torch_two_phase(xs[i])),
+        }
+        res = {}
+        for name, make in methods.items():
+            dist.barrier()
+            torch.cuda.synchronize()
+            res[name] = graph_time(rotating(make, sets, calls), reps)
+        # the slowest rank decides
+        tt = torch.tensor([res[k] for k in methods], device=dev)
+        dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+        rows.append((t_rows, dict(zip(methods, tt.tolist()))))
+        del xs
+    if rank == 0:
+        names = list(rows[0][1])
+        print(f"\n## DISTRIBUTED on {world} x {torch.cuda.get_device_name(0)}, H = {hidden} sharded {world} ways, bf16, NCCL, CUDA-graph replay (us, max over ranks)")
+        print("| T | " + " | ".join(names) + " | fused / (local + gather) | gather-then-norm / fused |")
+        print("|" + "---|" * (len(names) + 3))
+        for t_rows, r in rows:
+            fused = r["fused two-phase (ours)"]
+            bound = r["local fused (pre_stats + post, no comm)"] + r["stats all_gather alone"]
+            print(f"| {t_rows} | " + " | ".join(f"{r[k] * 1e6:.1f}" for k in names) + f" | {fused / bound:.2f} | {r['all_gather x then norm'] / fused:.2f}x |")
+    dist.destroy_process_group()
+
+
+def bench_distributed(reps: int) -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    world = min(2, torch.cuda.device_count())
+    if world < 2:
+        raise SystemExit("the distributed section needs 2 GPUs")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_dist_worker, args=(world, port, reps), nprocs=world, join=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--distributed", action="store_true")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
+    ap.add_argument("--reps", type=int, default=15)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("the benchmark needs a CUDA GPU")
+    if a.sweep:
+        sweep(a.reps)
+    if a.single or not (a.sweep or a.distributed):
+        bench_single(a.reps)
+    if a.distributed:
+        bench_distributed(a.reps)
+
+
+if __name__ == "__main__":
+    main()
