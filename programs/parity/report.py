@@ -94,9 +94,10 @@ LEGEND = (
 )
 
 
-def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
+def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """A plain-text table: the first `left` columns left-aligned (names), the rest right-aligned (numbers)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
@@ -114,7 +115,7 @@ def backend_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
         ran = [r for r in rs if r.status not in ("skip",)]
         ulps = [r.max_ulp for r in compared if r.max_ulp is not None and not math.isnan(r.max_ulp)]
         rms = [r.rel_rms for r in compared if r.rel_rms is not None and not math.isnan(r.rel_rms)]
-        where = "; ".join(sorted({lbl.split(" (")[0].split(":")[0] for lbl in b.labels})) if b.available else f"skipped: {b.reason}"
+        where = "; ".join(sorted({lbl.split(" (")[0].split(":")[0] for lbl in b.labels})) if b.available else "not run"
         rows.append([
             b.name, b.dtype, where, str(len(ran)),
             str(sum(r.status in ("pass", "accepted") for r in rs)),
@@ -163,7 +164,8 @@ def verdict(run: ParityRun) -> str:
 def terminal_report(run: ParityRun) -> str:
     out = [f"Parity: {len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s",
            f"on {run.environment}", ""]
-    out += _grid(*backend_rows(run))
+    out += _grid(*backend_rows(run), left=3)
+    out += [f"{b.name} not run: {b.reason}" for b in run.backends if not b.available]
     out += ["", LEGEND]
     out += _grid(*matrix_rows(run))
     notes = _notes(run)
@@ -183,6 +185,8 @@ def markdown_report(run: ParityRun, plot_name: str | None) -> str:
         "## Backends",
         "",
         *_md(*backend_rows(run)),
+        "",
+        *(f"- {b.name} not run: {b.reason}" for b in run.backends if not b.available),
         "",
         "## Max bf16 ULP per case and backend",
         "",

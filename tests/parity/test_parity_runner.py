@@ -132,7 +132,7 @@ def test_skipped_backends_carry_their_reason(monkeypatch, tmp_path, capsys):
     skipped = [r for r in rows if r["backend"] == "absent-hw"]
     assert len(skipped) == 2 and all(r["status"] == "skip" for r in skipped)
     assert all(r["reason"] == "no such accelerator on this machine" for r in skipped)
-    assert "skipped: no such accelerator on this machine" in capsys.readouterr().out
+    assert "absent-hw not run: no such accelerator on this machine" in capsys.readouterr().out
 
 
 def test_rule_refusal_is_reported_but_an_exception_fails_the_run(monkeypatch, tmp_path):
