@@ -172,10 +172,12 @@ class NormPlan:
         fid = str(c.math_fidelity).rsplit(".", 1)[-1]
         if self.path == "sharded":
             pc = self.program_config
-            shard = self.input_memory_config.shard_spec.shape
+            grid = pc.compute_with_storage_grid_size
+            shard = ("input already sharded (kept)" if self.input_memory_config is None
+                     else f"input WIDTH_SHARDED L1 shard {list(self.input_memory_config.shard_spec.shape)}")
             cfg = (
-                f"LayerNormShardedMultiCoreProgramConfig(grid={self.grid[0]}x{self.grid[1]}, block_w={pc.block_w}, "
-                f"block_h={pc.block_h}, subblock_w={pc.subblock_w}); input WIDTH_SHARDED L1 shard {list(shard)}; "
+                f"LayerNormShardedMultiCoreProgramConfig(grid={grid.x}x{grid.y}, block_w={pc.block_w}, "
+                f"block_h={pc.block_h}, subblock_w={pc.subblock_w}); {shard}; "
                 f"stats on 1 core {list(self.stats_memory_config.shard_spec.shape)}"
             )
         else:

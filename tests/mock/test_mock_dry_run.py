@@ -50,8 +50,6 @@ def _decode_from_sharded_activation(mesh):
     return [(tuple(t.shape), t.memory_config() == plan.input_memory_config) for t in ttnn.get_device_tensors(y)]
 
 
-@pytest.mark.xfail(strict=True, reason="reported to the lead: distributed_rms_norm on an already-sharded x replaces the "
-                   "plan's input_memory_config by None, then NormPlan.describe() reads its shard_spec (AttributeError)")
 def test_decode_from_an_already_sharded_activation():
     rows = mock_cluster.run_isolated("t3k", _decode_from_sharded_activation)
     assert rows == [((1, 1, 32, HIDDEN // 8), True)] * 8
