@@ -1,0 +1,232 @@
+"""Triton kernels of the fused all-reduce + residual + RMSNorm + per-row FP8, reading peer buffers over NVLink.
+
+Every rank launches the same grid G (a function of T only, G <= SM count so all programs are resident at once).
+Program b of a rank works on a fixed set of row blocks and meets only program b of the other ranks: the barriers
+are per program, never grid-wide.
+
+Barrier (`_cross_rank_barrier`, one per phase boundary): program b of rank i
+  1. waits for its own threads' stores to be issued (CTA barrier),
+  2. raises flag[slot, i] in every peer's symmetric flag array to its epoch (atomic max, release, system scope),
+  3. spins until flag[slot, j] in its own flag array reached the epoch for every peer j (acquire, system scope),
+  4. stores the epoch and lets its threads go on (CTA barrier).
+The epoch is a per-(rank, slot) counter in ordinary device memory: it counts this program's uses of the slot. Every
+rank makes the same sequence of calls with the same grids, so the counters of program b agree on all ranks; nothing
+is reset, the flags only grow, and CUDA-graph replays stay correct (no host-side state).
+
+Phases (PHASES bit mask; all set on the GPU, with SYNC):
+  one stage: A publish this rank's rows into its symmetric input -> start barrier -> B read every rank's rows, sum in
+             fp32 in rank order, residual, RMSNorm, FP8 -> end barrier.
+  two stage: A publish the rows other ranks own -> start barrier -> B sum + normalize + quantize the owned rows and
+             post them (FP8 rows, scales, residual_out) in this rank's symmetric scratch -> middle barrier -> C copy
+             the peers' owned rows from their scratch -> end barrier.
+The start barrier: no rank reads a peer row before the peer wrote it. The end barrier: a rank leaves the kernel only
+after every peer's program b finished reading what this rank's program b published, so the next call (which starts
+after this kernel ends on the same stream) may overwrite the symmetric buffers. Without SYNC (CPU tests under the
+interpreter, ranks simulated in one process) the phases run in separate launches instead.
+
+Rank-order fp32 summation makes every rank compute the same bits, run to run and rank to rank.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from programs.triton.rmsnorm_fwd import fp8_recip, pre_round
+
+PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
+N_SLOTS = 3  # barrier slots per program: start, middle, end
+MAX_PROGRAMS = 1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
+
+
+@triton.jit
+def _pick(r: tl.constexpr, P0, P1, P2, P3, P4, P5, P6, P7):
+    """Rank r's pointer of eight (ranks >= world are None and never picked)."""
+    p = P0
+    if r == 1:
+        p = P1
+    if r == 2:
+        p = P2
+    if r == 3:
+        p = P3
+    if r == 4:
+        p = P4
+    if r == 5:
+        p = P5
+    if r == 6:
+        p = P6
+    if r == 7:
+        p = P7
+    return p
+
+
+@triton.jit
+def _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, RANK: tl.constexpr, WORLD: tl.constexpr):
+    ep = tl.load(EPOCH + slot) + 1
+    tl.debug_barrier()
+    for r in tl.static_range(WORLD):
+        if r != RANK:
+            peer = _pick(r, F0, F1, F2, F3, F4, F5, F6, F7)
+            tl.atomic_max(peer + slot * WORLD + RANK, ep, sem="release", scope="sys")
+    mine = _pick(RANK, F0, F1, F2, F3, F4, F5, F6, F7)
+    for r in tl.static_range(WORLD):
+        if r != RANK:
+            seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+            while seen < ep:
+                seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+    tl.store(EPOCH + slot, ep)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, mask,
+                  RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr):
+    """fp32 sum of the ranks' rows in rank order; this rank's own rows come from x, the others' from their buffers."""
+    acc = tl.zeros([BLOCK_M, BLOCK_H], dtype=tl.float32)
+    for r in tl.static_range(WORLD):
+        if r == RANK:
+            v = tl.load(X + rows64 * stride_x + cols, mask=mask, other=0.0)
+        else:
+            v = tl.load(_pick(r, I0, I1, I2, I3, I4, I5, I6, I7) + rows64 * H + cols, mask=mask, other=0.0)
+        acc += v.to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+                HAS_W: tl.constexpr, HAS_RES: tl.constexpr, RO_DTYPE: tl.constexpr,
+                RO_DROP: tl.constexpr, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
+                Y_SUB: tl.constexpr):
+    """(fp8 rows, per-row scales, residual_out rows) of the fp32 sums h [BLOCK_M, BLOCK_H], as rmsnorm_fwd computes
+    them: with a residual the sum is rounded to the residual's dtype, returned, and that rounded value normalized."""
+    ro = h
+    if HAS_RES:
+        h += tl.load(R + rows64 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        ro = pre_round(h, RO_DROP, 0.0, 0.0).to(RO_DTYPE)
+        h = ro.to(tl.float32)
+    rs = tl.rsqrt(tl.sum(h * h, axis=1) * inv_h + eps)
+    v = h * rs[:, None]
+    if HAS_W:
+        v = v * (tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off)
+    amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
+    scale = tl.minimum(amax, scale_ub) / fp8_max
+    q = tl.minimum(tl.maximum(v * fp8_recip(scale)[:, None], -fp8_max), fp8_max)
+    q = pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y_DTYPE)
+    return q, scale, ro
+
+
+@triton.jit
+def one_stage_kernel(
+    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
+    I0, I1, I2, I3, I4, I5, I6, I7,
+    F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
+    T, H, inv_h, eps, w_off, scale_ub, fp8_max,
+    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
+    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_H)[None, :]
+    col_ok = cols < H
+    n_blocks = tl.cdiv(T, BLOCK_M)
+    if PHASES & 1:
+        mine = _pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
+        for blk in range(pid, n_blocks, nprog):
+            rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+            mask = (rows < T) & col_ok
+            rows64 = rows.to(tl.int64)
+            tl.store(mine + rows64 * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+    if SYNC:
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, RANK, WORLD)
+    if PHASES & 2:
+        for blk in range(pid, n_blocks, nprog):
+            rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+            mask = (rows < T) & col_ok
+            rows64 = rows.to(tl.int64)
+            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
+            q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+                                       HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
+            r1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+            tl.store(SC + r1, scale, mask=r1 < T)
+            if HAS_RES:
+                tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
+    if SYNC:
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 2 * 1024 + pid, RANK, WORLD)
+
+
+@triton.jit
+def two_stage_kernel(
+    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
+    I0, I1, I2, I3, I4, I5, I6, I7,
+    Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7,
+    S0, S1, S2, S3, S4, S5, S6, S7,
+    O0, O1, O2, O3, O4, O5, O6, O7,
+    F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
+    T, TW, H, inv_h, eps, w_off, scale_ub, fp8_max,
+    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
+    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+):
+    """Rank r owns rows [r*TW, min(T, (r+1)*TW)); program b handles the same local row blocks of every owner."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_H)[None, :]
+    col_ok = cols < H
+    n_blocks = tl.cdiv(TW, BLOCK_M)
+    if PHASES & 1:  # publish the rows the other ranks own
+        mine = _pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
+        for blk in range(pid, n_blocks, nprog):
+            local = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+            for r in tl.static_range(WORLD):
+                if r != RANK:
+                    rows = r * TW + local
+                    mask = (local < TW) & (rows < T) & col_ok
+                    rows64 = rows.to(tl.int64)
+                    tl.store(mine + rows64 * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+    if SYNC:
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, RANK, WORLD)
+    if PHASES & 2:  # reduce-scatter + normalize + quantize the owned rows, post them for the peers
+        q_mine = _pick(RANK, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7)
+        s_mine = _pick(RANK, S0, S1, S2, S3, S4, S5, S6, S7)
+        o_mine = _pick(RANK, O0, O1, O2, O3, O4, O5, O6, O7)
+        for blk in range(pid, n_blocks, nprog):
+            local = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+            rows = RANK * TW + local
+            mask = (local < TW) & (rows < T) & col_ok
+            rows64 = rows.to(tl.int64)
+            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
+            q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+                                       HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
+            tl.store(q_mine + rows64 * H + cols, q, mask=mask)
+            l1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+            r1 = RANK * TW + l1
+            ok1 = (l1 < TW) & (r1 < T)
+            tl.store(SC + r1, scale, mask=ok1)
+            tl.store(s_mine + r1, scale, mask=ok1)
+            if HAS_RES:
+                tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
+                tl.store(o_mine + rows64 * H + cols, ro, mask=mask)
+    if SYNC:
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, RANK, WORLD)
+    if PHASES & 4:  # all-gather the rows the peers own
+        for blk in range(pid, n_blocks, nprog):
+            local = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+            l1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
+            for r in tl.static_range(WORLD):
+                if r != RANK:
+                    rows = r * TW + local
+                    mask = (local < TW) & (rows < T) & col_ok
+                    rows64 = rows.to(tl.int64)
+                    q = tl.load(_pick(r, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7) + rows64 * H + cols, mask=mask)
+                    tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
+                    r1 = r * TW + l1
+                    ok1 = (l1 < TW) & (r1 < T)
+                    tl.store(SC + r1, tl.load(_pick(r, S0, S1, S2, S3, S4, S5, S6, S7) + r1, mask=ok1), mask=ok1)
+                    if HAS_RES:
+                        o = tl.load(_pick(r, O0, O1, O2, O3, O4, O5, O6, O7) + rows64 * H + cols, mask=mask)
+                        tl.store(RO + rows64 * stride_ro + cols, o, mask=mask)
+    if SYNC:
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 2 * 1024 + pid, RANK, WORLD)

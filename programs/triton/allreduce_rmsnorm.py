@@ -1,0 +1,296 @@
+"""Fused tensor-parallel all-reduce + residual + RMSNorm + per-row FP8 (MAX's allreduce_rmsnorm_fp8) for GPUs.
+
+Semantics (every rank gets the same result): the per-rank partial activations x_r [T, H] are summed in fp32 in rank
+order, h = sum; with a residual, h = residual_dtype(h + residual) is returned as residual_out and normalized;
+v = h * rsqrt(mean(h^2) + epsilon) * (weight + weight_offset); scale = min(max|v|, scale_ub) / fp8_max per row;
+y = fp8(clamp(v / scale)) (0 where scale is 0). Returns RMSNormOutput(y, None, residual_out, scale [T]).
+
+    comm = AllReduceRMSNormFP8(group, hidden_size=H, max_tokens=T_max)       # once: symmetric workspace, rendezvous
+    out  = comm(x, weight, epsilon=1e-6, residual=r)                          # per call; CUDA-graph capturable
+    out  = reference_allreduce_rmsnorm_fp8(x, weight, group, epsilon=1e-6, residual=r)   # any backend, CPU too
+
+Paths (`stage`, default from `choose_stage`):
+  1  one stage: every rank reads all peers' rows over NVLink and computes every row (T*H*(W-1) elements read
+     from peers per rank): for small payloads, where latency rules.
+  2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
+     quantize the owned rows, all-gather the FP8 rows, scales (and residual_out) from their owners.
+  The switch is at per-rank bytes ceil(T/W)*H*itemsize >= TWO_STAGE_MIN_BYTES, measured on 2xH200 by
+  programs/triton/bench_allreduce.py (ALLREDUCE_NOTES.md).
+
+Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
+get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels and their
+barriers are described in programs/triton/allreduce/kernels.py. The reference path (fp32 all_reduce through
+torch.distributed, then the forward kernel rmsnorm_fwd) defines the same numbers and runs on CPU with gloo under the
+Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import triton
+
+from programs.triton import fp8 as fp8mod
+from programs.triton.allreduce import kernels
+from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_epsilon, check_vector
+from programs.triton.rmsnorm_fwd import RMSNormOutput, rmsnorm_fwd, sm_count
+
+MAX_WORLD = 8
+# Per-rank payload ceil(T/W)*H*itemsize at and above which the two-stage path runs (measured: ALLREDUCE_NOTES.md).
+TWO_STAGE_MIN_BYTES = 4 * 1024 * 1024
+_ALIGN = 256
+
+
+def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, threshold: int = TWO_STAGE_MIN_BYTES) -> int:
+    """1 (one stage) or 2 (two stages) for a call of [tokens, hidden] elements of `itemsize` bytes over `world` ranks."""
+    per_rank = math.ceil(tokens / world) * hidden * itemsize
+    return 2 if per_rank >= threshold else 1
+
+
+def reference_allreduce_rmsnorm_fp8(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    group=None,
+    *,
+    epsilon: float = 1e-5,
+    weight_offset: float = 0.0,
+    residual: torch.Tensor | None = None,
+    scale_ub: float = math.inf,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+) -> RMSNormOutput:
+    """The unfused definition: fp32 all_reduce (torch.distributed, any backend) then rmsnorm_fwd with FP8 row scales."""
+    check_activation(x)
+    fp8mod.fp8_format(dtype)
+    total = x.float()  # a copy: the caller's partial stays as it was
+    dist.all_reduce(total, group=group)
+    return rmsnorm_fwd(total, weight, epsilon=epsilon, weight_offset=weight_offset, residual=residual, dtype=dtype,
+                       scale_mode="row", scale_ub=scale_ub)
+
+
+@dataclass
+class RankBuffers:
+    """One rank's symmetric workspace as typed views (seen from the local GPU: a peer's are NVLink mappings)."""
+
+    inp: torch.Tensor  # [T_max, H] x dtype: the published partial rows
+    q: torch.Tensor  # [T_max, H] uint8: two-stage FP8 rows of the owner
+    s: torch.Tensor  # [T_max] float32: two-stage scales of the owner
+    o: torch.Tensor  # [T_max, H] x dtype: two-stage residual_out rows of the owner
+    flags: torch.Tensor  # [3 * 1024 * W] int32: barrier flags, written by the peers
+
+
+def workspace_bytes(max_tokens: int, hidden: int, itemsize: int, world: int) -> int:
+    sizes = _region_sizes(max_tokens, hidden, itemsize, world)
+    return sum(_round_up(s) for s in sizes)
+
+
+def _round_up(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _region_sizes(max_tokens, hidden, itemsize, world):
+    return (kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4, max_tokens * hidden * itemsize,
+            max_tokens * hidden, max_tokens * 4, max_tokens * hidden * itemsize)
+
+
+def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, world: int) -> RankBuffers:
+    """Typed views of one rank's uint8 workspace (same layout on every rank)."""
+    sizes = _region_sizes(max_tokens, hidden, dtype.itemsize, world)
+    offs = [0]
+    for s in sizes:
+        offs.append(offs[-1] + _round_up(s))
+
+    def region(i, dt, shape):
+        return raw[offs[i] : offs[i] + sizes[i]].view(dt).view(shape)
+
+    return RankBuffers(
+        flags=region(0, torch.int32, (-1,)),
+        inp=region(1, dtype, (max_tokens, hidden)),
+        q=region(2, torch.uint8, (max_tokens, hidden)),
+        s=region(3, torch.float32, (max_tokens,)),
+        o=region(4, dtype, (max_tokens, hidden)),
+    )
+
+
+def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
+    """(block_m, num_warps, grid): ~32 fp32 values per thread; at most one program per SM so all are resident."""
+    block_h = triton.next_power_of_2(hidden)
+    block_m = 1 if rows <= 4 * sm_count(device) else 2
+    block_m = max(1, min(block_m, 16384 // block_h))
+    num_warps = min(32, max(4, block_m * block_h // 1024))
+    return block_m, num_warps, max(1, min(triton.cdiv(rows, block_m), sm_count(device)))
+
+
+def launch(
+    stage: int,
+    rank: int,
+    bufs: list[RankBuffers],
+    epoch: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    residual_out: torch.Tensor | None,
+    *,
+    epsilon: float,
+    weight_offset: float,
+    scale_ub: float,
+    sync: bool = True,
+    phases: int = 7,
+    config: tuple[int, int] | None = None,
+) -> None:
+    """One kernel launch of `stage` for `rank`, given every rank's buffers (already validated). sync=False and a
+    subset of phases let one process play all ranks in turn (the interpreter tests)."""
+    world = len(bufs)
+    t, h = x.shape
+    if t == 0:
+        return
+    tw = math.ceil(t / world)
+    rows = t if stage == 1 else tw
+    block_m, num_warps, grid = launch_config(stage, rows, h, x.device)
+    if config is not None:
+        block_m, num_warps = config
+        grid = max(1, min(triton.cdiv(rows, block_m), sm_count(x.device)))
+    fmax = fp8mod.fp8_format(y.dtype).max
+    ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
+    y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
+
+    def eight(views):
+        return [v for v in views] + [None] * (MAX_WORLD - world)
+
+    q_views = [b.q.view(y.dtype) for b in bufs]
+    common_head = (
+        x, x.stride(0),
+        residual if residual is not None else x, residual.stride(0) if residual is not None else 0,
+        residual_out if residual_out is not None else x, residual_out.stride(0) if residual_out is not None else 0,
+        y, y.stride(0), scale, weight if weight is not None else x,
+        *eight([b.inp for b in bufs]),
+    )
+    flags = (*eight([b.flags for b in bufs]), epoch)
+    scalars = (h, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax))
+    meta = dict(
+        RANK=rank, WORLD=world, BLOCK_M=block_m, BLOCK_H=triton.next_power_of_2(h),
+        HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
+        RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps,
+    )
+    if stage == 1:
+        kernels.one_stage_kernel[(grid,)](*common_head, *flags, t, *scalars, **meta)
+    else:
+        kernels.two_stage_kernel[(grid,)](
+            *common_head, *eight(q_views), *eight([b.s for b in bufs]), *eight([b.o for b in bufs]), *flags,
+            t, tw, *scalars, **meta,
+        )
+
+
+def _symm_mem():
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    import torch.distributed._symmetric_memory as symm_mem
+
+    return symm_mem
+
+
+class AllReduceRMSNormFP8:
+    """A group's fused all-reduce + RMSNorm + FP8 for activations up to [max_tokens, hidden_size] of `dtype`.
+
+    Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
+    (workspace_bytes: ~ max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
+
+    def __init__(self, group=None, *, hidden_size: int, max_tokens: int, dtype: torch.dtype = torch.bfloat16,
+                 device: torch.device | None = None, two_stage_min_bytes: int = TWO_STAGE_MIN_BYTES):
+        group = group or dist.group.WORLD
+        self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        if not 2 <= self.world <= MAX_WORLD:
+            raise TritonRuleError("group.size", f"the fused path serves 2..{MAX_WORLD} ranks of one NVLink domain", self.world,
+                                  "use reference_allreduce_rmsnorm_fp8 for other group sizes")
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise TritonRuleError("dtype.activation", "activations must be bfloat16, float16 or float32", dtype, "dtype=torch.bfloat16")
+        if hidden_size < 1 or max_tokens < 1:
+            raise TritonRuleError("workspace.shape", "hidden_size and max_tokens must be >= 1", (hidden_size, max_tokens), "pass the model's sizes")
+        if triton.next_power_of_2(hidden_size) > 32768:
+            raise TritonRuleError("hidden_size.range", "rows are held in registers: hidden_size <= 32768", hidden_size,
+                                  "use reference_allreduce_rmsnorm_fp8 for wider rows")
+        self.device = device or torch.device("cuda", torch.cuda.current_device())
+        self.hidden, self.max_tokens, self.dtype = hidden_size, max_tokens, dtype
+        self.threshold = two_stage_min_bytes
+        symm_mem = _symm_mem()
+        nbytes = workspace_bytes(max_tokens, hidden_size, dtype.itemsize, self.world)
+        raw = symm_mem.empty(nbytes, dtype=torch.uint8, device=self.device)
+        raw.zero_()
+        torch.cuda.synchronize(self.device)
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed by older torch, a deprecated no-op in newer
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                symm_mem.enable_symm_mem_for_group(group.group_name)
+        self._raw = raw
+        self._handle = symm_mem.rendezvous(raw, group.group_name)
+        # get_buffer counts from the start of the symmetric allocation; the tensor may sit at `offset` inside it
+        base = int(getattr(self._handle, "offset", 0))
+        views = [self._handle.get_buffer(r, (nbytes,), torch.uint8, base) for r in range(self.world)]
+        if views[self.rank].data_ptr() != raw.data_ptr():
+            raise RuntimeError(f"symmetric memory mapping mismatch: own buffer {views[self.rank].data_ptr():#x} != {raw.data_ptr():#x}")
+        self.bufs = [carve(raw if r == self.rank else views[r], max_tokens, hidden_size, dtype, self.world) for r in range(self.world)]
+        self.epoch = torch.zeros(kernels.N_SLOTS * kernels.MAX_PROGRAMS, dtype=torch.int32, device=self.device)
+        dist.barrier(group=group)  # every rank's flags are zero before any peer may raise them
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        *,
+        epsilon: float = 1e-5,
+        weight_offset: float = 0.0,
+        residual: torch.Tensor | None = None,
+        scale_ub: float = math.inf,
+        dtype: torch.dtype = torch.float8_e4m3fn,
+        stage: int | None = None,
+        config: tuple[int, int] | None = None,
+    ) -> RMSNormOutput:
+        """The fused call on this rank's partial x [..., H]; collective (all ranks, same shapes and options)."""
+        x2 = check_call(x, weight, residual=residual, epsilon=epsilon, weight_offset=weight_offset, scale_ub=scale_ub,
+                        dtype=dtype, stage=stage, hidden=self.hidden, max_tokens=self.max_tokens, act_dtype=self.dtype,
+                        device=self.device)
+        t = x2.shape[0]
+        if stage is None:
+            stage = choose_stage(t, self.hidden, self.dtype.itemsize, self.world, self.threshold)
+        y = torch.empty(x.shape, dtype=dtype, device=x.device)
+        scale = torch.empty(t, dtype=torch.float32, device=x.device)
+        res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None
+        launch(stage, self.rank, self.bufs, self.epoch, x2, weight, as_rows(residual, "residual") if residual is not None else None,
+               y.view(-1, self.hidden), scale, res_out.view(-1, self.hidden) if res_out is not None else None,
+               epsilon=epsilon, weight_offset=weight_offset, scale_ub=scale_ub, config=config)
+        return RMSNormOutput(y, None, res_out, scale)
+
+
+def check_call(x, weight, *, residual, epsilon, weight_offset, scale_ub, dtype, stage, hidden, max_tokens, act_dtype,
+               device) -> torch.Tensor:
+    """Every input rule of a fused call, before any device work; returns x as [T, H] rows."""
+    check_activation(x)
+    check_epsilon(epsilon)
+    if x.dtype != act_dtype:
+        raise TritonRuleError("x.dtype", f"x must have the workspace dtype {act_dtype}", x.dtype, f"x.to({act_dtype}) or a workspace for {x.dtype}")
+    if x.device != device:
+        raise TritonRuleError("x.device", f"x must be on this rank's device {device}", x.device, f"x.to('{device}')")
+    if x.shape[-1] != hidden:
+        raise TritonRuleError("x.hidden", f"x's last dimension must be the workspace hidden_size {hidden}", tuple(x.shape), "a workspace for this hidden size")
+    x2 = as_rows(x)
+    if x2.shape[0] > max_tokens:
+        raise TritonRuleError("x.tokens", f"at most max_tokens={max_tokens} rows per call", x2.shape[0], "split the call or a larger max_tokens")
+    check_vector(weight, hidden, "weight", x.device)
+    if weight is None and weight_offset != 0.0:
+        raise TritonRuleError("weight_offset.no_weight", "weight_offset shifts a weight, but weight is None", weight_offset, "pass weight or weight_offset=0.0")
+    if residual is not None:
+        if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
+            seen = (tuple(residual.shape), residual.dtype, str(residual.device)) if isinstance(residual, torch.Tensor) else type(residual).__name__
+            raise TritonRuleError("residual.shape", "residual must match x in shape, dtype and device", seen, "residual.to(x.dtype), shaped like x")
+        check_activation(residual, "residual")
+    fp8mod.fp8_format(dtype)
+    if not (scale_ub > 0):
+        raise TritonRuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
+    if stage not in (None, 1, 2):
+        raise TritonRuleError("stage.value", "stage must be None (measured choice), 1 or 2", stage, "stage=None")
+    return x2

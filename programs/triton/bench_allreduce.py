@@ -1,0 +1,201 @@
+"""Fused all-reduce + RMSNorm + FP8 against NCCL all_reduce + our fused RMSNorm/FP8 kernel and NCCL + torch, on W GPUs.
+
+    torchrun --nproc-per-node 2 programs/triton/bench_allreduce.py [--tokens 1,8,32,128,512,2048,8192] [--hidden 8192]
+
+World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
+(median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
+all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Both fused stages are timed at every T
+(each with its best launch shape of a small sweep): the crossover is where two stages start to win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from loguru import logger  # noqa: E402
+
+from programs.triton.allreduce_rmsnorm import AllReduceRMSNormFP8, choose_stage  # noqa: E402
+from programs.triton.rmsnorm_fwd import rmsnorm_fwd  # noqa: E402
+
+FP8 = torch.float8_e4m3fn
+EPS = 1e-6
+
+
+def torch_norm_quant(x, weight, residual):
+    """What users run without fused kernels: torch RMSNorm in fp32, then torch per-row FP8 quantization."""
+    h = x.float()
+    ro = None
+    if residual is not None:
+        ro = (h + residual.float()).to(x.dtype)
+        h = ro.float()
+    v = torch.nn.functional.rms_norm(h, (h.shape[-1],), weight.float(), EPS)
+    scale = v.abs().amax(-1, keepdim=True) / 448.0
+    recip = torch.where(scale == 0, torch.zeros_like(scale), 1.0 / scale)
+    return (v * recip).clamp(-448.0, 448.0).to(FP8), scale, ro
+
+
+def graph_time_us(fn, reset, calls, reps) -> float:
+    """Median µs per call of `calls` back-to-back calls captured in one CUDA graph; this rank's number."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            reset()
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        reset()
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / calls)
+    del graph
+    return statistics.median(times)
+
+
+def slowest(us: float) -> float:
+    t = torch.tensor([us], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def copy_bandwidth(comm, world, rank) -> tuple[float, float]:
+    """GB/s (bytes read + written) of a local HBM copy and of a pull from the next rank's buffer over NVLink."""
+    src_local = comm.bufs[rank].inp
+    src_peer = comm.bufs[(rank + 1) % world].inp
+    dst = torch.empty_like(src_local)
+    out = []
+    for src in (src_local, src_peer):
+        dist.barrier()
+        us = slowest(graph_time_us(lambda: dst.copy_(src), lambda: None, calls=5, reps=10))
+        nbytes = src.numel() * src.element_size()
+        out.append((2 * nbytes if src is src_local else nbytes) / us / 1e3)
+    return out[0], out[1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", default="1,8,32,64,128,256,512,1024,2048,4096,8192")
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--residual-tokens", default="1,128,2048,8192", help="T of the second table (with a residual); '' skips it")
+    ap.add_argument("--sweep", default="1x8,1x16,2x16,4x32", help="fused launch shapes tried: BLOCK_Mxnum_warps")
+    ap.add_argument("--log", default=None, help="also write the tables to this file (rank 0)")
+    args = ap.parse_args()
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    tokens = [int(t) for t in args.tokens.split(",")]
+    res_tokens = [int(t) for t in args.residual_tokens.split(",")] if args.residual_tokens else []
+    h = args.hidden
+    sweep = [tuple(int(v) for v in s.split("x")) for s in args.sweep.split(",")]
+    comm = AllReduceRMSNormFP8(hidden_size=h, max_tokens=max(tokens + res_tokens), dtype=torch.bfloat16, device=dev)
+    hbm_gbs, nvl_gbs = copy_bandwidth(comm, world, rank)
+    lines = [
+        f"# {world}x {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+        f"H={h}, bf16 -> fp8 e4m3 + per-row scales, CUDA graphs ({args.calls} calls/graph, median of {args.reps}, slowest rank)",
+        f"# measured: local HBM copy {hbm_gbs:.0f} GB/s (read+write), pull from a peer over NVLink {nvl_gbs:.0f} GB/s",
+    ]
+
+    def run_table(token_list, with_res, shapes):
+        rows = []
+        for t in token_list:
+            g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * rank)
+            x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
+            w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(torch.bfloat16)
+            res = torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16) if with_res else None
+            a = x.clone()
+
+            def reset():
+                a.copy_(x)
+
+            def nothing():
+                pass
+
+            def timed(fn, rst=nothing):
+                dist.barrier()
+                return slowest(graph_time_us(fn, rst, args.calls, args.reps))
+
+            r = {"T": t, "per_rank_kib": math.ceil(t / world) * h * 2 / 1024}
+            r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
+            r["nccl+fused"] = timed(lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset)
+            r["nccl+torch"] = timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset)
+            for stage in (1, 2):
+                best = None
+                for shape in shapes(t, stage):
+                    us = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape))
+                    if best is None or us < best[0]:
+                        best = (us, shape)
+                r[f"s{stage}"], r[f"s{stage}_shape"] = best
+            r["auto_stage"] = choose_stage(t, h, 2, world, comm.threshold)
+            rows.append(r)
+            if rank == 0:
+                logger.info(f"T={t} res={with_res}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        return rows
+
+    def shapes(t, stage):
+        rows = t if stage == 1 else math.ceil(t / world)
+        return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]
+
+    def shape_str(shape):
+        return "default" if shape is None else f"{shape[0]}x{shape[1]}"
+
+    def render(rows, title):
+        out = [title,
+               "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | 1-stage (shape) | 2-stage (shape) | best | vs AR+fused | vs AR+torch | best algbw GB/s |",
+               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            best = min(r["s1"], r["s2"])
+            stage = 1 if r["s1"] <= r["s2"] else 2
+            out.append(
+                f"| {r['T']} | {r['per_rank_kib']:.0f} | {r['nccl']:.1f} | {r['nccl+fused']:.1f} | {r['nccl+torch']:.1f} | "
+                f"{r['s1']:.1f} ({shape_str(r['s1_shape'])}) | {r['s2']:.1f} ({shape_str(r['s2_shape'])}) | "
+                f"{best:.1f} ({stage}-stage) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
+                f"{r['T'] * h * 2 / best / 1e3:.0f} |")
+        wins = [r for r in rows if r["s2"] < r["s1"]]
+        first = wins[0] if wins else None
+        if first is None:
+            out.append("crossover: one stage wins at every T measured")
+        else:
+            prev = [r for r in rows if r["T"] < first["T"]]
+            out.append(f"crossover: two stages first win at T={first['T']} ({first['per_rank_kib']:.0f} KiB per rank)"
+                       + (f", one stage wins at T={prev[-1]['T']} ({prev[-1]['per_rank_kib']:.0f} KiB per rank)" if prev else "")
+                       + f"; dispatch threshold in use: {comm.threshold // 1024} KiB per rank")
+        return out
+
+    lines += render(run_table(tokens, False, shapes), "\n## no residual (times in µs per call)")
+    if res_tokens:
+        lines += render(run_table(res_tokens, True, lambda t, s: [None]), "\n## with residual (residual_out returned; default launch shape)")
+    if rank == 0:
+        text = "\n".join(lines)
+        print(text, flush=True)
+        if args.log:
+            Path(args.log).write_text(text + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""Fused all-reduce + residual + RMSNorm + FP8 (programs/triton/allreduce_rmsnorm.py).
+
+CPU (CI): the fused kernels under the Triton interpreter with all ranks played by one process (phases in turn, no
+barriers), and the reference path with 2, 4 and 8 gloo processes. GPU (requires_multi_gpu): the fused kernels with
+their barriers over symmetric memory, many back-to-back calls with changing inputs and skewed ranks, every result
+checked. This file is also the rank worker: `python test_allreduce_rmsnorm.py RANK WORLD PORT BACKEND`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+if __name__ == "__main__":  # a rank worker: the repository root and ref64 on the path, the interpreter for gloo
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if sys.argv[4] == "gloo":
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
+from programs.triton.checks import TritonRuleError  # noqa: E402
+from ref64 import fp8_expected, norm64  # noqa: E402
+from tt_rmsnorm.accuracy import assert_close  # noqa: E402
+
+E4M3 = torch.float8_e4m3fn
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the phase-by-phase simulation runs on a GPU too
+
+
+def partials(world, t, h, seed, dtype=torch.bfloat16, device="cpu", spread=True):
+    """Every rank's partial [t, h] (any rank can draw all of them), a weight and a residual, from one seed."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    # rows of very different magnitude, so the per-row scales differ
+    rowscale = torch.logspace(-2, 2, t, device=device)[:, None] if spread and t > 1 else 1.0
+    xs = [(torch.randn(t, h, generator=g, device=device) * rowscale).to(dtype) for _ in range(world)]
+    w = torch.randn(h, generator=g, device=device).to(dtype)
+    res = (torch.randn(t, h, generator=g, device=device) * rowscale).to(dtype)
+    return xs, w, res
+
+
+def expected(xs, w, res, *, epsilon, weight_offset, scale_ub, dtype=E4M3):
+    """float64 (quantized values, scales, residual_out) of the exact sum of the partials."""
+    total = sum(x.double() for x in xs)
+    v, _, h = norm64(total, w, epsilon=epsilon, weight_offset=weight_offset, residual=res)
+    q, s = fp8_expected(v, dtype, "row", scale_ub)
+    return q, s, h
+
+
+def median_ub(xs, w, res, *, epsilon, weight_offset):
+    """A scale_ub between the rows' maxima: about half the rows are clamped (their scales all equal ub / 448)."""
+    v, _, _ = norm64(sum(x.double() for x in xs), w, epsilon=epsilon, weight_offset=weight_offset, residual=res)
+    return float(v.abs().amax(-1).median())
+
+
+def check(out, exp, dtype=E4M3, context=""):
+    q, s, h = exp
+    assert out.y.dtype == dtype and out.scale.dtype == torch.float32
+    assert_close(out.y.float(), q, dtype, context=f"{context} fp8 values")
+    assert_close(out.scale, s, torch.float32, context=f"{context} row scales")
+    if out.residual_out is not None:
+        assert torch.equal(out.residual_out.double().cpu(), h.cpu()), f"{context}: residual_out must be the rounded sum + residual"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the fused kernels under the interpreter, every rank played in turn by this process
+
+
+def simulate(stage, world, xs, w, res, *, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf, max_tokens=None, dtype=E4M3):
+    t, h = xs[0].shape
+    max_tokens = max_tokens or t
+    dev = xs[0].device
+    bufs = [ar.carve(torch.zeros(ar.workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
+                     max_tokens, h, xs[0].dtype, world) for _ in range(world)]
+    outs = [ar.RMSNormOutput(torch.empty(t, h, dtype=dtype, device=dev), None, torch.empty_like(res) if res is not None else None,
+                             torch.empty(t, device=dev)) for _ in range(world)]
+    epoch = torch.zeros(ar.kernels.N_SLOTS * ar.kernels.MAX_PROGRAMS, dtype=torch.int32, device=dev)
+    for phase in (ar.kernels.PHASE_A, ar.kernels.PHASE_B, ar.kernels.PHASE_C):  # what the barriers order on the GPU
+        for r in range(world):
+            o = outs[r]
+            ar.launch(stage, r, bufs, epoch, xs[r], w, res, o.y, o.scale, o.residual_out, epsilon=epsilon,
+                      weight_offset=weight_offset, scale_ub=scale_ub, sync=False, phases=phase)
+    return outs
+
+
+SIM_CASES = {
+    # id: (stage, world, tokens, hidden, residual)
+    "one_stage_w2": (1, 2, 5, 96, False),
+    "one_stage_w4_residual": (1, 4, 6, 64, True),
+    "two_stage_w2_residual": (2, 2, 7, 96, True),
+    "two_stage_w3_uneven": (2, 3, 7, 80, False),
+    "two_stage_w8_fewer_rows_than_ranks": (2, 8, 5, 48, True),
+}
+
+
+@pytest.mark.parametrize("case", list(SIM_CASES))
+def test_fused_kernels_interpreted(case):
+    stage, world, t, h, with_res = SIM_CASES[case]
+    xs, w, res = partials(world, t, h, seed=11, device=DEV)
+    res = res if with_res else None
+    outs = simulate(stage, world, xs, w, res, epsilon=1e-6, weight_offset=0.5, max_tokens=t + 3)
+    exp = expected(xs, w, res, epsilon=1e-6, weight_offset=0.5, scale_ub=math.inf)
+    for r, o in enumerate(outs):
+        check(o, exp, context=f"rank {r}")
+        # every rank holds the same bits (rank-order sums; two-stage rows are copied from their owner)
+        assert torch.equal(o.y.view(torch.uint8), outs[0].y.view(torch.uint8)), f"rank {r} fp8 bits differ from rank 0"
+        assert torch.equal(o.scale, outs[0].scale)
+
+
+def test_one_and_two_stages_agree_bitwise():
+    """Same row math in both paths: identical bits, also with scale_ub clamping some rows and an all-zero row."""
+    xs, w, res = partials(2, 6, 64, seed=12, device=DEV)
+    for x in xs:
+        x[3] = 0  # a zero row: scale 0, outputs 0
+    v, _, _ = norm64(sum(x.double() for x in xs), w, epsilon=1e-5)
+    ub = float(v.abs().amax(-1).median())
+    one = simulate(1, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    two = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    assert torch.equal(one.y.view(torch.uint8), two.y.view(torch.uint8)) and torch.equal(one.scale, two.scale)
+    check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
+    assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
+    clamped = v.abs().amax(-1) > ub
+    assert bool(clamped.any()) and bool((one.y.float().abs().amax(-1)[clamped] == 448.0).all()), "rows above scale_ub saturate"
+
+
+def test_fused_matches_reference_path_interpreted():
+    """The fused kernels and the reference path (fp32 sum, then rmsnorm_fwd) are the same function."""
+    from programs.triton.rmsnorm_fwd import rmsnorm_fwd
+
+    xs, w, res = partials(2, 5, 96, seed=13, device=DEV)
+    fused = simulate(1, 2, xs, w, res, epsilon=1e-6)[0]
+    ref = rmsnorm_fwd(xs[0].float() + xs[1].float(), w, epsilon=1e-6, residual=res, dtype=E4M3, scale_mode="row")
+    assert torch.equal(fused.residual_out, ref.residual_out)
+    assert_close(fused.y.float(), ref.y.double(), E4M3, context="fused vs reference fp8")
+    assert_close(fused.scale, ref.scale.double(), torch.float32, context="fused vs reference scales")
+
+
+def test_stage_choice_follows_per_rank_bytes():
+    thr = ar.TWO_STAGE_MIN_BYTES
+    h, isz = 8192, 2
+    t_switch = 2 * math.ceil(thr / (h * isz))  # 2 ranks: ceil(t/2) rows per rank
+    assert ar.choose_stage(1, h, isz, 2) == 1
+    assert ar.choose_stage(t_switch, h, isz, 2) == 2
+    assert ar.choose_stage(t_switch - 2, h, isz, 2) == 1
+    assert ar.choose_stage(t_switch, h, isz, 4) == 1, "more ranks: fewer rows per rank"
+
+
+RULES = {
+    "x.dtype": dict(x=lambda: torch.zeros(2, 64, dtype=torch.float32)),
+    "x.hidden": dict(x=lambda: torch.zeros(2, 32, dtype=torch.bfloat16)),
+    "x.tokens": dict(x=lambda: torch.zeros(9, 64, dtype=torch.bfloat16)),
+    "x.last_dim_stride": dict(x=lambda: torch.zeros(64, 2, dtype=torch.bfloat16).t()),
+    "residual.shape": dict(residual=lambda: torch.zeros(2, 64, dtype=torch.float32)),
+    "weight.shape": dict(weight=lambda: torch.zeros(63, dtype=torch.bfloat16)),
+    "weight_offset.no_weight": dict(weight=lambda: None, weight_offset=1.0),
+    "dtype.fp8": dict(dtype=torch.bfloat16),
+    "scale_ub.range": dict(scale_ub=0.0),
+    "stage.value": dict(stage=3),
+    "epsilon.range": dict(epsilon=-1.0),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_bad_input_names_the_rule(rule):
+    c = dict(x=lambda: torch.zeros(2, 64, dtype=torch.bfloat16), weight=lambda: torch.ones(64, dtype=torch.bfloat16),
+             residual=lambda: None, epsilon=1e-5, weight_offset=0.0, scale_ub=math.inf, dtype=E4M3, stage=None)
+    c.update(RULES[rule])
+    args = {k: (v() if callable(v) else v) for k, v in c.items()}
+    with pytest.raises(TritonRuleError) as err:
+        ar.check_call(args.pop("x"), args.pop("weight"), **args, hidden=64, max_tokens=8, act_dtype=torch.bfloat16,
+                      device=torch.device("cpu"))
+    assert err.value.rule == rule and "Fix:" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rank processes: the reference path over gloo (CPU), the fused path over NCCL + symmetric memory (GPUs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(world: int, backend: str, timeout: float, tmp_path: Path) -> None:
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    if backend == "gloo":
+        env["OMP_NUM_THREADS"] = "1"  # many ranks share two cores
+    logs = [tmp_path / f"rank{r}.log" for r in range(world)]  # files, not pipes: a full pipe would stall a rank
+    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(world), str(port), backend], env=env,
+                              stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(world)]
+    try:
+        for p in procs:
+            p.wait(timeout=timeout)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    outs = [log.read_text() for log in logs]
+    failed = [(r, p.returncode, out) for r, (p, out) in enumerate(zip(procs, outs)) if p.returncode != 0]
+    assert not failed, "\n".join(f"rank {r} exited {rc}:\n{out[-4000:]}" for r, rc, out in failed)
+    print("".join(outs))
+
+
+@pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks"])
+def test_reference_path_gloo(world, tmp_path):
+    run_ranks(world, "gloo", timeout=120.0, tmp_path=tmp_path)
+
+
+@pytest.mark.requires_multi_gpu
+def test_fused_nccl_back_to_back(tmp_path):
+    run_ranks(2, "nccl", timeout=400.0, tmp_path=tmp_path)
+
+
+def gloo_worker(rank, world, dist):
+    """Reference path: several calls with changing inputs, checked against float64; all ranks hold the same bits."""
+    calls = [(3, 64, False, False), (4, 48, True, False), (5, 64, True, True)]
+    mine = {2: [0, 1, 2], 4: [2], 8: [1]}.get(world, [0])  # fewer calls on more ranks: they share two cores
+    for call in mine:
+        t, h, with_res, clamp = calls[call]
+        xs, w, res = partials(world, t, h, seed=100 + call)
+        res = res if with_res else None
+        ub = median_ub(xs, w, res, epsilon=1e-6, weight_offset=1.0) if clamp else math.inf
+        out = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=1e-6, weight_offset=1.0, residual=res, scale_ub=ub)
+        check(out, expected(xs, w, res, epsilon=1e-6, weight_offset=1.0, scale_ub=ub), context=f"call {call}")
+        gathered = [torch.empty(t, h, dtype=torch.uint8) for _ in range(world)]
+        dist.all_gather(gathered, out.y.view(torch.uint8).contiguous())
+        assert all(torch.equal(g, gathered[0]) for g in gathered), "ranks disagree"
+
+
+def nccl_worker(rank, world, dist):
+    """Fused path on GPUs: per case, many calls enqueued back to back with fresh inputs (one rank sometimes delayed
+    so the other reaches the barriers first), then every result checked against float64, against the other ranks'
+    bits and, for repeated inputs, against itself."""
+    dev = torch.device("cuda", rank)
+    h = 8192
+    comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
+    skew = torch.Generator().manual_seed(7 + rank)
+    cases = [  # (stage, tokens, calls)
+        (1, 1, 64), (1, 33, 48), (2, 33, 48), (2, 3, 32), (1, 300, 16), (2, 1027, 10), (None, 4096, 4),
+    ]
+    total = 0
+    for ci, (stage, t, calls) in enumerate(cases):
+        ins = []
+        for k in range(calls):
+            xs, w, res = partials(world, t, h, seed=1000 * ci + k, device=dev)
+            res, eps, off = res if k % 2 else None, 1e-6 if k % 3 else 1e-5, 1.0 if k % 4 == 1 else 0.0
+            ub = median_ub(xs, w, res, epsilon=eps, weight_offset=off) if k % 5 == 0 and t > 2 else math.inf
+            ins.append((xs, w, res, eps, off, ub))
+        repeat = 1  # call `repeat` is issued twice more at the end: bitwise run-to-run check
+        order = list(range(calls)) + [repeat, repeat]
+        outs = []
+        torch.cuda.synchronize()
+        dist.barrier()
+        for k in order:  # no host sync between calls
+            xs, w, res, eps, off, ub = ins[k]
+            if torch.randint(0, 4, (1,), generator=skew).item() == 0:
+                torch.cuda._sleep(int(torch.randint(1000, 200000, (1,), generator=skew).item()))  # delay this rank
+            outs.append(comm(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub, stage=stage))
+        torch.cuda.synchronize()
+        for k, out in zip(order, outs):
+            xs, w, res, eps, off, ub = ins[k]
+            check(out, expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub), context=f"stage {stage} T={t} call {k}")
+            bits = out.y.view(torch.uint8).contiguous()
+            gathered = [torch.empty_like(bits) for _ in range(world)]
+            dist.all_gather(gathered, bits)
+            assert all(torch.equal(g, gathered[0]) for g in gathered), f"stage {stage} T={t} call {k}: ranks disagree"
+            total += 1
+        first, *again = [o for k, o in zip(order, outs) if k == repeat]
+        for o in again:
+            assert torch.equal(o.y.view(torch.uint8), first.y.view(torch.uint8)) and torch.equal(o.scale, first.scale), "not bitwise stable"
+            if o.residual_out is not None:
+                assert torch.equal(o.residual_out, first.residual_out)
+        # the fused call and the reference path (fp32 NCCL all_reduce + rmsnorm_fwd) on the same inputs
+        xs, w, res, eps, off, ub = ins[repeat]
+        ref = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub)
+        same = (ref.y.view(torch.uint8) == first.y.view(torch.uint8)).float().mean().item()
+        assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
+        print(f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; fp8 bits equal to the reference path: {same:.5f}", flush=True)
+    print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
+
+
+def main():
+    import torch.distributed as dist
+
+    rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120), device_id=torch.device("cuda", rank) if backend == "nccl" else None)
+    try:
+        (gloo_worker if backend == "gloo" else nccl_worker)(rank, world, dist)
+        print(f"rank {rank}/{world} {backend}: OK", flush=True)
+        code = 0
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    dist.destroy_process_group()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
