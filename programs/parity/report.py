@@ -257,8 +257,9 @@ def plot(run: ParityRun, path: Path) -> None:
         ax.set_ylabel(title)
         ax.grid(True, which="major", axis="y", alpha=0.3)
     if numeric:
-        axes[0].legend(fontsize=8, ncol=4, loc="upper left")
-    axes[0].set_title(f"Parity per backend and case (seed {run.seed}; red edge = outside tolerance; exact zeros at the floor)")
+        axes[0].legend(fontsize=8, ncol=min(len(numeric), 8), loc="lower left", bbox_to_anchor=(0.0, 1.01), frameon=False)
+    fig.suptitle(f"Parity per backend and case (seed {run.seed}; red edge = outside tolerance; exact zeros at the "
+                 f"floor; bfloat8_b is judged by PCC and max-abs, not ULPs)", fontsize=10)
     axes[1].set_xticks(list(xs))
     axes[1].set_xticklabels(run.cases, rotation=60, ha="right", fontsize=7)
     fig.tight_layout()
