@@ -218,10 +218,9 @@ class NKI(Backend):
 
     def available(self):
         try:
-            from programs.nki import driver
+            import programs.nki.driver  # noqa: F401
         except ImportError as e:
             return False, f"the NKI driver cannot be imported here: {e}"
-        self._label = driver.toolchain()
         return True, ""
 
     def inputs(self, case):
