@@ -9,7 +9,7 @@ With xhat = h * rs, g = dy * (w + weight_offset) and c = mean(xhat * g) over the
 h is the normalized input (x, or residual_out when the residual add was fused).
 
 dweight/dbias: each program accumulates its rows in fp32 and writes one row of a [programs, N] fp32 buffer; a second
-kernel sums that buffer column by column in program order. No atomics: the same inputs give the same bits every run.
+kernel sums that buffer column by column in a fixed order. No atomics: the same inputs give the same bits every run.
 
 Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
 tile's loads issued before the current tile is reduced.
@@ -173,21 +173,30 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _sum_partials_kernel(P, OUT, G, N, BLOCK: tl.constexpr, OUT_DROP: tl.constexpr):
-    """OUT[n] = sum over g = 0..G-1 of P[g, n], in that order."""
+def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr, OUT_DROP: tl.constexpr):
+    """OUT[n] = sum over g of P[g, n]: BLOCK_G partial rows per step, summed by a fixed tree, steps in order.
+
+    A fixed order either way (same bits every run); BLOCK_G rows per load keep ~G/BLOCK_G dependent L2 round trips
+    instead of G (one row at a time cost ~30 us per backward on H200 at G = 132)."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < N
+    rg = tl.arange(0, BLOCK_G)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for g in range(G):
-        acc += tl.load(P + g * N + cols, mask=ok, other=0.0)
+    for i in range(tl.cdiv(G, BLOCK_G)):
+        g = i * BLOCK_G + rg
+        tile = tl.load(P + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & ok[None, :], other=0.0)
+        acc += tl.sum(tile, axis=0)
     tl.store(OUT + cols, pre_round(acc, OUT_DROP, 0.0, 0.0).to(OUT.dtype.element_ty), mask=ok)
 
 
 def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
     g, n = partials.shape
     out = torch.empty(n, dtype=dtype, device=partials.device)
-    block = min(1024, triton.next_power_of_2(n))
-    _sum_partials_kernel[(triton.cdiv(n, block),)](partials, out, g, n, BLOCK=block, OUT_DROP=fp8mod.downcast_consts(dtype)[0], num_warps=4)
+    block = min(128, triton.next_power_of_2(n))
+    block_g = min(32, triton.next_power_of_2(g))
+    _sum_partials_kernel[(triton.cdiv(n, block),)](
+        partials, out, g, n, BLOCK_G=block_g, BLOCK=block, OUT_DROP=fp8mod.downcast_consts(dtype)[0], num_warps=4
+    )
     return out
 
 

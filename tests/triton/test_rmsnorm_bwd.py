@@ -9,7 +9,12 @@ from ref64 import assert_close_cancelling, grads64
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # "cols" at tiny N: 32-wide column tiles and 3 row groups, so partial sums span several programs
-KERNELS = {"rows": None, "cols": BwdConfig("cols", 4, block_m=2, programs=3, block_n=32)}
+KERNELS = {
+    "rows": None,
+    "cols": BwdConfig("cols", 4, block_m=2, programs=3, block_n=32),
+    # 37 partial rows: the partial-sum kernel takes them in two 32-row steps, the second one masked
+    "rows_37_programs": BwdConfig("rows", 4, block_m=1, programs=37),
+}
 CASES = {
     "plain": dict(),
     "offset_bias": dict(weight_offset=1.0, bias=True),
@@ -30,7 +35,7 @@ def rand(*shape, dtype=torch.float32, seed=0):
 def test_backward_matches_float64_autograd(kernel, dtype, case):
     c = CASES[case]
     dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    m, n = 9, 67
+    m, n = 41, 67
     if c.get("strided"):
         x = rand(m, n + 5, dtype=dt, seed=1)[:, 2 : 2 + n]
     else:
