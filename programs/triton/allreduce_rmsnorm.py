@@ -14,8 +14,8 @@ Paths (`stage`, default from `choose_stage`):
      from peers per rank): for small payloads, where latency rules.
   2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
      quantize the owned rows, all-gather the FP8 rows, scales (and residual_out) from their owners.
-  The switch is at per-rank bytes ceil(T/W)*H*itemsize >= TWO_STAGE_MIN_BYTES, measured on 2xH200 by
-  programs/triton/bench_allreduce.py (ALLREDUCE_NOTES.md).
+  The switch is at per-rank bytes ceil(T/W)*H*itemsize >= TWO_STAGE_MIN_BYTES (2 MiB), measured on 2xH200 by
+  programs/triton/bench_allreduce.py (ALLREDUCE_NOTES.md); with a residual on 2 ranks one stage always wins.
 
 Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
 get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels and their
@@ -41,13 +41,19 @@ from programs.triton.checks import TritonRuleError, as_rows, check_activation, c
 from programs.triton.rmsnorm_fwd import RMSNormOutput, rmsnorm_fwd, sm_count
 
 MAX_WORLD = 8
-# Per-rank payload ceil(T/W)*H*itemsize at and above which the two-stage path runs (measured: ALLREDUCE_NOTES.md).
-TWO_STAGE_MIN_BYTES = 4 * 1024 * 1024
+# Per-rank payload ceil(T/W)*H*itemsize at and above which the two-stage path runs. Measured on 2xH200, H=8192 bf16
+# (ALLREDUCE_NOTES.md): one stage wins at 1024 KiB per rank (T=128), two stages from 2048 KiB (T=256). With a
+# residual, two stages also all-gather residual_out and lost at every T measured (up to 64 MiB per rank) on 2 ranks.
+# Other world sizes are not measured: they use the 2-rank byte threshold, residual or not.
+TWO_STAGE_MIN_BYTES = 2 * 1024 * 1024
 _ALIGN = 256
 
 
-def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, threshold: int = TWO_STAGE_MIN_BYTES) -> int:
+def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False,
+                 threshold: int = TWO_STAGE_MIN_BYTES) -> int:
     """1 (one stage) or 2 (two stages) for a call of [tokens, hidden] elements of `itemsize` bytes over `world` ranks."""
+    if residual and world == 2:
+        return 1
     per_rank = math.ceil(tokens / world) * hidden * itemsize
     return 2 if per_rank >= threshold else 1
 
@@ -76,11 +82,11 @@ def reference_allreduce_rmsnorm_fp8(
 class RankBuffers:
     """One rank's symmetric workspace as typed views (seen from the local GPU: a peer's are NVLink mappings)."""
 
-    inp: torch.Tensor  # [T_max, H] x dtype: the published partial rows
-    q: torch.Tensor  # [T_max, H] uint8: two-stage FP8 rows of the owner
-    s: torch.Tensor  # [T_max] float32: two-stage scales of the owner
-    o: torch.Tensor  # [T_max, H] x dtype: two-stage residual_out rows of the owner
-    flags: torch.Tensor  # [3 * 1024 * W] int32: barrier flags, written by the peers
+    inp: torch.Tensor  # [2 * T_max, H] x dtype: the published partial rows (two halves, alternate calls)
+    q: torch.Tensor  # [2 * T_max, H] uint8: two-stage FP8 rows of the owner
+    s: torch.Tensor  # [2 * T_max] float32: two-stage scales of the owner
+    o: torch.Tensor  # [2 * T_max, H] x dtype: two-stage residual_out rows of the owner
+    flags: torch.Tensor  # [N_SLOTS * 1024 * W] int32: barrier flags, written by the peers
 
 
 def workspace_bytes(max_tokens: int, hidden: int, itemsize: int, world: int) -> int:
@@ -93,8 +99,8 @@ def _round_up(n: int) -> int:
 
 
 def _region_sizes(max_tokens, hidden, itemsize, world):
-    return (kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4, max_tokens * hidden * itemsize,
-            max_tokens * hidden, max_tokens * 4, max_tokens * hidden * itemsize)
+    t2 = 2 * max_tokens  # double-buffered: call k uses half k % 2 (kernels.py says why)
+    return (kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4, t2 * hidden * itemsize, t2 * hidden, t2 * 4, t2 * hidden * itemsize)
 
 
 def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, world: int) -> RankBuffers:
@@ -109,20 +115,23 @@ def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, w
 
     return RankBuffers(
         flags=region(0, torch.int32, (-1,)),
-        inp=region(1, dtype, (max_tokens, hidden)),
-        q=region(2, torch.uint8, (max_tokens, hidden)),
-        s=region(3, torch.float32, (max_tokens,)),
-        o=region(4, dtype, (max_tokens, hidden)),
+        inp=region(1, dtype, (2 * max_tokens, hidden)),
+        q=region(2, torch.uint8, (2 * max_tokens, hidden)),
+        s=region(3, torch.float32, (2 * max_tokens,)),
+        o=region(4, dtype, (2 * max_tokens, hidden)),
     )
 
 
 def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
-    """(block_m, num_warps, grid): ~32 fp32 values per thread; at most one program per SM so all are resident."""
+    """(block_m, num_warps, grid). Measured on 2xH200 at H=8192 (bench_allreduce.py sweep): one row per program with
+    16 warps while every SM has at most ~4 row blocks, then 2 rows x 16 warps, then 4 rows x 32 warps. At most one
+    program per SM, so all programs of a launch are resident together (the barriers need that)."""
     block_h = triton.next_power_of_2(hidden)
-    block_m = 1 if rows <= 4 * sm_count(device) else 2
-    block_m = max(1, min(block_m, 16384 // block_h))
-    num_warps = min(32, max(4, block_m * block_h // 1024))
-    return block_m, num_warps, max(1, min(triton.cdiv(rows, block_m), sm_count(device)))
+    n_sm = sm_count(device)
+    block_m = 1 if rows <= 4 * n_sm else (2 if rows <= 8 * n_sm else 4)
+    block_m = max(1, min(block_m, 32768 // block_h))
+    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 else 1))
+    return block_m, num_warps, max(1, min(triton.cdiv(rows, block_m), n_sm))
 
 
 def launch(
@@ -172,7 +181,7 @@ def launch(
         *eight([b.inp for b in bufs]),
     )
     flags = (*eight([b.flags for b in bufs]), epoch)
-    scalars = (h, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax))
+    scalars = (bufs[0].inp.shape[0] // 2, h, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax))
     meta = dict(
         RANK=rank, WORLD=world, BLOCK_M=block_m, BLOCK_H=triton.next_power_of_2(h),
         HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
@@ -198,7 +207,7 @@ class AllReduceRMSNormFP8:
     """A group's fused all-reduce + RMSNorm + FP8 for activations up to [max_tokens, hidden_size] of `dtype`.
 
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
-    (workspace_bytes: ~ max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
+    (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
 
     def __init__(self, group=None, *, hidden_size: int, max_tokens: int, dtype: torch.dtype = torch.bfloat16,
                  device: torch.device | None = None, two_stage_min_bytes: int = TWO_STAGE_MIN_BYTES):
@@ -234,7 +243,7 @@ class AllReduceRMSNormFP8:
         if views[self.rank].data_ptr() != raw.data_ptr():
             raise RuntimeError(f"symmetric memory mapping mismatch: own buffer {views[self.rank].data_ptr():#x} != {raw.data_ptr():#x}")
         self.bufs = [carve(raw if r == self.rank else views[r], max_tokens, hidden_size, dtype, self.world) for r in range(self.world)]
-        self.epoch = torch.zeros(kernels.N_SLOTS * kernels.MAX_PROGRAMS, dtype=torch.int32, device=self.device)
+        self.epoch = torch.zeros(kernels.N_COUNTERS, dtype=torch.int32, device=self.device)
         dist.barrier(group=group)  # every rank's flags are zero before any peer may raise them
 
     def __call__(
@@ -256,7 +265,7 @@ class AllReduceRMSNormFP8:
                         device=self.device)
         t = x2.shape[0]
         if stage is None:
-            stage = choose_stage(t, self.hidden, self.dtype.itemsize, self.world, self.threshold)
+            stage = choose_stage(t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None, threshold=self.threshold)
         y = torch.empty(x.shape, dtype=dtype, device=x.device)
         scale = torch.empty(t, dtype=torch.float32, device=x.device)
         res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None

@@ -4,7 +4,7 @@ Every rank launches the same grid G (a function of T only, G <= SM count so all 
 Program b of a rank works on a fixed set of row blocks and meets only program b of the other ranks: the barriers
 are per program, never grid-wide.
 
-Barrier (`_cross_rank_barrier`, one per phase boundary): program b of rank i
+Barrier (`_cross_rank_barrier`, at each phase boundary): program b of rank i
   1. waits for its own threads' stores to be issued (CTA barrier),
   2. raises flag[slot, i] in every peer's symmetric flag array to its epoch (atomic max, release, system scope),
   3. spins until flag[slot, j] in its own flag array reached the epoch for every peer j (acquire, system scope),
@@ -15,14 +15,20 @@ is reset, the flags only grow, and CUDA-graph replays stay correct (no host-side
 
 Phases (PHASES bit mask; all set on the GPU, with SYNC):
   one stage: A publish this rank's rows into its symmetric input -> start barrier -> B read every rank's rows, sum in
-             fp32 in rank order, residual, RMSNorm, FP8 -> end barrier.
+             fp32 in rank order, residual, RMSNorm, FP8, write the local outputs.
   two stage: A publish the rows other ranks own -> start barrier -> B sum + normalize + quantize the owned rows and
              post them (FP8 rows, scales, residual_out) in this rank's symmetric scratch -> middle barrier -> C copy
-             the peers' owned rows from their scratch -> end barrier.
-The start barrier: no rank reads a peer row before the peer wrote it. The end barrier: a rank leaves the kernel only
-after every peer's program b finished reading what this rank's program b published, so the next call (which starts
-after this kernel ends on the same stream) may overwrite the symmetric buffers. Without SYNC (CPU tests under the
-interpreter, ranks simulated in one process) the phases run in separate launches instead.
+             the peers' owned rows from their scratch into the local outputs.
+Start barrier: no rank reads a peer row before the peer wrote it (the start barrier of call k orders program b's
+writes of call k before the peers' program b reads of call k). Middle barrier: the same for the owners' results.
+Reuse, without an end barrier: the symmetric buffers are double-buffered. Call k uses half k % 2, k being a per-rank
+call counter on the device (advanced by the last program of each launch, so every program of one launch sees the same
+k, and all ranks count the same calls). A rank overwrites half k % 2 again only in call k + 2, which starts after its
+call k + 1 ended; call k + 1 passed its start barrier, so every peer had started call k + 1, so (stream order) every
+peer had finished call k and all its reads of that half. Outputs are local. Kernels of one call run on every rank
+(collective), one program per SM at most, so all programs of a launch are resident together and the spins end.
+Without SYNC (CPU tests under the interpreter, ranks simulated in one process) the phases run in separate launches
+and the call counter stays 0.
 
 Rank-order fp32 summation makes every rank compute the same bits, run to run and rank to rank.
 """
@@ -35,8 +41,11 @@ import triton.language as tl
 from programs.triton.rmsnorm_fwd import fp8_recip, pre_round
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
-N_SLOTS = 3  # barrier slots per program: start, middle, end
+N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
 MAX_PROGRAMS = 1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
+# the per-rank counter array: N_SLOTS * MAX_PROGRAMS epochs, then the call counter (its parity picks the buffer half)
+# at 2048 and the finished-programs counter at 2049 (the kernels write these literals)
+N_COUNTERS = N_SLOTS * MAX_PROGRAMS + 2
 
 
 @triton.jit
@@ -79,7 +88,24 @@ def _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, RANK: tl.co
 
 
 @triton.jit
-def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, mask,
+def _buffer_half(EPOCH, TMAX):
+    """Row offset of this call's half of the double-buffered symmetric buffers (call counter parity)."""
+    return (tl.load(EPOCH + 2048) & 1).to(tl.int64) * TMAX
+
+
+@triton.jit
+def _count_call(EPOCH, nprog):
+    """The last program of the call to finish advances the call counter: every program of this call read the old
+    value at its start, every program of the next launch reads the new one."""
+    tl.debug_barrier()
+    done = tl.atomic_add(EPOCH + 2049, 1, sem="acq_rel", scope="gpu")
+    if done == nprog - 1:
+        tl.atomic_xchg(EPOCH + 2049, 0, sem="relaxed", scope="gpu")
+        tl.atomic_add(EPOCH + 2048, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask,
                   RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr):
     """fp32 sum of the ranks' rows in rank order; this rank's own rows come from x, the others' from their buffers."""
     acc = tl.zeros([BLOCK_M, BLOCK_H], dtype=tl.float32)
@@ -87,7 +113,7 @@ def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, 
         if r == RANK:
             v = tl.load(X + rows64 * stride_x + cols, mask=mask, other=0.0)
         else:
-            v = tl.load(_pick(r, I0, I1, I2, I3, I4, I5, I6, I7) + rows64 * H + cols, mask=mask, other=0.0)
+            v = tl.load(_pick(r, I0, I1, I2, I3, I4, I5, I6, I7) + (rows64 + half) * H + cols, mask=mask, other=0.0)
         acc += v.to(tl.float32)
     return acc
 
@@ -120,7 +146,7 @@ def one_stage_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
     I0, I1, I2, I3, I4, I5, I6, I7,
     F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
-    T, H, inv_h, eps, w_off, scale_ub, fp8_max,
+    T, TMAX, H, inv_h, eps, w_off, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
     RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
@@ -130,13 +156,14 @@ def one_stage_kernel(
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_ok = cols < H
     n_blocks = tl.cdiv(T, BLOCK_M)
+    half = _buffer_half(EPOCH, TMAX)
     if PHASES & 1:
         mine = _pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
         for blk in range(pid, n_blocks, nprog):
             rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
             mask = (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
-            tl.store(mine + rows64 * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+            tl.store(mine + (rows64 + half) * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
     if SYNC:
         _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, RANK, WORLD)
     if PHASES & 2:
@@ -144,7 +171,7 @@ def one_stage_kernel(
             rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
             mask = (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
-            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
+            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
             q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
                                        HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
@@ -153,7 +180,7 @@ def one_stage_kernel(
             if HAS_RES:
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
     if SYNC:
-        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 2 * 1024 + pid, RANK, WORLD)
+        _count_call(EPOCH, nprog)
 
 
 @triton.jit
@@ -164,7 +191,7 @@ def two_stage_kernel(
     S0, S1, S2, S3, S4, S5, S6, S7,
     O0, O1, O2, O3, O4, O5, O6, O7,
     F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
-    T, TW, H, inv_h, eps, w_off, scale_ub, fp8_max,
+    T, TW, TMAX, H, inv_h, eps, w_off, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
     RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
@@ -175,6 +202,7 @@ def two_stage_kernel(
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_ok = cols < H
     n_blocks = tl.cdiv(TW, BLOCK_M)
+    half = _buffer_half(EPOCH, TMAX)
     if PHASES & 1:  # publish the rows the other ranks own
         mine = _pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
         for blk in range(pid, n_blocks, nprog):
@@ -184,7 +212,7 @@ def two_stage_kernel(
                     rows = r * TW + local
                     mask = (local < TW) & (rows < T) & col_ok
                     rows64 = rows.to(tl.int64)
-                    tl.store(mine + rows64 * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+                    tl.store(mine + (rows64 + half) * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
     if SYNC:
         _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, RANK, WORLD)
     if PHASES & 2:  # reduce-scatter + normalize + quantize the owned rows, post them for the peers
@@ -196,19 +224,19 @@ def two_stage_kernel(
             rows = RANK * TW + local
             mask = (local < TW) & (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
-            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
+            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
             q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
                                        HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
-            tl.store(q_mine + rows64 * H + cols, q, mask=mask)
+            tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
             l1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
             r1 = RANK * TW + l1
             ok1 = (l1 < TW) & (r1 < T)
             tl.store(SC + r1, scale, mask=ok1)
-            tl.store(s_mine + r1, scale, mask=ok1)
+            tl.store(s_mine + half + r1, scale, mask=ok1)
             if HAS_RES:
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
-                tl.store(o_mine + rows64 * H + cols, ro, mask=mask)
+                tl.store(o_mine + (rows64 + half) * H + cols, ro, mask=mask)
     if SYNC:
         _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, RANK, WORLD)
     if PHASES & 4:  # all-gather the rows the peers own
@@ -220,13 +248,13 @@ def two_stage_kernel(
                     rows = r * TW + local
                     mask = (local < TW) & (rows < T) & col_ok
                     rows64 = rows.to(tl.int64)
-                    q = tl.load(_pick(r, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7) + rows64 * H + cols, mask=mask)
+                    q = tl.load(_pick(r, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7) + (rows64 + half) * H + cols, mask=mask)
                     tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
                     r1 = r * TW + l1
                     ok1 = (l1 < TW) & (r1 < T)
-                    tl.store(SC + r1, tl.load(_pick(r, S0, S1, S2, S3, S4, S5, S6, S7) + r1, mask=ok1), mask=ok1)
+                    tl.store(SC + r1, tl.load(_pick(r, S0, S1, S2, S3, S4, S5, S6, S7) + half + r1, mask=ok1), mask=ok1)
                     if HAS_RES:
-                        o = tl.load(_pick(r, O0, O1, O2, O3, O4, O5, O6, O7) + rows64 * H + cols, mask=mask)
+                        o = tl.load(_pick(r, O0, O1, O2, O3, O4, O5, O6, O7) + (rows64 + half) * H + cols, mask=mask)
                         tl.store(RO + rows64 * stride_ro + cols, o, mask=mask)
     if SYNC:
-        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 2 * 1024 + pid, RANK, WORLD)
+        _count_call(EPOCH, nprog)
