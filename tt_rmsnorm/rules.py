@@ -212,6 +212,13 @@ def _check_shard_grid_on_device(t: TensorDesc, compute_grid, what: str):
         )
 
 
+def _check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
+    _check_not_height_sharded(x, "input")
+    _check_shard_grid_on_device(x, compute_grid, "input")
+    if distributed and x.padded_shape[-2] != TILE:
+        _fail("sharded.height_32", "the sharded distributed path needs padded height 32 (decode: <= 32 rows)", f"padded height {x.padded_shape[-2]}", "use an interleaved input (prefill path) or at most 32 rows")
+
+
 def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, distributed: bool):
     """tt-facts §3.2: a LayerNormShardedMultiCoreProgramConfig against the input's shard spec."""
     if pc.block_w < 1:
@@ -436,10 +443,7 @@ def check_pre_all_gather(
     _check_dtype(x, PRE_INPUT_DTYPES, "pre.input.dtype", "input")
     _warn_2d_core_grid(use_2d_core_grid, x.is_sharded)
     if x.is_sharded:
-        _check_not_height_sharded(x, "input")
-        _check_shard_grid_on_device(x, grid, "input")
-        if x.padded_shape[-2] != TILE:
-            _fail("sharded.height_32", "the sharded distributed path needs padded height 32 (decode: <= 32 rows)", f"padded height {x.padded_shape[-2]}", "use an interleaved input (prefill path) or at most 32 rows")
+        _check_sharded_input(x, grid, distributed=True)
         if not _is_sharded_pc(program_config):
             _fail("sharded.program_config", "a sharded input needs a LayerNormShardedMultiCoreProgramConfig", type(program_config).__name__, "tt_rmsnorm.configs.sharded_program_config(...)")
         _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
@@ -491,10 +495,7 @@ def check_post_all_gather(
     _check_width_multiple_of_32(x)
     _warn_2d_core_grid(use_2d_core_grid, x.is_sharded)
     if x.is_sharded:
-        _check_not_height_sharded(x, "input")
-        _check_shard_grid_on_device(x, grid, "input")
-        if x.padded_shape[-2] != TILE:
-            _fail("sharded.height_32", "the sharded distributed path needs padded height 32 (decode: <= 32 rows)", f"padded height {x.padded_shape[-2]}", "use an interleaved input (prefill path) or at most 32 rows")
+        _check_sharded_input(x, grid, distributed=True)
         if s.stats_kind == STATS_SUMS:
             _fail("stats.kind_mismatch", "the sharded post averages per-device MEANS but these stats hold SUMS (from the interleaved pre)", STATS_SUMS, "run the sharded pre on the same sharded input (tt_rmsnorm.distributed_rms_norm does)")
         if not s.is_sharded:
@@ -552,8 +553,7 @@ def check_rms_norm(
     if epsilon is not None and epsilon < 0:
         _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")
     if x.is_sharded:
-        _check_not_height_sharded(x, "input")
-        _check_shard_grid_on_device(x, grid, "input")
+        _check_sharded_input(x, grid, distributed=False)
         if program_config is not None and _is_sharded_pc(program_config):
             _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
         _check_output_memory_config(x, memory_config)
