@@ -36,6 +36,6 @@ def run_ranks(world: int, backend: str, timeout: float = 150.0) -> None:
     assert not failed, "\n".join(f"rank {r} exited {rc}:\n{out[-3000:]}" for r, rc, out in failed)
 
 
-@pytest.mark.parametrize("world", [2, 4], ids=["2_ranks", "4_ranks"])
+@pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks_t3k_world"])
 def test_distributed_gloo(world):
     run_ranks(world, "gloo")
