@@ -4,8 +4,9 @@
 
 World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
 (median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
-all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Both fused stages are timed at every T
-(each with its best launch shape of a small sweep): the crossover is where two stages start to win.
+all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every fused stage is timed at every T
+it serves (stages 1 and 2 with their best launch shape of a small sweep, stage 0 up to PUSH_MAX_TOKENS rows), then
+the call as users make it (dispatched stage, default shape): the crossovers are where the next stage starts to win.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ except ImportError:  # the GPU hosts' image has no loguru
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logger = logging.getLogger("bench_allreduce")
 
-from programs.triton.allreduce_rmsnorm import AllReduceRMSNormFP8, choose_stage  # noqa: E402
+from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
 from programs.triton.rmsnorm_fwd import rmsnorm_fwd  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
@@ -149,6 +150,7 @@ def main():
             r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
             r["nccl+fused"] = timed(lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset)
             r["nccl+torch"] = timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset)
+            r["s0"], r["s0_shape"] = (timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=0)), None) if t <= PUSH_MAX_TOKENS else (math.nan, None)
             for stage in (1, 2):
                 best = None
                 for shape in shapes(t, stage):
@@ -172,16 +174,20 @@ def main():
 
     def render(rows, title):
         out = [title,
-               "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | 1-stage (best shape) | 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
-               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+               "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | stage 0: 1-stage pushed | stage 1: 1-stage (best shape) | stage 2: 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
+               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             stage = r["auto"]  # the stage the dispatcher picks
             best = r["fused"]
             out.append(
                 f"| {r['T']} | {r['per_rank_kib']:.0f} | {r['nccl']:.1f} | {r['nccl+fused']:.1f} | {r['nccl+torch']:.1f} | "
-                f"{r['s1']:.1f} ({shape_str(r['s1_shape'])}) | {r['s2']:.1f} ({shape_str(r['s2_shape'])}) | "
-                f"{best:.1f} ({stage}-stage) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
+                f"{r['s0']:.1f} | {r['s1']:.1f} ({shape_str(r['s1_shape'])}) | {r['s2']:.1f} ({shape_str(r['s2_shape'])}) | "
+                f"{best:.1f} (stage {stage}) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
                 f"{r['T'] * h * 2 / best / 1e3:.0f} |")
+        pushed = [r for r in rows if not math.isnan(r["s0"])]
+        loses = [r for r in pushed if r["s0"] >= r["s1"]]
+        out.append("stage 0 vs stage 1: " + (f"stage 1 first wins at T={loses[0]['T']}" if loses else "stage 0 wins at every T it ran")
+                   + f" (stage 0 ran for T <= {PUSH_MAX_TOKENS})")
         wins = [r for r in rows if r["s2"] < r["s1"]]
         first = wins[0] if wins else None
         if first is None:

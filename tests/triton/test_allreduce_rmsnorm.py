@@ -104,6 +104,8 @@ def simulate(stage, world, xs, w, res, *, epsilon=1e-6, weight_offset=0.0, scale
 
 SIM_CASES = {
     # id: (stage, world, tokens, hidden, residual)
+    "push_w2_residual": (0, 2, 5, 96, True),
+    "push_w3": (0, 3, 4, 64, False),
     "one_stage_w2": (1, 2, 5, 96, False),
     "one_stage_w4_residual": (1, 4, 6, 64, True),
     "two_stage_w2_residual": (2, 2, 7, 96, True),
@@ -126,8 +128,8 @@ def test_fused_kernels_interpreted(case):
         assert torch.equal(o.scale, outs[0].scale)
 
 
-def test_one_and_two_stages_agree_bitwise():
-    """Same row math in both paths: identical bits, also with scale_ub clamping some rows and an all-zero row."""
+def test_all_stages_agree_bitwise():
+    """Same row math in every path: identical bits, also with scale_ub clamping some rows and an all-zero row."""
     xs, w, res = partials(2, 6, 64, seed=12, device=DEV)
     for x in xs:
         x[3] = 0  # a zero row: scale 0, outputs 0
@@ -135,7 +137,9 @@ def test_one_and_two_stages_agree_bitwise():
     ub = float(v.abs().amax(-1).median())
     one = simulate(1, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     two = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    push = simulate(0, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     assert torch.equal(one.y.view(torch.uint8), two.y.view(torch.uint8)) and torch.equal(one.scale, two.scale)
+    assert torch.equal(one.y.view(torch.uint8), push.y.view(torch.uint8)) and torch.equal(one.scale, push.scale)
     check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
     assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
     clamped = v.abs().amax(-1) > ub
@@ -154,11 +158,14 @@ def test_fused_matches_reference_path_interpreted():
     assert_close(fused.scale, ref.scale.double(), torch.float32, context="fused vs reference scales")
 
 
-def test_stage_choice_follows_per_rank_bytes():
+def test_stage_choice_follows_measured_thresholds():
     thr = ar.TWO_STAGE_MIN_BYTES
     h, isz = 8192, 2
     t_switch = 2 * math.ceil(thr / (h * isz))  # 2 ranks: ceil(t/2) rows per rank
-    assert ar.choose_stage(1, h, isz, 2) == 1
+    assert ar.choose_stage(1, h, isz, 2) == 0 and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 2) == 0
+    assert ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 2) == 1
+    assert ar.choose_stage(1, h, 4, 2) == 1, "fp32 activations cannot be packed two per word"
+    assert ar.choose_stage(1, 8191, isz, 2) == 1, "odd hidden size cannot be packed two per word"
     assert ar.choose_stage(t_switch, h, isz, 2) == 2
     assert ar.choose_stage(t_switch - 2, h, isz, 2) == 1
     assert ar.choose_stage(t_switch, h, isz, 4) == 1, "more ranks: fewer rows per rank"
@@ -177,6 +184,8 @@ RULES = {
     "dtype.fp8": dict(dtype=torch.bfloat16),
     "scale_ub.range": dict(scale_ub=0.0),
     "stage.value": dict(stage=3),
+    "stage.push": dict(x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], stage=0),  # rows at odd offsets
+    "stage.push_tokens": dict(x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), stage=0, max_tokens=1000),
     "epsilon.range": dict(epsilon=-1.0),
 }
 
@@ -187,8 +196,9 @@ def test_bad_input_names_the_rule(rule):
              residual=lambda: None, epsilon=1e-5, weight_offset=0.0, scale_ub=math.inf, dtype=E4M3, stage=None)
     c.update(RULES[rule])
     args = {k: (v() if callable(v) else v) for k, v in c.items()}
+    max_tokens = args.pop("max_tokens", 8)
     with pytest.raises(TritonRuleError) as err:
-        ar.check_call(args.pop("x"), args.pop("weight"), **args, hidden=64, max_tokens=8, act_dtype=torch.bfloat16,
+        ar.check_call(args.pop("x"), args.pop("weight"), **args, hidden=64, max_tokens=max_tokens, act_dtype=torch.bfloat16,
                       device=torch.device("cpu"))
     assert err.value.rule == rule and "Fix:" in str(err.value)
 
@@ -259,7 +269,8 @@ def nccl_worker(rank, world, dist):
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
     cases = [  # (stage, tokens, calls)
-        (1, 1, 64), (1, 33, 48), (2, 33, 48), (2, 3, 32), (1, 300, 16), (2, 1027, 10), (None, 4096, 4),
+        (0, 1, 64), (0, 37, 48), (None, 64, 24), (1, 1, 48), (1, 33, 48), (2, 33, 48), (2, 3, 32), (1, 300, 16),
+        (2, 1027, 10), (None, 4096, 4),
     ]
     total = 0
     for ci, (stage, t, calls) in enumerate(cases):
