@@ -3,6 +3,8 @@
     python3 -m programs.triton.benchmark                 # single-GPU tables (cuda:0)
     python3 -m programs.triton.benchmark --distributed   # two-phase distributed section on 2 GPUs (NCCL)
     python3 -m programs.triton.benchmark --sweep         # launch-config sweep that fwd_config / bwd_config come from
+    python3 -m programs.triton.benchmark --sweep-long    # long-row forward shapes (2048 x 65536) against each other
+    python3 -m programs.triton.benchmark --shapes 2048x65536,8192x8192 --peers none   # some shapes, no peers
 
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
 total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
@@ -88,8 +90,10 @@ def try_time(name, fn_builder) -> float | None:
         return None
 
 
-def load_peers():
+def load_peers(wanted: set[str]):
     peers = {}
+    if "liger" not in wanted and "quack" not in wanted:
+        return peers
     try:
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
@@ -109,18 +113,18 @@ def fmt_ratio(ours: float, other: float | None) -> str:
     return "n/a" if other is None else f"{other / ours:.2f}x"
 
 
-def bench_single(reps: int) -> None:
+def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> None:
     dev = torch.device("cuda:0")
     props = torch.cuda.get_device_properties(dev)
     l2 = props.L2_cache_size
-    peers = load_peers()
+    peers = {k: v for k, v in load_peers(wanted).items() if k in wanted}
     for knob in ("cache_size_limit", "recompile_limit"):  # one compiled graph per shape, 9 shapes
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 64)
     compiled_fwd = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
     compiled_fb = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
     fwd_rows, bwd_rows = [], []
-    for m, n in SHAPES:
+    for m, n in shapes:
         log(f"shape {m}x{n}")
         elt = torch.finfo(DT).bits // 8
         fbytes = 2 * m * n * elt
@@ -137,8 +141,10 @@ def bench_single(reps: int) -> None:
         del flat
         t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
         t["ours"] = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)), sets, calls), reps)
-        t["eager"] = try_time("eager", lambda: graph_time(rotating(lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS)), sets, calls), reps))
-        t["compile"] = try_time("compile", lambda: graph_time(rotating(lambda i: (lambda: compiled_fwd(xs[i], w)), sets, calls), reps))
+        if "eager" in wanted:
+            t["eager"] = try_time("eager", lambda: graph_time(rotating(lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS)), sets, calls), reps))
+        if "compile" in wanted:
+            t["compile"] = try_time("compile", lambda: graph_time(rotating(lambda i: (lambda: compiled_fwd(xs[i], w)), sets, calls), reps))
         if "liger" in peers:
             L = peers["liger"]
             t["liger"] = try_time("liger", lambda: graph_time(rotating(lambda i: (lambda: L.apply(xs[i], w, EPS)), sets, calls), reps))
@@ -175,8 +181,10 @@ def bench_single(reps: int) -> None:
 
             return make
 
-        tb["eager"] = try_time("eager bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS)), bsets, bcalls), reps))
-        tb["compile"] = try_time("compile bwd", lambda: graph_time(rotating(autograd_calls(compiled_fb), bsets, bcalls), reps))
+        if "eager" in wanted:
+            tb["eager"] = try_time("eager bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS)), bsets, bcalls), reps))
+        if "compile" in wanted:
+            tb["compile"] = try_time("compile bwd", lambda: graph_time(rotating(autograd_calls(compiled_fb), bsets, bcalls), reps))
         if "liger" in peers:
             L = peers["liger"]
             tb["liger"] = try_time("liger bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: L.apply(a, b, EPS)), bsets, bcalls), reps))
@@ -188,7 +196,7 @@ def bench_single(reps: int) -> None:
         del xs, dys, rss
         torch.cuda.empty_cache()
 
-    names = ["eager", "compile"] + [p for p in ("liger", "quack") if p in peers]
+    names = [p for p in ("eager", "compile") if p in wanted] + [p for p in ("liger", "quack") if p in peers]
     print(f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs")
     for title, rows in (("FORWARD (read x + write y)", fwd_rows), ("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows)):
         print(f"\n## {title}")
@@ -285,6 +293,39 @@ def sweep(reps: int) -> None:
         torch.cuda.empty_cache()
 
 
+def sweep_long(reps: int) -> None:
+    """Long-row forward shapes against each other and against the copy of the same bytes, in one run (2048 x 65536):
+    the chunk-8192 + 16384-column-head shape (fwd_config before run 6), wider chunks, and both with a residual and
+    with FP8 row-scaled output."""
+    dev = torch.device("cuda:0")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    g = torch.Generator(device=dev).manual_seed(0)
+    m, n = 2048, 65536
+    sets, calls = n_sets(4 * m * n, l2)
+    xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+    rs_ = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+    w = torch.randn(n, device=dev, generator=g).to(DT)
+    flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
+    copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
+    del flat
+    old = FwdConfig("looped", 32, chunk=8192, programs=2 * sms, head=16384)
+    new = FwdConfig("looped", 32, chunk=32768, programs=2 * sms)
+    cands = [("plain", old), ("plain", new)]
+    cands += [("plain", FwdConfig("looped", 32, chunk=ch, programs=p)) for ch, p in ((32768, 3 * sms), (65536, 2 * sms), (65536, sms))]
+    cands += [("plain", FwdConfig("looped", 16, chunk=16384, programs=p)) for p in (2 * sms, 4 * sms)]
+    cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in (old, new)]
+    kw = {"plain": lambda i: {}, "residual": lambda i: {"residual": rs_[i]}, "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn}}
+    for kind, cfg in cands:
+        try:
+            t = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i))), sets, calls), reps)
+            print(f"LONG fwd {m}x{n} {kind}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
+        except Exception as e:
+            log(f"  {kind} {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
+    del xs, rs_
+    torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # distributed section
 
@@ -373,14 +414,21 @@ def main() -> None:
     ap.add_argument("--distributed", action="store_true")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
+    ap.add_argument("--sweep-long", action="store_true", help="long-row forward launch shapes against each other (2048 x 65536)")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES)")
+    ap.add_argument("--peers", default="eager,compile,liger,quack", help="comma-separated peers to time, or 'none'")
     a = ap.parse_args()
+    shapes = SHAPES if a.shapes is None else [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
+    wanted = set() if a.peers == "none" else set(a.peers.split(","))
     if not torch.cuda.is_available():
         raise SystemExit("the benchmark needs a CUDA GPU")
     if a.sweep:
         sweep(a.reps)
-    if a.single or not (a.sweep or a.distributed):
-        bench_single(a.reps)
+    if a.sweep_long:
+        sweep_long(a.reps)
+    if a.single or not (a.sweep or a.sweep_long or a.distributed):
+        bench_single(a.reps, shapes, wanted)
     if a.distributed:
         bench_distributed(a.reps)
 

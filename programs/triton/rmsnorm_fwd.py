@@ -45,6 +45,7 @@ from programs.triton.checks import (
 
 MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
 LOOPED_HEAD = 16384  # leading columns the looped kernel keeps in registers (16 fp32 per thread at 32 warps)
+WIDE_CHUNK_N = 65536  # up to here the looped kernel reads 32768-column chunks (64 KB of bf16 per load step)
 
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
@@ -74,8 +75,9 @@ def sm_count(device) -> int:
     return 4  # the interpreter: a few programs, so persistent loops and partial buffers see several
 
 
-def fwd_config(m: int, n: int, device) -> FwdConfig:
-    """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`)."""
+def fwd_config(m: int, n: int, device, fused: bool = False) -> FwdConfig:
+    """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
+    add, distributed stats or FP8 output rides along (they keep the long-row shape they were measured with)."""
     sms = sm_count(device)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
@@ -84,6 +86,12 @@ def fwd_config(m: int, n: int, device) -> FwdConfig:
         block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
         num_warps = min(32, max(4, block_m * block_n // 512))
         return FwdConfig("rows", num_warps, block_m=block_m)
+    if n <= WIDE_CHUNK_N and not fused:
+        # 4 loads of 16 bytes per thread in flight per step instead of 1 (chunk 8192 at 32 warps): the stats pass was
+        # latency-bound (H200, 2048 x 65536: 159 -> 145 us, 80% -> 88% of copy). Not for the fused variants: measured
+        # in the same run, FP8 row output 192 -> 295 us (its row-max accumulator beside a 32768 chunk spills, ptxas:
+        # 260 bytes) and a residual add 306 -> 332 us; distributed stats were not measured.
+        return FwdConfig("looped", 32, chunk=32768, programs=min(m, 2 * sms))
     return FwdConfig("looped", 32, chunk=8192, programs=min(m, 2 * sms), head=LOOPED_HEAD)
 
 
@@ -406,7 +414,7 @@ def rmsnorm_fwd(
             sc = scale if scale is not None else torch.zeros(1, dtype=torch.float32, device=x.device)
         return RMSNormOutput(y, rsig, res_out, sc)
 
-    cfg = config or fwd_config(m, n, x.device)
+    cfg = config or fwd_config(m, n, x.device, fused=mode != OUT_CAST or residual is not None or stats is not None)
     r2 = as_rows(residual, "residual") if residual is not None else None
     ro2 = res_out.view(-1, n) if res_out is not None else None
     y2 = y.view(-1, n)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from programs.triton.autograd import RMSNorm
-from programs.triton.rmsnorm_bwd import rmsnorm_bwd
-from programs.triton.rmsnorm_fwd import rmsnorm_fwd
+from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
+from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd
 from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from test_distributed import run_ranks
 from tt_rmsnorm.accuracy import assert_close
@@ -17,7 +17,7 @@ def rand(*shape, dtype=torch.bfloat16, seed=0):
 
 
 @pytest.mark.requires_cuda
-@pytest.mark.parametrize("shape", [(4096, 8192), (333, 32768), (64, 65536), (16, 262144), (7, 70001)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(4096, 8192), (333, 32768), (64, 65536), (33, 40000), (16, 262144), (7, 70001)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_forward_real_sizes(shape):
     x, w, r = rand(*shape, seed=1), rand(shape[1], seed=2), rand(*shape, seed=3)
     o = rmsnorm_fwd(x, w, epsilon=1e-6, residual=r, return_rsigma=True)
@@ -32,14 +32,21 @@ def test_forward_real_sizes(shape):
             assert_close(q.y.float(), q_exp, fmt, context=f"{fmt} {mode}")
 
 
+BIG = {
+    "rows_kernel": ((262145, 8192), None),
+    "looped_kernel": ((32769, 65536), None),
+    "looped_kernel_head": ((32769, 65536), FwdConfig("looped", 32, chunk=8192, programs=264, head=16384)),
+}
+
+
 @pytest.mark.requires_cuda
-@pytest.mark.parametrize("shape", [(262145, 8192), (32769, 65536)], ids=["rows_kernel", "looped_kernel"])
-def test_forward_beyond_2_31_elements(shape):
-    m, n = shape
+@pytest.mark.parametrize("case", list(BIG))
+def test_forward_beyond_2_31_elements(case):
+    (m, n), cfg = BIG[case]
     assert m * n > 2**31
     x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda").normal_()
     w = rand(n, seed=4)
-    y = rmsnorm_fwd(x, w).y
+    y = rmsnorm_fwd(x, w, config=cfg).y
     for rows in (slice(0, 2), slice(m - 3, m)):  # the last rows sit past 2^31 elements
         v, _, _ = norm64(x[rows], w)
         assert_close(y[rows], v, torch.bfloat16, context=f"rows {rows}")
@@ -56,6 +63,28 @@ def test_backward_real_sizes(shape):
     assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context="dweight")
     assert_close_cancelling(db, ref["bias"], torch.bfloat16, context="dbias")
     dx2, dw2, db2 = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)
+    assert torch.equal(dw, dw2) and torch.equal(db, db2) and torch.equal(dx, dx2)
+
+
+LONG_BWD = {
+    "default_16384": ((700, 16384), None),
+    "cols_65000_partial_tile": ((300, 65000), BwdConfig("cols", 4, block_m=8, programs=8, block_n=2048)),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(LONG_BWD))
+def test_backward_long_row_kernels(case):
+    """The long-row backward path at real widths, several rows per row group, every option on."""
+    (m, n), cfg = LONG_BWD[case]
+    x, w, dy, dres = rand(m, n, seed=20), rand(n, seed=21), rand(m, n, seed=22), rand(m, n, seed=23)
+    rs = rmsnorm_fwd(x, w, weight_offset=1.0, return_rsigma=True).rsigma
+    dx, dw, db = rmsnorm_bwd(dy, x, w, rs, weight_offset=1.0, dresidual=dres, need_bias_grad=True, config=cfg)
+    ref = grads64(x, w, dy, weight_offset=1.0, bias=torch.zeros(n, device="cuda"), residual=torch.zeros_like(x), dresidual=dres)
+    assert_close_cancelling(dx, ref["x"], torch.bfloat16, context="dx")
+    assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context="dweight")
+    assert_close_cancelling(db, ref["bias"], torch.bfloat16, context="dbias")
+    dx2, dw2, db2 = rmsnorm_bwd(dy, x, w, rs, weight_offset=1.0, dresidual=dres, need_bias_grad=True, config=cfg)
     assert torch.equal(dw, dw2) and torch.equal(db, db2) and torch.equal(dx, dx2)
 
 

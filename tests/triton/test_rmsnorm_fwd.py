@@ -149,3 +149,15 @@ def test_bad_input_names_the_rule(case):
     fn, rule = BAD[case]
     with pytest.raises(TritonRuleError, match=rf"\[{rule}\]"):
         fn()
+
+
+def test_long_row_launch_shape_plain_vs_fused():
+    """Wide chunks only for the plain forward they were measured faster on (H200, NOTES.md v5); a residual add,
+    distributed stats or FP8 output keep chunk 8192 with the register head, as do rows past 65536 columns."""
+    from programs.triton.rmsnorm_fwd import fwd_config
+
+    cpu = torch.device("cpu")
+    plain = fwd_config(2048, 65536, cpu)
+    assert (plain.kernel, plain.chunk, plain.head) == ("looped", 32768, 0)
+    for cfg in (fwd_config(2048, 65536, cpu, fused=True), fwd_config(1024, 262144, cpu)):
+        assert (cfg.kernel, cfg.chunk, cfg.head) == ("looped", 8192, 16384)
