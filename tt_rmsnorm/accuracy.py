@@ -196,13 +196,17 @@ class Report:
         return s + (" PASS" if self.passed else " FAIL: " + "; ".join(self.failures))
 
 
-def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_reference=None) -> Report:
+def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_reference=None, cancelling: bool = False) -> Report:
     """All metrics of `actual` against the float64 `expected`, judged by the policy for `dtype` (the result's dtype).
 
     `ulp_reference`: the magnitude the error scales with, where it differs from the result's (y = x*r*w + bias: the
     error of x*r*w is not smaller because the bias cancels it); ULPs are then taken at max(|expected|, |ulp_reference|).
     PCC is reported always but judged only where `expected` varies by more than bf16 resolution: a correlation of
     near-constant data measures rounding noise, not agreement (the ULP and abs bounds judge those).
+    `cancelling=True` is for results formed by subtracting O(1) terms whose scale is not at hand (gradients:
+    dx = rs * (g - xhat * c)): an element that lands near zero carries the fp32 rounding of those terms, which is many
+    ULPs of its own tiny magnitude (seen on H200 at 16M elements: 25-90 ULPs at mean 0.25), so the per-element max-ULP
+    bound is not judged; PCC, mean ULP, max abs error relative to max|expected| and finiteness still are.
     Non-finite values in `actual` where `expected` is finite always fail."""
     tol = tolerance or tolerance_for(dtype)
     a, e = _f64(actual), _f64(expected)
@@ -239,7 +243,7 @@ def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_
         failures.append(f"{nonfinite} non-finite values where the reference is finite")
     if varies and not (p >= tol.pcc_min):
         failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
-    if tol.max_ulp is not None and not (max_ulp <= tol.max_ulp):
+    if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
         failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
     if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
         failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
@@ -262,9 +266,9 @@ def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_
     )
 
 
-def assert_close(actual, expected, dtype, *, context: str = "", ulp_reference=None) -> Report:
+def assert_close(actual, expected, dtype, *, context: str = "", ulp_reference=None, cancelling: bool = False) -> Report:
     """`compare` for tests: raises AssertionError with every metric when the policy is not met."""
-    report = compare(actual, expected, dtype, ulp_reference=ulp_reference)
+    report = compare(actual, expected, dtype, ulp_reference=ulp_reference, cancelling=cancelling)
     if not report.passed:
         raise AssertionError(f"{context + ': ' if context else ''}{report.summary()}")
     return report

@@ -66,17 +66,7 @@ def grads64(x, weight, dy, *, epsilon=1e-5, weight_offset=0.0, bias=None, residu
 
 
 def assert_close_cancelling(actual, expected, dtype, *, context=""):
-    """The project's policy for `dtype` without its per-element max-ULP bound, for results formed by cancellation.
+    """The project's policy for results formed by cancellation (dx, y + bias): `tt_rmsnorm.accuracy`, cancelling=True."""
+    from tt_rmsnorm.accuracy import assert_close
 
-    dx = rs * (g - xhat * c) and y = x*rs*w + bias subtract O(1) terms, so an element near zero carries the fp32
-    rounding of those terms: at 16M elements some land a few bf16 ULPs of their own tiny magnitude off (seen on H200:
-    25-90 ULPs at mean 0.25 ULP, max abs error one ULP of the largest element). Every other criterion of the policy
-    (PCC, mean ULP, max abs error relative to max |expected|, no non-finite values) still applies. Reported to the
-    lead for a gradient entry in tt_rmsnorm.accuracy."""
-    from tt_rmsnorm.accuracy import compare, tolerance_for
-
-    tol = tolerance_for(dtype)
-    r = compare(actual, expected, dtype)
-    ok = r.nonfinite == 0 and r.pcc >= tol.pcc_min and r.mean_ulp <= tol.mean_ulp and r.max_abs_rel <= tol.max_abs_rel
-    assert ok, f"{context + ': ' if context else ''}{r.summary()}"
-    return r
+    return assert_close(actual, expected, dtype, context=context, cancelling=True)
