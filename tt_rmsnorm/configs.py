@@ -15,7 +15,8 @@ import ttnn
 from loguru import logger
 
 from tt_rmsnorm import rules
-from tt_rmsnorm.tensors import TILE, TensorDesc, tile_padded
+from tt_rmsnorm.tensors import TensorDesc
+from tt_rmsnorm.tiles import TILE, one_tile_row, tile_padded
 
 WIDTH, BLOCK = "width", "block"
 # Decode norm grids in tt-metal model code use 16-32 cores (1-4 tiles each): with more, multicasting the partial
@@ -55,11 +56,7 @@ def interleaved_program_config():
 def choose_path(shape, sharded: bool | None = None) -> str:
     """'sharded' only where the activation is one tile row high (padded height 32, batch 1): the sharded distributed
     ops accept nothing taller. `sharded=True/False` overrides; True on a taller shape raises RuleError."""
-    padded = tile_padded(tuple(shape))
-    rows = 1
-    for d in padded[:-1]:
-        rows *= d
-    fits = padded[-2] == TILE and rows == TILE
+    fits = one_tile_row(shape)
     if sharded is None:
         return "sharded" if fits else "interleaved"
     if sharded and not fits:

@@ -14,7 +14,8 @@ from loguru import logger
 
 from tt_rmsnorm import configs, ops, rules
 from tt_rmsnorm.hardware import mock_cluster_active
-from tt_rmsnorm.tensors import TILE, describe
+from tt_rmsnorm.tensors import describe
+from tt_rmsnorm.tiles import TILE
 
 
 def open_mesh(shape: tuple[int, int]):

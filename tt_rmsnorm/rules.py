@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TILE, TILE_BYTES, TensorDesc, describe
+from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TILE_BYTES, TensorDesc, describe
+from tt_rmsnorm.tiles import TILE
 
 
 class RuleError(ValueError):

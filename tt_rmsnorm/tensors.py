@@ -13,22 +13,14 @@ from dataclasses import dataclass, field
 
 import ttnn
 
-TILE = 32
+from tt_rmsnorm.tiles import tile_padded
+
 STATS_SUMS = "sums"  # interleaved pre: sum(x^2) over the local width, column 0 of each 32-wide tile
 STATS_MEANS = "means"  # sharded pre: E[x^2] over the local width
 
 DTYPE_BYTES = {ttnn.bfloat16: 2, ttnn.float32: 4, ttnn.uint32: 4, ttnn.int32: 4, ttnn.uint16: 2}
 # Bytes of one 32x32 tile (ttnn.Tile((32,32)).get_tile_size(dtype); bf8_b: 1024 mantissas + 64 shared exponents).
 TILE_BYTES = {ttnn.bfloat16: 2048, ttnn.float32: 4096, ttnn.bfloat8_b: 1088, ttnn.bfloat4_b: 576, ttnn.uint32: 4096}
-
-
-def tile_padded(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """ttnn's TILE padding: the last two dims rounded up to multiples of 32."""
-    s = list(shape)
-    for i in (-1, -2):
-        if len(s) >= -i:
-            s[i] = -(-s[i] // TILE) * TILE
-    return tuple(s)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ works on machines that lack any of them (they are then skipped with the reason).
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import warnings
 
@@ -27,6 +26,7 @@ from programs.parity.cases import Case, tensors
 from programs.parity.log import logger
 from tt_rmsnorm import reference
 from tt_rmsnorm.hardware import tt_hardware_present
+from tt_rmsnorm.tiles import one_tile_row
 
 # The Triton interpreter runs each program in Python: ~0.7 s for 256K elements on one CPU core.
 TRITON_INTERPRETER_MAX_ELEMENTS = 256 * 1024
@@ -119,15 +119,9 @@ class Torch(Backend):
 
 
 def tt_path(per_device_shape) -> str:
-    """The TT path the package takes for this per-device shape (tt_rmsnorm.configs.choose_path). configs imports
-    ttnn; where ttnn is missing (GPU hosts) the same rule is applied here: sharded only for one tile row of height."""
-    try:
-        from tt_rmsnorm.configs import choose_path
-    except ImportError:
-        *lead, rows, _ = per_device_shape
-        padded_rows = -(-rows // 32) * 32
-        return "sharded" if padded_rows == 32 and math.prod(lead) == 1 else "interleaved"
-    return choose_path(per_device_shape)
+    """The TT path the package takes for this per-device shape (tt_rmsnorm.configs.choose_path's rule, importable
+    where ttnn is missing): sharded only for one tile row."""
+    return "sharded" if one_tile_row(per_device_shape) else "interleaved"
 
 
 class TTReference(Backend):
