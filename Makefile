@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` (the main job) and `make test`.
-# Each sets itself up: a .venv built from a Python 3.12 (see scripts/find-python), the project installed editable.
+# Each sets itself up: a .venv built from a Python 3.12 (see .ci/find-python), the project installed editable.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
-	  base=$$(scripts/find-python); echo "creating $(VENV) with $$base"; $$base -m venv $(VENV); fi
+	  base=$$(.ci/find-python); echo "creating $(VENV) with $$base"; $$base -m venv $(VENV); fi
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
