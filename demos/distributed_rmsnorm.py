@@ -10,9 +10,13 @@ dry run pushes the same calls through real ttnn on mock T3000 / Galaxy clusters 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+
+# tt-metal's C++ logger prints cluster open/close chatter at info level; the report is what this program is for.
+os.environ.setdefault("TT_LOGGER_LEVEL", "error")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -157,7 +161,7 @@ def dry_run_section(quick: bool):
         try:
             rows = mock_cluster.dry_run(system)
         except Exception as e:  # report and go on: the dry run is evidence, not the demo's numbers
-            print(f"  {system}: dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            tqdm.write(f"  {system}: dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             continue
         seen = {}
         for r in rows:
@@ -165,7 +169,7 @@ def dry_run_section(quick: bool):
         for case, rs in seen.items():
             r0 = rs[0]
             same = all((r["output_shape"], r["dtype"], r["memory_config"]) == (r0["output_shape"], r0["dtype"], r0["memory_config"]) for r in rs)
-            print(f"  mock {system} mesh {r0['mesh']}: {case}: input {list(r0['input_shape'])} -> {len(rs)} devices x "
+            tqdm.write(f"  mock {system} mesh {r0['mesh']}: {case}: input {list(r0['input_shape'])} -> {len(rs)} devices x "
                   f"{list(r0['output_shape'])} {r0['dtype']} {r0['layout']} {r0['memory_config']}"
                   + ("" if same else "  (devices differ!)") + "  ACCEPTED")
     mock_cluster.shutdown_workers()
