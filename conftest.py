@@ -8,7 +8,6 @@ case (see tt_rmsnorm.mock_cluster), and otherwise skip with the reason.
 """
 
 import importlib.util
-import os
 
 import pytest
 
@@ -44,25 +43,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _open(mesh_shape):
-    import ttnn
+    from tt_rmsnorm import mesh
 
-    from tt_rmsnorm.mesh import open_mesh
-
-    return open_mesh(tuple(mesh_shape)), ttnn
+    return mesh.open_mesh(tuple(mesh_shape)), mesh
 
 
 @pytest.fixture(scope="function")
 def mesh_device(request):
     """A MeshDevice of shape request.param (default (1, 1)), closed after the test."""
     shape = getattr(request, "param", (1, 1))
-    mesh, ttnn = _open(shape)
-    yield mesh
-    ttnn.close_mesh_device(mesh)
+    mesh_device, mesh = _open(shape)
+    yield mesh_device
+    mesh.close_mesh(mesh_device)
 
 
 @pytest.fixture(scope="function")
 def device():
     """A single device (a 1x1 mesh), as tt-metal's `device` fixture."""
-    mesh, ttnn = _open((1, 1))
-    yield mesh
-    ttnn.close_mesh_device(mesh)
+    mesh_device, mesh = _open((1, 1))
+    yield mesh_device
+    mesh.close_mesh(mesh_device)

@@ -110,9 +110,9 @@ def run_cases(hardware: bool, quick: bool) -> list[dict]:
                  golden=vs_golden, single=vs_single, wall=wall)
         )
     if mesh_device is not None:
-        import ttnn
+        from tt_rmsnorm.mesh import close_mesh
 
-        ttnn.close_mesh_device(mesh_device)
+        close_mesh(mesh_device)
     return rows
 
 

@@ -18,15 +18,27 @@ from tt_rmsnorm.tensors import describe
 from tt_rmsnorm.tiles import TILE
 
 
-def open_mesh(shape: tuple[int, int]):
-    """Open a mesh of `shape` with the fabric configured for the stats all_gather (mock or real)."""
+def open_mesh(shape: tuple[int, int], **kwargs):
+    """Open a mesh of `shape` (rows, cols) with the fabric configured for the stats all_gather, on real hardware or on
+    a mock cluster (where `mock_cluster` supplies the dispatch config that keeps the mock's grids consistent).
+    Extra kwargs go to ttnn.open_mesh_device."""
+    if math.prod(shape) > 1:
+        ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
     if mock_cluster_active():
         from tt_rmsnorm import mock_cluster
 
-        return mock_cluster.open_mesh(tuple(shape))
-    if math.prod(shape) > 1:
-        ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
-    return ttnn.open_mesh_device(ttnn.MeshShape(*shape))
+        dispatch = mock_cluster.dispatch_core_config()
+        if dispatch is not None:
+            kwargs.setdefault("dispatch_core_config", dispatch)
+    return ttnn.open_mesh_device(ttnn.MeshShape(*(int(v) for v in shape)), **kwargs)
+
+
+def close_mesh(mesh_device) -> None:
+    """Close a mesh opened by `open_mesh`, and turn the fabric off again so the next mesh can configure it."""
+    multi = mesh_device.get_num_devices() > 1
+    ttnn.close_mesh_device(mesh_device)
+    if multi:
+        ttnn.set_fabric_config(ttnn.FabricConfig.DISABLED)
 
 
 def resolve_cluster_axis(mesh_shape, cluster_axis=None) -> tuple[int | None, int]:

@@ -14,7 +14,7 @@ device needs the SFPI RISC-V compiler, which cannot be had here, so `configure` 
 
     from tt_rmsnorm import mock_cluster
     mock_cluster.configure("t3k")                 # before ttnn opens anything (one system per process)
-    mesh = mock_cluster.open_mesh((1, 8))
+    mesh = tt_rmsnorm.mesh.open_mesh((1, 8))      # asks this module for the mock's dispatch config
 
 ttnn keeps process-wide state (one cluster, program caches, fabric config) and segfaults on some bad inputs, so tests
 run ttnn in worker processes: `run_isolated(system, fn, ...)` calls `fn(mesh, ...)` in a persistent worker for that
@@ -268,27 +268,14 @@ def configure(system: str) -> None:
     install_compiler_stand_in()
 
 
-def open_mesh(shape: tuple[int, int], **kwargs):
-    """Open a MeshDevice of `shape` (rows, cols) with the fabric configured for all_gather. On a mock n300/T3K, Tensix
-    dispatch keeps the reported grid and the validator's grid consistent; on real hardware ttnn's defaults are used.
-    Extra kwargs go to ttnn.open_mesh_device."""
+def dispatch_core_config():
+    """On a mock n300/T3K, Tensix (WORKER) dispatch keeps the reported compute grid and the Metal-2 validator's grid
+    consistent (ttnn-findings #6); elsewhere, and on real hardware, ttnn's default (None)."""
     import ttnn
 
-    rows, cols = (int(v) for v in shape)
-    if rows * cols > 1:
-        ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
     if configured_system() in WORKER_DISPATCH_SYSTEMS and not tt_hardware_present():
-        kwargs.setdefault("dispatch_core_config", ttnn.DispatchCoreConfig(ttnn.DispatchCoreType.WORKER))
-    return ttnn.open_mesh_device(ttnn.MeshShape(rows, cols), **kwargs)
-
-
-def close_mesh(mesh) -> None:
-    import ttnn
-
-    multi = mesh.get_num_devices() > 1
-    ttnn.close_mesh_device(mesh)
-    if multi:
-        ttnn.set_fabric_config(ttnn.FabricConfig.DISABLED)
+        return ttnn.DispatchCoreConfig(ttnn.DispatchCoreType.WORKER)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -367,6 +354,8 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     os.environ[IN_WORKER_ENV] = "1"
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     configure(system)
+    from tt_rmsnorm import mesh as tt_mesh  # imports ttnn: only after configure()
+
     mesh, mesh_shape = None, None
     _send(wfd, {"ready": True, "pid": os.getpid()})
     while True:
@@ -381,9 +370,9 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
             shape = tuple(msg.get("mesh_shape") or MESH_SHAPES[system])
             if mesh is None or shape != mesh_shape:
                 if mesh is not None:
-                    close_mesh(mesh)
+                    tt_mesh.close_mesh(mesh)
                     mesh = None
-                mesh, mesh_shape = open_mesh(shape), shape
+                mesh, mesh_shape = tt_mesh.open_mesh(shape), shape
             reply = {"ok": True, "result": fn(mesh, *msg["args"], **msg["kwargs"])}
         except BaseException as e:  # ttnn's TT_FATALs are RuntimeErrors; anything else is reported the same way
             reply = {"ok": False, "kind": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
@@ -392,7 +381,7 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             _send(wfd, {"ok": False, "kind": "PicklingError", "message": f"result not picklable: {e}", "traceback": ""})
     if mesh is not None:
-        close_mesh(mesh)
+        tt_mesh.close_mesh(mesh)
 
 
 _WORKER_MAIN = "import sys; from tt_rmsnorm.mock_cluster import _serve; _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"

@@ -284,7 +284,7 @@ class TTNNHardware(Backend):
 
     def close(self):
         if self._mesh is not None:
-            from tt_rmsnorm.mock_cluster import close_mesh
+            from tt_rmsnorm.mesh import close_mesh
 
             close_mesh(self._mesh)
             self._mesh, self._n = None, None
