@@ -18,11 +18,14 @@ import torch
 BF16_MANTISSA_BITS = 7
 BF16_MIN_NORMAL_EXP = -126
 
-FP8_FORMATS = {
-    # name: (torch dtype name, mantissa bits, min normal exponent, max finite)
-    "float8_e4m3fn": ("float8_e4m3fn", 3, -6, 448.0),
-    "float8_e5m2": ("float8_e5m2", 2, -14, 57344.0),
-}
+
+def _fp8_format(dtype: torch.dtype) -> tuple[int, int, float]:
+    """(mantissa bits, smallest normal exponent, largest finite) of an FP8 format, from torch's own description."""
+    fi = torch.finfo(dtype)
+    return round(-math.log2(fi.eps)), round(math.log2(fi.smallest_normal)), float(fi.max)
+
+
+FP8_FORMATS = {name: _fp8_format(getattr(torch, name)) for name in ("float8_e4m3fn", "float8_e5m2")}
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ def bf16_ulp_distance(actual, expected) -> torch.Tensor:
 
 def fp8_ulp_distance(actual, expected, fmt: str) -> torch.Tensor:
     """|actual - expected| in ULPs of the FP8 format at |expected| (expected clamped to the format's range)."""
-    _, mbits, min_exp, fmax = FP8_FORMATS[fmt]
+    mbits, min_exp, fmax = FP8_FORMATS[fmt]
     e = _f64(expected).clamp(-fmax, fmax)
     mag = e.abs().clamp_min(2.0**min_exp)
     ulp = torch.pow(2.0, torch.floor(torch.log2(mag)) - mbits)

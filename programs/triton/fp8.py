@@ -10,6 +10,7 @@ cvt.rn does) and the casts become exact. `downcast_consts` gives the constants f
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -26,10 +27,12 @@ class FP8Format:
     min_normal_exp: int
 
 
-FP8_FORMATS = {
-    torch.float8_e4m3fn: FP8Format(torch.float8_e4m3fn, 448.0, 3, -6),
-    torch.float8_e5m2: FP8Format(torch.float8_e5m2, 57344.0, 2, -14),
-}
+def _describe(dtype: torch.dtype) -> FP8Format:
+    fi = torch.finfo(dtype)  # e4m3fn: max 448, eps 2^-3, smallest normal 2^-6; e5m2: 57344, 2^-2, 2^-14
+    return FP8Format(dtype, float(fi.max), round(-math.log2(fi.eps)), round(math.log2(fi.smallest_normal)))
+
+
+FP8_FORMATS = {dt: _describe(dt) for dt in (torch.float8_e4m3fn, torch.float8_e5m2)}
 SCALE_MODES = ("row", "tensor")
 
 
