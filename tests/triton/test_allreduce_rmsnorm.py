@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
-import subprocess
 import sys
 import traceback
 from datetime import timedelta
@@ -30,6 +28,7 @@ import torch  # noqa: E402
 
 from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
 from programs.triton.checks import TritonRuleError  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 from ref64 import fp8_expected, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
@@ -207,41 +206,14 @@ def test_bad_input_names_the_rule(rule):
 # rank processes: the reference path over gloo (CPU), the fused path over NCCL + symmetric memory (GPUs)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_ranks(world: int, backend: str, timeout: float, tmp_path: Path) -> None:
-    port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
-    if backend == "gloo":
-        env["OMP_NUM_THREADS"] = "1"  # many ranks share two cores
-    logs = [tmp_path / f"rank{r}.log" for r in range(world)]  # files, not pipes: a full pipe would stall a rank
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(world), str(port), backend], env=env,
-                              stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(world)]
-    try:
-        for p in procs:
-            p.wait(timeout=timeout)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    outs = [log.read_text() for log in logs]
-    failed = [(r, p.returncode, out) for r, (p, out) in enumerate(zip(procs, outs)) if p.returncode != 0]
-    assert not failed, "\n".join(f"rank {r} exited {rc}:\n{out[-4000:]}" for r, rc, out in failed)
-    print("".join(outs))
-
-
 @pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks"])
-def test_reference_path_gloo(world, tmp_path):
-    run_ranks(world, "gloo", timeout=120.0, tmp_path=tmp_path)
+def test_reference_path_gloo(world):
+    print(run_ranks(__file__, world, "gloo", timeout=120.0))
 
 
 @pytest.mark.requires_multi_gpu
-def test_fused_nccl_back_to_back(tmp_path):
-    run_ranks(2, "nccl", timeout=400.0, tmp_path=tmp_path)
+def test_fused_nccl_back_to_back():
+    print(run_ranks(__file__, 2, "nccl", timeout=400.0))
 
 
 def gloo_worker(rank, world, dist):

@@ -7,7 +7,8 @@ from programs.triton.autograd import RMSNorm
 from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
 from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd
 from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
-from test_distributed import run_ranks
+from ranks import run_ranks
+from test_distributed import WORKER
 from tt_rmsnorm.accuracy import assert_close
 
 
@@ -122,4 +123,4 @@ def test_cuda_graph_capture_forward_and_backward():
 
 @pytest.mark.requires_multi_gpu
 def test_distributed_nccl_two_gpus():
-    run_ranks(2, "nccl", timeout=300.0)
+    run_ranks(WORKER, 2, "nccl", timeout=300.0)
