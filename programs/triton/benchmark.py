@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from programs.triton.rmsnorm_bwd import BwdConfig, bwd_config, rmsnorm_bwd
-from programs.triton.rmsnorm_fwd import FwdConfig, fwd_config, rmsnorm_fwd, row_sum_of_squares
+from programs.triton.rmsnorm_fwd import FwdConfig, fwd_config, rmsnorm_fwd
 
 # 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
 SHAPES = [(1024, 262144), (1, 8192), (32, 8192), (4096, 4096), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384), (2048, 65536)]
