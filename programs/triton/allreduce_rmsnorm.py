@@ -142,14 +142,15 @@ def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, w
 
 
 def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
-    """(block_m, num_warps, grid). Measured on 2xH200 at H=8192 (bench_allreduce.py sweep): one row per program with
-    16 warps while every SM has at most ~4 row blocks, then 2 rows x 16 warps, then 4 rows x 32 warps. At most one
-    program per SM, so all programs of a launch are resident together (the barriers need that)."""
+    """(block_m, num_warps, grid). Measured on 2xH200 at H=8192 (bench_allreduce.py sweep): one row per program while
+    every SM has at most ~4 row blocks, with 8 warps in stage 1 (its best shape at every T from 1 to 512, run 6) and
+    16 in stage 2; then 2 rows x 16 warps, then 4 rows x 32 warps. At most one program per SM, so all programs of a
+    launch are resident together (the barriers need that)."""
     block_h = triton.next_power_of_2(hidden)
     n_sm = sm_count(device)
     block_m = 1 if rows <= 4 * n_sm else (2 if rows <= 8 * n_sm else 4)
     block_m = max(1, min(block_m, 32768 // block_h))
-    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 else 1))
+    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 and stage == 2 else 1))
     return block_m, num_warps, max(1, min(triton.cdiv(rows, block_m), n_sm))
 
 

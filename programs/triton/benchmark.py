@@ -3,7 +3,7 @@
     python3 -m programs.triton.benchmark                 # single-GPU tables (cuda:0)
     python3 -m programs.triton.benchmark --distributed   # two-phase distributed section on 2 GPUs (NCCL)
     python3 -m programs.triton.benchmark --sweep         # launch-config sweep that fwd_config / bwd_config come from
-    python3 -m programs.triton.benchmark --sweep-long    # long-row forward shapes (2048 x 65536) against each other
+    python3 -m programs.triton.benchmark --sweep-long    # long-row launch shapes (split / looped / cols) against each other
     python3 -m programs.triton.benchmark --shapes 2048x65536,8192x8192 --peers none   # some shapes, no peers
 
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
@@ -294,36 +294,63 @@ def sweep(reps: int) -> None:
 
 
 def sweep_long(reps: int) -> None:
-    """Long-row forward shapes against each other and against the copy of the same bytes, in one run (2048 x 65536):
-    the chunk-8192 + 16384-column-head shape (fwd_config before run 6), wider chunks, and both with a residual and
-    with FP8 row-scaled output."""
+    """Long-row launch shapes against each other and against the copy of the same bytes, in one run: the split kernels
+    (rows cut over programs that exchange partials) in several shapes against the looped forward and the two-kernel
+    (cols) backward they replace, the forward also with a residual and with FP8 row-scaled output."""
     dev = torch.device("cuda:0")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     g = torch.Generator(device=dev).manual_seed(0)
-    m, n = 2048, 65536
-    sets, calls = n_sets(4 * m * n, l2)
-    xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-    rs_ = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-    w = torch.randn(n, device=dev, generator=g).to(DT)
-    flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
-    copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
-    del flat
-    old = FwdConfig("looped", 32, chunk=8192, programs=2 * sms, head=16384)
-    new = FwdConfig("looped", 32, chunk=32768, programs=2 * sms)
-    cands = [("plain", old), ("plain", new)]
-    cands += [("plain", FwdConfig("looped", 32, chunk=ch, programs=p)) for ch, p in ((32768, 3 * sms), (65536, 2 * sms), (65536, sms))]
-    cands += [("plain", FwdConfig("looped", 16, chunk=16384, programs=p)) for p in (2 * sms, 4 * sms)]
-    cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in (old, new)]
-    kw = {"plain": lambda i: {}, "residual": lambda i: {"residual": rs_[i]}, "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn}}
-    for kind, cfg in cands:
-        try:
-            t = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i))), sets, calls), reps)
-            print(f"LONG fwd {m}x{n} {kind}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
-        except Exception as e:
-            log(f"  {kind} {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
-    del xs, rs_
-    torch.cuda.empty_cache()
+
+    for m, n in ((2048, 65536), (1024, 262144)):
+        sets, calls = n_sets(4 * m * n, l2)
+        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        rs_ = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        w = torch.randn(n, device=dev, generator=g).to(DT)
+        flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
+        copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
+        del flat
+        looped = FwdConfig("looped", 32, chunk=32768 if n <= 65536 else 8192, programs=2 * sms, head=0 if n <= 65536 else 16384)
+        fused_looped = FwdConfig("looped", 32, chunk=8192, programs=2 * sms, head=16384)
+        splits = [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=p)
+                  for ch, nw, bm, p in ((8192, 16, 1, sms), (8192, 16, 2, sms), (16384, 16, 2, sms), (16384, 32, 2, sms),
+                                        (16384, 16, 1, sms), (8192, 8, 1, 2 * sms), (4096, 8, 2, 2 * sms))
+                  if n // ch <= p]
+        cands = [("plain", looped)] + [("plain", c) for c in splits]
+        cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in [fused_looped] + splits[:3]]
+        kw = {"plain": lambda i: {}, "residual": lambda i: {"residual": rs_[i]}, "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn}}
+        for kind, cfg in cands:
+            try:
+                t = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i))), sets, calls), reps)
+                print(f"LONG fwd {m}x{n} {kind}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
+            except Exception as e:
+                log(f"  {kind} {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
+        del xs, rs_
+        torch.cuda.empty_cache()
+
+    for m, n in ((4096, 16384), (2048, 65536), (1024, 262144)):
+        sets, calls = n_sets(6 * m * n, l2)
+        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        dys = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        w = torch.randn(n, device=dev, generator=g).to(DT)
+        rss = [rmsnorm_fwd(xs[i], w, return_rsigma=True).rsigma for i in range(sets)]
+        k = 3 * m * n // 2
+        flat = [torch.empty(2 * k, dtype=DT, device=dev) for _ in range(sets)]
+        copy = graph_time(rotating(lambda i: (lambda: flat[i][k:].copy_(flat[i][:k])), sets, calls), reps)
+        del flat
+        cands = [BwdConfig("cols", 4, block_m=8, programs=max(1, min(-(-m // 8), 2 * sms // -(-n // 2048))), block_n=2048)]
+        cands += [BwdConfig("split", nw, block_m=bm, programs=p, block_n=ch)
+                  for ch, nw, bm, p in ((4096, 16, 1, sms), (4096, 16, 2, sms), (8192, 32, 1, sms), (8192, 16, 1, sms),
+                                        (8192, 16, 2, sms), (4096, 8, 1, 2 * sms), (2048, 8, 2, 2 * sms))
+                  if n // ch <= p]
+        for cfg in cands:
+            try:
+                t = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), reps)
+                print(f"LONG bwd {m}x{n}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
+            except Exception as e:
+                log(f"  bwd {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
+        del xs, dys, rss
+        torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -414,7 +441,7 @@ def main() -> None:
     ap.add_argument("--distributed", action="store_true")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
-    ap.add_argument("--sweep-long", action="store_true", help="long-row forward launch shapes against each other (2048 x 65536)")
+    ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES)")
     ap.add_argument("--peers", default="eager,compile,liger,quack", help="comma-separated peers to time, or 'none'")

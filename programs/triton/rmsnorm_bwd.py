@@ -27,18 +27,27 @@ import triton.language as tl
 
 from programs.triton import fp8 as fp8mod
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
-from programs.triton.rmsnorm_fwd import pre_round, sm_count
+from programs.triton.rmsnorm_fwd import (
+    pre_round,
+    sm_count,
+    split_arrive,
+    split_gather,
+    split_launch_options,
+    split_shape,
+    split_wait,
+)
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
+SPLIT_CHUNK, SPLIT_WARPS = 8192, 16  # longer rows: columns per program of the split kernel (H200 sweep, NOTES.md v6)
 
 
 @dataclass(frozen=True)
 class BwdConfig:
-    kernel: str  # "rows" | "cols"
+    kernel: str  # "rows" | "cols" | "split"
     num_warps: int
     block_m: int = 1
-    programs: int = 0  # rows: persistent programs; cols: row groups
-    block_n: int = 0  # cols: column tile width
+    programs: int = 0  # rows: persistent programs; cols: row groups; split: programs resident together
+    block_n: int = 0  # cols: column tile width; split: columns per program
 
 
 def bwd_config(m: int, n: int, device) -> BwdConfig:
@@ -49,6 +58,8 @@ def bwd_config(m: int, n: int, device) -> BwdConfig:
         block_m = max(1, min(8192 // block_n, 8))
         num_warps = 32 if block_n >= 8192 else 16
         return BwdConfig("rows", num_warps, block_m=block_m, programs=min(triton.cdiv(m, block_m), sms))
+    if device.type == "cuda":
+        return BwdConfig("split", SPLIT_WARPS, block_m=1, programs=sms, block_n=SPLIT_CHUNK)
     block_n = 2048
     groups = max(1, min(triton.cdiv(m, 8), (2 * sms) // triton.cdiv(n, block_n)))
     return BwdConfig("cols", 4, block_m=8, programs=groups, block_n=block_n)
@@ -173,6 +184,90 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
+def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, CNT, start, M, g,
+                       XW: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr):
+    """First half of a row block in the split kernel: the chunk's share of sum(xhat * dy * w~), stored and published."""
+    gw = dy_n.to(tl.float32)
+    if HAS_W:
+        gw = gw * w[None, :]
+    tl.store(XDOT + rows * XW + g, tl.sum(h_n.to(tl.float32) * rs[:, None] * gw, axis=1), mask=row_ok)
+    split_arrive(CNT + start // BLOCK_M, start < M)
+
+
+@triton.jit
+def _bwd_split_kernel(
+    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
+    M, N, inv_n, w_off, XDOT, CNT,
+    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
+):
+    # Long rows, read once: program lane * SPLITS + g keeps column chunk g of its rows in registers, publishes the
+    # chunk's share of sum(xhat * g) and sums the row's shares in a fixed order (split_arrive / split_wait /
+    # split_gather), so x and dy cross DRAM once (the cols path reads them twice). Pipelined as the forward split
+    # kernel: per step block k+2 is loaded, block k+1 published, block k finished. The program's columns never
+    # change, so its dweight partial stays in registers across all its rows and is written once (DWP [lanes, N]).
+    pid = tl.program_id(0)
+    g = pid % SPLITS
+    lane = pid // SPLITS
+    lanes = tl.num_programs(0) // SPLITS
+    cols = g * CHUNK + tl.arange(0, CHUNK)
+    col_ok = cols < N
+    ar = tl.arange(0, BLOCK_M)
+    w = tl.zeros([CHUNK], dtype=tl.float32)
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+    dw = tl.zeros([CHUNK], dtype=tl.float32)
+    db = tl.zeros([CHUNK], dtype=tl.float32)
+    step = lanes * BLOCK_M
+    first_row = lane * BLOCK_M
+    rows = first_row + ar
+    mask = (rows < M)[:, None] & col_ok[None, :]
+    h_a = tl.load(H + rows.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask, other=0.0)
+    dy_a = tl.load(DY + rows.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    rs_a = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    _bwd_split_publish(h_a, dy_a, rs_a, rows, rows < M, w, XDOT, CNT, first_row, M, g, XW, BLOCK_M, HAS_W)
+    rows = first_row + step + ar
+    mask = (rows < M)[:, None] & col_ok[None, :]
+    h_b = tl.load(H + rows.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask, other=0.0)
+    dy_b = tl.load(DY + rows.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    rs_b = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    for start in range(first_row, M, step):
+        rows_c = start + 2 * step + ar
+        mask_c = (rows_c < M)[:, None] & col_ok[None, :]
+        h_c = tl.load(H + rows_c.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask_c, other=0.0)
+        dy_c = tl.load(DY + rows_c.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask_c, other=0.0)
+        rs_c = tl.load(RSIG + rows_c, mask=rows_c < M, other=0.0)
+        rows_b = start + step + ar
+        _bwd_split_publish(h_b, dy_b, rs_b, rows_b, rows_b < M, w, XDOT, CNT, start + step, M, g, XW, BLOCK_M, HAS_W)
+        # finish block k
+        rows = start + ar
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        r64 = rows.to(tl.int64)[:, None]
+        dy = dy_a.to(tl.float32)
+        xhat = h_a.to(tl.float32) * rs_a[:, None]
+        gw = dy
+        if HAS_W:
+            gw = dy * w[None, :]
+        split_wait(CNT + start // BLOCK_M, SPLITS)
+        c = tl.sum(split_gather(XDOT, rows, row_ok, SPLITS, XW), axis=1)[:, None] * inv_n
+        dx = (gw - xhat * c) * rs_a[:, None]
+        if HAS_DRES:
+            dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+        if HAS_W:
+            dw += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db += tl.sum(dy, axis=0)
+        h_a, dy_a, rs_a = h_b, dy_b, rs_b
+        h_b, dy_b, rs_b = h_c, dy_c, rs_c
+    if HAS_W:
+        tl.store(DWP + lane.to(tl.int64) * N + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(DBP + lane.to(tl.int64) * N + cols, db, mask=col_ok)
+
+
+@triton.jit
 def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr, OUT_DROP: tl.constexpr):
     """OUT[n] = sum over g of P[g, n]: BLOCK_G partial rows per step, summed by a fixed tree, steps in order.
 
@@ -228,6 +323,8 @@ def rmsnorm_bwd(
     dr2 = as_rows(dresidual, "dresidual") if dresidual is not None else None
     cfg = config or bwd_config(m, n, h.device)
     groups = max(1, cfg.programs or 1)
+    if cfg.kernel == "split":
+        splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
     dwp = torch.empty((groups, n), dtype=torch.float32, device=h.device) if weight is not None else None
     dbp = torch.empty((groups, n), dtype=torch.float32, device=h.device) if need_bias_grad else None
     dummy = h2
@@ -254,8 +351,19 @@ def rmsnorm_bwd(
                 m, n, float(weight_offset),
                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, **common,
             )
+        elif cfg.kernel == "split":
+            xdot = torch.empty(m * xw, dtype=torch.float32, device=h.device)
+            cnt = torch.zeros(triton.cdiv(m, cfg.block_m), dtype=torch.int32, device=h.device)
+            _bwd_split_kernel[(splits * groups,)](
+                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
+                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
+                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
+                m, n, 1.0 / n, float(weight_offset), xdot, cnt,
+                SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
+                **split_launch_options(h.device, splits), **common,
+            )
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows' or 'cols'", cfg.kernel, "config=None")
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols' or 'split'", cfg.kernel, "config=None")
     else:
         if dwp is not None:
             dwp.zero_()

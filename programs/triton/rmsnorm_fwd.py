@@ -46,6 +46,7 @@ from programs.triton.checks import (
 MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
 LOOPED_HEAD = 16384  # leading columns the looped kernel keeps in registers (16 fp32 per thread at 32 warps)
 WIDE_CHUNK_N = 65536  # up to here the looped kernel reads 32768-column chunks (64 KB of bf16 per load step)
+SPLIT_CHUNK, SPLIT_WARPS = 16384, 16  # split kernel: columns per program and its warps (H200 sweep, NOTES.md v6)
 
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
@@ -59,7 +60,8 @@ class RMSNormOutput(NamedTuple):
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Launch shape. kernel "rows": block_m rows per program; "looped": `programs` persistent programs, chunk-wide."""
+    """Launch shape. kernel "rows": block_m rows per program; "looped": `programs` persistent programs, chunk-wide;
+    "split": rows cut into chunk-wide pieces, one per program, at most `programs` programs resident together."""
 
     kernel: str
     num_warps: int
@@ -75,10 +77,16 @@ def sm_count(device) -> int:
     return 4  # the interpreter: a few programs, so persistent loops and partial buffers see several
 
 
-def fwd_config(m: int, n: int, device, fused: bool = False) -> FwdConfig:
+def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
-    add, distributed stats or FP8 output rides along (they keep the long-row shape they were measured with)."""
+    add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
+    with a row max: FP8 row or dynamic tensor scales)."""
     sms = sm_count(device)
+    if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
+        # H200, 1024 x 262144 (NOTES.md v6): 347.8 us against the looped kernel's 388.9 us in the same run. At
+        # N = 65536 the looped kernel stays (89% against the split kernel's best 78%); the fused variants measured
+        # slower split (residual 607 vs 655 us at best but 393 vs 1045 us in other shapes, FP8 rows 598 vs 394 us).
+        return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=sms)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
         if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
@@ -121,6 +129,59 @@ def pre_round(v, DROP: tl.constexpr, MIN_NORMAL: tl.constexpr, SUB_MAGIC: tl.con
 @triton.jit
 def fp8_recip(scale):
     return tl.where(scale == 0.0, 0.0, 1.0 / scale)
+
+
+@triton.jit
+def _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, sc_mask, scale_ub, fp8_max,
+               OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
+    """Write the normalized rows v [BLOCK_M, cols] as OUT_MODE says: cast (0), FP8 with per-row scales from the row
+    max amax (1), FP8 with the one given scale (2), or only the row max (3, first pass of a dynamic tensor scale).
+    sc_mask: which programs write the per-row values (one program per row when a row is split)."""
+    if OUT_MODE == 0:
+        y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
+        tl.store(Y + r64 * stride_y + cols[None, :], y, mask=mask)
+    elif OUT_MODE == 3:
+        tl.store(SC + rows, amax, mask=sc_mask)
+    else:
+        if OUT_MODE == 1:
+            scale = tl.minimum(amax, scale_ub) / fp8_max
+            tl.store(SC + rows, scale, mask=sc_mask)
+            recip = fp8_recip(scale)[:, None]
+        else:
+            recip = fp8_recip(tl.load(SCALE_IN))
+        q = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
+        q = pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
+        tl.store(Y + r64 * stride_y + cols[None, :], q, mask=mask)
+
+
+@triton.jit
+def split_arrive(CNT, valid):
+    """Publish the partials this program stored for a row block (XCH[row, g]) by one arrival at the block's counter
+    CNT (zero at launch). valid: the block exists (the pipeline's look-ahead block may lie past the last row)."""
+    tl.debug_barrier()  # every thread's partials are issued before the release below publishes them
+    if valid:
+        tl.atomic_add(CNT, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def split_wait(CNT, SPLITS: tl.constexpr):
+    """Wait until the SPLITS programs that share a row block arrived at its counter; read the partials with
+    `split_gather` after. The programs of a launch are resident together (grid <= one CTA per SM, cooperative launch
+    on CUDA), so the spin ends; with SPLITS == 1 (the interpreter) the program's own arrival releases it."""
+    seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
+    while seen < SPLITS:
+        seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def split_gather(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr):
+    """The rows' partials XCH[row, 0:SPLITS] (row stride XW, SPLITS rounded up to a power of two) as a
+    [BLOCK_M, XW] tile, zero-padded, for a reduction in a fixed order (same bits every run). .cg reads them from L2,
+    where the peers' stores landed, never from a stale L1 line."""
+    gs = tl.arange(0, XW)
+    return tl.load(XCH + rows[:, None] * XW + gs[None, :], mask=row_ok[:, None] & (gs < SPLITS)[None, :], other=0.0,
+                   cache_modifier=".cg")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -173,22 +234,11 @@ def _fwd_rows_kernel(
     if HAS_B:
         v += b[None, :]
 
-    if OUT_MODE == 0:
-        y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
-        tl.store(Y + r64 * stride_y + cols[None, :], y, mask=mask)
-    elif OUT_MODE == 3:
-        tl.store(SC + rows, tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1), mask=row_ok)
-    else:
-        if OUT_MODE == 1:
-            amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
-            scale = tl.minimum(amax, scale_ub) / fp8_max
-            tl.store(SC + rows, scale, mask=row_ok)
-            recip = fp8_recip(scale)[:, None]
-        else:
-            recip = fp8_recip(tl.load(SCALE_IN))
-        q = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
-        q = pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
-        tl.store(Y + r64 * stride_y + cols[None, :], q, mask=mask)
+    amax = 0.0
+    if OUT_MODE == 1 or OUT_MODE == 3:
+        amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
+    _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, row_ok, scale_ub, fp8_max,
+               OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
 
 
 @triton.jit
@@ -321,6 +371,109 @@ def _fwd_looped_kernel(
 
 
 @triton.jit
+def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT, start, M, g,
+                       XW: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
+                       HAS_STATS: tl.constexpr, NEED_AMAX: tl.constexpr, RO_DROP: tl.constexpr):
+    """First half of a row block in the split kernel: h (x, or x + residual rounded and stored as residual_out), its
+    chunk's partials stored and published. Returns h in its storage dtype (fewer registers while it waits)."""
+    hn = xv
+    h = xv.to(tl.float32)
+    if HAS_RES:
+        h += tl.load(R + rows.to(tl.int64)[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        hn = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+        tl.store(RO + rows.to(tl.int64)[:, None] * stride_ro + cols[None, :], hn, mask=mask)
+        h = hn.to(tl.float32)
+    if not HAS_STATS:
+        tl.store(XSS + rows * XW + g, tl.sum(h * h, axis=1), mask=row_ok)
+    if NEED_AMAX:  # no bias (launcher rule): max|h*rs*w| = rs * max|h*w|
+        if HAS_W:
+            h = h * w[None, :]
+        tl.store(XMX + rows * XW + g, tl.max(tl.where(mask, tl.abs(h), 0.0), axis=1), mask=row_ok)
+    if (not HAS_STATS) or NEED_AMAX:
+        split_arrive(CNT + start // BLOCK_M, start < M)
+    return hn
+
+
+@triton.jit
+def _fwd_split_kernel(
+    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
+    W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
+    M, N, inv_n, eps, w_off, scale_ub, fp8_max,
+    XSS, XMX, CNT,
+    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
+    STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
+    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+):
+    # A row is cut into SPLITS column chunks, one per program (program = lane * SPLITS + g): each program keeps its
+    # chunk of BLOCK_M rows in registers, so x is read from DRAM once however long the row (the looped kernel reads
+    # it twice, the second time hoping for L2). The row's sum of squares (and, for FP8 row scales, max|h*w|) is the
+    # fixed-order sum (max) of the chunks' partials, exchanged through XSS/XMX. Distributed stats need no exchange.
+    # Pipeline, per step: the loads of block k+2 are issued, block k+1's partials published, then block k (published
+    # a step earlier, so its peers have usually arrived) is finished: the exchange latency hides behind a step.
+    pid = tl.program_id(0)
+    g = pid % SPLITS
+    lane = pid // SPLITS
+    lanes = tl.num_programs(0) // SPLITS
+    cols = g * CHUNK + tl.arange(0, CHUNK)
+    col_ok = cols < N
+    ar = tl.arange(0, BLOCK_M)
+    NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
+    EXCHANGE: tl.constexpr = (not HAS_STATS) or NEED_AMAX
+    w = tl.zeros([CHUNK], dtype=tl.float32)
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+    if HAS_B:
+        b = tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)
+    step = lanes * BLOCK_M
+    first_row = lane * BLOCK_M
+    rows = first_row + ar
+    mask = (rows < M)[:, None] & col_ok[None, :]
+    x_a = tl.load(X + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
+                             first_row, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX, RO_DROP)
+    rows = first_row + step + ar
+    x_b = tl.load(X + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask=(rows < M)[:, None] & col_ok[None, :], other=0.0)
+    for start in range(first_row, M, step):
+        rows_c = start + 2 * step + ar
+        x_c = tl.load(X + rows_c.to(tl.int64)[:, None] * stride_x + cols[None, :],
+                      mask=(rows_c < M)[:, None] & col_ok[None, :], other=0.0)
+        rows_b = start + step + ar
+        mask_b = (rows_b < M)[:, None] & col_ok[None, :]
+        h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
+                                 start + step, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX, RO_DROP)
+        # finish block k
+        rows = start + ar
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        r64 = rows.to(tl.int64)[:, None]
+        if EXCHANGE:
+            split_wait(CNT + start // BLOCK_M, SPLITS)
+        if HAS_STATS:
+            ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+            for k in range(n_stats):  # rank order: every rank gets the same bits
+                ss += tl.load(STATS + k * stride_stats + rows, mask=row_ok, other=0.0)
+        else:
+            ss = tl.sum(split_gather(XSS, rows, row_ok, SPLITS, XW), axis=1)
+        rs = tl.rsqrt(ss * inv_n + eps)
+        first = row_ok & (g == 0)  # per-row outputs: written by the row's first chunk
+        if STORE_RSIG:
+            tl.store(RSIG + rows, rs, mask=first)
+        v = h_a.to(tl.float32) * rs[:, None]
+        if HAS_W:
+            v = v * w[None, :]
+        if HAS_B:
+            v += b[None, :]
+        amax = 0.0
+        if NEED_AMAX:
+            amax = tl.max(split_gather(XMX, rows, row_ok, SPLITS, XW), axis=1) * rs
+        _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, first, scale_ub, fp8_max,
+                   OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+        h_a = h_b
+        x_b = x_c
+
+
+@triton.jit
 def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -337,6 +490,38 @@ def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.c
 
 # ---------------------------------------------------------------------------------------------------------------------
 # launchers
+
+
+def _cooperative_supported() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "launch_cooperative_grid" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+_COOPERATIVE = _cooperative_supported()
+
+
+def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device, exchange: bool = True) -> tuple[int, int, int]:
+    """(splits, exchange row width, lanes) of a split launch: splits programs per row block, lanes row blocks in
+    flight, splits * lanes <= programs (all resident together, or the exchange would wait forever)."""
+    if chunk <= 0 or chunk & (chunk - 1):
+        raise TritonRuleError("config.chunk", "config.chunk of a split launch must be a power of two", chunk, "config=None")
+    cap = programs or sm_count(device)
+    splits = triton.cdiv(n, chunk)
+    if splits > cap:
+        raise TritonRuleError("config.chunk", f"a row of {n} in chunks of {chunk} needs {splits} programs resident together, more than {cap}", chunk, f"chunk >= {triton.next_power_of_2(triton.cdiv(n, cap))}")
+    if exchange and splits > 1 and device.type != "cuda":
+        raise TritonRuleError("config.split_interpreter", "the interpreter runs programs one after another, so programs exchanging row partials would wait forever", f"{splits} splits on {device.type}", f"chunk >= {triton.next_power_of_2(n)} (one program per row)")
+    lanes = max(1, min(triton.cdiv(m, block_m), cap // splits))
+    return splits, triton.next_power_of_2(splits), lanes
+
+
+def split_launch_options(device, splits: int) -> dict:
+    """Cooperative launch where Triton offers it: the driver then refuses a grid that cannot be resident at once
+    instead of letting the exchange spin forever."""
+    return {"launch_cooperative_grid": True} if device.type == "cuda" and splits > 1 and _COOPERATIVE else {}
 
 
 def _out_mode(dtype, scale_mode, scale) -> int:
@@ -414,7 +599,11 @@ def rmsnorm_fwd(
             sc = scale if scale is not None else torch.zeros(1, dtype=torch.float32, device=x.device)
         return RMSNormOutput(y, rsig, res_out, sc)
 
-    cfg = config or fwd_config(m, n, x.device, fused=mode != OUT_CAST or residual is not None or stats is not None)
+    row_max_with_bias = bias is not None and (mode == OUT_FP8_ROW or dynamic_tensor_scale)
+    cfg = config or fwd_config(m, n, x.device, fused=mode != OUT_CAST or residual is not None or stats is not None,
+                               split_ok=not row_max_with_bias)
+    if cfg.kernel == "split" and row_max_with_bias:
+        raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
     ro2 = res_out.view(-1, n) if res_out is not None else None
     y2 = y.view(-1, n)
@@ -448,8 +637,18 @@ def rmsnorm_fwd(
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
                 raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
             _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, num_warps=cfg.num_warps, **flags)
+        elif cfg.kernel == "split":
+            splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,
+                                            exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
+            xss = torch.empty(m * xw, dtype=torch.float32, device=x.device)
+            xmx = torch.empty(m * xw, dtype=torch.float32, device=x.device) if out_mode in (OUT_FP8_ROW, OUT_AMAX) else xss
+            cnt = torch.zeros(triton.cdiv(m, cfg.block_m), dtype=torch.int32, device=x.device)
+            _fwd_split_kernel[(splits * lanes,)](
+                *args, xss, xmx, cnt, SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
+                num_warps=cfg.num_warps, **split_launch_options(x.device, splits), **flags,
+            )
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows' or 'looped'", cfg.kernel, "config=None")
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped' or 'split'", cfg.kernel, "config=None")
 
     if dynamic_tensor_scale:
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale

@@ -35,7 +35,8 @@ def test_forward_real_sizes(shape):
 
 BIG = {
     "rows_kernel": ((262145, 8192), None),
-    "looped_kernel": ((32769, 65536), None),
+    "split_kernel": ((32769, 65536), None),
+    "looped_kernel": ((32769, 65536), FwdConfig("looped", 32, chunk=32768, programs=264)),
     "looped_kernel_head": ((32769, 65536), FwdConfig("looped", 32, chunk=8192, programs=264, head=16384)),
 }
 
@@ -70,6 +71,8 @@ def test_backward_real_sizes(shape):
 LONG_BWD = {
     "default_16384": ((700, 16384), None),
     "cols_65000_partial_tile": ((300, 65000), BwdConfig("cols", 4, block_m=8, programs=8, block_n=2048)),
+    # 16 programs share a row (the last chunk partial), 2 rows per exchange, 8 row blocks in flight
+    "split_65000_two_rows": ((301, 65000), BwdConfig("split", 16, block_m=2, programs=132, block_n=4096)),
 }
 
 
@@ -124,3 +127,30 @@ def test_cuda_graph_capture_forward_and_backward():
 @pytest.mark.requires_multi_gpu
 def test_distributed_nccl_two_gpus():
     run_ranks(WORKER, 2, "nccl", timeout=300.0)
+
+
+@pytest.mark.requires_cuda
+def test_split_kernels_under_cuda_graph_replay():
+    """Rows split over programs (cooperative launch, exchange counters zeroed per call) replayed from one graph on new
+    data, several times: forward with FP8 row scales and backward, both checked on every replay."""
+    m, n = 300, 65536
+    x, w, dy = rand(m, n, seed=30), rand(n, seed=31), rand(m, n, seed=32)
+    rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
+    rmsnorm_fwd(x, w, dtype=torch.float8_e4m3fn)
+    rmsnorm_bwd(dy, x, w, rs)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fo = rmsnorm_fwd(x, w, return_rsigma=True)
+        q = rmsnorm_fwd(x, w, dtype=torch.float8_e4m3fn)
+        dx, dw, _ = rmsnorm_bwd(dy, x, w, fo.rsigma)
+    for seed in (33, 34, 35):
+        x.copy_(rand(m, n, seed=seed))
+        dy.copy_(rand(m, n, seed=seed + 10))
+        g.replay()
+        v, _, _ = norm64(x, w)
+        assert_close(fo.y, v, torch.bfloat16, context=f"graphed split forward, replay {seed}")
+        q_exp, _ = fp8_expected(v, torch.float8_e4m3fn, "row")
+        assert_close(q.y.float(), q_exp, torch.float8_e4m3fn, context=f"graphed split fp8, replay {seed}")
+        ref = grads64(x, w, dy)
+        assert_close_cancelling(dx, ref["x"], torch.bfloat16, context=f"graphed split dx, replay {seed}")
+        assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context=f"graphed split dweight, replay {seed}")

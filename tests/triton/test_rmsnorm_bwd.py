@@ -1,4 +1,4 @@
-"""Backward kernels (register-resident rows, and the two-kernel long-row path) against float64 autograd."""
+"""Backward kernels (register-resident rows, the two-kernel and the split long-row paths) against float64 autograd."""
 
 import pytest
 import torch
@@ -14,6 +14,9 @@ KERNELS = {
     "cols": BwdConfig("cols", 4, block_m=2, programs=3, block_n=32),
     # 37 partial rows: the partial-sum kernel takes them in two 32-row steps, the second one masked
     "rows_37_programs": BwdConfig("rows", 4, block_m=1, programs=37),
+    # on CUDA 32-wide chunks: 3 programs share a row and exchange its dot; the interpreter runs programs one after
+    # another, so there one 128-wide chunk holds the row (the exchange still runs, with one program per row)
+    "split": BwdConfig("split", 4, block_m=2, programs=9, block_n=32 if DEV == "cuda" else 128),
 }
 CASES = {
     "plain": dict(),

@@ -1,4 +1,4 @@
-"""Forward kernels (register-resident rows and the looped long-row kernel) against a float64 reference."""
+"""Forward kernels (register-resident rows, the looped and the split long-row kernels) against a float64 reference."""
 
 import math
 
@@ -13,7 +13,15 @@ from tt_rmsnorm.accuracy import assert_close
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # "looped" at tiny N: 32-wide chunks, so N=37 and N=100 span several chunks (and a partial last one); "looped_head"
 # keeps the first 32 columns in registers and streams the rest in 16-wide chunks
-KERNELS = {"rows": None, "looped": FwdConfig("looped", 4, chunk=32, programs=3), "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32)}
+# "split": on CUDA 32-wide chunks, so a row is shared by up to 4 programs that exchange partials; the interpreter runs
+# programs one after another, so there a chunk holds the whole row (the exchange runs, with one program per row)
+SPLIT_CHUNK = 32 if DEV == "cuda" else 128
+KERNELS = {
+    "rows": None,
+    "looped": FwdConfig("looped", 4, chunk=32, programs=3),
+    "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32),
+    "split": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8),
+}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -161,3 +169,33 @@ def test_long_row_launch_shape_plain_vs_fused():
     assert (plain.kernel, plain.chunk, plain.head) == ("looped", 32768, 0)
     for cfg in (fwd_config(2048, 65536, cpu, fused=True), fwd_config(1024, 262144, cpu)):
         assert (cfg.kernel, cfg.chunk, cfg.head) == ("looped", 8192, 16384)
+
+
+def test_split_with_distributed_stats_spans_programs_bitwise_as_rows():
+    """Given the gathered stats there is no exchange, so even the interpreter runs rows cut into 32-wide chunks over
+    several programs (the last chunk partial); the result is the rows kernel's, bit for bit."""
+    x, w = rand(9, 100, dtype=torch.bfloat16, seed=11), rand(100, dtype=torch.bfloat16, seed=12)
+    stats = torch.stack([(x[:, :40].float() ** 2).sum(1), (x[:, 40:].float() ** 2).sum(1)]).contiguous()
+    split = FwdConfig("split", 4, block_m=2, chunk=32, programs=8)
+    a = rmsnorm_fwd(x, w, stats=stats, hidden_size=100, return_rsigma=True, config=split)
+    b = rmsnorm_fwd(x, w, stats=stats, hidden_size=100, return_rsigma=True)
+    assert torch.equal(a.y, b.y) and torch.equal(a.rsigma, b.rsigma)
+
+
+@pytest.mark.skipif(DEV == "cuda", reason="the guard is for the interpreter, which runs programs one after another")
+def test_split_exchange_across_programs_is_refused_by_the_interpreter():
+    x = rand(4, 100, dtype=torch.bfloat16, seed=13)
+    with pytest.raises(TritonRuleError, match=r"\[config.split_interpreter\]"):
+        rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=8))
+
+
+def test_split_refuses_a_bias_with_a_row_max():
+    x, w, b = rand(4, 64, dtype=torch.bfloat16, seed=14), rand(64, seed=15), rand(64, seed=16)
+    with pytest.raises(TritonRuleError, match=r"\[config.split_bias_rowmax\]"):
+        rmsnorm_fwd(x, w, bias=b, dtype=torch.float8_e4m3fn, config=FwdConfig("split", 4, chunk=64, programs=8))
+
+
+def test_split_needs_its_programs_resident_together():
+    x = rand(4, 100, dtype=torch.bfloat16, seed=17)
+    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*needs 4 programs"):
+        rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=2))
