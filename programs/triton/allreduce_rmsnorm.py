@@ -180,8 +180,11 @@ def launch(
     if t == 0:
         return
     if stage == 0:
+        if config is not None and config[0] != 1:
+            raise TritonRuleError("config.push_rows", "stage 0 takes one row per program: config must be (1, num_warps)", config, "config=(1, 16) or config=None")
         _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out, epsilon=epsilon,
-                     weight_offset=weight_offset, scale_ub=scale_ub, sync=sync, phases=phases)
+                     weight_offset=weight_offset, scale_ub=scale_ub, sync=sync, phases=phases,
+                     num_warps=config[1] if config is not None else None)
         return
     tw = math.ceil(t / world)
     rows = t if stage == 1 else tw
@@ -221,7 +224,7 @@ def launch(
 
 
 def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out, *, epsilon, weight_offset, scale_ub,
-                 sync, phases):
+                 sync, phases, num_warps=None):
     world = len(bufs)
     t, h = x.shape
     tll = bufs[0].recv.numel() // (2 * world * (h // 2))
@@ -239,7 +242,7 @@ def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out,
         t, tll, h, h // 2, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax),
         RANK=rank, WORLD=world, BLOCK_H=block_h, XDT=tl_dtype(x.dtype),
         HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
-        RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=min(32, max(4, block_h // 512)),
+        RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps or min(32, max(4, block_h // 512)),
     )
 
 

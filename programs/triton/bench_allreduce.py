@@ -150,8 +150,10 @@ def main():
             r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
             r["nccl+fused"] = timed(lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset)
             r["nccl+torch"] = timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset)
-            r["s0"], r["s0_shape"] = (timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=0)), None) if t <= PUSH_MAX_TOKENS else (math.nan, None)
-            for stage in (1, 2):
+            r["s0"], r["s0_shape"] = math.nan, None
+            for stage in (0, 1, 2):
+                if stage == 0 and t > PUSH_MAX_TOKENS:
+                    continue
                 best = None
                 for shape in shapes(t, stage):
                     us = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape))
@@ -166,6 +168,8 @@ def main():
         return rows
 
     def shapes(t, stage):
+        if stage == 0:  # one row per program
+            return [s for s in sweep if s[0] == 1]
         rows = t if stage == 1 else math.ceil(t / world)
         return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]
 
@@ -174,14 +178,14 @@ def main():
 
     def render(rows, title):
         out = [title,
-               "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | stage 0: 1-stage pushed | stage 1: 1-stage (best shape) | stage 2: 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
+               "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | stage 0: 1-stage pushed (best shape) | stage 1: 1-stage (best shape) | stage 2: 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             stage = r["auto"]  # the stage the dispatcher picks
             best = r["fused"]
             out.append(
                 f"| {r['T']} | {r['per_rank_kib']:.0f} | {r['nccl']:.1f} | {r['nccl+fused']:.1f} | {r['nccl+torch']:.1f} | "
-                f"{r['s0']:.1f} | {r['s1']:.1f} ({shape_str(r['s1_shape'])}) | {r['s2']:.1f} ({shape_str(r['s2_shape'])}) | "
+                f"{r['s0']:.1f}{'' if math.isnan(r['s0']) else ' (' + shape_str(r['s0_shape']) + ')'} | {r['s1']:.1f} ({shape_str(r['s1_shape'])}) | {r['s2']:.1f} ({shape_str(r['s2_shape'])}) | "
                 f"{best:.1f} (stage {stage}) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
                 f"{r['T'] * h * 2 / best / 1e3:.0f} |")
         pushed = [r for r in rows if not math.isnan(r["s0"])]

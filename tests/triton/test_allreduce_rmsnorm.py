@@ -202,6 +202,14 @@ def test_bad_input_names_the_rule(rule):
     assert err.value.rule == rule and "Fix:" in str(err.value)
 
 
+def test_push_stage_takes_one_row_per_program():
+    x = torch.zeros(2, 64, dtype=torch.bfloat16)
+    with pytest.raises(TritonRuleError) as err:
+        ar.launch(0, 0, [None, None], None, x, None, None, None, None, None, epsilon=1e-5, weight_offset=0.0,
+                  scale_ub=math.inf, config=(2, 16))
+    assert err.value.rule == "config.push_rows" and "Fix:" in str(err.value)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # rank processes: the reference path over gloo (CPU), the fused path over NCCL + symmetric memory (GPUs)
 

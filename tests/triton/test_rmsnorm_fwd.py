@@ -199,3 +199,21 @@ def test_split_needs_its_programs_resident_together():
     x = rand(4, 100, dtype=torch.bfloat16, seed=17)
     with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*needs 4 programs"):
         rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=2))
+
+
+def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
+    """On a GPU the split kernels serve the plain forward past 65536 columns and the backward past 8192 (H200,
+    NOTES.md v6); the looped forward keeps N = 65536 and every fused variant. Checked without a GPU: only the SM count
+    is read from the device."""
+    from programs.triton import rmsnorm_bwd, rmsnorm_fwd as fwd_mod
+
+    monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
+    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert fwd_mod.fwd_config(1024, 262144, gpu).kernel == "split"
+    assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
+    assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
+    assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
+    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu).kernel == "split"
+    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).kernel == "rows"
+    assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).kernel == "cols"
