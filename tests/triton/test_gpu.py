@@ -154,3 +154,19 @@ def test_split_kernels_under_cuda_graph_replay():
         ref = grads64(x, w, dy)
         assert_close_cancelling(dx, ref["x"], torch.bfloat16, context=f"graphed split dx, replay {seed}")
         assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context=f"graphed split dweight, replay {seed}")
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("block_m", [1, 2], ids=["1_row", "2_rows"])
+def test_split_fp8_row_scales(block_m):
+    """FP8 with per-row scales through the split kernel (explicit config: the default keeps FP8 rows on the looped
+    kernel), one row per exchange (the scalar-factor form) and two."""
+    m, n = 257, 65536
+    x, w = rand(m, n, seed=40), rand(n, seed=41)
+    cfg = FwdConfig("split", 16, block_m=block_m, chunk=16384, programs=132)
+    for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        q = rmsnorm_fwd(x, w, epsilon=1e-6, dtype=fmt, config=cfg)
+        v, _, _ = norm64(x, w, epsilon=1e-6)
+        q_exp, s_exp = fp8_expected(v, fmt, "row")
+        assert_close(q.y.float(), q_exp, fmt, context=f"split {fmt}")
+        assert_close(q.scale, s_exp, torch.float32, context=f"split {fmt} scales")

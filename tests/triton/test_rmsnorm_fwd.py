@@ -21,6 +21,7 @@ KERNELS = {
     "looped": FwdConfig("looped", 4, chunk=32, programs=3),
     "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32),
     "split": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8),
+    "split_1row": FwdConfig("split", 4, block_m=1, chunk=SPLIT_CHUNK, programs=8),  # per-row factors as scalars
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
