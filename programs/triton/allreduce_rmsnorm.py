@@ -17,8 +17,9 @@ Paths (`stage`, default from `choose_stage`):
      from peers per rank): for small payloads, where latency rules.
   2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
      quantize the owned rows, all-gather the FP8 rows, scales (and residual_out) from their owners.
-  The switch is at per-rank bytes ceil(T/W)*H*itemsize >= TWO_STAGE_MIN_BYTES (2 MiB), measured on 2xH200 by
-  programs/triton/bench_allreduce.py (ALLREDUCE_NOTES.md); with a residual on 2 ranks one stage always wins.
+  The switch is at per-rank bytes ceil(T/W)*H*itemsize >= stage_switch_bytes(W): 2 MiB on 2 ranks, 512 KiB on 4 and
+  more, measured on 2x and 4xH200 by programs/triton/bench_allreduce.py (ALLREDUCE_NOTES.md); with a residual on 2
+  ranks one stage always wins.
 
 Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
 get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels and their
@@ -47,8 +48,15 @@ MAX_WORLD = 8
 # Per-rank payload ceil(T/W)*H*itemsize at and above which the two-stage path runs. Measured on 2xH200, H=8192 bf16
 # (ALLREDUCE_NOTES.md): one stage wins at 1024 KiB per rank (T=128), two stages from 2048 KiB (T=256). With a
 # residual, two stages also all-gather residual_out and lost at every T measured (up to 64 MiB per rank) on 2 ranks.
-# Other world sizes are not measured: they use the 2-rank byte threshold, residual or not.
+# On 4xH200 (ALLREDUCE_NOTES.md, run 14) one stage won at 128 KiB per rank (T=32) and two stages from 512 KiB (T=128:
+# 31.3 against 43.2 us), so 4 and more ranks switch at 512 KiB; 8 ranks are not measured and take the 4-rank value.
 TWO_STAGE_MIN_BYTES = 2 * 1024 * 1024
+TWO_STAGE_MIN_BYTES_4PLUS = 512 * 1024
+
+
+def stage_switch_bytes(world: int) -> int:
+    """Per-rank payload from which the two-stage path runs, by world size (measured at 2 and 4 ranks)."""
+    return TWO_STAGE_MIN_BYTES if world <= 2 else TWO_STAGE_MIN_BYTES_4PLUS
 # Stage 0 (one stage, rows pushed with their flags in the data): its receive buffers hold PUSH_MAX_TOKENS rows; it is
 # chosen up to PUSH_DISPATCH_TOKENS rows. Measured on 2xH200, H=8192: it beat stage 1 at T=1 and 8, lost from T=32 on
 # (it moves twice the bytes).
@@ -58,9 +66,10 @@ _ALIGN = 256
 
 
 def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False,
-                 threshold: int = TWO_STAGE_MIN_BYTES) -> int:
+                 threshold: int | None = None) -> int:
     """0 (one stage, pushed rows with in-data flags), 1 (one stage) or 2 (two stages) for a call of [tokens, hidden]
-    elements of `itemsize` bytes over `world` ranks."""
+    elements of `itemsize` bytes over `world` ranks; threshold None: the measured `stage_switch_bytes(world)`."""
+    threshold = stage_switch_bytes(world) if threshold is None else threshold
     if tokens <= PUSH_DISPATCH_TOKENS and push_capable(hidden, itemsize):
         return 0
     if residual and world == 2:
@@ -266,7 +275,7 @@ class AllReduceRMSNormFP8:
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
 
     def __init__(self, group=None, *, hidden_size: int, max_tokens: int, dtype: torch.dtype = torch.bfloat16,
-                 device: torch.device | None = None, two_stage_min_bytes: int = TWO_STAGE_MIN_BYTES):
+                 device: torch.device | None = None, two_stage_min_bytes: int | None = None):
         group = group or dist.group.WORLD
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         if not 2 <= self.world <= MAX_WORLD:
@@ -281,7 +290,7 @@ class AllReduceRMSNormFP8:
                                   "use reference_allreduce_rmsnorm_fp8 for wider rows")
         self.device = device or torch.device("cuda", torch.cuda.current_device())
         self.hidden, self.max_tokens, self.dtype = hidden_size, max_tokens, dtype
-        self.threshold = two_stage_min_bytes
+        self.threshold = stage_switch_bytes(self.world) if two_stage_min_bytes is None else two_stage_min_bytes
         symm_mem = _symm_mem()
         nbytes = workspace_bytes(max_tokens, hidden_size, dtype.itemsize, self.world)
         raw = symm_mem.empty(nbytes, dtype=torch.uint8, device=self.device)

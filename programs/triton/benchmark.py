@@ -422,12 +422,12 @@ def _dist_worker(rank: int, world: int, port: int, reps: int) -> None:
     dist.destroy_process_group()
 
 
-def bench_distributed(reps: int) -> None:
+def bench_distributed(reps: int, world: int = 0) -> None:
     import socket
 
     import torch.multiprocessing as mp
 
-    world = min(2, torch.cuda.device_count())
+    world = min(world or torch.cuda.device_count(), torch.cuda.device_count())
     if world < 2:
         raise SystemExit("the distributed section needs 2 GPUs")
     with socket.socket() as s:
@@ -441,6 +441,7 @@ def main() -> None:
     ap.add_argument("--distributed", action="store_true")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
+    ap.add_argument("--world", type=int, default=0, help="distributed: GPUs to use (default: every GPU)")
     ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES)")
@@ -457,7 +458,7 @@ def main() -> None:
     if a.single or not (a.sweep or a.sweep_long or a.distributed):
         bench_single(a.reps, shapes, wanted)
     if a.distributed:
-        bench_distributed(a.reps)
+        bench_distributed(a.reps, a.world)
 
 
 if __name__ == "__main__":

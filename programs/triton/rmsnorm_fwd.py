@@ -463,9 +463,10 @@ def _fwd_split_kernel(
         if NEED_AMAX:
             amax = tl.max(split_gather(XMX, rows, row_ok, SPLITS, XW), axis=1) * rs
         if OUT_MODE == 1:
-            # FP8 row scales: rs / scale as one factor per row, and for one row a plain scalar. A [BLOCK_M] factor
-            # built from both gathered partials (rs and the row max) made Triton rebuild its chain in the FP8
-            # store's layout (PTX: 4096 shared-memory stores per thread; 17 ms instead of ~0.2, NOTES.md v6)
+            # FP8 row scales: rs / scale as one factor per row, and for one row a plain scalar. Scaling the finished
+            # row by 1/scale (scale built from both gathered partials, rs and the row max) made Triton convert it
+            # through shared memory (PTX: 4096 shared stores per thread; 17 ms instead of ~0.2, NOTES.md v6;
+            # programs/triton/ptx_report.py watches the count)
             scale = tl.minimum(amax, scale_ub) / fp8_max
             tl.store(SC + rows, scale, mask=first)
             f = rs * fp8_recip(scale)

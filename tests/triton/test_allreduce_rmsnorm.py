@@ -167,9 +167,12 @@ def test_stage_choice_follows_measured_thresholds():
     assert ar.choose_stage(1, 8191, isz, 2) == 1, "odd hidden size cannot be packed two per word"
     assert ar.choose_stage(t_switch, h, isz, 2) == 2
     assert ar.choose_stage(t_switch - 2, h, isz, 2) == 1
-    assert ar.choose_stage(t_switch, h, isz, 4) == 1, "more ranks: fewer rows per rank"
     assert ar.choose_stage(8192, h, isz, 2, residual=True) == 1, "2 ranks with a residual: one stage measured faster"
-    assert ar.choose_stage(2 * t_switch, h, isz, 4, residual=True) == 2
+    # 4 ranks (and 8, unmeasured): two stages from 512 KiB per rank (4xH200: T=128 at H=8192)
+    assert ar.stage_switch_bytes(4) == ar.stage_switch_bytes(8) == 512 * 1024 < thr
+    assert ar.choose_stage(128, h, isz, 4) == 2 and ar.choose_stage(124, h, isz, 4) == 1
+    assert ar.choose_stage(128, h, isz, 4, residual=True) == 2
+    assert ar.choose_stage(128, h, isz, 4, threshold=thr) == 1, "an explicit threshold wins"
 
 
 RULES = {

@@ -1,0 +1,122 @@
+"""What the compiler made of a kernel, without a GPU: Triton compiles for sm_90a here, ptxas reports registers and
+spills, and the PTX shows layout conversions through shared memory.
+
+    python3 -m programs.triton.ptx_report            # the split kernels in their default and measured shapes
+    python3 -m programs.triton.ptx_report --check    # exit 1 if a known pathology is back (used by the tests)
+
+Why it exists (NOTES.md v6): the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
+shared-memory stores per thread where the bf16 variant held 2 (a layout conversion Triton generated); and the
+pipelined split kernels spilled at some launch shapes. Both show here in seconds, with no device time.
+Needs Triton's NVIDIA backend (its bundled ptxas); TRITON_INTERPRET must be unset (the kernels are compiled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from programs.triton import rmsnorm_bwd, rmsnorm_fwd
+
+TARGET = GPUTarget("cuda", 90, 32)
+# a split kernel's FP8-row store at 16 warps / chunk 8192: 6 shared stores after the fix, 4,096 before
+MAX_SHARED_STORES = 64
+
+
+@dataclass(frozen=True)
+class Report:
+    name: str
+    ptx_lines: int
+    shared_stores: int
+    registers: int
+    spill_bytes: int
+
+
+def ptxas() -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def _signature(fn, pointers: dict[str, str], floats: tuple[str, ...]) -> dict[str, str]:
+    """Triton signature: pointers as given, the named floats fp32, other runtime arguments i32, the rest constexpr."""
+    consts = {name for name, p in zip(fn.arg_names, fn.params) if p.is_constexpr}
+    return {n: "constexpr" if n in consts else pointers.get(n, "fp32" if n in floats else "i32") for n in fn.arg_names}
+
+
+def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int) -> Report:
+    kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=TARGET,
+                            options={"num_warps": num_warps})
+    ptx = kernel.asm["ptx"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        out = subprocess.run([ptxas(), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True,
+                             check=True).stderr
+    finally:
+        os.unlink(f.name)
+    regs = re.findall(r"Used (\d+) registers", out)
+    spill = re.findall(r"(\d+) bytes spill stores", out)
+    lines = ptx.splitlines()
+    return Report(name, len(lines), sum("st.shared" in ln for ln in lines), int(regs[0]) if regs else -1,
+                  int(spill[0]) if spill else 0)
+
+
+def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool) -> Report:
+    fn = rmsnorm_fwd._fwd_split_kernel
+    ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
+    ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN", "XSS", "XMX")}, CNT="*i32")
+    if fp8:
+        ptrs["Y"] = "*fp8e4nv"
+    sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
+    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, HAS_B=False, HAS_RES=False,
+                  HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode, RO_DROP=0, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+    return compile_report(f"fwd split chunk={chunk} warps={num_warps} block_m={block_m} out_mode={out_mode}", fn, sig,
+                          consts, num_warps)
+
+
+def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
+    fn = rmsnorm_bwd._bwd_split_kernel
+    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
+    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP", "XDOT")}, CNT="*i32")
+    sig = _signature(fn, ptrs, ("inv_n", "w_off"))
+    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False, DX_DROP=0)
+    return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
+
+
+def default_reports() -> list[Report]:
+    f, b = rmsnorm_fwd, rmsnorm_bwd
+    return [
+        fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False),
+        fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
+        fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
+        bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help=f"exit 1 if a kernel holds more than {MAX_SHARED_STORES} shared stores")
+    args = ap.parse_args()
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
+        return 2
+    reports = default_reports()
+    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7}")
+    for r in reports:
+        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d}")
+    bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
+    for r in bad:
+        print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "
+              "shared memory is back (NOTES.md v6)", file=sys.stderr)
+    return 1 if (args.check and bad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

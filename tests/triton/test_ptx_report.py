@@ -1,0 +1,45 @@
+"""The compiled kernels, checked without a GPU (programs/triton/ptx_report.py): Triton compiles them for sm_90a in a
+subprocess (the test session runs the interpreter) and the PTX must hold no layout conversion through shared memory
+of the kind that made the split kernel's FP8 row output 100x slow."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compiled(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _ptxas_present() -> bool:
+    probe = _compiled("from programs.triton.ptx_report import ptxas; import os; print(os.path.exists(ptxas()))")
+    return probe.returncode == 0 and probe.stdout.strip() == "True"
+
+
+pytestmark = pytest.mark.skipif(not _ptxas_present(), reason="Triton's NVIDIA backend (bundled ptxas) is not installed")
+
+
+def test_split_fp8_row_store_has_no_shared_memory_conversion():
+    out = _compiled(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
+        "print(json.dumps([p.fwd_split(8192, 16, 1, f.OUT_FP8_ROW, True).shared_stores, "
+        "p.fwd_split(8192, 16, 2, f.OUT_FP8_ROW, True).shared_stores, p.MAX_SHARED_STORES]))"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    one_row, two_rows, limit = json.loads(out.stdout.strip().splitlines()[-1])
+    # before the fix: 4,096 at one row per exchange (NOTES.md v6)
+    assert one_row <= limit, f"one row per exchange: {one_row} shared stores"
+    assert two_rows <= limit, f"two rows per exchange: {two_rows} shared stores"
+
+
+def test_report_check_passes_for_the_default_shapes():
+    out = _compiled("import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; sys.exit(main())")
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert "bwd split chunk=8192" in out.stdout
