@@ -268,6 +268,17 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
             )
 
 
+def _check_interleaved_program_config(program_config, welford_rule: str, welford_message: str) -> None:
+    """The interleaved pre/post take a default (non-sharded) program config without Welford; each op words its own
+    Welford error."""
+    if program_config is None:
+        return
+    if _is_sharded_pc(program_config):
+        _fail("program_config.ignored", "a sharded program config on an interleaved input is silently ignored", "LayerNormShardedMultiCoreProgramConfig", "omit program_config or use ttnn.LayerNormDefaultProgramConfig()")
+    if program_config.use_welford:
+        _fail(welford_rule, welford_message, "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
+
+
 def _check_output_memory_config(x: TensorDesc, memory_config):
     if memory_config is None:
         return
@@ -453,10 +464,7 @@ def check_pre_all_gather(
             _fail("sharded_pre.dtype_ignored", "the sharded pre always writes bfloat16 stats", _name(dtype), "pass dtype=ttnn.bfloat16 (or omit it)")
         _check_residual(x, res)
         return "sharded"
-    if program_config is not None and _is_sharded_pc(program_config):
-        _fail("program_config.ignored", "a sharded program config on an interleaved input is silently ignored", "LayerNormShardedMultiCoreProgramConfig", "omit program_config or use ttnn.LayerNormDefaultProgramConfig()")
-    if program_config is not None and program_config.use_welford:
-        _fail("pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather", "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
+    _check_interleaved_program_config(program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather")
     _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
     _check_output_memory_config(x, memory_config)
     _check_residual(x, res)
@@ -522,10 +530,7 @@ def check_post_all_gather(
     _check_dtype(s, STATS_DTYPES, "stats.dtype", "stats")
     if s.padded_shape[:-1] != x.padded_shape[:-1]:
         _fail("post.stats_dims", "stats and input padded dims 0, 1 and 2 must match", f"stats {s.padded_shape} vs input {x.padded_shape}", "gather the stats of this same input")
-    if program_config is not None and _is_sharded_pc(program_config):
-        _fail("program_config.ignored", "a sharded program config on an interleaved input is silently ignored", "LayerNormShardedMultiCoreProgramConfig", "omit program_config or use ttnn.LayerNormDefaultProgramConfig()")
-    if program_config is not None and program_config.use_welford:
-        _fail("post.welford", "RMS norm is not compatible with the Welford algorithm", "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
+    _check_interleaved_program_config(program_config, "post.welford", "RMS norm is not compatible with the Welford algorithm")
     _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
     # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
     _check_gamma_beta(x, w, b, "interleaved_post")

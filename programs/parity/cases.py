@@ -114,6 +114,10 @@ def _hard_rows(kind: str, shape, g: torch.Generator) -> torch.Tensor:
     return (sign * torch.pow(2.0, exponent)).to(torch.float32)
 
 
+def _seeded(cases: list[Case], seed: int) -> list[Case]:
+    return [Case(**{**k.__dict__, "seed": seed}) for k in cases]
+
+
 def default_cases(seed: int = DEFAULT_SEED) -> list[Case]:
     """The set `tt-rmsnorm-parity` runs: every mesh size, eps, weight kind and hard row; < 3 min on a 2-core CPU.
 
@@ -135,7 +139,7 @@ def default_cases(seed: int = DEFAULT_SEED) -> list[Case]:
         Case("prefill", 64, 16384, 32, 1e-6, "random"),
         Case("prefill", 64, 4096, 32, 1e-6, "zero_centered", hard="tiny"),
     ]
-    return [Case(**{**k.__dict__, "seed": seed}) for k in c]
+    return _seeded(c, seed)
 
 
 def full_cases(seed: int = DEFAULT_SEED) -> list[Case]:
@@ -152,7 +156,7 @@ def full_cases(seed: int = DEFAULT_SEED) -> list[Case]:
         Case("prefill", 128, 16384, 32, 1e-6, "zero_centered", hard="huge"),
         Case("decode", 1, 16384, 32, 1e-6, "ones", hard="tiny"),
     ]
-    return sorted(default_cases(seed) + [Case(**{**k.__dict__, "seed": seed}) for k in more], key=lambda k: k.num_devices)
+    return sorted(default_cases(seed) + _seeded(more, seed), key=lambda k: k.num_devices)
 
 
 def demo_cases(seed: int = DEFAULT_SEED) -> list[Case]:
@@ -163,7 +167,7 @@ def demo_cases(seed: int = DEFAULT_SEED) -> list[Case]:
         Case("decode", 32, 4096, 2, 1e-6, "ones", hard="tiny"),
         Case("decode", 32, 4096, 2, 1e-5, "random", hard="huge"),
     ]
-    return [Case(**{**k.__dict__, "seed": seed}) for k in c]
+    return _seeded(c, seed)
 
 
 def tiny_cases(seed: int = DEFAULT_SEED) -> list[Case]:
@@ -173,7 +177,7 @@ def tiny_cases(seed: int = DEFAULT_SEED) -> list[Case]:
         Case("prefill", 64, 2048, 2, 1e-6, "zero_centered"),
         Case("decode", 32, 2048, 2, 1e-5, "ones", hard="zeros"),
     ]
-    return [Case(**{**k.__dict__, "seed": seed}) for k in c]
+    return _seeded(c, seed)
 
 
 CASE_SETS = {"default": default_cases, "full": full_cases, "demo": demo_cases, "tiny": tiny_cases}

@@ -222,6 +222,29 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> 
 # config sweep
 
 
+def fwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
+    """(sets, calls, xs, w, copy seconds) for forward timing: rotated bf16 inputs and a copy of the same bytes."""
+    sets, calls = n_sets(4 * m * n, l2)
+    xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+    w = torch.randn(n, device=dev, generator=g).to(DT)
+    flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
+    copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
+    return sets, calls, xs, w, copy
+
+
+def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
+    """(sets, calls, xs, dys, w, rsigmas, copy seconds) for backward timing; the copy moves the same 6*M*N bytes."""
+    sets, calls = n_sets(6 * m * n, l2)
+    xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+    dys = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+    w = torch.randn(n, device=dev, generator=g).to(DT)
+    rss = [rmsnorm_fwd(xs[i], w, return_rsigma=True).rsigma for i in range(sets)]
+    k = 3 * m * n // 2
+    flat = [torch.empty(2 * k, dtype=DT, device=dev) for _ in range(sets)]
+    copy = graph_time(rotating(lambda i: (lambda: flat[i][k:].copy_(flat[i][:k])), sets, calls), reps)
+    return sets, calls, xs, dys, w, rss, copy
+
+
 def sweep(reps: int) -> None:
     """Forward configs for decode and long rows, backward configs for the register-resident kernel."""
     import triton
@@ -248,12 +271,7 @@ def sweep(reps: int) -> None:
         return res
 
     for m, n in [(1, 8192), (32, 8192), (2048, 65536), (1024, 262144)]:
-        sets, calls = n_sets(4 * m * n, l2)
-        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        w = torch.randn(n, device=dev, generator=g).to(DT)
-        flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
-        copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
-        del flat
+        sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         cands = []
         if n <= 8192:
             cands = [FwdConfig("rows", nw, block_m=1) for nw in (16, 32)]
@@ -270,15 +288,7 @@ def sweep(reps: int) -> None:
         torch.cuda.empty_cache()
 
     for m, n in [(32, 8192), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384)]:
-        sets, calls = n_sets(6 * m * n, l2)
-        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        dys = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        w = torch.randn(n, device=dev, generator=g).to(DT)
-        rss = [rmsnorm_fwd(xs[i], w, return_rsigma=True).rsigma for i in range(sets)]
-        k = 3 * m * n // 2
-        flat = [torch.empty(2 * k, dtype=DT, device=dev) for _ in range(sets)]
-        copy = graph_time(rotating(lambda i: (lambda: flat[i][k:].copy_(flat[i][:k])), sets, calls), reps)
-        del flat
+        sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
         bn = triton.next_power_of_2(n)
         cands = []
         for bm in (1, 2, 4):
@@ -303,13 +313,8 @@ def sweep_long(reps: int) -> None:
     g = torch.Generator(device=dev).manual_seed(0)
 
     for m, n in ((2048, 65536), (1024, 262144)):
-        sets, calls = n_sets(4 * m * n, l2)
-        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
+        sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         rs_ = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        w = torch.randn(n, device=dev, generator=g).to(DT)
-        flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
-        copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
-        del flat
         looped = FwdConfig("looped", 32, chunk=32768 if n <= 65536 else 8192, programs=2 * sms, head=0 if n <= 65536 else 16384)
         fused_looped = FwdConfig("looped", 32, chunk=8192, programs=2 * sms, head=16384)
         splits = [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=p)
@@ -329,15 +334,7 @@ def sweep_long(reps: int) -> None:
         torch.cuda.empty_cache()
 
     for m, n in ((4096, 16384), (2048, 65536), (1024, 262144)):
-        sets, calls = n_sets(6 * m * n, l2)
-        xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        dys = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        w = torch.randn(n, device=dev, generator=g).to(DT)
-        rss = [rmsnorm_fwd(xs[i], w, return_rsigma=True).rsigma for i in range(sets)]
-        k = 3 * m * n // 2
-        flat = [torch.empty(2 * k, dtype=DT, device=dev) for _ in range(sets)]
-        copy = graph_time(rotating(lambda i: (lambda: flat[i][k:].copy_(flat[i][:k])), sets, calls), reps)
-        del flat
+        sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
         cands = [BwdConfig("cols", 4, block_m=8, programs=max(1, min(-(-m // 8), 2 * sms // -(-n // 2048))), block_n=2048)]
         cands += [BwdConfig("split", nw, block_m=bm, programs=p, block_n=ch)
                   for ch, nw, bm, p in ((4096, 16, 1, sms), (4096, 16, 2, sms), (8192, 32, 1, sms), (8192, 16, 1, sms),

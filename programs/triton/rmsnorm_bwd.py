@@ -28,11 +28,13 @@ import triton.language as tl
 from programs.triton import fp8 as fp8mod
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
+    load_rows,
     pre_round,
     sm_count,
     split_arrive,
     split_gather,
     split_launch_options,
+    split_program,
     split_shape,
     split_wait,
 )
@@ -66,6 +68,25 @@ def bwd_config(m: int, n: int, device) -> BwdConfig:
 
 
 @triton.jit
+def _store_dx(gw, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES: tl.constexpr,
+              DX_DROP: tl.constexpr):
+    """dx = rs * (g - xhat * c) (+ dresidual) for a [BLOCK_M, n] tile, rs and c as [BLOCK_M, 1]."""
+    dx = (gw - xhat * c) * rs
+    if HAS_DRES:
+        dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr, NEED_DB: tl.constexpr):
+    """This program's dweight / dbias partials as row `row` of the [programs, N] buffers the column sum reduces."""
+    if HAS_W:
+        tl.store(DWP + row.to(tl.int64) * N + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(DBP + row.to(tl.int64) * N + cols, db, mask=col_ok)
+
+
+@triton.jit
 def _bwd_rows_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
     M, N, inv_n, w_off,
@@ -84,9 +105,8 @@ def _bwd_rows_kernel(
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
     step = nprog * BLOCK_M
     rows_n = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_n = (rows_n < M)[:, None] & col_ok[None, :]
-    h_n = tl.load(H + rows_n.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask_n, other=0.0)
-    dy_n = tl.load(DY + rows_n.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask_n, other=0.0)
+    h_n = load_rows(H, stride_h, rows_n, M, cols, col_ok)
+    dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
     rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
     for start in range(pid * BLOCK_M, M, step):
         rows = start + tl.arange(0, BLOCK_M)
@@ -97,9 +117,8 @@ def _bwd_rows_kernel(
         dy = dy_n.to(tl.float32)
         rs = rs_n[:, None]
         rows_n = rows + step
-        mask_n = (rows_n < M)[:, None] & col_ok[None, :]
-        h_n = tl.load(H + rows_n.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask_n, other=0.0)
-        dy_n = tl.load(DY + rows_n.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask_n, other=0.0)
+        h_n = load_rows(H, stride_h, rows_n, M, cols, col_ok)
+        dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
         rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
         xhat = h * rs
         if HAS_W:
@@ -107,18 +126,12 @@ def _bwd_rows_kernel(
         else:
             g = dy
         c = tl.sum(xhat * g, axis=1)[:, None] * inv_n
-        dx = (g - xhat * c) * rs
-        if HAS_DRES:
-            dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES, DX_DROP)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
-    if HAS_W:
-        tl.store(DWP + pid.to(tl.int64) * N + cols, dw, mask=col_ok)
-    if NEED_DB:
-        tl.store(DBP + pid.to(tl.int64) * N + cols, db, mask=col_ok)
+    _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
 
 
 @triton.jit
@@ -169,18 +182,12 @@ def _bwd_cols_kernel(
             g = dy * w[None, :]
         else:
             g = dy
-        dx = (g - xhat * c) * rs
-        if HAS_DRES:
-            dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES, DX_DROP)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
-    if HAS_W:
-        tl.store(DWP + grp.to(tl.int64) * N + cols, dw, mask=col_ok)
-    if NEED_DB:
-        tl.store(DBP + grp.to(tl.int64) * N + cols, db, mask=col_ok)
+    _store_partials(DWP, DBP, grp, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
 
 
 @triton.jit
@@ -206,12 +213,7 @@ def _bwd_split_kernel(
     # split_gather), so x and dy cross DRAM once (the cols path reads them twice). Pipelined as the forward split
     # kernel: per step block k+2 is loaded, block k+1 published, block k finished. The program's columns never
     # change, so its dweight partial stays in registers across all its rows and is written once (DWP [lanes, N]).
-    pid = tl.program_id(0)
-    g = pid % SPLITS
-    lane = pid // SPLITS
-    lanes = tl.num_programs(0) // SPLITS
-    cols = g * CHUNK + tl.arange(0, CHUNK)
-    col_ok = cols < N
+    g, lane, lanes, cols, col_ok = split_program(N, SPLITS, CHUNK)
     ar = tl.arange(0, BLOCK_M)
     w = tl.zeros([CHUNK], dtype=tl.float32)
     if HAS_W:
@@ -221,21 +223,18 @@ def _bwd_split_kernel(
     step = lanes * BLOCK_M
     first_row = lane * BLOCK_M
     rows = first_row + ar
-    mask = (rows < M)[:, None] & col_ok[None, :]
-    h_a = tl.load(H + rows.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask, other=0.0)
-    dy_a = tl.load(DY + rows.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    h_a = load_rows(H, stride_h, rows, M, cols, col_ok)
+    dy_a = load_rows(DY, stride_dy, rows, M, cols, col_ok)
     rs_a = tl.load(RSIG + rows, mask=rows < M, other=0.0)
     _bwd_split_publish(h_a, dy_a, rs_a, rows, rows < M, w, XDOT, CNT, first_row, M, g, XW, BLOCK_M, HAS_W)
     rows = first_row + step + ar
-    mask = (rows < M)[:, None] & col_ok[None, :]
-    h_b = tl.load(H + rows.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask, other=0.0)
-    dy_b = tl.load(DY + rows.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+    h_b = load_rows(H, stride_h, rows, M, cols, col_ok)
+    dy_b = load_rows(DY, stride_dy, rows, M, cols, col_ok)
     rs_b = tl.load(RSIG + rows, mask=rows < M, other=0.0)
     for start in range(first_row, M, step):
         rows_c = start + 2 * step + ar
-        mask_c = (rows_c < M)[:, None] & col_ok[None, :]
-        h_c = tl.load(H + rows_c.to(tl.int64)[:, None] * stride_h + cols[None, :], mask=mask_c, other=0.0)
-        dy_c = tl.load(DY + rows_c.to(tl.int64)[:, None] * stride_dy + cols[None, :], mask=mask_c, other=0.0)
+        h_c = load_rows(H, stride_h, rows_c, M, cols, col_ok)
+        dy_c = load_rows(DY, stride_dy, rows_c, M, cols, col_ok)
         rs_c = tl.load(RSIG + rows_c, mask=rows_c < M, other=0.0)
         rows_b = start + step + ar
         _bwd_split_publish(h_b, dy_b, rs_b, rows_b, rows_b < M, w, XDOT, CNT, start + step, M, g, XW, BLOCK_M, HAS_W)
@@ -251,20 +250,14 @@ def _bwd_split_kernel(
             gw = dy * w[None, :]
         split_wait(CNT + start // BLOCK_M, SPLITS)
         c = tl.sum(split_gather(XDOT, rows, row_ok, SPLITS, XW), axis=1)[:, None] * inv_n
-        dx = (gw - xhat * c) * rs_a[:, None]
-        if HAS_DRES:
-            dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+        _store_dx(gw, xhat, c, rs_a[:, None], DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES, DX_DROP)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
         h_a, dy_a, rs_a = h_b, dy_b, rs_b
         h_b, dy_b, rs_b = h_c, dy_c, rs_c
-    if HAS_W:
-        tl.store(DWP + lane.to(tl.int64) * N + cols, dw, mask=col_ok)
-    if NEED_DB:
-        tl.store(DBP + lane.to(tl.int64) * N + cols, db, mask=col_ok)
+    _store_partials(DWP, DBP, lane, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
 
 
 @triton.jit

@@ -132,6 +132,41 @@ def fp8_recip(scale):
 
 
 @triton.jit
+def load_rows(P, stride, rows, M, cols, col_ok):
+    """P[rows, cols] in its stored dtype, zero where rows >= M or not col_ok (rows [BLOCK_M], cols [n])."""
+    return tl.load(P + rows.to(tl.int64)[:, None] * stride + cols[None, :], mask=(rows < M)[:, None] & col_ok[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask, RO_DROP: tl.constexpr):
+    """h + residual, rounded to residual_out's dtype and stored there; returned in that dtype: the rounded sum is what
+    gets normalized, as an unfused x + r then norm."""
+    h += tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    hq = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+    tl.store(RO + r64 * stride_ro + cols[None, :], hq, mask=mask)
+    return hq
+
+
+@triton.jit
+def gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M: tl.constexpr):
+    """The rows' sum of squares from the gathered per-shard stats [n_stats, M], in rank order: every rank gets the
+    same bits."""
+    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for k in range(n_stats):
+        ss += tl.load(STATS + k * stride_stats + rows, mask=row_ok, other=0.0)
+    return ss
+
+
+@triton.jit
+def _store_fp8(v, Y, stride_y, r64, cols, mask, fp8_max, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
+               Y_SUB: tl.constexpr):
+    """v (already divided by its scale) clamped to the FP8 range, rounded and stored."""
+    q = tl.minimum(tl.maximum(v, -fp8_max), fp8_max)
+    tl.store(Y + r64 * stride_y + cols[None, :], pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, sc_mask, scale_ub, fp8_max,
                OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
     """Write the normalized rows v [BLOCK_M, cols] as OUT_MODE says: cast (0), FP8 with per-row scales from the row
@@ -149,9 +184,17 @@ def _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, sc_mas
             recip = fp8_recip(scale)[:, None]
         else:
             recip = fp8_recip(tl.load(SCALE_IN))
-        q = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
-        q = pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
-        tl.store(Y + r64 * stride_y + cols[None, :], q, mask=mask)
+        _store_fp8(v * recip, Y, stride_y, r64, cols, mask, fp8_max, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+
+
+@triton.jit
+def split_program(N, SPLITS: tl.constexpr, CHUNK: tl.constexpr):
+    """(g, lane, lanes, cols, col_ok) of this program in a split launch: program lane * SPLITS + g holds columns
+    [g * CHUNK, (g + 1) * CHUNK) of the rows of its lane, one of lanes row blocks in flight."""
+    pid = tl.program_id(0)
+    g = pid % SPLITS
+    cols = g * CHUNK + tl.arange(0, CHUNK)
+    return g, pid // SPLITS, tl.num_programs(0) // SPLITS, cols, cols < N
 
 
 @triton.jit
@@ -213,15 +256,10 @@ def _fwd_rows_kernel(
 
     h = tl.load(X + r64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
-        h += tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        hq = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
-        tl.store(RO + r64 * stride_ro + cols[None, :], hq, mask=mask)
-        h = hq.to(tl.float32)  # the rounded sum is what gets normalized, as an unfused x + r then norm
+        h = add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask, RO_DROP).to(tl.float32)
 
     if HAS_STATS:
-        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for k in range(n_stats):  # rank order: every rank gets the same bits
-            ss += tl.load(STATS + k * stride_stats + rows, mask=row_ok, other=0.0)
+        ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
     else:
         ss = tl.sum(h * h, axis=1)
     rs = tl.rsqrt(ss * inv_n + eps)
@@ -379,9 +417,7 @@ def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_
     hn = xv
     h = xv.to(tl.float32)
     if HAS_RES:
-        h += tl.load(R + rows.to(tl.int64)[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        hn = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
-        tl.store(RO + rows.to(tl.int64)[:, None] * stride_ro + cols[None, :], hn, mask=mask)
+        hn = add_residual(h, R, stride_r, RO, stride_ro, rows.to(tl.int64)[:, None], cols, mask, RO_DROP)
         h = hn.to(tl.float32)
     if not HAS_STATS:
         tl.store(XSS + rows * XW + g, tl.sum(h * h, axis=1), mask=row_ok)
@@ -411,12 +447,7 @@ def _fwd_split_kernel(
     # fixed-order sum (max) of the chunks' partials, exchanged through XSS/XMX. Distributed stats need no exchange.
     # Pipeline, per step: the loads of block k+2 are issued, block k+1's partials published, then block k (published
     # a step earlier, so its peers have usually arrived) is finished: the exchange latency hides behind a step.
-    pid = tl.program_id(0)
-    g = pid % SPLITS
-    lane = pid // SPLITS
-    lanes = tl.num_programs(0) // SPLITS
-    cols = g * CHUNK + tl.arange(0, CHUNK)
-    col_ok = cols < N
+    g, lane, lanes, cols, col_ok = split_program(N, SPLITS, CHUNK)
     ar = tl.arange(0, BLOCK_M)
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
     EXCHANGE: tl.constexpr = (not HAS_STATS) or NEED_AMAX
@@ -429,15 +460,12 @@ def _fwd_split_kernel(
     first_row = lane * BLOCK_M
     rows = first_row + ar
     mask = (rows < M)[:, None] & col_ok[None, :]
-    x_a = tl.load(X + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    x_a = load_rows(X, stride_x, rows, M, cols, col_ok)
     h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
                              first_row, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX, RO_DROP)
-    rows = first_row + step + ar
-    x_b = tl.load(X + rows.to(tl.int64)[:, None] * stride_x + cols[None, :], mask=(rows < M)[:, None] & col_ok[None, :], other=0.0)
+    x_b = load_rows(X, stride_x, first_row + step + ar, M, cols, col_ok)
     for start in range(first_row, M, step):
-        rows_c = start + 2 * step + ar
-        x_c = tl.load(X + rows_c.to(tl.int64)[:, None] * stride_x + cols[None, :],
-                      mask=(rows_c < M)[:, None] & col_ok[None, :], other=0.0)
+        x_c = load_rows(X, stride_x, start + 2 * step + ar, M, cols, col_ok)
         rows_b = start + step + ar
         mask_b = (rows_b < M)[:, None] & col_ok[None, :]
         h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
@@ -450,9 +478,7 @@ def _fwd_split_kernel(
         if EXCHANGE:
             split_wait(CNT + start // BLOCK_M, SPLITS)
         if HAS_STATS:
-            ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-            for k in range(n_stats):  # rank order: every rank gets the same bits
-                ss += tl.load(STATS + k * stride_stats + rows, mask=row_ok, other=0.0)
+            ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
         else:
             ss = tl.sum(split_gather(XSS, rows, row_ok, SPLITS, XW), axis=1)
         rs = tl.rsqrt(ss * inv_n + eps)
@@ -476,8 +502,7 @@ def _fwd_split_kernel(
                 v = h_a.to(tl.float32) * f[:, None]
             if HAS_W:
                 v = v * w[None, :]
-            q = tl.minimum(tl.maximum(v, -fp8_max), fp8_max)
-            tl.store(Y + r64 * stride_y + cols[None, :], pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty), mask=mask)
+            _store_fp8(v, Y, stride_y, r64, cols, mask, fp8_max, Y_DROP, Y_MIN_NORMAL, Y_SUB)
         else:
             v = h_a.to(tl.float32) * rs[:, None]
             if HAS_W:

@@ -5,8 +5,6 @@ stats, post and the composed call against the float64 RMSNorm of the full rows. 
 
 import os
 import sys
-import traceback
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
@@ -19,6 +17,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats  # noqa: E402
+from ranks import serve_rank  # noqa: E402
 from ref64 import assert_close_cancelling, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
@@ -54,25 +53,15 @@ def check(device, m, n_local, dtype):
     assert_close_cancelling(torch.cat(parts, dim=-1), v2, dtype, context="reassembled")
 
 
-def main():
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=90))
+def work(rank, world, backend):
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
-        torch.cuda.set_device(device)
         cases = [(4096, 4096, torch.bfloat16), (37, 1000, torch.float32)]
     else:
         cases = [(5, 13, torch.float32), (3, 24, torch.bfloat16)]
-    try:
-        for m, n_local, dtype in cases:
-            check(device, m, n_local, dtype)
-        print(f"rank {rank}/{world}: OK", flush=True)
-        code = 0
-    except Exception:
-        traceback.print_exc()
-        code = 1
-    dist.destroy_process_group()
-    sys.exit(code)
+    for m, n_local, dtype in cases:
+        check(device, m, n_local, dtype)
 
 
 if __name__ == "__main__":
-    main()
+    serve_rank(work, timeout_s=90)

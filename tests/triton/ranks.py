@@ -1,11 +1,14 @@
 """Launch one process per rank of a torch.distributed test worker (`python SCRIPT RANK WORLD PORT BACKEND`) and fail
-with every failing rank's log. Logs go to files, not pipes: a full pipe would stall a rank."""
+with every failing rank's log (`run_ranks`); the worker's side of that contract (`serve_rank`). Logs go to files, not
+pipes: a full pipe would stall a rank."""
 
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import traceback
+from datetime import timedelta
 from pathlib import Path
 
 
@@ -37,3 +40,26 @@ def run_ranks(script, world: int, backend: str, timeout: float) -> str:
     failed = [(r, p.returncode, out) for r, (p, out) in enumerate(zip(procs, outs)) if p.returncode != 0]
     assert not failed, "\n".join(f"rank {r} exited {rc}:\n{out[-4000:]}" for r, rc, out in failed)
     return "".join(outs)
+
+
+def serve_rank(work, timeout_s: float) -> None:
+    """The rank side of run_ranks: join the process group named by argv (NCCL: GPU `rank`), run
+    work(rank, world, backend), print "rank R/W BACKEND: OK" and exit 0; on any exception print it and exit 1."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s),
+                            device_id=torch.device("cuda", rank) if backend == "nccl" else None)
+    try:
+        work(rank, world, backend)
+        print(f"rank {rank}/{world} {backend}: OK", flush=True)
+        code = 0
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    dist.destroy_process_group()
+    sys.exit(code)

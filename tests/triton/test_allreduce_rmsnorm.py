@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import traceback
-from datetime import timedelta
 from pathlib import Path
 
 if __name__ == "__main__":  # a rank worker: the repository root and ref64 on the path, the interpreter for gloo
@@ -28,7 +26,7 @@ import torch  # noqa: E402
 
 from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
 from programs.triton.checks import TritonRuleError  # noqa: E402
-from ranks import run_ranks  # noqa: E402
+from ranks import run_ranks, serve_rank  # noqa: E402
 from ref64 import fp8_expected, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
@@ -296,24 +294,11 @@ def nccl_worker(rank, world, dist):
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
 
 
-def main():
+def work(rank, world, backend):
     import torch.distributed as dist
 
-    rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120), device_id=torch.device("cuda", rank) if backend == "nccl" else None)
-    try:
-        (gloo_worker if backend == "gloo" else nccl_worker)(rank, world, dist)
-        print(f"rank {rank}/{world} {backend}: OK", flush=True)
-        code = 0
-    except Exception:
-        traceback.print_exc()
-        code = 1
-    dist.destroy_process_group()
-    sys.exit(code)
+    (gloo_worker if backend == "gloo" else nccl_worker)(rank, world, dist)
 
 
 if __name__ == "__main__":
-    main()
+    serve_rank(work, timeout_s=120)

@@ -255,6 +255,14 @@ def _out_of_bounds(arrays, shape, access_shape):
     return oob
 
 
+def _in_bounds_index_arrays(key, shape, name):
+    """`_index_arrays` of an on-chip access, refused when any index leaves the tensor (on-chip tiles have no masks)."""
+    arrays, access_shape = _index_arrays(key, shape)
+    if _out_of_bounds(arrays, shape, access_shape).any():
+        raise IndexError(f"{name}{shape}: index out of range")
+    return arrays, access_shape
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # HBM
 
@@ -474,9 +482,7 @@ class OnChip:
                 limits.PROGRAMMING_MODEL + "#representing-data-in-nki",
             )
         if any(isinstance(k, IndexArray) for k in key):
-            arrays, shape = _index_arrays(key, self.shape)
-            if _out_of_bounds(arrays, self.shape, shape).any():
-                raise IndexError(f"{self.name}{self.shape}: index out of range")
+            arrays, shape = _in_bounds_index_arrays(key, self.shape, self.name)
             idx = tuple(arrays)
             data = self.data[idx]
             defined = None if self.defined is None else self.defined[idx]
@@ -499,9 +505,7 @@ class OnChip:
                 limits.API_COMMON + "#supported-data-types",
             )
         if any(isinstance(k, IndexArray) for k in key):
-            arrays, shape = _index_arrays(key, self.shape)
-            if _out_of_bounds(arrays, self.shape, shape).any():
-                raise IndexError(f"{self.name}{self.shape}: index out of range")
+            arrays, shape = _in_bounds_index_arrays(key, self.shape, self.name)
             idx = tuple(np.broadcast_to(a, shape) for a in arrays)
         else:
             idx = key
