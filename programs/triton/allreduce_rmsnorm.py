@@ -11,8 +11,9 @@ y = fp8(clamp(v / scale)) (0 where scale is 0). Returns RMSNormOutput(y, None, r
 
 Paths (`stage`, default from `choose_stage`):
   0  one stage, pushed: every rank writes its rows into every peer's receive buffer as 8-byte words of two 16-bit
-     activations plus a 4-byte flag (the call number); receivers poll their own memory for the flag: no barrier.
-     Twice the bytes on NVLink, the least latency: for a few rows (T <= PUSH_DISPATCH_TOKENS).
+     activations plus a 4-byte flag (the call number); receivers poll their own memory for the flag: no barrier and
+     no atomics (a fixed grid of PUSH_PROGRAMS programs, each counting its calls). Twice the bytes on NVLink, the
+     least latency: for a few rows (T <= PUSH_DISPATCH_TOKENS).
   1  one stage: every rank reads all peers' rows over NVLink and computes every row (T*H*(W-1) elements read
      from peers per rank): for small payloads, where latency rules.
   2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
@@ -58,10 +59,16 @@ def stage_switch_bytes(world: int) -> int:
     """Per-rank payload from which the two-stage path runs, by world size (measured at 2 and 4 ranks)."""
     return TWO_STAGE_MIN_BYTES if world <= 2 else TWO_STAGE_MIN_BYTES_4PLUS
 # Stage 0 (one stage, rows pushed with their flags in the data): its receive buffers hold PUSH_MAX_TOKENS rows; it is
-# chosen up to PUSH_DISPATCH_TOKENS rows. Measured on 2xH200, H=8192: it beat stage 1 at T=1 and 8, lost from T=32 on
-# (it moves twice the bytes).
+# chosen up to PUSH_DISPATCH_TOKENS rows. Measured at H=8192 (ALLREDUCE_NOTES.md, runs 15-17): it beat stage 1 up to
+# T=16 and tied at T=32 (it moves twice the bytes) on 2xH200 (T=16: 6.4 against 7.2 us) and on 4xH200 (11.7 against
+# 13.1 us); 8 ranks are not measured.
 PUSH_MAX_TOKENS = 128
-PUSH_DISPATCH_TOKENS = 8
+PUSH_DISPATCH_TOKENS = 16
+# Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
+# programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
+# r % grid normalizes row r.
+PUSH_PROGRAMS = 32
+PUSH_PIECE = 1024
 _ALIGN = 256
 
 
@@ -153,14 +160,16 @@ def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, w
 def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
     """(block_m, num_warps, grid). Measured on 2xH200 at H=8192 (bench_allreduce.py sweep): one row per program while
     every SM has at most ~4 row blocks, with 8 warps in stage 1 (its best shape at every T from 1 to 512, run 6) and
-    16 in stage 2; then 2 rows x 16 warps, then 4 rows x 32 warps. At most one program per SM, so all programs of a
-    launch are resident together (the barriers need that)."""
+    16 in stage 2; then 2 rows x 16 warps (best at T=2048 and 8192 in both stages, run 15; 4 rows x 32 warps spill
+    registers, ptx_report). The grid is one program per SM whatever T: all
+    programs of a launch are resident together (the barriers need that) and every program counts every call
+    (kernels.py: the buffer half is the program's own barrier epoch)."""
     block_h = triton.next_power_of_2(hidden)
     n_sm = sm_count(device)
-    block_m = 1 if rows <= 4 * n_sm else (2 if rows <= 8 * n_sm else 4)
+    block_m = 1 if rows <= 4 * n_sm else 2
     block_m = max(1, min(block_m, 32768 // block_h))
     num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 and stage == 2 else 1))
-    return block_m, num_warps, max(1, min(triton.cdiv(rows, block_m), n_sm))
+    return block_m, num_warps, min(n_sm, kernels.MAX_PROGRAMS)
 
 
 def launch(
@@ -181,9 +190,11 @@ def launch(
     sync: bool = True,
     phases: int = 7,
     config: tuple[int, int] | None = None,
+    push_programs: int = PUSH_PROGRAMS,
 ) -> None:
     """One kernel launch of `stage` for `rank`, given every rank's buffers (already validated). sync=False and a
-    subset of phases let one process play all ranks in turn (the interpreter tests)."""
+    subset of phases let one process play all ranks in turn (the interpreter tests). push_programs: stage 0's grid
+    (capped at the SM count), which must stay the same for every stage-0 call on these buffers."""
     world = len(bufs)
     t, h = x.shape
     if t == 0:
@@ -193,14 +204,13 @@ def launch(
             raise TritonRuleError("config.push_rows", "stage 0 takes one row per program: config must be (1, num_warps)", config, "config=(1, 16) or config=None")
         _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out, epsilon=epsilon,
                      weight_offset=weight_offset, scale_ub=scale_ub, sync=sync, phases=phases,
-                     num_warps=config[1] if config is not None else None)
+                     num_warps=config[1] if config is not None else None, programs=push_programs)
         return
     tw = math.ceil(t / world)
     rows = t if stage == 1 else tw
     block_m, num_warps, grid = launch_config(stage, rows, h, x.device)
     if config is not None:
         block_m, num_warps = config
-        grid = max(1, min(triton.cdiv(rows, block_m), sm_count(x.device)))
     fmax = fp8mod.fp8_format(y.dtype).max
     ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
@@ -233,7 +243,7 @@ def launch(
 
 
 def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out, *, epsilon, weight_offset, scale_ub,
-                 sync, phases, num_warps=None):
+                 sync, phases, num_warps, programs):
     world = len(bufs)
     t, h = x.shape
     tll = bufs[0].recv.numel() // (2 * world * (h // 2))
@@ -242,14 +252,14 @@ def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out,
     ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
     block_h = triton.next_power_of_2(h)
-    kernels.push_one_stage_kernel[(max(1, min(t, sm_count(x.device))),)](
+    kernels.push_one_stage_kernel[(max(1, min(programs, sm_count(x.device))),)](
         x32, x32.stride(0),
         residual if residual is not None else x, residual.stride(0) if residual is not None else 0,
         residual_out if residual_out is not None else x, residual_out.stride(0) if residual_out is not None else 0,
         y, y.stride(0), scale, weight if weight is not None else x,
-        *[b.recv for b in bufs], *([None] * (MAX_WORLD - world)), epoch,
+        *[b.recv for b in bufs], *([None] * (MAX_WORLD - world)), epoch[kernels.PUSH_CALLS:],
         t, tll, h, h // 2, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax),
-        RANK=rank, WORLD=world, BLOCK_H=block_h, XDT=tl_dtype(x.dtype),
+        RANK=rank, WORLD=world, BLOCK_H=block_h, PIECE=max(16, min(PUSH_PIECE, block_h // 8)), XDT=tl_dtype(x.dtype),
         HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
         RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps or min(32, max(4, block_h // 512)),
     )
@@ -275,7 +285,8 @@ class AllReduceRMSNormFP8:
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
 
     def __init__(self, group=None, *, hidden_size: int, max_tokens: int, dtype: torch.dtype = torch.bfloat16,
-                 device: torch.device | None = None, two_stage_min_bytes: int | None = None):
+                 device: torch.device | None = None, two_stage_min_bytes: int | None = None,
+                 push_programs: int = PUSH_PROGRAMS):
         group = group or dist.group.WORLD
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         if not 2 <= self.world <= MAX_WORLD:
@@ -291,6 +302,10 @@ class AllReduceRMSNormFP8:
         self.device = device or torch.device("cuda", torch.cuda.current_device())
         self.hidden, self.max_tokens, self.dtype = hidden_size, max_tokens, dtype
         self.threshold = stage_switch_bytes(self.world) if two_stage_min_bytes is None else two_stage_min_bytes
+        if not 1 <= push_programs <= kernels.MAX_PROGRAMS:
+            raise TritonRuleError("push_programs.range", f"stage 0 runs 1..{kernels.MAX_PROGRAMS} programs", push_programs,
+                                  f"push_programs={PUSH_PROGRAMS}")
+        self.push_programs = push_programs
         symm_mem = _symm_mem()
         nbytes = workspace_bytes(max_tokens, hidden_size, dtype.itemsize, self.world)
         raw = symm_mem.empty(nbytes, dtype=torch.uint8, device=self.device)
@@ -338,7 +353,7 @@ class AllReduceRMSNormFP8:
         res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None
         launch(stage, self.rank, self.bufs, self.epoch, x2, weight, as_rows(residual, "residual") if residual is not None else None,
                y.view(-1, self.hidden), scale, res_out.view(-1, self.hidden) if res_out is not None else None,
-               epsilon=epsilon, weight_offset=weight_offset, scale_ub=scale_ub, config=config)
+               epsilon=epsilon, weight_offset=weight_offset, scale_ub=scale_ub, config=config, push_programs=self.push_programs)
         return RMSNormOutput(y, None, res_out, scale)
 
 

@@ -32,7 +32,7 @@ except ImportError:  # the GPU hosts' image has no loguru
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logger = logging.getLogger("bench_allreduce")
 
-from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
+from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, PUSH_PROGRAMS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
 from programs.triton.rmsnorm_fwd import rmsnorm_fwd  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
@@ -107,6 +107,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--residual-tokens", default="1,128,2048,8192", help="T of the second table (with a residual); '' skips it")
     ap.add_argument("--sweep", default="1x8,1x16,2x16,4x32", help="fused launch shapes tried: BLOCK_Mxnum_warps")
+    ap.add_argument("--push-programs", default=str(PUSH_PROGRAMS),
+                    help="stage 0 grids tried (each on its own workspace: a workspace keeps one stage-0 grid)")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
     args = ap.parse_args()
 
@@ -120,6 +122,9 @@ def main():
     h = args.hidden
     sweep = [tuple(int(v) for v in s.split("x")) for s in args.sweep.split(",")]
     comm = AllReduceRMSNormFP8(hidden_size=h, max_tokens=max(tokens + res_tokens), dtype=torch.bfloat16, device=dev)
+    push_comms = {g: comm if g == comm.push_programs else
+                  AllReduceRMSNormFP8(hidden_size=h, max_tokens=PUSH_MAX_TOKENS, dtype=torch.bfloat16, device=dev, push_programs=g)
+                  for g in (int(v) for v in args.push_programs.split(","))}
     hbm_gbs, nvl_gbs = copy_bandwidth(comm, world, rank)
     lines = [
         f"# {world}x {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
@@ -155,10 +160,11 @@ def main():
                 if stage == 0 and t > PUSH_MAX_TOKENS:
                     continue
                 best = None
-                for shape in shapes(t, stage):
-                    us = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape))
-                    if best is None or us < best[0]:
-                        best = (us, shape)
+                for g, c in (push_comms.items() if stage == 0 else [(None, comm)]):
+                    for shape in shapes(t, stage):
+                        us = timed(lambda: c(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape))
+                        if best is None or us < best[0]:
+                            best = (us, shape_str(shape) + ("" if g is None else f", {g} programs"))
                 r[f"s{stage}"], r[f"s{stage}_shape"] = best
             r["auto"] = choose_stage(t, h, 2, world, residual=with_res, threshold=comm.threshold)
             r["fused"] = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8))  # dispatched stage, default shape
@@ -185,7 +191,7 @@ def main():
             best = r["fused"]
             out.append(
                 f"| {r['T']} | {r['per_rank_kib']:.0f} | {r['nccl']:.1f} | {r['nccl+fused']:.1f} | {r['nccl+torch']:.1f} | "
-                f"{r['s0']:.1f}{'' if math.isnan(r['s0']) else ' (' + shape_str(r['s0_shape']) + ')'} | {r['s1']:.1f} ({shape_str(r['s1_shape'])}) | {r['s2']:.1f} ({shape_str(r['s2_shape'])}) | "
+                f"{r['s0']:.1f}{'' if math.isnan(r['s0']) else ' (' + r['s0_shape'] + ')'} | {r['s1']:.1f} ({r['s1_shape']}) | {r['s2']:.1f} ({r['s2_shape']}) | "
                 f"{best:.1f} (stage {stage}) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
                 f"{r['T'] * h * 2 / best / 1e3:.0f} |")
         pushed = [r for r in rows if not math.isnan(r["s0"])]

@@ -161,6 +161,7 @@ def test_stage_choice_follows_measured_thresholds():
     t_switch = 2 * math.ceil(thr / (h * isz))  # 2 ranks: ceil(t/2) rows per rank
     assert ar.choose_stage(1, h, isz, 2) == 0 and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 2) == 0
     assert ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 2) == 1
+    assert ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 4) == 0 and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 4) == 1
     assert ar.choose_stage(1, h, 4, 2) == 1, "fp32 activations cannot be packed two per word"
     assert ar.choose_stage(1, 8191, isz, 2) == 1, "odd hidden size cannot be packed two per word"
     assert ar.choose_stage(t_switch, h, isz, 2) == 2
@@ -249,17 +250,18 @@ def nccl_worker(rank, world, dist):
     h = 8192
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
-    cases = [  # (stage, tokens, calls)
-        (0, 1, 64), (0, 37, 48), (None, 64, 24), (1, 1, 48), (1, 33, 48), (2, 33, 48), (2, 3, 32), (1, 300, 16),
+    cases = [  # (stage, tokens (call k takes tokens[k % len]), calls)
+        (0, 1, 64), (0, 37, 48), (0, (1, 8, 3, 40, 2), 40), (None, 64, 24), (1, 1, 48), (1, 33, 48), (2, 33, 48), (2, 3, 32), (1, 300, 16),
         (2, 1027, 10), (None, 4096, 4),
     ]
     total = 0
     for ci, (stage, t, calls) in enumerate(cases):
         ins = []
         for k in range(calls):
-            xs, w, res = partials(world, t, h, seed=1000 * ci + k, device=dev)
+            tk = t[k % len(t)] if isinstance(t, tuple) else t
+            xs, w, res = partials(world, tk, h, seed=1000 * ci + k, device=dev)
             res, eps, off = res if k % 2 else None, 1e-6 if k % 3 else 1e-5, 1.0 if k % 4 == 1 else 0.0
-            ub = median_ub(xs, w, res, epsilon=eps, weight_offset=off) if k % 5 == 0 and t > 2 else math.inf
+            ub = median_ub(xs, w, res, epsilon=eps, weight_offset=off) if k % 5 == 0 and tk > 2 else math.inf
             ins.append((xs, w, res, eps, off, ub))
         repeat = 1  # call `repeat` is issued twice more at the end: bitwise run-to-run check
         order = list(range(calls)) + [repeat, repeat]

@@ -1,8 +1,8 @@
 """Triton kernels of the fused all-reduce + residual + RMSNorm + per-row FP8, reading peer buffers over NVLink.
 
-Every rank launches the same grid G (a function of T only, G <= SM count so all programs are resident at once).
-Program b of a rank works on a fixed set of row blocks and meets only program b of the other ranks: the barriers
-are per program, never grid-wide.
+Stages 1 and 2 launch the same grid in every call: G = the SM count, whatever T, so all programs are resident at once
+and every program takes part in every call (programs without rows only meet their peers). Program b of a rank
+meets only program b of the other ranks: the barriers are per program, never grid-wide.
 
 Barrier (`_cross_rank_barrier`, at each phase boundary): program b of rank i
   1. waits for its own threads' stores to be issued (CTA barrier),
@@ -10,8 +10,9 @@ Barrier (`_cross_rank_barrier`, at each phase boundary): program b of rank i
   3. spins until flag[slot, j] in its own flag array reached the epoch for every peer j (acquire, system scope),
   4. stores the epoch and lets its threads go on (CTA barrier).
 The epoch is a per-(rank, slot) counter in ordinary device memory: it counts this program's uses of the slot. Every
-rank makes the same sequence of calls with the same grids, so the counters of program b agree on all ranks; nothing
-is reset, the flags only grow, and CUDA-graph replays stay correct (no host-side state).
+rank makes the same sequence of calls with the same grid, so the counters of program b agree on all ranks, and the
+start-barrier epochs of all programs agree with each other (each counts the stage-1 and stage-2 calls); nothing is
+reset, the flags only grow, and CUDA-graph replays stay correct (no host-side state).
 
 Phases (PHASES bit mask; all set on the GPU, with SYNC):
   one stage: A publish this rank's rows into its symmetric input -> start barrier -> B read every rank's rows, sum in
@@ -21,14 +22,14 @@ Phases (PHASES bit mask; all set on the GPU, with SYNC):
              the peers' owned rows from their scratch into the local outputs.
 Start barrier: no rank reads a peer row before the peer wrote it (the start barrier of call k orders program b's
 writes of call k before the peers' program b reads of call k). Middle barrier: the same for the owners' results.
-Reuse, without an end barrier: the symmetric buffers are double-buffered. Call k uses half k % 2, k being a per-rank
-call counter on the device (advanced by the last program of each launch, so every program of one launch sees the same
-k, and all ranks count the same calls). A rank overwrites half k % 2 again only in call k + 2, which starts after its
-call k + 1 ended; call k + 1 passed its start barrier, so every peer had started call k + 1, so (stream order) every
-peer had finished call k and all its reads of that half. Outputs are local. Kernels of one call run on every rank
-(collective), one program per SM at most, so all programs of a launch are resident together and the spins end.
-Without SYNC (CPU tests under the interpreter, ranks simulated in one process) the phases run in separate launches
-and the call counter stays 0.
+Reuse, without an end barrier and without atomics across programs: the symmetric buffers are double-buffered. Call k
+uses half k % 2, k being the program's own start-barrier epoch (read once at its start; equal in every program and on
+every rank, above). A rank overwrites half k % 2 again only in call k + 2, which starts after its call k + 1 ended;
+in call k + 1 its program b passed the start barrier, so the peers' program b had started call k + 1, so (stream
+order) every peer had finished call k and all its reads of that half. Outputs are local. Kernels of one call run on
+every rank (collective), one program per SM, so all programs of a launch are resident together and the spins end.
+Stage 0 (push_one_stage_kernel) keeps its own per-program call counters. Without SYNC (CPU tests under the
+interpreter, ranks simulated in one process) the phases run in separate launches and the counters stay 0.
 
 Rank-order fp32 summation makes every rank compute the same bits, run to run and rank to rank.
 """
@@ -43,9 +44,11 @@ from programs.triton.rmsnorm_fwd import fp8_recip, pre_round
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
 N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
 MAX_PROGRAMS = 1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
-# the per-rank counter array: N_SLOTS * MAX_PROGRAMS epochs, then the call counter (its parity picks the buffer half)
-# at 2048 and the finished-programs counter at 2049 (the kernels write these literals)
-N_COUNTERS = N_SLOTS * MAX_PROGRAMS + 2
+# the per-rank counter array: N_SLOTS * MAX_PROGRAMS barrier epochs (start barrier of program b at b, middle barrier
+# at 1024 + b: the kernels write that literal), then stage 0's per-program call counters from PUSH_CALLS on (the
+# launcher passes that slice)
+PUSH_CALLS = N_SLOTS * MAX_PROGRAMS
+N_COUNTERS = PUSH_CALLS + MAX_PROGRAMS
 
 
 @triton.jit
@@ -70,8 +73,8 @@ def _pick(r: tl.constexpr, P0, P1, P2, P3, P4, P5, P6, P7):
 
 
 @triton.jit
-def _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, RANK: tl.constexpr, WORLD: tl.constexpr):
-    ep = tl.load(EPOCH + slot) + 1
+def _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl.constexpr, WORLD: tl.constexpr):
+    """Meet program `slot % 1024` of every peer; ep = EPOCH[slot] + 1, loaded by the caller at its start."""
     tl.debug_barrier()
     for r in tl.static_range(WORLD):
         if r != RANK:
@@ -85,23 +88,6 @@ def _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, RANK: tl.co
                 seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
     tl.store(EPOCH + slot, ep)
     tl.debug_barrier()
-
-
-@triton.jit
-def _buffer_half(EPOCH, TMAX):
-    """Row offset of this call's half of the double-buffered symmetric buffers (call counter parity)."""
-    return (tl.load(EPOCH + 2048) & 1).to(tl.int64) * TMAX
-
-
-@triton.jit
-def _count_call(EPOCH, nprog):
-    """The last program of the call to finish advances the call counter: every program of this call read the old
-    value at its start, every program of the next launch reads the new one."""
-    tl.debug_barrier()
-    done = tl.atomic_add(EPOCH + 2049, 1, sem="acq_rel", scope="gpu")
-    if done == nprog - 1:
-        tl.atomic_xchg(EPOCH + 2049, 0, sem="relaxed", scope="gpu")
-        tl.atomic_add(EPOCH + 2048, 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -119,21 +105,39 @@ def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, 
 
 
 @triton.jit
-def _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+def _weight_factor(W, cols, col_ok, w_off, HAS_W: tl.constexpr):
+    """(weight + weight_offset) in fp32, loaded once per program before any waiting (1.0 without a weight)."""
+    wf = 1.0
+    if HAS_W:
+        wf = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+    return wf
+
+
+@triton.jit
+def _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES: tl.constexpr):
+    res = 0.0
+    if HAS_RES:
+        res = tl.load(R + rows64 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+    return res
+
+
+@triton.jit
+def _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
                 HAS_W: tl.constexpr, HAS_RES: tl.constexpr, RO_DTYPE: tl.constexpr,
                 RO_DROP: tl.constexpr, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
                 Y_SUB: tl.constexpr):
     """(fp8 rows, per-row scales, residual_out rows) of the fp32 sums h [BLOCK_M, BLOCK_H], as rmsnorm_fwd computes
-    them: with a residual the sum is rounded to the residual's dtype, returned, and that rounded value normalized."""
+    them: with a residual (res, already loaded) the sum is rounded to the residual's dtype, returned, and that rounded
+    value normalized; wf is _weight_factor's (weight + weight_offset)."""
     ro = h
     if HAS_RES:
-        h += tl.load(R + rows64 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        h += res
         ro = pre_round(h, RO_DROP, 0.0, 0.0).to(RO_DTYPE)
         h = ro.to(tl.float32)
     rs = tl.rsqrt(tl.sum(h * h, axis=1) * inv_h + eps)
     v = h * rs[:, None]
     if HAS_W:
-        v = v * (tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off)
+        v = v * wf
     amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
     scale = tl.minimum(amax, scale_ub) / fp8_max
     q = tl.minimum(tl.maximum(v * fp8_recip(scale)[:, None], -fp8_max), fp8_max)
@@ -156,7 +160,8 @@ def one_stage_kernel(
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_ok = cols < H
     n_blocks = tl.cdiv(T, BLOCK_M)
-    half = _buffer_half(EPOCH, TMAX)
+    ep = tl.load(EPOCH + pid) + 1
+    half = (ep & 1).to(tl.int64) * TMAX
     if PHASES & 1:
         mine = _pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
         for blk in range(pid, n_blocks, nprog):
@@ -164,23 +169,23 @@ def one_stage_kernel(
             mask = (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
             tl.store(mine + (rows64 + half) * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+    wf = _weight_factor(W, cols, col_ok, w_off, HAS_W)  # in flight while the barrier waits
     if SYNC:
-        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, RANK, WORLD)
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
     if PHASES & 2:
         for blk in range(pid, n_blocks, nprog):
             rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
             mask = (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
+            res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
             h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
-            q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+            q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
                                        HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             r1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
             tl.store(SC + r1, scale, mask=r1 < T)
             if HAS_RES:
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
-    if SYNC:
-        _count_call(EPOCH, nprog)
 
 
 @triton.jit
@@ -202,7 +207,9 @@ def two_stage_kernel(
     cols = tl.arange(0, BLOCK_H)[None, :]
     col_ok = cols < H
     n_blocks = tl.cdiv(TW, BLOCK_M)
-    half = _buffer_half(EPOCH, TMAX)
+    ep = tl.load(EPOCH + pid) + 1
+    ep_mid = tl.load(EPOCH + 1024 + pid) + 1
+    half = (ep & 1).to(tl.int64) * TMAX
     if PHASES & 1:  # publish the rows the other ranks own
         mine = _pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
         for blk in range(pid, n_blocks, nprog):
@@ -213,8 +220,9 @@ def two_stage_kernel(
                     mask = (local < TW) & (rows < T) & col_ok
                     rows64 = rows.to(tl.int64)
                     tl.store(mine + (rows64 + half) * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+    wf = _weight_factor(W, cols, col_ok, w_off, HAS_W)
     if SYNC:
-        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, RANK, WORLD)
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
     if PHASES & 2:  # reduce-scatter + normalize + quantize the owned rows, post them for the peers
         q_mine = _pick(RANK, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7)
         s_mine = _pick(RANK, S0, S1, S2, S3, S4, S5, S6, S7)
@@ -224,8 +232,9 @@ def two_stage_kernel(
             rows = RANK * TW + local
             mask = (local < TW) & (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
+            res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
             h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
-            q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+            q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
                                        HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
@@ -238,7 +247,7 @@ def two_stage_kernel(
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
                 tl.store(o_mine + (rows64 + half) * H + cols, ro, mask=mask)
     if SYNC:
-        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, RANK, WORLD)
+        _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, ep_mid, RANK, WORLD)
     if PHASES & 4:  # all-gather the rows the peers own
         for blk in range(pid, n_blocks, nprog):
             local = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
@@ -256,8 +265,6 @@ def two_stage_kernel(
                     if HAS_RES:
                         o = tl.load(_pick(r, O0, O1, O2, O3, O4, O5, O6, O7) + (rows64 + half) * H + cols, mask=mask)
                         tl.store(RO + rows64 * stride_ro + cols, o, mask=mask)
-    if SYNC:
-        _count_call(EPOCH, nprog)
 
 
 @triton.jit
@@ -271,44 +278,61 @@ def _unpack_pair(d, XDT: tl.constexpr):
 @triton.jit
 def push_one_stage_kernel(
     X32, stride_x32, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
-    B0, B1, B2, B3, B4, B5, B6, B7, EPOCH,
+    B0, B1, B2, B3, B4, B5, B6, B7, CALLS,
     T, TLL, H, H2, inv_h, eps, w_off, scale_ub, fp8_max,
-    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, XDT: tl.constexpr,
+    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, PIECE: tl.constexpr, XDT: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
     RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
-    """One stage without a barrier (NCCL's LL idea): every 8-byte word a rank pushes into a peer's receive buffer
-    carries 4 bytes of data (two 16-bit activations) and 4 bytes of flag = this call's number + 1. An aligned 8-byte
-    store lands whole, so a receiver that sees its call's flag in a word also sees that word's data: it re-reads its
-    own (local) receive buffer until every word of the row carries the flag, with no fence and no separate signal.
-    The receive buffer B_r[half, src, row, H/2] is double-buffered by call parity like the others (kernels.py top)."""
+    """One stage without a barrier or atomics (NCCL's LL idea): every 8-byte word a rank pushes into a peer's receive
+    buffer carries 4 bytes of data (two 16-bit activations) and 4 bytes of flag = the call number + 1. An aligned
+    8-byte store lands whole, so a receiver that sees its call's flag in a word also sees that word's data: it re-reads
+    its own (local) receive buffer until every word of the row carries the flag, with no fence and no separate signal.
+
+    The grid is the same G programs in every stage-0 call of a workspace, whatever T, so each program counts the calls
+    itself (CALLS[pid]: a plain load at the start, a plain store at the end): every program of every rank holds the
+    same number, and no program waits on another program of its own rank. The rows' words are pushed in pieces of
+    PIECE words spread over all G programs (more SMs issue the NVLink stores); row r is then received and normalized
+    by program r % G, which loads its own row, the weight and the residual before it polls.
+    The receive buffer B_r[half, src, row, H/2] is double-buffered by call parity: a rank rewrites half p in call
+    c + 2 only after it received every peer's words of call c + 1, so every peer had finished call c."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    c2 = tl.arange(0, BLOCK_H // 2)
-    ok2 = c2 < H2
-    calls = tl.load(EPOCH + 2048)
+    calls = tl.load(CALLS + pid)
     half = (calls & 1).to(tl.int64)
     flag = calls + 1
-    if PHASES & 1:  # push this rank's rows to every peer
-        for row in range(pid, T, nprog):
+    if PHASES & 1:  # push this rank's rows to every peer, piece by piece
+        pc = tl.arange(0, PIECE)
+        per_row = tl.cdiv(H2, PIECE)
+        for piece in range(pid, T * per_row, nprog):
+            row = piece // per_row
+            c = (piece - row * per_row) * PIECE + pc
+            ok = c < H2
             r64 = tl.cast(row, tl.int64)
-            d = tl.load(X32 + r64 * stride_x32 + c2, mask=ok2, other=0)
+            d = tl.load(X32 + r64 * stride_x32 + c, mask=ok, other=0)
             word = (d.to(tl.int64) & 0xFFFFFFFF) | (flag.to(tl.int64) << 32)
             for r in tl.static_range(WORLD):
                 if r != RANK:
                     dst = _pick(r, B0, B1, B2, B3, B4, B5, B6, B7) + ((half * WORLD + RANK) * TLL + r64) * H2
-                    tl.store(dst + c2, word, mask=ok2)
+                    tl.store(dst + c, word, mask=ok)
     if PHASES & 2:
         mine = _pick(RANK, B0, B1, B2, B3, B4, B5, B6, B7)
+        c2 = tl.arange(0, BLOCK_H // 2)
+        ok2 = c2 < H2
         cols = tl.arange(0, BLOCK_H)[None, :]
         col_ok = cols < H
+        wf = _weight_factor(W, cols, col_ok, w_off, HAS_W)
         for row in range(pid, T, nprog):
             r64 = tl.cast(row, tl.int64)
+            rows64 = r64 + tl.zeros([1, 1], dtype=tl.int64)
+            mask = col_ok & (rows64 < T)
+            own = tl.load(X32 + r64 * stride_x32 + c2, mask=ok2, other=0)
+            res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
             even = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
             odd = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
-            for r in tl.static_range(WORLD):
+            for r in tl.static_range(WORLD):  # rank order: every rank sums the same way
                 if r == RANK:
-                    d = tl.load(X32 + r64 * stride_x32 + c2, mask=ok2, other=0)
+                    d = own
                 else:
                     src = mine + ((half * WORLD + r) * TLL + r64) * H2 + c2
                     wv = tl.load(src, mask=ok2, other=0, volatile=True)
@@ -320,13 +344,11 @@ def push_one_stage_kernel(
                 even += lo
                 odd += hi
             h = tl.reshape(tl.join(even, odd), [1, BLOCK_H])
-            rows64 = r64 + tl.zeros([1, 1], dtype=tl.int64)
-            mask = col_ok & (rows64 < T)
-            q, scale, ro = _norm_quant(h, R, stride_r, W, rows64, cols, mask, col_ok, inv_h, eps, w_off, scale_ub, fp8_max,
+            q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
                                        HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             tl.store(SC + row + tl.arange(0, 1), scale)
             if HAS_RES:
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
     if SYNC:
-        _count_call(EPOCH, nprog)
+        tl.store(CALLS + pid, flag)
