@@ -1,12 +1,14 @@
 """What the compiler made of a kernel, without a GPU: Triton compiles for sm_90a here, ptxas reports registers and
 spills, and the PTX shows layout conversions through shared memory.
 
-    python3 -m programs.triton.ptx_report            # the split kernels in their default and measured shapes
+    python3 -m programs.triton.ptx_report            # the split kernels and the fused all-reduce kernels
     python3 -m programs.triton.ptx_report --check    # exit 1 if a known pathology is back (used by the tests)
 
 Why it exists (NOTES.md v6): the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
 shared-memory stores per thread where the bf16 variant held 2 (a layout conversion Triton generated); and the
-pipelined split kernels spilled at some launch shapes. Both show here in seconds, with no device time.
+pipelined split kernels spilled at some launch shapes. Both show here in seconds, with no device time. The fused
+all-reduce kernels are compiled with their GPU-only synchronization (the interpreter tests skip it), and stage 0's
+claim of no atomics is counted.
 Needs Triton's NVIDIA backend (its bundled ptxas); TRITON_INTERPRET must be unset (the kernels are compiled).
 """
 
@@ -24,7 +26,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+import triton.language as tl
+
 from programs.triton import rmsnorm_bwd, rmsnorm_fwd
+from programs.triton.allreduce import kernels as ar_kernels
 
 TARGET = GPUTarget("cuda", 90, 32)
 # a split kernel's FP8-row store at 16 warps / chunk 8192: 6 shared stores after the fix, 4,096 before
@@ -38,6 +43,7 @@ class Report:
     shared_stores: int
     registers: int
     spill_bytes: int
+    atomics: int
 
 
 def ptxas() -> str:
@@ -65,7 +71,7 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
     spill = re.findall(r"(\d+) bytes spill stores", out)
     lines = ptx.splitlines()
     return Report(name, len(lines), sum("st.shared" in ln for ln in lines), int(regs[0]) if regs else -1,
-                  int(spill[0]) if spill else 0)
+                  int(spill[0]) if spill else 0, sum("atom." in ln for ln in lines))
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool) -> Report:
@@ -90,6 +96,24 @@ def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
+def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
+    """A fused all-reduce kernel as the GPU runs it (SYNC: barriers, flag polling), rank 0 of `world`, H=8192."""
+    fn = {0: ar_kernels.push_one_stage_kernel, 1: ar_kernels.one_stage_kernel, 2: ar_kernels.two_stage_kernel}[stage]
+    ptrs = {"X": "*bf16", "X32": "*i32", "R": "*bf16", "RO": "*bf16", "Y": "*fp8e4nv", "SC": "*fp32", "W": "*bf16",
+            "EPOCH": "*i32", "CALLS": "*i32"}
+    for prefix, ty in (("B", "*i64"), ("I", "*bf16"), ("Q", "*fp8e4nv"), ("S", "*fp32"), ("O", "*bf16"), ("F", "*i32")):
+        ptrs.update({f"{prefix}{r}": ty for r in range(world)})
+    sig = _signature(fn, ptrs, ("inv_h", "eps", "w_off", "scale_ub", "fp8_max"))
+    consts = dict(RANK=0, WORLD=world, BLOCK_H=8192, HAS_W=True, HAS_RES=residual, SYNC=True, PHASES=7, RO_DROP=0,
+                  Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+    consts.update(dict(PIECE=1024, XDT=tl.bfloat16) if stage == 0 else dict(BLOCK_M=block_m))
+    for name in list(sig):  # the unused peers' pointers are None
+        if name[0] in "BIQSOF" and name[1:].isdigit() and int(name[1:]) >= world:
+            sig[name], consts[name] = "constexpr", None
+    return compile_report(f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
+                          fn, sig, consts, num_warps)
+
+
 def default_reports() -> list[Report]:
     f, b = rmsnorm_fwd, rmsnorm_bwd
     return [
@@ -97,6 +121,9 @@ def default_reports() -> list[Report]:
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
+        allreduce(0, 2, 1, 16, True),
+        allreduce(1, 2, 1, 8, True),
+        allreduce(2, 4, 2, 16, True),
     ]
 
 
@@ -108,9 +135,9 @@ def main() -> int:
         print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
         return 2
     reports = default_reports()
-    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7}")
+    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7}")
     for r in reports:
-        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d}")
+        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d}")
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
         print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "

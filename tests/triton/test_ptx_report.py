@@ -43,3 +43,17 @@ def test_report_check_passes_for_the_default_shapes():
     out = _compiled("import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; sys.exit(main())")
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "bwd split chunk=8192" in out.stdout
+
+
+def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
+    """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and stage
+    0 must hold no atomics (its call counters are plain loads and stores, kernels.py) while the barrier stages do."""
+    out = _compiled(
+        "import json; from programs.triton import ptx_report as p; "
+        "print(json.dumps([p.allreduce(0, 2, 1, 16, True).atomics, p.allreduce(0, 8, 1, 16, False).atomics, "
+        "p.allreduce(1, 3, 1, 8, False).atomics]))"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    push2, push8, barrier = json.loads(out.stdout.strip().splitlines()[-1])
+    assert push2 == 0 and push8 == 0, f"stage 0 compiled with {push2} / {push8} atomic instructions"
+    assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
