@@ -161,9 +161,9 @@ def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int,
     """(block_m, num_warps, grid). Measured on 2xH200 at H=8192 (bench_allreduce.py sweep): one row per program while
     every SM has at most ~4 row blocks, with 8 warps in stage 1 (its best shape at every T from 1 to 512, run 6) and
     16 in stage 2; then 2 rows x 16 warps (best at T=2048 and 8192 in both stages, run 15; 4 rows x 32 warps spill
-    registers, ptx_report). The grid is one program per SM whatever T: all
-    programs of a launch are resident together (the barriers need that) and every program counts every call
-    (kernels.py: the buffer half is the program's own barrier epoch)."""
+    registers, ptx_report). The grid is one program per SM whatever T: all programs of a launch are resident
+    together (the barriers need that) and every program counts every call (kernels.py: the buffer half is the
+    program's own barrier epoch)."""
     block_h = triton.next_power_of_2(hidden)
     n_sm = sm_count(device)
     block_m = 1 if rows <= 4 * n_sm else 2

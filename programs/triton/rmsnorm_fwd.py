@@ -159,11 +159,18 @@ def gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M: tl.const
 
 
 @triton.jit
+def fp8_quantize(v, fp8_max, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
+                 Y_SUB: tl.constexpr):
+    """v (already divided by its scale) clamped to the FP8 range and rounded to Y_DTYPE."""
+    q = tl.minimum(tl.maximum(v, -fp8_max), fp8_max)
+    return pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y_DTYPE)
+
+
+@triton.jit
 def _store_fp8(v, Y, stride_y, r64, cols, mask, fp8_max, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
                Y_SUB: tl.constexpr):
-    """v (already divided by its scale) clamped to the FP8 range, rounded and stored."""
-    q = tl.minimum(tl.maximum(v, -fp8_max), fp8_max)
-    tl.store(Y + r64 * stride_y + cols[None, :], pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + r64 * stride_y + cols[None, :], fp8_quantize(v, fp8_max, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB),
+             mask=mask)
 
 
 @triton.jit

@@ -18,6 +18,13 @@ def _compiled(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _compiled_json(code: str):
+    """Run `code` compiled (not interpreted); it prints one JSON value last, returned parsed."""
+    out = _compiled(code)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _ptxas_present() -> bool:
     probe = _compiled("from programs.triton.ptx_report import ptxas; import os; print(os.path.exists(ptxas()))")
     return probe.returncode == 0 and probe.stdout.strip() == "True"
@@ -27,13 +34,11 @@ pytestmark = pytest.mark.skipif(not _ptxas_present(), reason="Triton's NVIDIA ba
 
 
 def test_split_fp8_row_store_has_no_shared_memory_conversion():
-    out = _compiled(
+    one_row, two_rows, limit = _compiled_json(
         "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
         "print(json.dumps([p.fwd_split(8192, 16, 1, f.OUT_FP8_ROW, True).shared_stores, "
         "p.fwd_split(8192, 16, 2, f.OUT_FP8_ROW, True).shared_stores, p.MAX_SHARED_STORES]))"
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    one_row, two_rows, limit = json.loads(out.stdout.strip().splitlines()[-1])
     # before the fix: 4,096 at one row per exchange (NOTES.md v6)
     assert one_row <= limit, f"one row per exchange: {one_row} shared stores"
     assert two_rows <= limit, f"two rows per exchange: {two_rows} shared stores"
@@ -48,12 +53,10 @@ def test_report_check_passes_for_the_default_shapes():
 def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and stage
     0 must hold no atomics (its call counters are plain loads and stores, kernels.py) while the barrier stages do."""
-    out = _compiled(
+    push2, push8, barrier = _compiled_json(
         "import json; from programs.triton import ptx_report as p; "
         "print(json.dumps([p.allreduce(0, 2, 1, 16, True).atomics, p.allreduce(0, 8, 1, 16, False).atomics, "
         "p.allreduce(1, 3, 1, 8, False).atomics]))"
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    push2, push8, barrier = json.loads(out.stdout.strip().splitlines()[-1])
     assert push2 == 0 and push8 == 0, f"stage 0 compiled with {push2} / {push8} atomic instructions"
     assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"

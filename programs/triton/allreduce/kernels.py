@@ -39,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from programs.triton.rmsnorm_fwd import fp8_recip, pre_round
+from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip, pre_round
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
 N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
@@ -140,8 +140,7 @@ def _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
         v = v * wf
     amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
     scale = tl.minimum(amax, scale_ub) / fp8_max
-    q = tl.minimum(tl.maximum(v * fp8_recip(scale)[:, None], -fp8_max), fp8_max)
-    q = pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y_DTYPE)
+    q = fp8_quantize(v * fp8_recip(scale)[:, None], fp8_max, Y_DTYPE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
     return q, scale, ro
 
 
