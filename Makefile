@@ -10,8 +10,11 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
 	  base=$$(.ci/find-python); echo "creating $(VENV) with $$base"; $$base -m venv $(VENV); fi
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	@# torch's CUDA build and its nvidia libraries take ~6 GB in the venv, plus ~3 GB of wheels while pip installs them;
+	@# no wheel cache, so that a fresh machine needs no more than that.
+	@df -h . $${TMPDIR:-/tmp} | sed 's/^/disk: /'
+	$(PY) -m pip install -q --no-cache-dir --upgrade pip
+	$(PY) -m pip install -q --no-cache-dir -e '.[test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
