@@ -92,7 +92,8 @@ def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
     ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP", "XDOT")}, CNT="*i32")
     sig = _signature(fn, ptrs, ("inv_n", "w_off"))
-    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False, DX_DROP=0)
+    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False, DX_DROP=0,
+                  DW_DROP=0, DB_DROP=0)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 

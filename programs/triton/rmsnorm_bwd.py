@@ -10,6 +10,8 @@ h is the normalized input (x, or residual_out when the residual add was fused).
 
 dweight/dbias: each program accumulates its rows in fp32 and writes one row of a [programs, N] fp32 buffer; a second
 kernel sums that buffer column by column in a fixed order. No atomics: the same inputs give the same bits every run.
+With one program (M <= BLOCK_M of the rows kernel, e.g. a decode step) its row is the sum: it is stored in the output
+dtype and the second kernel is not launched (two launches took 4.5 us at 1 x 8192, NOTES.md v6).
 
 Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
 tile's loads issued before the current tile is reduced.
@@ -78,12 +80,14 @@ def _store_dx(gw, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask
 
 
 @triton.jit
-def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr, NEED_DB: tl.constexpr):
-    """This program's dweight / dbias partials as row `row` of the [programs, N] buffers the column sum reduces."""
+def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr, NEED_DB: tl.constexpr,
+                    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr):
+    """This program's dweight / dbias partials as row `row` of the [programs, N] buffers the column sum reduces, or,
+    with one program, as the final vectors in their own dtype (DW_DROP / DB_DROP: the interpreter's rounding)."""
     if HAS_W:
-        tl.store(DWP + row.to(tl.int64) * N + cols, dw, mask=col_ok)
+        tl.store(DWP + row.to(tl.int64) * N + cols, pre_round(dw, DW_DROP, 0.0, 0.0).to(DWP.dtype.element_ty), mask=col_ok)
     if NEED_DB:
-        tl.store(DBP + row.to(tl.int64) * N + cols, db, mask=col_ok)
+        tl.store(DBP + row.to(tl.int64) * N + cols, pre_round(db, DB_DROP, 0.0, 0.0).to(DBP.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit
@@ -92,6 +96,7 @@ def _bwd_rows_kernel(
     M, N, inv_n, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
+    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr,
 ):
     # One CTA per SM is all the registers allow (x, dy and the dweight accumulator), so the next tile's loads are
     # issued before the current tile is reduced: DRAM stays busy through the reduction and the stores.
@@ -131,7 +136,7 @@ def _bwd_rows_kernel(
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
-    _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
+    _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB, DW_DROP, DB_DROP)
 
 
 @triton.jit
@@ -158,6 +163,7 @@ def _bwd_cols_kernel(
     M, N, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
+    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr,
 ):
     cb = tl.program_id(0)
     grp = tl.program_id(1)
@@ -187,7 +193,7 @@ def _bwd_cols_kernel(
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
-    _store_partials(DWP, DBP, grp, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
+    _store_partials(DWP, DBP, grp, N, cols, col_ok, dw, db, HAS_W, NEED_DB, DW_DROP, DB_DROP)
 
 
 @triton.jit
@@ -207,6 +213,7 @@ def _bwd_split_kernel(
     M, N, inv_n, w_off, XDOT, CNT,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
+    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr,
 ):
     # Long rows, read once: program lane * SPLITS + g keeps column chunk g of its rows in registers, publishes the
     # chunk's share of sum(xhat * g) and sums the row's shares in a fixed order (split_arrive / split_wait /
@@ -257,7 +264,7 @@ def _bwd_split_kernel(
             db += tl.sum(dy, axis=0)
         h_a, dy_a, rs_a = h_b, dy_b, rs_b
         h_b, dy_b, rs_b = h_c, dy_c, rs_c
-    _store_partials(DWP, DBP, lane, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
+    _store_partials(DWP, DBP, lane, N, cols, col_ok, dw, db, HAS_W, NEED_DB, DW_DROP, DB_DROP)
 
 
 @triton.jit
@@ -318,10 +325,18 @@ def rmsnorm_bwd(
     groups = max(1, cfg.programs or 1)
     if cfg.kernel == "split":
         splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
-    dwp = torch.empty((groups, n), dtype=torch.float32, device=h.device) if weight is not None else None
-    dbp = torch.empty((groups, n), dtype=torch.float32, device=h.device) if need_bias_grad else None
+    # One program: its partial row is the result, in the result's dtype (module docstring).
+    final = groups == 1
+    dw_dtype = weight.dtype if weight is not None else torch.float32
+    db_dtype = bias_dtype or h.dtype
+    shape = (n,) if final else (groups, n)
+    dwp = torch.empty(shape, dtype=dw_dtype if final else torch.float32, device=h.device) if weight is not None else None
+    dbp = torch.empty(shape, dtype=db_dtype if final else torch.float32, device=h.device) if need_bias_grad else None
     dummy = h2
-    common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None, DX_DROP=fp8mod.downcast_consts(h.dtype)[0])
+    common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None,
+                  DX_DROP=fp8mod.downcast_consts(h.dtype)[0],
+                  DW_DROP=fp8mod.downcast_consts(dw_dtype)[0] if final else 0,
+                  DB_DROP=fp8mod.downcast_consts(db_dtype)[0] if final else 0)
     if m > 0:
         if cfg.kernel == "rows":
             _bwd_rows_kernel[(groups,)](
@@ -362,6 +377,8 @@ def rmsnorm_bwd(
             dwp.zero_()
         if dbp is not None:
             dbp.zero_()
-    dw = _reduce(dwp, weight.dtype) if weight is not None else None
-    db = _reduce(dbp, bias_dtype or h.dtype) if need_bias_grad else None
+    if final:
+        return dx, dwp, dbp
+    dw = _reduce(dwp, dw_dtype) if weight is not None else None
+    db = _reduce(dbp, db_dtype) if need_bias_grad else None
     return dx, dw, db

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from programs.triton import rmsnorm_bwd as bwd_module
 from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
 from programs.triton.rmsnorm_fwd import rmsnorm_fwd
 from ref64 import assert_close_cancelling, grads64
@@ -14,6 +15,8 @@ KERNELS = {
     "cols": BwdConfig("cols", 4, block_m=2, programs=3, block_n=32),
     # 37 partial rows: the partial-sum kernel takes them in two 32-row steps, the second one masked
     "rows_37_programs": BwdConfig("rows", 4, block_m=1, programs=37),
+    # one program for all rows: its partial row is stored as the final dweight / dbias, no partial-sum kernel
+    "rows_one_program": BwdConfig("rows", 4, block_m=1, programs=1),
     # on CUDA 32-wide chunks: 3 programs share a row and exchange its dot; the interpreter runs programs one after
     # another, so there one 128-wide chunk holds the row (the exchange still runs, with one program per row)
     "split": BwdConfig("split", 4, block_m=2, programs=9, block_n=32 if DEV == "cuda" else 128),
@@ -71,3 +74,23 @@ def test_dweight_is_bitwise_reproducible(kernel):
     runs = [rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, config=KERNELS[kernel]) for _ in range(3)]
     for dx, dw, db in runs[1:]:
         assert torch.equal(dw, runs[0][1]) and torch.equal(db, runs[0][2]) and torch.equal(dx, runs[0][0])
+
+
+@pytest.mark.parametrize("rows, reduces", [(1, False), (8, False), (9, True)], ids=["decode_M1", "M8_one_program", "M9_partial_sum"])
+def test_partial_sum_kernel_only_with_several_programs(rows, reduces, monkeypatch):
+    """Default launch at N = 67 (8 rows per program): up to 8 rows are one program, whose partial row is the result
+    (no second kernel); 9 rows are two programs summed by the partial-sum kernel. All agree with float64, dbias in the
+    asked dtype."""
+    calls = []
+    real = bwd_module._reduce
+    monkeypatch.setattr(bwd_module, "_reduce", lambda p, dtype: calls.append(p.shape) or real(p, dtype))
+    x, dy = rand(rows, 67, dtype=torch.bfloat16, seed=10), rand(rows, 67, dtype=torch.bfloat16, seed=11)
+    w, b = rand(67, dtype=torch.bfloat16, seed=12), rand(67, dtype=torch.bfloat16, seed=13)
+    rs = rmsnorm_fwd(x, w, epsilon=1e-5, bias=b, return_rsigma=True).rsigma
+    dx, dw, db = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, bias_dtype=torch.float32)
+    assert bool(calls) == reduces, calls
+    ref = grads64(x, w, dy, epsilon=1e-5, bias=b)
+    assert (dw.dtype, dw.shape, db.dtype, db.shape) == (torch.bfloat16, (67,), torch.float32, (67,))
+    assert_close_cancelling(dx, ref["x"], torch.bfloat16, context="dx")
+    assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context="dweight")
+    assert_close_cancelling(db, ref["bias"], torch.float32, context="dbias")
