@@ -13,6 +13,10 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter's own bf16 casts get subnormals wrong (interpreter.py)
+    from programs.triton.interpreter import install as _exact_bf16_casts
+
+    _exact_bf16_casts()
 
 from importlib import import_module  # noqa: E402
 

@@ -1,0 +1,50 @@
+"""Exact bfloat16 <-> float32 casts for Triton's CPU interpreter (TRITON_INTERPRET=1, what CI runs the kernels on).
+
+The interpreter stores bf16 as uint16 and casts it with a generic bit-field converter, `_convert_float`, that gets
+subnormals wrong: bf16 and fp32 share the exponent range, and it maps 3 * 2^-128 to 2^-127, 2^-130 to 0 (Triton 3.8;
+the GPU's cvt is exact). The parity runner's "tiny" rows (2^-133..2^-126) then failed only under the interpreter.
+A bf16 is the top half of an fp32, so both directions are bit operations; this swaps them in for that pair only.
+
+fp32 -> bf16 rounds to nearest even, as the GPU's cvt.rn.bf16.f32 does for `.to(tl.bfloat16)`, unless round-toward-
+zero is asked for; NaN stays a quiet NaN. Every other pair of types goes to the interpreter's own converter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton.language as tl
+from triton.runtime import interpreter
+
+_RTZ = getattr(interpreter._ir.ROUNDING_MODE, "RTZ", None)
+
+
+def bf16_bits_to_f32_bits(bits: np.ndarray) -> np.ndarray:
+    return bits.astype(np.uint32) << np.uint32(16)
+
+
+def f32_bits_to_bf16_bits(bits: np.ndarray, nearest_even: bool = True) -> np.ndarray:
+    b = bits.astype(np.uint32)
+    if nearest_even:
+        b = b + (np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1)))  # a carry into the exponent is the rounding
+    out = (b >> np.uint32(16)).astype(np.uint16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return np.where(nan, ((bits >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16), out)
+
+
+def install() -> None:
+    """Route the interpreter's bf16 <-> fp32 casts through the bit operations above (idempotent)."""
+    original = interpreter._convert_float
+    if getattr(original, "exact_bf16", False):
+        return
+
+    def convert(data, input_dtype, output_dtype, rounding_mode):
+        if input_dtype == tl.bfloat16 and output_dtype == tl.float32:
+            bits = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint16)
+            return bf16_bits_to_f32_bits(bits).reshape(np.shape(data))
+        if input_dtype == tl.float32 and output_dtype == tl.bfloat16:
+            bits = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint32)
+            return f32_bits_to_bf16_bits(bits, nearest_even=_RTZ is None or rounding_mode != _RTZ).reshape(np.shape(data))
+        return original(data, input_dtype, output_dtype, rounding_mode)
+
+    convert.exact_bf16 = True
+    interpreter._convert_float = convert
