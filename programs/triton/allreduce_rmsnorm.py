@@ -212,7 +212,6 @@ def launch(
     if config is not None:
         block_m, num_warps = config
     fmax = fp8mod.fp8_format(y.dtype).max
-    ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
 
     def eight(views):
@@ -231,7 +230,7 @@ def launch(
     meta = dict(
         RANK=rank, WORLD=world, BLOCK_M=block_m, BLOCK_H=triton.next_power_of_2(h),
         HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
-        RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps,
+        Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps,
     )
     if stage == 1:
         kernels.one_stage_kernel[(grid,)](*common_head, *flags, t, *scalars, **meta)
@@ -249,7 +248,6 @@ def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out,
     tll = bufs[0].recv.numel() // (2 * world * (h // 2))
     x32 = x.view(torch.int32)  # two activations per int32 (check_call verified that this view exists)
     fmax = fp8mod.fp8_format(y.dtype).max
-    ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
     block_h = triton.next_power_of_2(h)
     kernels.push_one_stage_kernel[(max(1, min(programs, sm_count(x.device))),)](
@@ -261,7 +259,7 @@ def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out,
         t, tll, h, h // 2, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax),
         RANK=rank, WORLD=world, BLOCK_H=block_h, PIECE=max(16, min(PUSH_PIECE, block_h // 8)), XDT=tl_dtype(x.dtype),
         HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
-        RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps or min(32, max(4, block_h // 512)),
+        Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps or min(32, max(4, block_h // 512)),
     )
 
 

@@ -3,9 +3,10 @@
 scale = min(rowmax, scale_ub) / fp8_max (MAX's allreduce_rmsnorm_fp8; vLLM's dynamic per-token quant without its floor);
 q = fp8(clamp(v * (0 if scale == 0 else 1/scale), -fp8_max, fp8_max)); v ~= q * scale.
 
-Triton's interpreter (CPU CI) converts fp32 to bf16 by truncation and to fp8 with a rounding that drops the exponent
-carry, so under the interpreter the kernels pre-round values to the target grid (round to nearest even, as the GPU's
-cvt.rn does) and the casts become exact. `downcast_consts` gives the constants for that; on the GPU they are all zero.
+Triton's interpreter (CPU CI) converts fp32 to fp8 with a rounding that drops the exponent carry, so under the
+interpreter the kernels pre-round FP8 values to the target grid (round to nearest even, as the GPU's cvt.rn does) and
+the cast becomes exact. `downcast_consts` gives the constants for that; on the GPU they are all zero. (Its bf16 casts
+are replaced by exact ones: programs/triton/interpreter.py.)
 """
 
 from __future__ import annotations
@@ -53,10 +54,8 @@ def interpreting() -> bool:
 def downcast_consts(dtype) -> tuple[int, float, float]:
     """(DROP, MIN_NORMAL, SUB_MAGIC) for the kernels' `pre_round`: mantissa bits to drop from fp32, the target's smallest
     normal magnitude and the magic constant that rounds its subnormals. (0, 0, 0) means "cast directly"."""
-    if not interpreting() or dtype in (torch.float32, torch.float16):  # numpy's fp16 cast already rounds to nearest even
+    if not interpreting() or not is_fp8(dtype):  # numpy's fp16 cast rounds to nearest even, bf16: interpreter.py
         return 0, 0.0, 0.0
-    if dtype == torch.bfloat16:
-        return 16, 0.0, 0.0
     f = fp8_format(dtype)
     min_normal = 2.0**f.min_normal_exp
     # (|v| + 2^(e_min - m + 23)) - that rounds |v| < 2^e_min to the subnormal spacing 2^(e_min - m), ties to even.

@@ -82,7 +82,7 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
         ptrs["Y"] = "*fp8e4nv"
     sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, HAS_B=False, HAS_RES=False,
-                  HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode, RO_DROP=0, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+                  HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
     return compile_report(f"fwd split chunk={chunk} warps={num_warps} block_m={block_m} out_mode={out_mode}", fn, sig,
                           consts, num_warps)
 
@@ -92,8 +92,7 @@ def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
     ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP", "XDOT")}, CNT="*i32")
     sig = _signature(fn, ptrs, ("inv_n", "w_off"))
-    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False, DX_DROP=0,
-                  DW_DROP=0, DB_DROP=0)
+    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
@@ -105,7 +104,7 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
     for prefix, ty in (("B", "*i64"), ("I", "*bf16"), ("Q", "*fp8e4nv"), ("S", "*fp32"), ("O", "*bf16"), ("F", "*i32")):
         ptrs.update({f"{prefix}{r}": ty for r in range(world)})
     sig = _signature(fn, ptrs, ("inv_h", "eps", "w_off", "scale_ub", "fp8_max"))
-    consts = dict(RANK=0, WORLD=world, BLOCK_H=8192, HAS_W=True, HAS_RES=residual, SYNC=True, PHASES=7, RO_DROP=0,
+    consts = dict(RANK=0, WORLD=world, BLOCK_H=8192, HAS_W=True, HAS_RES=residual, SYNC=True, PHASES=7,
                   Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
     consts.update(dict(PIECE=1024, XDT=tl.bfloat16) if stage == 0 else dict(BLOCK_M=block_m))
     for name in list(sig):  # the unused peers' pointers are None

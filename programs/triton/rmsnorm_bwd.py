@@ -31,7 +31,6 @@ from programs.triton import fp8 as fp8mod
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
     load_rows,
-    pre_round,
     sm_count,
     split_arrive,
     split_gather,
@@ -70,24 +69,22 @@ def bwd_config(m: int, n: int, device) -> BwdConfig:
 
 
 @triton.jit
-def _store_dx(gw, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES: tl.constexpr,
-              DX_DROP: tl.constexpr):
+def _store_dx(gw, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES: tl.constexpr):
     """dx = rs * (g - xhat * c) (+ dresidual) for a [BLOCK_M, n] tile, rs and c as [BLOCK_M, 1]."""
     dx = (gw - xhat * c) * rs
     if HAS_DRES:
         dx += tl.load(DRES + r64 * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(DX + r64 * stride_dx + cols[None, :], pre_round(dx, DX_DROP, 0.0, 0.0).to(DX.dtype.element_ty), mask=mask)
+    tl.store(DX + r64 * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr, NEED_DB: tl.constexpr,
-                    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr):
+def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr, NEED_DB: tl.constexpr):
     """This program's dweight / dbias partials as row `row` of the [programs, N] buffers the column sum reduces, or,
-    with one program, as the final vectors in their own dtype (DW_DROP / DB_DROP: the interpreter's rounding)."""
+    with one program, as the final vectors in their own dtype."""
     if HAS_W:
-        tl.store(DWP + row.to(tl.int64) * N + cols, pre_round(dw, DW_DROP, 0.0, 0.0).to(DWP.dtype.element_ty), mask=col_ok)
+        tl.store(DWP + row.to(tl.int64) * N + cols, dw.to(DWP.dtype.element_ty), mask=col_ok)
     if NEED_DB:
-        tl.store(DBP + row.to(tl.int64) * N + cols, pre_round(db, DB_DROP, 0.0, 0.0).to(DBP.dtype.element_ty), mask=col_ok)
+        tl.store(DBP + row.to(tl.int64) * N + cols, db.to(DBP.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit
@@ -95,8 +92,7 @@ def _bwd_rows_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
     M, N, inv_n, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
-    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
 ):
     # One CTA per SM is all the registers allow (x, dy and the dweight accumulator), so the next tile's loads are
     # issued before the current tile is reduced: DRAM stays busy through the reduction and the stores.
@@ -131,12 +127,12 @@ def _bwd_rows_kernel(
         else:
             g = dy
         c = tl.sum(xhat * g, axis=1)[:, None] * inv_n
-        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES, DX_DROP)
+        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
-    _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB, DW_DROP, DB_DROP)
+    _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
 
 
 @triton.jit
@@ -162,8 +158,7 @@ def _bwd_cols_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, C, DX, stride_dx, DRES, stride_dres, DWP, DBP,
     M, N, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
-    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
 ):
     cb = tl.program_id(0)
     grp = tl.program_id(1)
@@ -188,12 +183,12 @@ def _bwd_cols_kernel(
             g = dy * w[None, :]
         else:
             g = dy
-        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES, DX_DROP)
+        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
-    _store_partials(DWP, DBP, grp, N, cols, col_ok, dw, db, HAS_W, NEED_DB, DW_DROP, DB_DROP)
+    _store_partials(DWP, DBP, grp, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
 
 
 @triton.jit
@@ -212,8 +207,7 @@ def _bwd_split_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
     M, N, inv_n, w_off, XDOT, CNT,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, DX_DROP: tl.constexpr,
-    DW_DROP: tl.constexpr, DB_DROP: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
 ):
     # Long rows, read once: program lane * SPLITS + g keeps column chunk g of its rows in registers, publishes the
     # chunk's share of sum(xhat * g) and sums the row's shares in a fixed order (split_arrive / split_wait /
@@ -257,18 +251,18 @@ def _bwd_split_kernel(
             gw = dy * w[None, :]
         split_wait(CNT + start // BLOCK_M, SPLITS)
         c = tl.sum(split_gather(XDOT, rows, row_ok, SPLITS, XW), axis=1)[:, None] * inv_n
-        _store_dx(gw, xhat, c, rs_a[:, None], DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES, DX_DROP)
+        _store_dx(gw, xhat, c, rs_a[:, None], DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
         h_a, dy_a, rs_a = h_b, dy_b, rs_b
         h_b, dy_b, rs_b = h_c, dy_c, rs_c
-    _store_partials(DWP, DBP, lane, N, cols, col_ok, dw, db, HAS_W, NEED_DB, DW_DROP, DB_DROP)
+    _store_partials(DWP, DBP, lane, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
 
 
 @triton.jit
-def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr, OUT_DROP: tl.constexpr):
+def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr):
     """OUT[n] = sum over g of P[g, n]: BLOCK_G partial rows per step, summed by a fixed tree, steps in order.
 
     A fixed order either way (same bits every run); BLOCK_G rows per load keep ~G/BLOCK_G dependent L2 round trips
@@ -281,7 +275,7 @@ def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexp
         g = i * BLOCK_G + rg
         tile = tl.load(P + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & ok[None, :], other=0.0)
         acc += tl.sum(tile, axis=0)
-    tl.store(OUT + cols, pre_round(acc, OUT_DROP, 0.0, 0.0).to(OUT.dtype.element_ty), mask=ok)
+    tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=ok)
 
 
 def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
@@ -290,7 +284,7 @@ def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
     block = min(128, triton.next_power_of_2(n))
     block_g = min(32, triton.next_power_of_2(g))
     _sum_partials_kernel[(triton.cdiv(n, block),)](
-        partials, out, g, n, BLOCK_G=block_g, BLOCK=block, OUT_DROP=fp8mod.downcast_consts(dtype)[0], num_warps=4
+        partials, out, g, n, BLOCK_G=block_g, BLOCK=block, num_warps=4
     )
     return out
 
@@ -333,10 +327,7 @@ def rmsnorm_bwd(
     dwp = torch.empty(shape, dtype=dw_dtype if final else torch.float32, device=h.device) if weight is not None else None
     dbp = torch.empty(shape, dtype=db_dtype if final else torch.float32, device=h.device) if need_bias_grad else None
     dummy = h2
-    common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None,
-                  DX_DROP=fp8mod.downcast_consts(h.dtype)[0],
-                  DW_DROP=fp8mod.downcast_consts(dw_dtype)[0] if final else 0,
-                  DB_DROP=fp8mod.downcast_consts(db_dtype)[0] if final else 0)
+    common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None)
     if m > 0:
         if cfg.kernel == "rows":
             _bwd_rows_kernel[(groups,)](

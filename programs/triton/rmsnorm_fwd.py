@@ -139,11 +139,11 @@ def load_rows(P, stride, rows, M, cols, col_ok):
 
 
 @triton.jit
-def add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask, RO_DROP: tl.constexpr):
+def add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask):
     """h + residual, rounded to residual_out's dtype and stored there; returned in that dtype: the rounded sum is what
     gets normalized, as an unfused x + r then norm."""
     h += tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    hq = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+    hq = h.to(RO.dtype.element_ty)
     tl.store(RO + r64 * stride_ro + cols[None, :], hq, mask=mask)
     return hq
 
@@ -246,7 +246,7 @@ def _fwd_rows_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -263,7 +263,7 @@ def _fwd_rows_kernel(
 
     h = tl.load(X + r64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
-        h = add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask, RO_DROP).to(tl.float32)
+        h = add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask).to(tl.float32)
 
     if HAS_STATS:
         ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
@@ -294,7 +294,7 @@ def _fwd_looped_kernel(
     CHUNK: tl.constexpr, HEAD: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     # Columns [0, HEAD) stay in registers between the stats pass and the normalize pass; [HEAD, N) stream through in
     # CHUNK pieces and are read twice, the second time (reverse order) mostly from L2. HEAD=0: everything streams.
@@ -322,7 +322,7 @@ def _fwd_looped_kernel(
             hh = tl.load(xrow + hc).to(tl.float32)
             if HAS_RES:
                 hh += tl.load(R + r64 * stride_r + hc).to(tl.float32)
-                hq_head = pre_round(hh, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+                hq_head = hh.to(RO.dtype.element_ty)
                 tl.store(hrow + hc, hq_head)
                 hh = hq_head.to(tl.float32)
             if STATS_PASS:
@@ -339,7 +339,7 @@ def _fwd_looped_kernel(
                 h = tl.load(xrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
                 if HAS_RES:
                     h += tl.load(R + r64 * stride_r + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-                    hq = pre_round(h, RO_DROP, 0.0, 0.0).to(RO.dtype.element_ty)
+                    hq = h.to(RO.dtype.element_ty)
                     tl.store(hrow + c, hq, mask=ok, eviction_policy="evict_last")
                     h = hq.to(tl.float32)
                 acc += h * h
@@ -418,13 +418,13 @@ def _fwd_looped_kernel(
 @triton.jit
 def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT, start, M, g,
                        XW: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
-                       HAS_STATS: tl.constexpr, NEED_AMAX: tl.constexpr, RO_DROP: tl.constexpr):
+                       HAS_STATS: tl.constexpr, NEED_AMAX: tl.constexpr):
     """First half of a row block in the split kernel: h (x, or x + residual rounded and stored as residual_out), its
     chunk's partials stored and published. Returns h in its storage dtype (fewer registers while it waits)."""
     hn = xv
     h = xv.to(tl.float32)
     if HAS_RES:
-        hn = add_residual(h, R, stride_r, RO, stride_ro, rows.to(tl.int64)[:, None], cols, mask, RO_DROP)
+        hn = add_residual(h, R, stride_r, RO, stride_ro, rows.to(tl.int64)[:, None], cols, mask)
         h = hn.to(tl.float32)
     if not HAS_STATS:
         tl.store(XSS + rows * XW + g, tl.sum(h * h, axis=1), mask=row_ok)
@@ -446,7 +446,7 @@ def _fwd_split_kernel(
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     # A row is cut into SPLITS column chunks, one per program (program = lane * SPLITS + g): each program keeps its
     # chunk of BLOCK_M rows in registers, so x is read from DRAM once however long the row (the looped kernel reads
@@ -469,14 +469,14 @@ def _fwd_split_kernel(
     mask = (rows < M)[:, None] & col_ok[None, :]
     x_a = load_rows(X, stride_x, rows, M, cols, col_ok)
     h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
-                             first_row, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX, RO_DROP)
+                             first_row, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
     x_b = load_rows(X, stride_x, first_row + step + ar, M, cols, col_ok)
     for start in range(first_row, M, step):
         x_c = load_rows(X, stride_x, start + 2 * step + ar, M, cols, col_ok)
         rows_b = start + step + ar
         mask_b = (rows_b < M)[:, None] & col_ok[None, :]
         h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
-                                 start + step, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX, RO_DROP)
+                                 start + step, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
         # finish block k
         rows = start + ar
         row_ok = rows < M
@@ -657,7 +657,6 @@ def rmsnorm_fwd(
     ro2 = res_out.view(-1, n) if res_out is not None else None
     y2 = y.view(-1, n)
     dummy = x2
-    ro_drop = fp8mod.downcast_consts(residual.dtype)[0] if residual is not None else 0
     y_drop, y_min, y_sub = fp8mod.downcast_consts(out_dtype)
 
     def launch(src, out_mode, y_t, sc_t, scale_in, store_rsig, rsig_t, ro_t, r_t):
@@ -676,7 +675,7 @@ def rmsnorm_fwd(
         flags = dict(
             HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=r_t is not None, HAS_STATS=stats is not None,
             STORE_RSIG=store_rsig, OUT_MODE=out_mode,
-            RO_DROP=ro_drop, Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub,
+            Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub,
         )
         if cfg.kernel == "rows":
             grid = (triton.cdiv(m, cfg.block_m),)

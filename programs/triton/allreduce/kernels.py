@@ -39,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip, pre_round
+from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
 N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
@@ -124,7 +124,7 @@ def _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES: tl.constexpr):
 @triton.jit
 def _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
                 HAS_W: tl.constexpr, HAS_RES: tl.constexpr, RO_DTYPE: tl.constexpr,
-                RO_DROP: tl.constexpr, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
+                Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
                 Y_SUB: tl.constexpr):
     """(fp8 rows, per-row scales, residual_out rows) of the fp32 sums h [BLOCK_M, BLOCK_H], as rmsnorm_fwd computes
     them: with a residual (res, already loaded) the sum is rounded to the residual's dtype, returned, and that rounded
@@ -132,7 +132,7 @@ def _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
     ro = h
     if HAS_RES:
         h += res
-        ro = pre_round(h, RO_DROP, 0.0, 0.0).to(RO_DTYPE)
+        ro = h.to(RO_DTYPE)
         h = ro.to(tl.float32)
     rs = tl.rsqrt(tl.sum(h * h, axis=1) * inv_h + eps)
     v = h * rs[:, None]
@@ -152,7 +152,7 @@ def one_stage_kernel(
     T, TMAX, H, inv_h, eps, w_off, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
-    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -179,7 +179,7 @@ def one_stage_kernel(
             res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
             h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
             q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                                       HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                                       HAS_W, HAS_RES, RO.dtype.element_ty, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             r1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
             tl.store(SC + r1, scale, mask=r1 < T)
@@ -198,7 +198,7 @@ def two_stage_kernel(
     T, TW, TMAX, H, inv_h, eps, w_off, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
-    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     """Rank r owns rows [r*TW, min(T, (r+1)*TW)); program b handles the same local row blocks of every owner."""
     pid = tl.program_id(0)
@@ -234,7 +234,7 @@ def two_stage_kernel(
             res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
             h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
             q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                                       HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                                       HAS_W, HAS_RES, RO.dtype.element_ty, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
             l1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -281,7 +281,7 @@ def push_one_stage_kernel(
     T, TLL, H, H2, inv_h, eps, w_off, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, PIECE: tl.constexpr, XDT: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
-    RO_DROP: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     """One stage without a barrier or atomics (NCCL's LL idea): every 8-byte word a rank pushes into a peer's receive
     buffer carries 4 bytes of data (two 16-bit activations) and 4 bytes of flag = the call number + 1. An aligned
@@ -344,7 +344,7 @@ def push_one_stage_kernel(
                 odd += hi
             h = tl.reshape(tl.join(even, odd), [1, BLOCK_H])
             q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                                       HAS_W, HAS_RES, RO.dtype.element_ty, RO_DROP, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                                       HAS_W, HAS_RES, RO.dtype.element_ty, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             tl.store(SC + row + tl.arange(0, 1), scale)
             if HAS_RES:
