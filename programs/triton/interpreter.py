@@ -15,35 +15,22 @@ import numpy as np
 import triton.language as tl
 from triton.runtime import interpreter
 
-_RTZ = getattr(interpreter._ir.ROUNDING_MODE, "RTZ", None)
-
-
-def bf16_bits_to_f32_bits(bits: np.ndarray) -> np.ndarray:
-    return bits.astype(np.uint32) << np.uint32(16)
-
-
-def f32_bits_to_bf16_bits(bits: np.ndarray, nearest_even: bool = True) -> np.ndarray:
-    b = bits.astype(np.uint32)
-    if nearest_even:
-        b = b + (np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1)))  # a carry into the exponent is the rounding
-    out = (b >> np.uint32(16)).astype(np.uint16)
-    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    return np.where(nan, ((bits >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16), out)
-
 
 def install() -> None:
-    """Route the interpreter's bf16 <-> fp32 casts through the bit operations above (idempotent)."""
+    """Route the interpreter's bf16 <-> fp32 casts through bit operations (idempotent)."""
     original = interpreter._convert_float
     if getattr(original, "exact_bf16", False):
         return
 
     def convert(data, input_dtype, output_dtype, rounding_mode):
         if input_dtype == tl.bfloat16 and output_dtype == tl.float32:
-            bits = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint16)
-            return bf16_bits_to_f32_bits(bits).reshape(np.shape(data))
+            return data.view(np.uint16).astype(np.uint32) << np.uint32(16)
         if input_dtype == tl.float32 and output_dtype == tl.bfloat16:
-            bits = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint32)
-            return f32_bits_to_bf16_bits(bits, nearest_even=_RTZ is None or rounding_mode != _RTZ).reshape(np.shape(data))
+            bits = data.view(np.uint32)
+            ties_even = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))  # a carry into the exponent rounds
+            b = bits if rounding_mode == interpreter._ir.ROUNDING_MODE.RTZ else bits + ties_even
+            nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+            return np.where(nan, (bits >> np.uint32(16)) | np.uint32(0x0040), b >> np.uint32(16)).astype(np.uint16)
         return original(data, input_dtype, output_dtype, rounding_mode)
 
     convert.exact_bf16 = True

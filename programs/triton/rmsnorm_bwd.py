@@ -319,13 +319,14 @@ def rmsnorm_bwd(
     groups = max(1, cfg.programs or 1)
     if cfg.kernel == "split":
         splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
-    # One program: its partial row is the result, in the result's dtype (module docstring).
-    final = groups == 1
-    dw_dtype = weight.dtype if weight is not None else torch.float32
+    final = groups == 1  # one program: its partial row is the result, stored in the result's dtype (module docstring)
     db_dtype = bias_dtype or h.dtype
-    shape = (n,) if final else (groups, n)
-    dwp = torch.empty(shape, dtype=dw_dtype if final else torch.float32, device=h.device) if weight is not None else None
-    dbp = torch.empty(shape, dtype=db_dtype if final else torch.float32, device=h.device) if need_bias_grad else None
+
+    def partials(dtype):
+        return torch.empty((n,) if final else (groups, n), dtype=dtype if final else torch.float32, device=h.device)
+
+    dwp = partials(weight.dtype) if weight is not None else None
+    dbp = partials(db_dtype) if need_bias_grad else None
     dummy = h2
     common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None)
     if m > 0:
@@ -370,6 +371,6 @@ def rmsnorm_bwd(
             dbp.zero_()
     if final:
         return dx, dwp, dbp
-    dw = _reduce(dwp, dw_dtype) if weight is not None else None
+    dw = _reduce(dwp, weight.dtype) if weight is not None else None
     db = _reduce(dbp, db_dtype) if need_bias_grad else None
     return dx, dw, db
