@@ -350,6 +350,55 @@ def sweep_long(reps: int) -> None:
         torch.cuda.empty_cache()
 
 
+def sweep_split(reps: int) -> None:
+    """Split-kernel launch shapes (rows cut over co-resident programs): long rows forward and backward, and the
+    decode backward with every row in one step (columns over programs, dweight final without a second kernel), each
+    beside the default config and the copy of the same bytes, in one run."""
+    import triton
+
+    dev = torch.device("cuda:0")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def shapes(m, n, per_thread):
+        """(block_m, chunk, warps) whose rows x chunk give each thread per_thread elements of a block."""
+        for bm in (1, 2, 4, 8, 16, 32):
+            for ch in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768):
+                for nw in (4, 8, 16, 32):
+                    if bm * ch // (nw * 32) in per_thread and n // ch <= sms and bm <= triton.next_power_of_2(m) and ch <= triton.next_power_of_2(n):
+                        yield bm, ch, nw
+
+    def line(kind, m, n, copy, t, cfg):
+        print(f"SPLIT {kind} {m}x{n}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
+
+    for m, n in ((2048, 65536), (1024, 262144)):
+        sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
+        cands = [None] + [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=sms) for bm, ch, nw in shapes(m, n, (16, 32)) if ch >= 4096]
+        for cfg in cands:
+            try:
+                t = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls), reps)
+                line("fwd", m, n, copy, t, cfg or f"default {fwd_config(m, n, dev)}")
+            except Exception as e:
+                log(f"  fwd {cfg}: failed {type(e).__name__}: {str(e)[:120]}")
+        del xs
+        torch.cuda.empty_cache()
+
+    for m, n in ((1, 8192), (32, 8192), (4096, 16384), (2048, 65536), (1024, 262144)):
+        sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
+        per_thread = (1, 2, 4, 8, 16) if m <= 32 else (8, 16)
+        cands = [None] + [BwdConfig("split", nw, block_m=bm, programs=sms, block_n=ch) for bm, ch, nw in shapes(m, n, per_thread)
+                          if (bm >= m if m <= 32 else bm <= 4 and ch >= max(2048, n // 32))]
+        for cfg in cands:
+            try:
+                t = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), reps)
+                line("bwd", m, n, copy, t, cfg or f"default {bwd_config(m, n, dev)}")
+            except Exception as e:
+                log(f"  bwd {cfg}: failed {type(e).__name__}: {str(e)[:120]}")
+        del xs, dys, rss
+        torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # distributed section
 
@@ -439,6 +488,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
     ap.add_argument("--world", type=int, default=0, help="distributed: GPUs to use (default: every GPU)")
+    ap.add_argument("--sweep-split", action="store_true", help="split-kernel launch shapes: long rows, and the decode backward in one step")
     ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES)")
@@ -452,7 +502,9 @@ def main() -> None:
         sweep(a.reps)
     if a.sweep_long:
         sweep_long(a.reps)
-    if a.single or not (a.sweep or a.sweep_long or a.distributed):
+    if a.sweep_split:
+        sweep_split(a.reps)
+    if a.single or not (a.sweep or a.sweep_long or a.sweep_split or a.distributed):
         bench_single(a.reps, shapes, wanted)
     if a.distributed:
         bench_distributed(a.reps, a.world)

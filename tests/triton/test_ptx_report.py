@@ -50,6 +50,20 @@ def test_report_check_passes_for_the_default_shapes():
     assert "bwd split chunk=8192" in out.stdout
 
 
+def test_split_kernels_exchange_without_atomics_and_load_16_bytes():
+    """The split kernels publish partials as flagged 8-byte words (split_publish): no atomic and no release fence,
+    whose wait for the program's own look-ahead loads held them at 60-67% of copy (NOTES.md v8); and, compiled with
+    the JIT's divisibility hints, their loads are 16 bytes wide (without the hints: 2-byte loads, another kernel)."""
+    reports = _compiled_json(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
+        "print(json.dumps([[r.atomics, r.wide_loads] for r in (p.fwd_split(16384, 16, 1, f.OUT_CAST, False), "
+        "p.fwd_split(8192, 16, 1, f.OUT_FP8_ROW, True), p.bwd_split(8192, 16, 1), p.bwd_split(4096, 16, 2))]))"
+    )
+    for atomics, wide_loads in reports:
+        assert atomics == 0, reports
+        assert wide_loads >= 3, reports  # x (and dy) per pipeline stage
+
+
 def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and stage
     0 must hold no atomics (its call counters are plain loads and stores, kernels.py) while the barrier stages do."""
