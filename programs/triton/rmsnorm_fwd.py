@@ -83,10 +83,9 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
     with a row max: FP8 row or dynamic tensor scales)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
-        # H200, 1024 x 262144 (NOTES.md v8): 311.5 us against the looped kernel's 386.6 us in the same run. At
-        # N = 65536 the looped kernel stays (144.4 us against the split kernel's best 145.0 us, same run). Fused
-        # variants stay looped: a residual add split was faster at 262144 (595.8 vs 650.1 us, 2 rows per step,
-        # chunk 8192) but slower at 65536 (319.8 vs 305.0 us); FP8 rows split were slower (440.1 vs 387.0 us).
+        # H200, 1024 x 262144 (NOTES.md v6): 347.8 us against the looped kernel's 388.9 us in the same run. At
+        # N = 65536 the looped kernel stays (89% against the split kernel's best 78%); the fused variants measured
+        # slower split (residual 607 vs 655 us at best but 393 vs 1045 us in other shapes, FP8 rows 598 vs 394 us).
         return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=sms)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
@@ -206,30 +205,33 @@ def split_program(N, SPLITS: tl.constexpr, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def split_publish(XCH, rows, row_ok, g, value, XW: tl.constexpr):
-    """Publish this program's partial of each row: XCH[row * XW + g] = one 8-byte word holding the fp32 value and
-    a flag (1) in its high half (XCH int64, zeroed before the launch). An aligned 8-byte store lands whole, so a
-    reader that sees the flag sees the value: no fence and no counter (NCCL's LL protocol, as the fused all-reduce).
-    The release-fenced counter this replaces made each program wait for its own look-ahead loads (a gpu-scope
-    release waits for every earlier access of the thread), draining the pipeline at every step (NOTES.md v8)."""
-    bits = value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-    tl.store(XCH + rows * XW + g, bits | (1 << 32), mask=row_ok)
+def split_arrive(CNT, valid):
+    """Publish the partials this program stored for a row block (XCH[row, g]) by one arrival at the block's counter
+    CNT (zero at launch). valid: the block exists (the pipeline's look-ahead block may lie past the last row)."""
+    tl.debug_barrier()  # every thread's partials are issued before the release below publishes them
+    if valid:
+        tl.atomic_add(CNT, 1, sem="release", scope="gpu")
 
 
 @triton.jit
-def split_collect(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr):
-    """The rows' partials XCH[row, 0:SPLITS] (row stride XW, SPLITS rounded up to a power of two) as an fp32
-    [BLOCK_M, XW] tile, zero-padded, for a reduction in a fixed order (same bits every run). Re-reads the words
-    (volatile: from L2, never a stale L1 line) until every one carries its flag. The programs of a launch are
-    resident together (grid <= one CTA per SM, cooperative launch on CUDA), so the wait ends; with SPLITS == 1 (the
-    interpreter) the program reads its own word."""
+def split_wait(CNT, SPLITS: tl.constexpr):
+    """Wait until the SPLITS programs that share a row block arrived at its counter; read the partials with
+    `split_gather` after. The programs of a launch are resident together (grid <= one CTA per SM, cooperative launch
+    on CUDA), so the spin ends; with SPLITS == 1 (the interpreter) the program's own arrival releases it."""
+    seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
+    while seen < SPLITS:
+        seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def split_gather(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr):
+    """The rows' partials XCH[row, 0:SPLITS] (row stride XW, SPLITS rounded up to a power of two) as a
+    [BLOCK_M, XW] tile, zero-padded, for a reduction in a fixed order (same bits every run). .cg reads them from L2,
+    where the peers' stores landed, never from a stale L1 line."""
     gs = tl.arange(0, XW)
-    ok = row_ok[:, None] & (gs < SPLITS)[None, :]
-    ptr = XCH + rows[:, None] * XW + gs[None, :]
-    word = tl.load(ptr, mask=ok, other=1 << 32, volatile=True)
-    while tl.min(tl.min((word >> 32).to(tl.int32), axis=1), axis=0) == 0:
-        word = tl.load(ptr, mask=ok, other=1 << 32, volatile=True)
-    return tl.where(ok, word.to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+    return tl.load(XCH + rows[:, None] * XW + gs[None, :], mask=row_ok[:, None] & (gs < SPLITS)[None, :], other=0.0,
+                   cache_modifier=".cg")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -414,8 +416,8 @@ def _fwd_looped_kernel(
 
 
 @triton.jit
-def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
-                       XW: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
+def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT, start, M, g,
+                       XW: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
                        HAS_STATS: tl.constexpr, NEED_AMAX: tl.constexpr):
     """First half of a row block in the split kernel: h (x, or x + residual rounded and stored as residual_out), its
     chunk's partials stored and published. Returns h in its storage dtype (fewer registers while it waits)."""
@@ -425,11 +427,13 @@ def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_
         hn = add_residual(h, R, stride_r, RO, stride_ro, rows.to(tl.int64)[:, None], cols, mask)
         h = hn.to(tl.float32)
     if not HAS_STATS:
-        split_publish(XSS, rows, row_ok, g, tl.sum(h * h, axis=1), XW)
+        tl.store(XSS + rows * XW + g, tl.sum(h * h, axis=1), mask=row_ok)
     if NEED_AMAX:  # no bias (launcher rule): max|h*rs*w| = rs * max|h*w|
         if HAS_W:
             h = h * w[None, :]
-        split_publish(XMX, rows, row_ok, g, tl.max(tl.where(mask, tl.abs(h), 0.0), axis=1), XW)
+        tl.store(XMX + rows * XW + g, tl.max(tl.where(mask, tl.abs(h), 0.0), axis=1), mask=row_ok)
+    if (not HAS_STATS) or NEED_AMAX:
+        split_arrive(CNT + start // BLOCK_M, start < M)
     return hn
 
 
@@ -438,7 +442,7 @@ def _fwd_split_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
     M, N, inv_n, eps, w_off, scale_ub, fp8_max,
-    XSS, XMX,
+    XSS, XMX, CNT,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
@@ -453,6 +457,7 @@ def _fwd_split_kernel(
     g, lane, lanes, cols, col_ok = split_program(N, SPLITS, CHUNK)
     ar = tl.arange(0, BLOCK_M)
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
+    EXCHANGE: tl.constexpr = (not HAS_STATS) or NEED_AMAX
     w = tl.zeros([CHUNK], dtype=tl.float32)
     if HAS_W:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
@@ -463,31 +468,33 @@ def _fwd_split_kernel(
     rows = first_row + ar
     mask = (rows < M)[:, None] & col_ok[None, :]
     x_a = load_rows(X, stride_x, rows, M, cols, col_ok)
-    h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
-                             XW, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
+    h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
+                             first_row, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
     x_b = load_rows(X, stride_x, first_row + step + ar, M, cols, col_ok)
     for start in range(first_row, M, step):
         x_c = load_rows(X, stride_x, start + 2 * step + ar, M, cols, col_ok)
         rows_b = start + step + ar
         mask_b = (rows_b < M)[:, None] & col_ok[None, :]
-        h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
-                                 XW, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
+        h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
+                                 start + step, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
         # finish block k
         rows = start + ar
         row_ok = rows < M
         mask = row_ok[:, None] & col_ok[None, :]
         r64 = rows.to(tl.int64)[:, None]
+        if EXCHANGE:
+            split_wait(CNT + start // BLOCK_M, SPLITS)
         if HAS_STATS:
             ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
         else:
-            ss = tl.sum(split_collect(XSS, rows, row_ok, SPLITS, XW), axis=1)
+            ss = tl.sum(split_gather(XSS, rows, row_ok, SPLITS, XW), axis=1)
         rs = tl.rsqrt(ss * inv_n + eps)
         first = row_ok & (g == 0)  # per-row outputs: written by the row's first chunk
         if STORE_RSIG:
             tl.store(RSIG + rows, rs, mask=first)
         amax = 0.0
         if NEED_AMAX:
-            amax = tl.max(split_collect(XMX, rows, row_ok, SPLITS, XW), axis=1) * rs
+            amax = tl.max(split_gather(XMX, rows, row_ok, SPLITS, XW), axis=1) * rs
         if OUT_MODE == 1:
             # FP8 row scales: rs / scale as one factor per row, and for one row a plain scalar. Scaling the finished
             # row by 1/scale (scale built from both gathered partials, rs and the row max) made Triton convert it
@@ -681,10 +688,11 @@ def rmsnorm_fwd(
         elif cfg.kernel == "split":
             splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,
                                             exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
-            # exchange words (split_publish): zeroed per call, one memset for both
-            xch = torch.zeros((2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device)
+            xss = torch.empty(m * xw, dtype=torch.float32, device=x.device)
+            xmx = torch.empty(m * xw, dtype=torch.float32, device=x.device) if out_mode in (OUT_FP8_ROW, OUT_AMAX) else xss
+            cnt = torch.zeros(triton.cdiv(m, cfg.block_m), dtype=torch.int32, device=x.device)
             _fwd_split_kernel[(splits * lanes,)](
-                *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
+                *args, xss, xmx, cnt, SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
                 num_warps=cfg.num_warps, **split_launch_options(x.device, splits), **flags,
             )
         else:
