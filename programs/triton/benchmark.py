@@ -303,6 +303,17 @@ def sweep(reps: int) -> None:
         torch.cuda.empty_cache()
 
 
+def config_line(label: str, copy: float, calls: Callable[[], list], shown, reps: int) -> None:
+    """Time one launch config (calls() builds its rotated calls) and print it beside the copy of the same bytes; a
+    config that cannot run (too many blocks for a cooperative launch, a compile failure) is logged and skipped."""
+    try:
+        t = graph_time(calls(), reps)
+    except Exception as e:
+        log(f"  {label} {shown}: failed {type(e).__name__}: {str(e)[:200]}")
+        return
+    print(f"{label}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {shown}", flush=True)
+
+
 def sweep_long(reps: int) -> None:
     """Long-row launch shapes against each other and against the copy of the same bytes, in one run: the split kernels
     (rows cut over programs that exchange partials) in several shapes against the looped forward and the two-kernel
@@ -325,11 +336,8 @@ def sweep_long(reps: int) -> None:
         cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in [fused_looped] + splits[:3]]
         kw = {"plain": lambda i: {}, "residual": lambda i: {"residual": rs_[i]}, "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn}}
         for kind, cfg in cands:
-            try:
-                t = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i))), sets, calls), reps)
-                print(f"LONG fwd {m}x{n} {kind}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
-            except Exception as e:
-                log(f"  {kind} {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
+            config_line(f"LONG fwd {m}x{n} {kind}", copy, lambda: rotating(
+                lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i))), sets, calls), cfg, reps)
         del xs, rs_
         torch.cuda.empty_cache()
 
@@ -341,11 +349,8 @@ def sweep_long(reps: int) -> None:
                                         (8192, 16, 2, sms), (4096, 8, 1, 2 * sms), (2048, 8, 2, 2 * sms))
                   if n // ch <= p]
         for cfg in cands:
-            try:
-                t = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), reps)
-                print(f"LONG bwd {m}x{n}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
-            except Exception as e:
-                log(f"  bwd {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
+            config_line(f"LONG bwd {m}x{n}", copy, lambda: rotating(
+                lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), cfg, reps)
         del xs, dys, rss
         torch.cuda.empty_cache()
 
@@ -369,18 +374,13 @@ def sweep_split(reps: int) -> None:
                     if bm * ch // (nw * 32) in per_thread and n // ch <= sms and bm <= triton.next_power_of_2(m) and ch <= triton.next_power_of_2(n):
                         yield bm, ch, nw
 
-    def line(kind, m, n, copy, t, cfg):
-        print(f"SPLIT {kind} {m}x{n}: copy {copy * 1e6:.2f}us  {t * 1e6:8.2f}us {100 * copy / t:5.1f}%  {cfg}", flush=True)
-
     for m, n in ((2048, 65536), (1024, 262144)):
         sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         cands = [None] + [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=sms) for bm, ch, nw in shapes(m, n, (16, 32)) if ch >= 4096]
         for cfg in cands:
-            try:
-                t = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls), reps)
-                line("fwd", m, n, copy, t, cfg or f"default {fwd_config(m, n, dev)}")
-            except Exception as e:
-                log(f"  fwd {cfg}: failed {type(e).__name__}: {str(e)[:120]}")
+            config_line(f"SPLIT fwd {m}x{n}", copy, lambda: rotating(
+                lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls),
+                cfg or f"default {fwd_config(m, n, dev)}", reps)
         del xs
         torch.cuda.empty_cache()
 
@@ -390,11 +390,9 @@ def sweep_split(reps: int) -> None:
         cands = [None] + [BwdConfig("split", nw, block_m=bm, programs=sms, block_n=ch) for bm, ch, nw in shapes(m, n, per_thread)
                           if (bm >= m if m <= 32 else bm <= 4 and ch >= max(2048, n // 32))]
         for cfg in cands:
-            try:
-                t = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), reps)
-                line("bwd", m, n, copy, t, cfg or f"default {bwd_config(m, n, dev)}")
-            except Exception as e:
-                log(f"  bwd {cfg}: failed {type(e).__name__}: {str(e)[:120]}")
+            config_line(f"SPLIT bwd {m}x{n}", copy, lambda: rotating(
+                lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls),
+                cfg or f"default {bwd_config(m, n, dev)}", reps)
         del xs, dys, rss
         torch.cuda.empty_cache()
 

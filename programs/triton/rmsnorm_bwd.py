@@ -30,7 +30,6 @@ import torch
 import triton
 import triton.language as tl
 
-from programs.triton import fp8 as fp8mod
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
     load_rows,
