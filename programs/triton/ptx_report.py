@@ -87,7 +87,7 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool) -> Report:
     fn = rmsnorm_fwd._fwd_split_kernel
     ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
-    ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN", "XSS", "XMX")}, CNT="*i32")
+    ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN")}, XSS="*i64", XMX="*i64")
     if fp8:
         ptrs["Y"] = "*fp8e4nv"
     sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
@@ -100,7 +100,7 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     fn = rmsnorm_bwd._bwd_split_kernel
     ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
-    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP", "XDOT")}, CNT="*i32")
+    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP")}, XDOT="*i64")
     sig = _signature(fn, ptrs, ("inv_n", "w_off"))
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)

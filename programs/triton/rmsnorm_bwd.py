@@ -16,7 +16,7 @@ dtype and the second kernel is not launched (two launches took 4.5 us at 1 x 819
 Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
 tile's loads issued before the current tile is reduced.
 Longer rows on a GPU: `_bwd_split_kernel` cuts each row into column chunks held by programs resident together, which
-exchange their shares of c (split_arrive / split_wait / split_gather), so x and dy cross DRAM once. Under the
+exchange their shares of c as flagged words (split_publish / split_reduce), so x and dy cross DRAM once. Under the
 interpreter (programs run one after another, no exchange possible) longer rows take two kernels: `_bwd_rowdot_kernel`
 computes c per row, then `_bwd_cols_kernel` works on column tiles (dx and the dweight partials), reading x and dy a
 second time.
@@ -34,12 +34,11 @@ from programs.triton.checks import TritonRuleError, as_rows, check_activation, c
 from programs.triton.rmsnorm_fwd import (
     load_rows,
     sm_count,
-    split_arrive,
-    split_gather,
+    split_reduce,
     split_launch_options,
     split_program,
+    split_publish,
     split_shape,
-    split_wait,
 )
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
@@ -194,26 +193,24 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
-def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, CNT, start, M, g,
-                       XW: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr):
+def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, g, XW: tl.constexpr, HAS_W: tl.constexpr):
     """First half of a row block in the split kernel: the chunk's share of sum(xhat * dy * w~), stored and published."""
     gw = dy_n.to(tl.float32)
     if HAS_W:
         gw = gw * w[None, :]
-    tl.store(XDOT + rows * XW + g, tl.sum(h_n.to(tl.float32) * rs[:, None] * gw, axis=1), mask=row_ok)
-    split_arrive(CNT + start // BLOCK_M, start < M)
+    split_publish(XDOT, rows, row_ok, g, tl.sum(h_n.to(tl.float32) * rs[:, None] * gw, axis=1), XW)
 
 
 @triton.jit
 def _bwd_split_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off, XDOT, CNT,
+    M, N, inv_n, w_off, XDOT,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
 ):
     # Long rows, read once: program lane * SPLITS + g keeps column chunk g of its rows in registers, publishes the
-    # chunk's share of sum(xhat * g) and sums the row's shares in a fixed order (split_arrive / split_wait /
-    # split_gather), so x and dy cross DRAM once (the cols path reads them twice). Pipelined as the forward split
+    # chunk's share of sum(xhat * g) and sums the row's shares in a fixed order (split_publish /
+    # split_reduce), so x and dy cross DRAM once (the cols path reads them twice). Pipelined as the forward split
     # kernel: per step block k+2 is loaded, block k+1 published, block k finished. The program's columns never
     # change, so its dweight partial stays in registers across all its rows and is written once (DWP [lanes, N]).
     g, lane, lanes, cols, col_ok = split_program(N, SPLITS, CHUNK)
@@ -229,7 +226,7 @@ def _bwd_split_kernel(
     h_a = load_rows(H, stride_h, rows, M, cols, col_ok)
     dy_a = load_rows(DY, stride_dy, rows, M, cols, col_ok)
     rs_a = tl.load(RSIG + rows, mask=rows < M, other=0.0)
-    _bwd_split_publish(h_a, dy_a, rs_a, rows, rows < M, w, XDOT, CNT, first_row, M, g, XW, BLOCK_M, HAS_W)
+    _bwd_split_publish(h_a, dy_a, rs_a, rows, rows < M, w, XDOT, g, XW, HAS_W)
     rows = first_row + step + ar
     h_b = load_rows(H, stride_h, rows, M, cols, col_ok)
     dy_b = load_rows(DY, stride_dy, rows, M, cols, col_ok)
@@ -240,7 +237,7 @@ def _bwd_split_kernel(
         dy_c = load_rows(DY, stride_dy, rows_c, M, cols, col_ok)
         rs_c = tl.load(RSIG + rows_c, mask=rows_c < M, other=0.0)
         rows_b = start + step + ar
-        _bwd_split_publish(h_b, dy_b, rs_b, rows_b, rows_b < M, w, XDOT, CNT, start + step, M, g, XW, BLOCK_M, HAS_W)
+        _bwd_split_publish(h_b, dy_b, rs_b, rows_b, rows_b < M, w, XDOT, g, XW, HAS_W)
         # finish block k
         rows = start + ar
         row_ok = rows < M
@@ -251,8 +248,7 @@ def _bwd_split_kernel(
         gw = dy
         if HAS_W:
             gw = dy * w[None, :]
-        split_wait(CNT + start // BLOCK_M, SPLITS)
-        c = tl.sum(split_gather(XDOT, rows, row_ok, SPLITS, XW), axis=1)[:, None] * inv_n
+        c = split_reduce(XDOT, start, M, SPLITS, XW, BLOCK_M, False)[:, None] * inv_n
         _store_dx(gw, xhat, c, rs_a[:, None], DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
@@ -354,13 +350,12 @@ def rmsnorm_bwd(
                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, **common,
             )
         elif cfg.kernel == "split":
-            xdot = torch.empty(m * xw, dtype=torch.float32, device=h.device)
-            cnt = torch.zeros(triton.cdiv(m, cfg.block_m), dtype=torch.int32, device=h.device)
+            xdot = torch.zeros(m * xw, dtype=torch.int64, device=h.device)  # exchange words, unflagged (split_publish)
             _bwd_split_kernel[(splits * groups,)](
                 dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
                 dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
                 dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
-                m, n, 1.0 / n, float(weight_offset), xdot, cnt,
+                m, n, 1.0 / n, float(weight_offset), xdot,
                 SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
                 **split_launch_options(h.device, splits), **common,
             )

@@ -204,34 +204,45 @@ def split_program(N, SPLITS: tl.constexpr, CHUNK: tl.constexpr):
     return g, pid // SPLITS, tl.num_programs(0) // SPLITS, cols, cols < N
 
 
-@triton.jit
-def split_arrive(CNT, valid):
-    """Publish the partials this program stored for a row block (XCH[row, g]) by one arrival at the block's counter
-    CNT (zero at launch). valid: the block exists (the pipeline's look-ahead block may lie past the last row)."""
-    tl.debug_barrier()  # every thread's partials are issued before the release below publishes them
-    if valid:
-        tl.atomic_add(CNT, 1, sem="release", scope="gpu")
+# The split kernels exchange row partials as 8-byte words: the fp32 bits in the low half, a flag (1) in the high half,
+# in a buffer zeroed before the launch (NCCL's LL protocol, as the fused all-reduce). An aligned 8-byte store lands
+# whole, so a reader that sees the flag sees the value: no fence, no counter. The release-fenced counter used before
+# made every thread wait for its own look-ahead loads (a gpu-scope release waits for every earlier access of the
+# thread), draining the load pipeline once per step (NOTES.md v8, v9).
+SPLIT_FLAG = tl.constexpr(1 << 32)
 
 
 @triton.jit
-def split_wait(CNT, SPLITS: tl.constexpr):
-    """Wait until the SPLITS programs that share a row block arrived at its counter; read the partials with
-    `split_gather` after. The programs of a launch are resident together (grid <= one CTA per SM, cooperative launch
-    on CUDA), so the spin ends; with SPLITS == 1 (the interpreter) the program's own arrival releases it."""
-    seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
-    while seen < SPLITS:
-        seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
+def split_publish(XCH, rows, row_ok, g, value, XW: tl.constexpr):
+    """Publish this program's partial of each row: XCH[row * XW + g] = the flagged word of `value` (fp32 [BLOCK_M])."""
+    bits = value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    tl.store(XCH + rows * XW + g, bits | SPLIT_FLAG, mask=row_ok)
 
 
 @triton.jit
-def split_gather(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr):
-    """The rows' partials XCH[row, 0:SPLITS] (row stride XW, SPLITS rounded up to a power of two) as a
-    [BLOCK_M, XW] tile, zero-padded, for a reduction in a fixed order (same bits every run). .cg reads them from L2,
-    where the peers' stores landed, never from a stale L1 line."""
+def split_reduce(XCH, start, M, SPLITS: tl.constexpr, XW: tl.constexpr, BLOCK_M: tl.constexpr, MAX: tl.constexpr):
+    """Sum (MAX: max) of the partials XCH[row, 0:SPLITS] of rows start.. start + BLOCK_M - 1 (row stride XW, SPLITS
+    rounded up to a power of two), fp32 [BLOCK_M], reduced in a fixed order: same bits every run and in every program
+    of a row. Reads the words (volatile: from L2, never a stale L1 line) until every flag is set. The programs of a
+    launch are resident together (grid <= one CTA per SM, cooperative launch on CUDA), so the wait ends; with
+    SPLITS == 1 (the interpreter) the program reads its own word, stored before.
+    The [BLOCK_M, XW] tile is smaller than the CTA, so threads hold copies of a word, and the loop's test (a
+    reduction) sees one copy of each: it can pass while another thread's copy is stale (the race of NOTES.md v8).
+    So each thread then re-reads the words its own copy saw unflagged. That read comes after a read that saw the
+    flag (the test depends on it), and L2 is coherent, so it sees the word; predicated off, it costs nothing when no
+    copy is stale (NOTES.md v9: as fast as the racy form; test_split_exchange_repeats_bit_for_bit)."""
     gs = tl.arange(0, XW)
-    return tl.load(XCH + rows[:, None] * XW + gs[None, :], mask=row_ok[:, None] & (gs < SPLITS)[None, :], other=0.0,
-                   cache_modifier=".cg")
+    rows = start + tl.arange(0, BLOCK_M)
+    ok = (rows < M)[:, None] & (gs < SPLITS)[None, :]
+    ptr = XCH + rows[:, None] * XW + gs[None, :]
+    word = tl.load(ptr, mask=ok, other=SPLIT_FLAG, volatile=True)
+    while tl.min(tl.min((word >> 32).to(tl.int32), axis=1), axis=0) == 0:
+        word = tl.load(ptr, mask=ok, other=SPLIT_FLAG, volatile=True)
+    word = tl.load(ptr, mask=(word >> 32) == 0, other=word, volatile=True)
+    v = word.to(tl.int32).to(tl.float32, bitcast=True)
+    if MAX:
+        return tl.max(v, axis=1)
+    return tl.sum(v, axis=1)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -416,8 +427,8 @@ def _fwd_looped_kernel(
 
 
 @triton.jit
-def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT, start, M, g,
-                       XW: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
+def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
+                       XW: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
                        HAS_STATS: tl.constexpr, NEED_AMAX: tl.constexpr):
     """First half of a row block in the split kernel: h (x, or x + residual rounded and stored as residual_out), its
     chunk's partials stored and published. Returns h in its storage dtype (fewer registers while it waits)."""
@@ -427,13 +438,11 @@ def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_
         hn = add_residual(h, R, stride_r, RO, stride_ro, rows.to(tl.int64)[:, None], cols, mask)
         h = hn.to(tl.float32)
     if not HAS_STATS:
-        tl.store(XSS + rows * XW + g, tl.sum(h * h, axis=1), mask=row_ok)
+        split_publish(XSS, rows, row_ok, g, tl.sum(h * h, axis=1), XW)
     if NEED_AMAX:  # no bias (launcher rule): max|h*rs*w| = rs * max|h*w|
         if HAS_W:
             h = h * w[None, :]
-        tl.store(XMX + rows * XW + g, tl.max(tl.where(mask, tl.abs(h), 0.0), axis=1), mask=row_ok)
-    if (not HAS_STATS) or NEED_AMAX:
-        split_arrive(CNT + start // BLOCK_M, start < M)
+        split_publish(XMX, rows, row_ok, g, tl.max(tl.where(mask, tl.abs(h), 0.0), axis=1), XW)
     return hn
 
 
@@ -442,7 +451,7 @@ def _fwd_split_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
     M, N, inv_n, eps, w_off, scale_ub, fp8_max,
-    XSS, XMX, CNT,
+    XSS, XMX,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
@@ -457,7 +466,6 @@ def _fwd_split_kernel(
     g, lane, lanes, cols, col_ok = split_program(N, SPLITS, CHUNK)
     ar = tl.arange(0, BLOCK_M)
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
-    EXCHANGE: tl.constexpr = (not HAS_STATS) or NEED_AMAX
     w = tl.zeros([CHUNK], dtype=tl.float32)
     if HAS_W:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
@@ -468,33 +476,31 @@ def _fwd_split_kernel(
     rows = first_row + ar
     mask = (rows < M)[:, None] & col_ok[None, :]
     x_a = load_rows(X, stride_x, rows, M, cols, col_ok)
-    h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
-                             first_row, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
+    h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
+                             XW, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
     x_b = load_rows(X, stride_x, first_row + step + ar, M, cols, col_ok)
     for start in range(first_row, M, step):
         x_c = load_rows(X, stride_x, start + 2 * step + ar, M, cols, col_ok)
         rows_b = start + step + ar
         mask_b = (rows_b < M)[:, None] & col_ok[None, :]
-        h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, CNT,
-                                 start + step, M, g, XW, BLOCK_M, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
+        h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
+                                 XW, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
         # finish block k
         rows = start + ar
         row_ok = rows < M
         mask = row_ok[:, None] & col_ok[None, :]
         r64 = rows.to(tl.int64)[:, None]
-        if EXCHANGE:
-            split_wait(CNT + start // BLOCK_M, SPLITS)
         if HAS_STATS:
             ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
         else:
-            ss = tl.sum(split_gather(XSS, rows, row_ok, SPLITS, XW), axis=1)
+            ss = split_reduce(XSS, start, M, SPLITS, XW, BLOCK_M, False)
         rs = tl.rsqrt(ss * inv_n + eps)
         first = row_ok & (g == 0)  # per-row outputs: written by the row's first chunk
         if STORE_RSIG:
             tl.store(RSIG + rows, rs, mask=first)
         amax = 0.0
         if NEED_AMAX:
-            amax = tl.max(split_gather(XMX, rows, row_ok, SPLITS, XW), axis=1) * rs
+            amax = split_reduce(XMX, start, M, SPLITS, XW, BLOCK_M, True) * rs
         if OUT_MODE == 1:
             # FP8 row scales: rs / scale as one factor per row, and for one row a plain scalar. Scaling the finished
             # row by 1/scale (scale built from both gathered partials, rs and the row max) made Triton convert it
@@ -688,11 +694,10 @@ def rmsnorm_fwd(
         elif cfg.kernel == "split":
             splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,
                                             exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
-            xss = torch.empty(m * xw, dtype=torch.float32, device=x.device)
-            xmx = torch.empty(m * xw, dtype=torch.float32, device=x.device) if out_mode in (OUT_FP8_ROW, OUT_AMAX) else xss
-            cnt = torch.zeros(triton.cdiv(m, cfg.block_m), dtype=torch.int32, device=x.device)
+            # the exchange words (split_publish) start unflagged: zeroed per call, one memset for both
+            xch = torch.zeros((2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device)
             _fwd_split_kernel[(splits * lanes,)](
-                *args, xss, xmx, cnt, SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
+                *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
                 num_warps=cfg.num_warps, **split_launch_options(x.device, splits), **flags,
             )
         else:
