@@ -45,6 +45,8 @@ class Report:
     spill_bytes: int
     atomics: int
     wide_loads: int  # 16-byte global loads (ld.global...v4): the JIT's vectorized loads, given the divisibility hints
+    fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
+    volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
 
 
 def ptxas() -> str:
@@ -81,7 +83,9 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
     lines = ptx.splitlines()
     return Report(name, len(lines), sum("st.shared" in ln for ln in lines), int(regs[0]) if regs else -1,
                   int(spill[0]) if spill else 0, sum("atom." in ln for ln in lines),
-                  sum("ld.global" in ln and ".v4." in ln for ln in lines))
+                  sum("ld.global" in ln and ".v4." in ln for ln in lines),
+                  sum(ln.lstrip().startswith(("fence.", "membar.")) or " fence." in ln or " membar." in ln for ln in lines),
+                  sum("ld.volatile" in ln for ln in lines))
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool) -> Report:
@@ -145,9 +149,9 @@ def main() -> int:
         print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
         return 2
     reports = default_reports()
-    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'ld.v4':>5}")
+    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5}")
     for r in reports:
-        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.wide_loads:5d}")
+        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d}")
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
         print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "

@@ -60,6 +60,20 @@ def test_split_kernels_compile_to_16_byte_loads():
     assert all(n >= 3 for n in wide), wide  # the pipeline's blocks: at least three 16-byte loads each kernel
 
 
+def test_split_exchange_has_no_atomics_or_fences():
+    """The split kernels exchange partials as flagged words (rmsnorm_fwd.split_publish / split_reduce): no counter
+    atomic and no fence, whose gpu-scope release waited for the look-ahead loads and drained the pipeline every step
+    (NOTES.md v8); the reads are volatile: a first read, the polling loop and the re-read of stale copies (v9)."""
+    rows = _compiled_json(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
+        "print(json.dumps([[r.atomics, r.fences, r.volatile_loads] for r in (p.fwd_split(16384, 16, 1, f.OUT_CAST, False), "
+        "p.fwd_split(8192, 16, 2, f.OUT_FP8_ROW, True), p.bwd_split(8192, 16, 1))]))"
+    )
+    for atomics, fences, volatile in rows:
+        assert atomics == 0 and fences == 0, rows
+        assert volatile >= 3, rows
+
+
 def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and stage
     0 must hold no atomics (its call counters are plain loads and stores, kernels.py) while the barrier stages do."""
