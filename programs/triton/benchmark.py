@@ -328,9 +328,11 @@ def sweep_long(reps: int) -> None:
         rs_ = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
         looped = FwdConfig("looped", 32, chunk=32768 if n <= 65536 else 8192, programs=2 * sms, head=0 if n <= 65536 else 16384)
         fused_looped = FwdConfig("looped", 32, chunk=8192, programs=2 * sms, head=16384)
-        splits = [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=p)
-                  for ch, nw, bm, p in ((8192, 16, 1, sms), (8192, 16, 2, sms), (16384, 16, 2, sms), (16384, 32, 2, sms),
-                                        (16384, 16, 1, sms), (8192, 8, 1, 2 * sms), (4096, 8, 2, 2 * sms))
+        splits = [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=p, maxnreg=r)
+                  for ch, nw, bm, p, r in ((8192, 16, 1, sms, 0), (8192, 16, 2, sms, 0), (16384, 16, 2, sms, 0),
+                                           (16384, 32, 2, sms, 0), (16384, 16, 1, sms, 0), (4096, 8, 2, 2 * sms, 0),
+                                           (8192, 8, 1, 2 * sms, 128), (4096, 8, 2, 2 * sms, 128),
+                                           (4096, 4, 1, 4 * sms, 128), (8192, 16, 1, 2 * sms, 64))
                   if n // ch <= p]
         cands = [("plain", looped)] + [("plain", c) for c in splits]
         cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in [fused_looped] + splits[:3]]
@@ -344,9 +346,11 @@ def sweep_long(reps: int) -> None:
     for m, n in ((4096, 16384), (2048, 65536), (1024, 262144)):
         sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
         cands = [BwdConfig("cols", 4, block_m=8, programs=max(1, min(-(-m // 8), 2 * sms // -(-n // 2048))), block_n=2048)]
-        cands += [BwdConfig("split", nw, block_m=bm, programs=p, block_n=ch)
-                  for ch, nw, bm, p in ((4096, 16, 1, sms), (4096, 16, 2, sms), (8192, 32, 1, sms), (8192, 16, 1, sms),
-                                        (8192, 16, 2, sms), (4096, 8, 1, 2 * sms), (2048, 8, 2, 2 * sms))
+        cands += [BwdConfig("split", nw, block_m=bm, programs=p, block_n=ch, maxnreg=r)
+                  for ch, nw, bm, p, r in ((4096, 16, 1, sms, 0), (4096, 16, 2, sms, 0), (8192, 16, 1, sms, 0),
+                                           (4096, 8, 1, 2 * sms, 128), (2048, 8, 2, 2 * sms, 128),
+                                           (4096, 16, 1, 2 * sms, 64), (2048, 4, 1, 4 * sms, 128),
+                                           (8192, 16, 1, 2 * sms, 64))
                   if n // ch <= p]
         for cfg in cands:
             config_line(f"LONG bwd {m}x{n}", copy, lambda: rotating(

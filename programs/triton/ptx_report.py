@@ -67,9 +67,10 @@ def _divisibility(fn, signature: dict[str, str]) -> dict:
     return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
 
 
-def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int) -> Report:
+def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0) -> Report:
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=_divisibility(fn, signature))
-    kernel = triton.compile(source, target=TARGET, options={"num_warps": num_warps})
+    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    kernel = triton.compile(source, target=TARGET, options=options)
     ptx = kernel.asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
@@ -88,7 +89,7 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   sum("ld.volatile" in ln for ln in lines))
 
 
-def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool) -> Report:
+def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
     fn = rmsnorm_fwd._fwd_split_kernel
     ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
     ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN")}, XSS="*i64", XMX="*i64")
@@ -97,8 +98,9 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
     sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, HAS_B=False, HAS_RES=False,
                   HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
-    return compile_report(f"fwd split chunk={chunk} warps={num_warps} block_m={block_m} out_mode={out_mode}", fn, sig,
-                          consts, num_warps)
+    cap = f" maxnreg={maxnreg}" if maxnreg else ""
+    return compile_report(f"fwd split chunk={chunk} warps={num_warps}{cap} block_m={block_m} out_mode={out_mode}", fn,
+                          sig, consts, num_warps, maxnreg)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
@@ -131,7 +133,7 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
 def default_reports() -> list[Report]:
     f, b = rmsnorm_fwd, rmsnorm_bwd
     return [
-        fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False),
+        fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),

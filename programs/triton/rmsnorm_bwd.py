@@ -52,6 +52,7 @@ class BwdConfig:
     block_m: int = 1
     programs: int = 0  # rows: persistent programs; cols: row groups; split: programs resident together
     block_n: int = 0  # cols: column tile width; split: columns per program
+    maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
 
 
 def bwd_config(m: int, n: int, device) -> BwdConfig:
@@ -357,7 +358,7 @@ def rmsnorm_bwd(
                 dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
                 m, n, 1.0 / n, float(weight_offset), xdot,
                 SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-                **split_launch_options(h.device, splits), **common,
+                **split_launch_options(h.device, splits, cfg.maxnreg), **common,
             )
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols' or 'split'", cfg.kernel, "config=None")

@@ -46,7 +46,9 @@ from programs.triton.checks import (
 MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
 LOOPED_HEAD = 16384  # leading columns the looped kernel keeps in registers (16 fp32 per thread at 32 warps)
 WIDE_CHUNK_N = 65536  # up to here the looped kernel reads 32768-column chunks (64 KB of bf16 per load step)
-SPLIT_CHUNK, SPLIT_WARPS = 16384, 16  # split kernel: columns per program and its warps (H200 sweep, NOTES.md v6)
+# split kernel default: columns per program, its warps, programs per SM, and the register cap that lets two share an SM
+# (H200, 1024 x 262144: 292.8 us against 355.3 us at one 16-warp program per SM, chunk 16384; NOTES.md v9)
+SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
@@ -69,6 +71,7 @@ class FwdConfig:
     chunk: int = 0
     programs: int = 0
     head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
+    maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
 
 
 def sm_count(device) -> int:
@@ -77,16 +80,21 @@ def sm_count(device) -> int:
     return 4  # the interpreter: a few programs, so persistent loops and partial buffers see several
 
 
+def split_default(device) -> FwdConfig:
+    return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=SPLIT_PER_SM * sm_count(device),
+                     maxnreg=SPLIT_MAXNREG)
+
+
 def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
-        # H200, 1024 x 262144 (NOTES.md v6): 347.8 us against the looped kernel's 388.9 us in the same run. At
-        # N = 65536 the looped kernel stays (89% against the split kernel's best 78%); the fused variants measured
-        # slower split (residual 607 vs 655 us at best but 393 vs 1045 us in other shapes, FP8 rows 598 vs 394 us).
-        return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=sms)
+        # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
+        # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
+        # measured slower split (NOTES.md v6, v8).
+        return split_default(device)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
         if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
@@ -573,10 +581,13 @@ def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device,
     return splits, triton.next_power_of_2(splits), lanes
 
 
-def split_launch_options(device, splits: int) -> dict:
+def split_launch_options(device, splits: int, maxnreg: int = 0) -> dict:
     """Cooperative launch where Triton offers it: the driver then refuses a grid that cannot be resident at once
-    instead of letting the exchange spin forever."""
-    return {"launch_cooperative_grid": True} if device.type == "cuda" and splits > 1 and _COOPERATIVE else {}
+    instead of letting the exchange spin forever. maxnreg: a register cap (compiled code only)."""
+    opts = {"launch_cooperative_grid": True} if device.type == "cuda" and splits > 1 and _COOPERATIVE else {}
+    if maxnreg and device.type == "cuda":
+        opts["maxnreg"] = maxnreg
+    return opts
 
 
 def _out_mode(dtype, scale_mode, scale) -> int:
@@ -698,7 +709,7 @@ def rmsnorm_fwd(
             xch = torch.zeros((2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device)
             _fwd_split_kernel[(splits * lanes,)](
                 *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
-                num_warps=cfg.num_warps, **split_launch_options(x.device, splits), **flags,
+                num_warps=cfg.num_warps, **split_launch_options(x.device, splits, cfg.maxnreg), **flags,
             )
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped' or 'split'", cfg.kernel, "config=None")

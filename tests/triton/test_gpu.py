@@ -5,7 +5,7 @@ import torch
 
 from programs.triton.autograd import RMSNorm
 from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
-from programs.triton.rmsnorm_fwd import SPLIT_CHUNK, SPLIT_WARPS, FwdConfig, rmsnorm_fwd, sm_count
+from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd, split_default
 from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from ranks import run_ranks
 from test_distributed import WORKER
@@ -190,7 +190,7 @@ def test_split_exchange_repeats_bit_for_bit(case):
     m, n = 1000, 65536
     x, w, dy = rand(m, n, seed=50), rand(n, seed=51), rand(m, n, seed=52)
     # the default launch of N > 65536, here at 65536 (fwd_config keeps 65536 on the looped kernel)
-    fcfg = fcfg or FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=sm_count(x.device))
+    fcfg = fcfg or split_default(x.device)
     first = rmsnorm_fwd(x, w, return_rsigma=True, config=fcfg)
     v, _, _ = norm64(x, w)
     assert_close(first.y, v, torch.bfloat16, context=f"split forward {case}")
