@@ -85,7 +85,7 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
     return Report(name, len(lines), sum("st.shared" in ln for ln in lines), int(regs[0]) if regs else -1,
                   int(spill[0]) if spill else 0, sum("atom." in ln for ln in lines),
                   sum("ld.global" in ln and ".v4." in ln for ln in lines),
-                  sum(ln.lstrip().startswith(("fence.", "membar.")) or " fence." in ln or " membar." in ln for ln in lines),
+                  sum("fence." in ln or "membar." in ln for ln in lines),
                   sum("ld.volatile" in ln for ln in lines))
 
 

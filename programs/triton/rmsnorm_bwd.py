@@ -34,10 +34,10 @@ from programs.triton.checks import TritonRuleError, as_rows, check_activation, c
 from programs.triton.rmsnorm_fwd import (
     load_rows,
     sm_count,
-    split_reduce,
     split_launch_options,
     split_program,
     split_publish,
+    split_reduce,
     split_shape,
 )
 
@@ -249,7 +249,7 @@ def _bwd_split_kernel(
         gw = dy
         if HAS_W:
             gw = dy * w[None, :]
-        c = split_reduce(XDOT, start, M, SPLITS, XW, BLOCK_M, False)[:, None] * inv_n
+        c = split_reduce(XDOT, rows, row_ok, SPLITS, XW, False)[:, None] * inv_n
         _store_dx(gw, xhat, c, rs_a[:, None], DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)

@@ -228,9 +228,9 @@ def split_publish(XCH, rows, row_ok, g, value, XW: tl.constexpr):
 
 
 @triton.jit
-def split_reduce(XCH, start, M, SPLITS: tl.constexpr, XW: tl.constexpr, BLOCK_M: tl.constexpr, MAX: tl.constexpr):
-    """Sum (MAX: max) of the partials XCH[row, 0:SPLITS] of rows start.. start + BLOCK_M - 1 (row stride XW, SPLITS
-    rounded up to a power of two), fp32 [BLOCK_M], reduced in a fixed order: same bits every run and in every program
+def split_reduce(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr, MAX: tl.constexpr):
+    """Sum (MAX: max) of the rows' partials XCH[row, 0:SPLITS] (row stride XW, SPLITS rounded up to a power of two),
+    fp32 [BLOCK_M], reduced in a fixed order: same bits every run and in every program
     of a row. Reads the words (volatile: from L2, never a stale L1 line) until every flag is set. The programs of a
     launch are resident together (grid <= one CTA per SM, cooperative launch on CUDA), so the wait ends; with
     SPLITS == 1 (the interpreter) the program reads its own word, stored before.
@@ -240,8 +240,7 @@ def split_reduce(XCH, start, M, SPLITS: tl.constexpr, XW: tl.constexpr, BLOCK_M:
     flag (the test depends on it), and L2 is coherent, so it sees the word; predicated off, it costs nothing when no
     copy is stale (NOTES.md v9: as fast as the racy form; test_split_exchange_repeats_bit_for_bit)."""
     gs = tl.arange(0, XW)
-    rows = start + tl.arange(0, BLOCK_M)
-    ok = (rows < M)[:, None] & (gs < SPLITS)[None, :]
+    ok = row_ok[:, None] & (gs < SPLITS)[None, :]
     ptr = XCH + rows[:, None] * XW + gs[None, :]
     word = tl.load(ptr, mask=ok, other=SPLIT_FLAG, volatile=True)
     while tl.min(tl.min((word >> 32).to(tl.int32), axis=1), axis=0) == 0:
@@ -501,14 +500,14 @@ def _fwd_split_kernel(
         if HAS_STATS:
             ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
         else:
-            ss = split_reduce(XSS, start, M, SPLITS, XW, BLOCK_M, False)
+            ss = split_reduce(XSS, rows, row_ok, SPLITS, XW, False)
         rs = tl.rsqrt(ss * inv_n + eps)
         first = row_ok & (g == 0)  # per-row outputs: written by the row's first chunk
         if STORE_RSIG:
             tl.store(RSIG + rows, rs, mask=first)
         amax = 0.0
         if NEED_AMAX:
-            amax = split_reduce(XMX, start, M, SPLITS, XW, BLOCK_M, True) * rs
+            amax = split_reduce(XMX, rows, row_ok, SPLITS, XW, True) * rs
         if OUT_MODE == 1:
             # FP8 row scales: rs / scale as one factor per row, and for one row a plain scalar. Scaling the finished
             # row by 1/scale (scale built from both gathered partials, rs and the row max) made Triton convert it

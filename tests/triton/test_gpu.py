@@ -173,7 +173,7 @@ def test_split_fp8_row_scales(block_m):
 
 
 SPLIT_REPEATS = {
-    # a tile of 4 rows x 32 words, smaller than the CTA: threads hold copies of each exchange word (split_collect)
+    # a tile of 4 rows x 32 words, smaller than the CTA: threads hold copies of each exchange word (split_reduce)
     "4_rows_32_chunks": (FwdConfig("split", 16, block_m=4, chunk=2048, programs=132),
                          BwdConfig("split", 16, block_m=4, programs=132, block_n=2048)),
     "default": (None, None),
@@ -184,8 +184,8 @@ SPLIT_REPEATS = {
 @pytest.mark.parametrize("case", list(SPLIT_REPEATS), ids=list(SPLIT_REPEATS))
 def test_split_exchange_repeats_bit_for_bit(case):
     """The split kernels' exchange, run 20 times on the same inputs: every run has the bits of the first, and the first
-    agrees with float64. It caught a stale exchange word in a fence-free exchange tried in NOTES.md v8 (not kept)
-    that the single-run tests missed."""
+    agrees with float64. It caught a stale copy of an exchange word in the first fence-free exchange (NOTES.md v8)
+    that the single-run tests missed; split_reduce's re-read of stale copies is what it holds (v9)."""
     fcfg, bcfg = SPLIT_REPEATS[case]
     m, n = 1000, 65536
     x, w, dy = rand(m, n, seed=50), rand(n, seed=51), rand(m, n, seed=52)
