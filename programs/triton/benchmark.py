@@ -4,6 +4,7 @@
     python3 -m programs.triton.benchmark --distributed   # two-phase distributed section on 2 GPUs (NCCL)
     python3 -m programs.triton.benchmark --sweep         # launch-config sweep that fwd_config / bwd_config come from
     python3 -m programs.triton.benchmark --sweep-long    # long-row launch shapes (split / looped / cols) against each other
+    python3 -m programs.triton.benchmark --sweep-rows    # forward rows-kernel launch shapes at mid sizes, beside Liger / QuACK
     python3 -m programs.triton.benchmark --shapes 2048x65536,8192x8192 --peers none   # some shapes, no peers
 
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
@@ -359,6 +360,32 @@ def sweep_long(reps: int) -> None:
         torch.cuda.empty_cache()
 
 
+def sweep_rows(reps: int) -> None:
+    """Forward launch shapes of the register-resident rows kernel at the mid-size shapes, beside the copy of the same
+    bytes and Liger / QuACK when importable, in one run (the GPU kinds differ: NOTES.md v10)."""
+    import triton
+
+    dev = torch.device("cuda:0")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    g = torch.Generator(device=dev).manual_seed(0)
+    peers = load_peers({"liger", "quack"})
+    peer_fwd = {"liger": lambda x, w: peers["liger"].apply(x, w, EPS), "quack": lambda x, w: peers["quack"](x, w, eps=EPS)}
+    peer_fwd = {k: v for k, v in peer_fwd.items() if k in peers}
+    for m, n in ((4096, 4096), (32768, 4096), (8192, 8192), (4096, 16384)):
+        sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
+        bn = triton.next_power_of_2(n)
+        cands = [None] + [FwdConfig("rows", nw, block_m=bm) for bm in (1, 2, 4) for nw in (4, 8, 16, 32)
+                          if 8 <= bm * bn // (nw * 32) <= 32]
+        for cfg in cands:
+            config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(
+                lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls),
+                cfg or f"default {fwd_config(m, n, dev)}", reps)
+        for name, fn in peer_fwd.items():
+            config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(lambda i: (lambda: fn(xs[i], w)), sets, calls), name, reps)
+        del xs
+        torch.cuda.empty_cache()
+
+
 def sweep_split(reps: int) -> None:
     """Split-kernel launch shapes (rows cut over co-resident programs): long rows forward and backward, and the
     decode backward with every row in one step (columns over programs, dweight final without a second kernel), each
@@ -491,6 +518,7 @@ def main() -> None:
     ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
     ap.add_argument("--world", type=int, default=0, help="distributed: GPUs to use (default: every GPU)")
     ap.add_argument("--sweep-split", action="store_true", help="split-kernel launch shapes: long rows, and the decode backward in one step")
+    ap.add_argument("--sweep-rows", action="store_true", help="forward rows-kernel launch shapes at the mid-size shapes, beside Liger and QuACK")
     ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES)")
@@ -506,7 +534,9 @@ def main() -> None:
         sweep_long(a.reps)
     if a.sweep_split:
         sweep_split(a.reps)
-    if a.single or not (a.sweep or a.sweep_long or a.sweep_split or a.distributed):
+    if a.sweep_rows:
+        sweep_rows(a.reps)
+    if a.single or not (a.sweep or a.sweep_long or a.sweep_split or a.sweep_rows or a.distributed):
         bench_single(a.reps, shapes, wanted)
     if a.distributed:
         bench_distributed(a.reps, a.world)

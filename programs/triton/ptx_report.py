@@ -112,6 +112,16 @@ def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
+def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
+    """The decode backward as launched for M rows of 8192 (dx programs and dweight column programs in one kernel)."""
+    fn = rmsnorm_bwd._bwd_decode_kernel
+    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES", "DW", "DB")}
+    ptrs["RSIG"] = "*fp32"
+    sig = _signature(fn, ptrs, ("inv_n", "w_off"))
+    consts = dict(BLOCK_M=m, BLOCK_N=8192, COLS=cols, HAS_W=True, NEED_DB=True, HAS_DRES=True)
+    return compile_report(f"bwd decode M={m} cols={cols} warps={num_warps}", fn, sig, consts, num_warps)
+
+
 def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
     """A fused all-reduce kernel as the GPU runs it (SYNC: barriers, flag polling), rank 0 of `world`, H=8192."""
     fn = {0: ar_kernels.push_one_stage_kernel, 1: ar_kernels.one_stage_kernel, 2: ar_kernels.two_stage_kernel}[stage]
@@ -137,6 +147,7 @@ def default_reports() -> list[Report]:
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
+        bwd_decode(32, 128, 4),
         allreduce(0, 2, 1, 16, True),
         allreduce(1, 2, 1, 8, True),
         allreduce(2, 4, 2, 16, True),

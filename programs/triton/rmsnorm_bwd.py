@@ -10,8 +10,10 @@ h is the normalized input (x, or residual_out when the residual add was fused).
 
 dweight/dbias: each program accumulates its rows in fp32 and writes one row of a [programs, N] fp32 buffer; a second
 kernel sums that buffer column by column in a fixed order. No atomics: the same inputs give the same bits every run.
-With one program (M <= BLOCK_M of the rows kernel, e.g. a decode step) its row is the sum: it is stored in the output
-dtype and the second kernel is not launched (two launches took 4.5 us at 1 x 8192, NOTES.md v6).
+With one program (M <= BLOCK_M of the rows kernel) its row is the sum: it is stored in the output dtype and the second
+kernel is not launched (two launches took 4.5 us at 1 x 8192, NOTES.md v6). Decode-sized inputs (M <= DECODE_M) take
+`_bwd_decode_kernel` by default: one launch whose first M programs write dx row by row while the others sum dweight /
+dbias over all rows for their columns, final in one fixed order (NOTES.md v10).
 
 Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
 tile's loads issued before the current tile is reduced.
@@ -42,22 +44,30 @@ from programs.triton.rmsnorm_fwd import (
 )
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
+DECODE_M = 32  # the decode kernel's column programs hold all rows of their columns
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 16  # longer rows: columns per program of the split kernel (H200 sweep, NOTES.md v6)
 
 
 @dataclass(frozen=True)
 class BwdConfig:
-    kernel: str  # "rows" | "cols" | "split"
+    kernel: str  # "rows" | "cols" | "split" | "decode"
     num_warps: int
     block_m: int = 1
     programs: int = 0  # rows: persistent programs; cols: row groups; split: programs resident together
-    block_n: int = 0  # cols: column tile width; split: columns per program
+    block_n: int = 0  # cols: column tile width; split: columns per program; decode: dweight columns per program
     maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
 
 
 def bwd_config(m: int, n: int, device) -> BwdConfig:
     """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`): one CTA per SM."""
     sms = sm_count(device)
+    if m <= DECODE_M and n <= MAX_ROWS_N:
+        # one launch, no partials (NOTES.md v10, H200, against the rows kernel + partial sum in the same run):
+        # 32 x 8192 3.06 us (6.22), 16 x 8192 2.93 (5.91), 8 x 4096 2.28 (4.83), 1 x 8192 2.43 (2.98). One row: the
+        # row program is all the work, so more warps; more rows: 4 warps and 64 column programs measured best.
+        if m == 1:
+            return BwdConfig("decode", 16, block_n=512)
+        return BwdConfig("decode", 4, block_n=max(32, triton.next_power_of_2(n) // 64))
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(8192 // block_n, 8))
@@ -135,6 +145,42 @@ def _bwd_rows_kernel(
         if NEED_DB:
             db += tl.sum(dy, axis=0)
     _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
+
+
+@triton.jit
+def _bwd_decode_kernel(
+    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DW, DB,
+    M, N, inv_n, w_off,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
+):
+    # Few rows (M <= BLOCK_M): programs 0..M-1 each take a whole row's dx; the programs after them each take COLS
+    # columns of dweight / dbias over all rows (dweight = sum_rows dy * h * rs needs no row dot), final in their
+    # dtype. The two halves do not depend on each other, so one launch does it all: no partials, no second kernel.
+    pid = tl.program_id(0)
+    if pid < M:
+        cols = tl.arange(0, BLOCK_N)
+        col_ok = cols < N
+        rows = pid + tl.arange(0, 1)
+        mask = col_ok[None, :]
+        rs = tl.load(RSIG + rows)[:, None]
+        xhat = load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32) * rs
+        g = load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32)
+        if HAS_W:
+            g = g * (tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off)[None, :]
+        c = tl.sum(xhat * g, axis=1)[:, None] * inv_n
+        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, rows.to(tl.int64)[:, None], cols, mask, HAS_DRES)
+    else:  # names of their own: the compiler wants a name's type equal in both branches
+        dcols = (pid - M) * COLS + tl.arange(0, COLS)
+        dcol_ok = dcols < N
+        all_rows = tl.arange(0, BLOCK_M)
+        dy = load_rows(DY, stride_dy, all_rows, M, dcols, dcol_ok).to(tl.float32)
+        if HAS_W:
+            rs_all = tl.load(RSIG + all_rows, mask=all_rows < M, other=0.0)[:, None]
+            xhat_all = load_rows(H, stride_h, all_rows, M, dcols, dcol_ok).to(tl.float32) * rs_all
+            tl.store(DW + dcols, tl.sum(dy * xhat_all, axis=0).to(DW.dtype.element_ty), mask=dcol_ok)
+        if NEED_DB:
+            tl.store(DB + dcols, tl.sum(dy, axis=0).to(DB.dtype.element_ty), mask=dcol_ok)
 
 
 @triton.jit
@@ -318,7 +364,10 @@ def rmsnorm_bwd(
     groups = max(1, cfg.programs or 1)
     if cfg.kernel == "split":
         splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
-    final = groups == 1  # one program: its partial row is the result, stored in the result's dtype (module docstring)
+    if cfg.kernel == "decode" and (m > DECODE_M or n > MAX_ROWS_N):
+        raise TritonRuleError("config.decode", f"the decode kernel holds a whole row per program and all rows per column program: M <= {DECODE_M}, N <= {MAX_ROWS_N}", (m, n), "config=None")
+    # one program, or column programs over all rows (decode): the result is stored in its own dtype (module docstring)
+    final = groups == 1 or cfg.kernel == "decode"
     db_dtype = bias_dtype or h.dtype
 
     def partials(dtype):
@@ -336,6 +385,15 @@ def rmsnorm_bwd(
                 dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
                 m, n, 1.0 / n, float(weight_offset),
                 BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps, **common,
+            )
+        elif cfg.kernel == "decode":
+            _bwd_decode_kernel[(m + triton.cdiv(n, cfg.block_n),)](
+                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
+                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
+                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
+                m, n, 1.0 / n, float(weight_offset),
+                BLOCK_M=triton.next_power_of_2(m), BLOCK_N=triton.next_power_of_2(n), COLS=cfg.block_n,
+                num_warps=cfg.num_warps, **common,
             )
         elif cfg.kernel == "cols":
             c = torch.empty(m, dtype=torch.float32, device=h.device)
@@ -361,7 +419,7 @@ def rmsnorm_bwd(
                 **split_launch_options(h.device, splits, cfg.maxnreg), **common,
             )
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols' or 'split'", cfg.kernel, "config=None")
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols', 'split' or 'decode'", cfg.kernel, "config=None")
     else:
         if dwp is not None:
             dwp.zero_()

@@ -1,10 +1,12 @@
-"""Backward kernels (register-resident rows, the two-kernel and the split long-row paths) against float64 autograd."""
+"""Backward kernels (register-resident rows, the decode kernel, the two-kernel and the split long-row paths) against
+float64 autograd."""
 
 import pytest
 import torch
 
 from programs.triton import rmsnorm_bwd as bwd_module
-from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
+from programs.triton.checks import TritonRuleError
+from programs.triton.rmsnorm_bwd import DECODE_M, BwdConfig, rmsnorm_bwd
 from programs.triton.rmsnorm_fwd import rmsnorm_fwd
 from ref64 import assert_close_cancelling, grads64
 
@@ -39,9 +41,27 @@ def rand(*shape, dtype=torch.float32, seed=0):
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_backward_matches_float64_autograd(kernel, dtype, case):
+    check_backward(KERNELS[kernel], dtype, case, 41, 67)
+
+
+# decode: rows as dx programs, then 32-column dweight programs over all rows (one launch); M up to DECODE_M
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("m", [1, 7, 32], ids=["M1", "M7", "M32"])
+def test_decode_kernel_matches_float64_autograd(m, case, dtype):
+    check_backward(BwdConfig("decode", 4, block_n=32), dtype, case, m, 67)
+
+
+def test_decode_kernel_refuses_more_rows_than_it_holds():
+    x, dy, w = rand(DECODE_M + 1, 64, seed=7), rand(DECODE_M + 1, 64, seed=8), rand(64, seed=9)
+    rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
+    with pytest.raises(TritonRuleError, match="config.decode"):
+        rmsnorm_bwd(dy, x, w, rs, config=BwdConfig("decode", 4, block_n=32))
+
+
+def check_backward(cfg, dtype, case, m, n):
     c = CASES[case]
     dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    m, n = 41, 67
     if c.get("strided"):
         x = rand(m, n + 5, dtype=dt, seed=1)[:, 2 : 2 + n]
     else:
@@ -54,7 +74,7 @@ def test_backward_matches_float64_autograd(kernel, dtype, case):
     off = c.get("weight_offset", 0.0)
     fwd = rmsnorm_fwd(x, w, epsilon=1e-5, weight_offset=off, bias=b, residual=r, return_rsigma=True)
     h = fwd.residual_out if r is not None else x
-    dx, dw, db = rmsnorm_bwd(dy, h, w, fwd.rsigma, weight_offset=off, dresidual=dres, need_bias_grad=b is not None, config=KERNELS[kernel])
+    dx, dw, db = rmsnorm_bwd(dy, h, w, fwd.rsigma, weight_offset=off, dresidual=dres, need_bias_grad=b is not None, config=cfg)
     ref = grads64(x, w, dy, epsilon=1e-5, weight_offset=off, bias=b, residual=r, dresidual=dres)
     assert dx.dtype == dt
     assert_close_cancelling(dx, ref["x"], dt, context="dx")
@@ -76,11 +96,11 @@ def test_dweight_is_bitwise_reproducible(kernel):
         assert torch.equal(dw, runs[0][1]) and torch.equal(db, runs[0][2]) and torch.equal(dx, runs[0][0])
 
 
-@pytest.mark.parametrize("rows, reduces", [(1, False), (8, False), (9, True)], ids=["decode_M1", "M8_one_program", "M9_partial_sum"])
+@pytest.mark.parametrize("rows, reduces", [(1, False), (9, False), (41, True)], ids=["M1_decode_kernel", "M9_decode_kernel", "M41_partial_sum"])
 def test_partial_sum_kernel_only_with_several_programs(rows, reduces, monkeypatch):
-    """Default launch at N = 67 (8 rows per program): up to 8 rows are one program, whose partial row is the result
-    (no second kernel); 9 rows are two programs summed by the partial-sum kernel. All agree with float64, dbias in the
-    asked dtype."""
+    """Default launch at N = 67: up to DECODE_M rows take the decode kernel (dweight columns over all rows, final, no
+    second kernel); more rows are several rows-kernel programs summed by the partial-sum kernel. All agree with
+    float64, dbias in the asked dtype."""
     calls = []
     real = bwd_module._reduce
     monkeypatch.setattr(bwd_module, "_reduce", lambda p, dtype: calls.append(p.shape) or real(p, dtype))
