@@ -91,20 +91,21 @@ def try_time(name, fn_builder) -> float | None:
         return None
 
 
-def load_peers(wanted: set[str]):
+def load_peers(wanted: set[str]) -> dict[str, Callable]:
+    """The importable peer kernels among Liger and QuACK, each as norm(x, w) with eps EPS."""
     peers = {}
     if "liger" not in wanted and "quack" not in wanted:
         return peers
     try:
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-        peers["liger"] = LigerRMSNormFunction
+        peers["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS)
     except Exception as e:
         log(f"liger not importable: {e}")
     try:
         from quack.rmsnorm import rmsnorm as quack_rmsnorm
 
-        peers["quack"] = quack_rmsnorm
+        peers["quack"] = lambda x, w: quack_rmsnorm(x, w, eps=EPS)
     except Exception as e:
         log(f"quack not importable: {type(e).__name__}: {e}")
     return peers
@@ -146,12 +147,8 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> 
             t["eager"] = try_time("eager", lambda: graph_time(rotating(lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS)), sets, calls), reps))
         if "compile" in wanted:
             t["compile"] = try_time("compile", lambda: graph_time(rotating(lambda i: (lambda: compiled_fwd(xs[i], w)), sets, calls), reps))
-        if "liger" in peers:
-            L = peers["liger"]
-            t["liger"] = try_time("liger", lambda: graph_time(rotating(lambda i: (lambda: L.apply(xs[i], w, EPS)), sets, calls), reps))
-        if "quack" in peers:
-            Q = peers["quack"]
-            t["quack"] = try_time("quack", lambda: graph_time(rotating(lambda i: (lambda: Q(xs[i], w, eps=EPS)), sets, calls), reps))
+        for name, norm in peers.items():
+            t[name] = try_time(name, lambda: graph_time(rotating(lambda i: (lambda: norm(xs[i], w)), sets, calls), reps))
         # FP8 row-scaled output (3 bytes/elem moved): reported for the record
         t["ours_fp8"] = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn)), sets, calls), reps)
         fwd_rows.append((m, n, fbytes, t))
@@ -186,12 +183,8 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> 
             tb["eager"] = try_time("eager bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS)), bsets, bcalls), reps))
         if "compile" in wanted:
             tb["compile"] = try_time("compile bwd", lambda: graph_time(rotating(autograd_calls(compiled_fb), bsets, bcalls), reps))
-        if "liger" in peers:
-            L = peers["liger"]
-            tb["liger"] = try_time("liger bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: L.apply(a, b, EPS)), bsets, bcalls), reps))
-        if "quack" in peers:
-            Q = peers["quack"]
-            tb["quack"] = try_time("quack bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: Q(a, b, eps=EPS)), bsets, bcalls), reps))
+        for name, norm in peers.items():
+            tb[name] = try_time(f"{name} bwd", lambda: graph_time(rotating(autograd_calls(norm), bsets, bcalls), reps))
         bwd_rows.append((m, n, bbytes, tb))
         log("  bwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in tb.items() if v))
         del xs, dys, rss
@@ -369,8 +362,6 @@ def sweep_rows(reps: int) -> None:
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     g = torch.Generator(device=dev).manual_seed(0)
     peers = load_peers({"liger", "quack"})
-    peer_fwd = {"liger": lambda x, w: peers["liger"].apply(x, w, EPS), "quack": lambda x, w: peers["quack"](x, w, eps=EPS)}
-    peer_fwd = {k: v for k, v in peer_fwd.items() if k in peers}
     for m, n in ((4096, 4096), (32768, 4096), (8192, 8192), (4096, 16384)):
         sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         bn = triton.next_power_of_2(n)
@@ -380,8 +371,8 @@ def sweep_rows(reps: int) -> None:
             config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(
                 lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls),
                 cfg or f"default {fwd_config(m, n, dev)}", reps)
-        for name, fn in peer_fwd.items():
-            config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(lambda i: (lambda: fn(xs[i], w)), sets, calls), name, reps)
+        for name, norm in peers.items():
+            config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(lambda i: (lambda: norm(xs[i], w)), sets, calls), name, reps)
         del xs
         torch.cuda.empty_cache()
 

@@ -90,6 +90,17 @@ def _store_dx(gw, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask
 
 
 @triton.jit
+def _store_rows_dx(xhat, dy, w, rs, inv_n, DX, stride_dx, DRES, stride_dres, r64, cols, mask,
+                   HAS_W: tl.constexpr, HAS_DRES: tl.constexpr):
+    """dx of whole rows held in registers: g = dy * w~, c = mean(xhat * g) over each row, then _store_dx."""
+    g = dy
+    if HAS_W:
+        g = dy * w[None, :]
+    _store_dx(g, xhat, tl.sum(xhat * g, axis=1)[:, None] * inv_n, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask,
+              HAS_DRES)
+
+
+@triton.jit
 def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr, NEED_DB: tl.constexpr):
     """This program's dweight / dbias partials as row `row` of the [programs, N] buffers the column sum reduces, or,
     with one program, as the final vectors in their own dtype."""
@@ -112,6 +123,7 @@ def _bwd_rows_kernel(
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
+    w = tl.zeros([BLOCK_N], dtype=tl.float32)
     if HAS_W:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -134,12 +146,7 @@ def _bwd_rows_kernel(
         dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
         rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
         xhat = h * rs
-        if HAS_W:
-            g = dy * w[None, :]
-        else:
-            g = dy
-        c = tl.sum(xhat * g, axis=1)[:, None] * inv_n
-        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_DRES)
+        _store_rows_dx(xhat, dy, w, rs, inv_n, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_W, HAS_DRES)
         if HAS_W:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
@@ -164,12 +171,12 @@ def _bwd_decode_kernel(
         rows = pid + tl.arange(0, 1)
         mask = col_ok[None, :]
         rs = tl.load(RSIG + rows)[:, None]
-        xhat = load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32) * rs
-        g = load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32)
+        w = tl.zeros([BLOCK_N], dtype=tl.float32)
         if HAS_W:
-            g = g * (tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off)[None, :]
-        c = tl.sum(xhat * g, axis=1)[:, None] * inv_n
-        _store_dx(g, xhat, c, rs, DX, stride_dx, DRES, stride_dres, rows.to(tl.int64)[:, None], cols, mask, HAS_DRES)
+            w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        _store_rows_dx(load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32) * rs,
+                       load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32), w, rs, inv_n,
+                       DX, stride_dx, DRES, stride_dres, rows.to(tl.int64)[:, None], cols, mask, HAS_W, HAS_DRES)
     else:  # names of their own: the compiler wants a name's type equal in both branches
         dcols = (pid - M) * COLS + tl.arange(0, COLS)
         dcol_ok = dcols < N
