@@ -89,6 +89,18 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   sum("ld.volatile" in ln for ln in lines))
 
 
+def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0) -> Report:
+    """The register-resident forward as the plain call launches it (bf16 in and out, a weight)."""
+    fn = rmsnorm_fwd._fwd_rows_kernel
+    ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
+    ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN")})
+    sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False,
+                  STORE_RSIG=False, OUT_MODE=rmsnorm_fwd.OUT_CAST, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+    cap = f" maxnreg={maxnreg}" if maxnreg else ""
+    return compile_report(f"fwd rows N={block_n} warps={num_warps}{cap} block_m={block_m}", fn, sig, consts, num_warps, maxnreg)
+
+
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
     fn = rmsnorm_fwd._fwd_split_kernel
     ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
@@ -143,6 +155,7 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
 def default_reports() -> list[Report]:
     f, b = rmsnorm_fwd, rmsnorm_bwd
     return [
+        fwd_rows(16384, 32, 1, 32),
         fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),

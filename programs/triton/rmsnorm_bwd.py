@@ -34,9 +34,9 @@ import triton.language as tl
 
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
+    launch_options,
     load_rows,
     sm_count,
-    split_launch_options,
     split_program,
     split_publish,
     split_reduce,
@@ -423,7 +423,7 @@ def rmsnorm_bwd(
                 dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
                 m, n, 1.0 / n, float(weight_offset), xdot,
                 SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-                **split_launch_options(h.device, splits, cfg.maxnreg), **common,
+                **launch_options(h.device, splits, cfg.maxnreg), **common,
             )
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols', 'split' or 'decode'", cfg.kernel, "config=None")

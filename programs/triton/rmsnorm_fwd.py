@@ -71,7 +71,7 @@ class FwdConfig:
     chunk: int = 0
     programs: int = 0
     head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
-    maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
+    maxnreg: int = 0  # registers per thread capped (0: the compiler's choice), e.g. 128 for two split programs per SM
 
 
 def sm_count(device) -> int:
@@ -85,10 +85,10 @@ def split_default(device) -> FwdConfig:
                      maxnreg=SPLIT_MAXNREG)
 
 
-def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True) -> FwdConfig:
+def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
-    with a row max: FP8 row or dynamic tensor scales)."""
+    with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
@@ -101,7 +101,12 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
         block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
         num_warps = min(32, max(4, block_m * block_n // 512))
-        return FwdConfig("rows", num_warps, block_m=block_m)
+        # Two 32-warp programs share an SM only at <= 32 registers a thread. Triton 3.6 allocates 32 here, Triton
+        # 3.8 38-40, and one program per SM ran 4096 x 16384 in 88.7 us against 67.5 (H200, NOTES.md v11). The cap
+        # spills nothing in the plain kernel (ptxas, both versions); a bias or the fused variants would spill under
+        # it, so they keep the compiler's choice.
+        capped = num_warps == 32 and block_m * block_n <= 16 * 32 * 32 and not (fused or bias)
+        return FwdConfig("rows", num_warps, block_m=block_m, maxnreg=32 if capped else 0)
     if n <= WIDE_CHUNK_N and not fused:
         # 4 loads of 16 bytes per thread in flight per step instead of 1 (chunk 8192 at 32 warps): the stats pass was
         # latency-bound (H200, 2048 x 65536: 159 -> 145 us, 80% -> 88% of copy). Not for the fused variants: measured
@@ -580,9 +585,9 @@ def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device,
     return splits, triton.next_power_of_2(splits), lanes
 
 
-def split_launch_options(device, splits: int, maxnreg: int = 0) -> dict:
-    """Cooperative launch where Triton offers it: the driver then refuses a grid that cannot be resident at once
-    instead of letting the exchange spin forever. maxnreg: a register cap (compiled code only)."""
+def launch_options(device, splits: int = 1, maxnreg: int = 0) -> dict:
+    """Cooperative launch of a split grid where Triton offers it: the driver then refuses a grid that cannot be
+    resident at once instead of letting the exchange spin forever. maxnreg: a register cap (compiled code only)."""
     opts = {"launch_cooperative_grid": True} if device.type == "cuda" and splits > 1 and _COOPERATIVE else {}
     if maxnreg and device.type == "cuda":
         opts["maxnreg"] = maxnreg
@@ -666,7 +671,7 @@ def rmsnorm_fwd(
 
     row_max_with_bias = bias is not None and (mode == OUT_FP8_ROW or dynamic_tensor_scale)
     cfg = config or fwd_config(m, n, x.device, fused=mode != OUT_CAST or residual is not None or stats is not None,
-                               split_ok=not row_max_with_bias)
+                               split_ok=not row_max_with_bias, bias=bias is not None)
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
@@ -695,7 +700,8 @@ def rmsnorm_fwd(
         )
         if cfg.kernel == "rows":
             grid = (triton.cdiv(m, cfg.block_m),)
-            _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps, **flags)
+            _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps,
+                                   **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
         elif cfg.kernel == "looped":
             grid = (min(m, cfg.programs or sm_count(x.device)),)
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
@@ -708,7 +714,7 @@ def rmsnorm_fwd(
             xch = torch.zeros((2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device)
             _fwd_split_kernel[(splits * lanes,)](
                 *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
-                num_warps=cfg.num_warps, **split_launch_options(x.device, splits, cfg.maxnreg), **flags,
+                num_warps=cfg.num_warps, **launch_options(x.device, splits, cfg.maxnreg), **flags,
             )
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped' or 'split'", cfg.kernel, "config=None")

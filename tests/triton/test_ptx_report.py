@@ -50,6 +50,18 @@ def test_report_check_passes_for_the_default_shapes():
     assert "bwd split chunk=8192" in out.stdout
 
 
+def test_capped_rows_forward_fits_two_programs_per_sm_without_spilling():
+    """fwd_config caps the 32-warp rows forward at 32 registers (two programs per SM): Triton 3.8 otherwise took 38
+    and ran at one program per SM (NOTES.md v11). The cap must cost no spill in the kernel it is set for."""
+    cfg, regs, spill = _compiled_json(
+        "import json, torch; from programs.triton import ptx_report as p, rmsnorm_fwd as f; f.sm_count = lambda d: 132; "
+        "c = f.fwd_config(4096, 16384, torch.device('cuda')); r = p.fwd_rows(16384, c.num_warps, c.block_m, c.maxnreg); "
+        "print(json.dumps([[c.num_warps, c.maxnreg], r.registers, r.spill_bytes]))"
+    )
+    assert cfg == [32, 32]
+    assert 0 < regs <= 32 and spill == 0, (regs, spill)
+
+
 def test_split_kernels_compile_to_16_byte_loads():
     """Compiled with the JIT's divisibility hints (ptx_report._divisibility), the split kernels load x (and dy) 16
     bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers (NOTES.md v8)."""

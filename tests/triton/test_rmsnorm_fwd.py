@@ -215,6 +215,12 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
+    # two 32-warp rows programs per SM need <= 32 registers: capped for the plain kernel only (a bias or a fused
+    # variant would spill under the cap, ptx_report), and not at 16 warps, where three programs fit uncapped
+    assert fwd_mod.fwd_config(4096, 16384, gpu).maxnreg == 32
+    assert fwd_mod.fwd_config(4096, 16384, gpu, bias=True).maxnreg == 0
+    assert fwd_mod.fwd_config(4096, 16384, gpu, fused=True).maxnreg == 0
+    assert fwd_mod.fwd_config(8192, 8192, gpu).maxnreg == 0
     assert rmsnorm_bwd.bwd_config(4096, 16384, gpu).kernel == "split"
     assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).kernel == "rows"
     assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).kernel == "cols"
