@@ -46,6 +46,9 @@ from programs.triton.checks import (
 MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
 LOOPED_HEAD = 16384  # leading columns the looped kernel keeps in registers (16 fp32 per thread at 32 warps)
 WIDE_CHUNK_N = 65536  # up to here the looped kernel reads 32768-column chunks (64 KB of bf16 per load step)
+# The looped kernel's 32 warps may use the whole register file (64 a thread); said explicitly, because under Triton 3.8
+# ptxas otherwise stopped at 56 and 2048 x 65536 ran 173 us against 145 (H200, NOTES.md v11). Triton 3.6: no change.
+LOOPED_MAXNREG = 64
 # split kernel default: columns per program, its warps, programs per SM, and the register cap that lets two share an SM
 # (H200, 1024 x 262144: 292.8 us against 355.3 us at one 16-warp program per SM, chunk 16384; NOTES.md v9)
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
@@ -112,8 +115,8 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # latency-bound (H200, 2048 x 65536: 159 -> 145 us, 80% -> 88% of copy). Not for the fused variants: measured
         # in the same run, FP8 row output 192 -> 295 us (its row-max accumulator beside a 32768 chunk spills, ptxas:
         # 260 bytes) and a residual add 306 -> 332 us; distributed stats were not measured.
-        return FwdConfig("looped", 32, chunk=32768, programs=min(m, 2 * sms))
-    return FwdConfig("looped", 32, chunk=8192, programs=min(m, 2 * sms), head=LOOPED_HEAD)
+        return FwdConfig("looped", 32, chunk=32768, programs=min(m, 2 * sms), maxnreg=LOOPED_MAXNREG)
+    return FwdConfig("looped", 32, chunk=8192, programs=min(m, 2 * sms), head=LOOPED_HEAD, maxnreg=LOOPED_MAXNREG)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -706,7 +709,8 @@ def rmsnorm_fwd(
             grid = (min(m, cfg.programs or sm_count(x.device)),)
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
                 raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
-            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, num_warps=cfg.num_warps, **flags)
+            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, num_warps=cfg.num_warps,
+                                     **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
         elif cfg.kernel == "split":
             splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,
                                             exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
