@@ -239,8 +239,13 @@ def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
     return sets, calls, xs, dys, w, rss, copy
 
 
-def sweep(reps: int) -> None:
-    """Forward configs for decode and long rows, backward configs for the register-resident kernel."""
+SWEEP_FWD = [(1, 4096), (32, 4096), (1, 8192), (32, 8192), (128, 8192), (2048, 65536), (1024, 262144)]
+SWEEP_BWD = [(32, 8192), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384)]
+
+
+def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
+    """Forward configs for decode and long rows, backward configs for the register-resident kernel; `shapes` picks
+    some of SWEEP_FWD / SWEEP_BWD (default: all)."""
     import triton
 
     dev = torch.device("cuda:0")
@@ -251,7 +256,7 @@ def sweep(reps: int) -> None:
     def report(kind, m, n, base, default_cfg, t_default, res):
         res.sort(key=lambda r: r[0])
         print(f"SWEEP {kind} {m}x{n}: copy-equiv {base * 1e6:.2f}us; default {default_cfg} {t_default * 1e6:.2f}us ({100 * base / t_default:.0f}%)")
-        for tt, cfg in res[:4]:
+        for tt, cfg in res[:6]:
             print(f"   {tt * 1e6:8.2f}us {100 * base / tt:5.1f}%  {cfg}")
         sys.stdout.flush()
 
@@ -264,11 +269,13 @@ def sweep(reps: int) -> None:
                 log(f"  {cfg}: failed {type(e).__name__}: {str(e)[:200]}")
         return res
 
-    for m, n in [(1, 8192), (32, 8192), (2048, 65536), (1024, 262144)]:
+    for m, n in [s_ for s_ in SWEEP_FWD if shapes is None or s_ in shapes]:
         sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         cands = []
         if n <= 8192:
-            cands = [FwdConfig("rows", nw, block_m=1) for nw in (16, 32)]
+            # whole rows per program, or `chunk` columns of a row per program (each summing the whole row)
+            cands = [FwdConfig("rows", nw, block_m=1, chunk=ch) for nw in (4, 8, 16, 32) for ch in (0, n // 2, n // 4, n // 8)
+                     if 4 <= (ch or n) // (nw * 32) <= 32]
         else:
             for ch, nw in ((8192, 32), (8192, 16), (4096, 16)):
                 for head in (0, 16384, 32768):
@@ -281,7 +288,7 @@ def sweep(reps: int) -> None:
         del xs
         torch.cuda.empty_cache()
 
-    for m, n in [(32, 8192), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384)]:
+    for m, n in [s_ for s_ in SWEEP_BWD if shapes is None or s_ in shapes]:
         sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
         bn = triton.next_power_of_2(n)
         cands = []
@@ -512,7 +519,7 @@ def main() -> None:
     ap.add_argument("--sweep-rows", action="store_true", help="forward rows-kernel launch shapes at the mid-size shapes, beside Liger and QuACK")
     ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES)")
+    ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES) or the --sweep")
     ap.add_argument("--peers", default="eager,compile,liger,quack", help="comma-separated peers to time, or 'none'")
     a = ap.parse_args()
     shapes = SHAPES if a.shapes is None else [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
@@ -520,7 +527,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("the benchmark needs a CUDA GPU")
     if a.sweep:
-        sweep(a.reps)
+        sweep(a.reps, None if a.shapes is None else shapes)
     if a.sweep_long:
         sweep_long(a.reps)
     if a.sweep_split:

@@ -95,7 +95,7 @@ def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0) -> Re
     ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
     ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN")})
     sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
-    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False,
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False,
                   STORE_RSIG=False, OUT_MODE=rmsnorm_fwd.OUT_CAST, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
     cap = f" maxnreg={maxnreg}" if maxnreg else ""
     return compile_report(f"fwd rows N={block_n} warps={num_warps}{cap} block_m={block_m}", fn, sig, consts, num_warps, maxnreg)

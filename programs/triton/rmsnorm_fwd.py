@@ -49,6 +49,9 @@ WIDE_CHUNK_N = 65536  # up to here the looped kernel reads 32768-column chunks (
 # The looped kernel's 32 warps may use the whole register file (64 a thread); said explicitly, because under Triton 3.8
 # ptxas otherwise stopped at 56 and 2048 x 65536 ran 173 us against 145 (H200, NOTES.md v11). Triton 3.6: no change.
 LOOPED_MAXNREG = 64
+# Decode rows (M <= DECODE_SLICED_M, N <= 8192) are cut into DECODE_SLICE-column programs; every program re-reads
+# its whole row from L2 for the sum, which more rows or longer rows would make the bottleneck (not measured past them).
+DECODE_SLICED_M, DECODE_SLICE = 128, 2048
 # split kernel default: columns per program, its warps, programs per SM, and the register cap that lets two share an SM
 # (H200, 1024 x 262144: 292.8 us against 355.3 us at one 16-warp program per SM, chunk 16384; NOTES.md v9)
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
@@ -65,7 +68,8 @@ class RMSNormOutput(NamedTuple):
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Launch shape. kernel "rows": block_m rows per program; "looped": `programs` persistent programs, chunk-wide;
+    """Launch shape. kernel "rows": block_m rows per program (chunk > 0: `chunk` columns of them per program, each
+    program summing the whole rows itself); "looped": `programs` persistent programs, chunk-wide;
     "split": rows cut into chunk-wide pieces, one per program, at most `programs` programs resident together."""
 
     kernel: str
@@ -100,6 +104,10 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         return split_default(device)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
+        if m <= DECODE_SLICED_M and DECODE_SLICE < n <= 8192 and not fused:
+            # decode: rows cut into 2048-column programs of 8 warps, each summing its whole row (H100 sweep, NOTES.md
+            # v11: 1 x 8192 2.02 us against 2.34 whole rows, 32 x 8192 2.38 against 2.62, 128 x 8192 3.33 against 3.48)
+            return FwdConfig("rows", 8, block_m=1, chunk=DECODE_SLICE)
         if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
             return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
         block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
@@ -269,14 +277,17 @@ def _fwd_rows_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
     M, N, inv_n, eps, w_off, scale_ub, fp8_max,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICES: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
+    # SLICES > 1 (decode): SLICES programs per row block, each writing BLOCK_N columns of it. Each sums the whole row
+    # itself (the other slices' bytes come again from L2), so no program waits on another and a row's latency is that
+    # of a smaller CTA (H100, 1 x 8192: NOTES.md v11). Not with a residual or a row max (rmsnorm_fwd refuses them).
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
+    rows = (pid // SLICES) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (pid % SLICES) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
@@ -293,11 +304,15 @@ def _fwd_rows_kernel(
 
     if HAS_STATS:
         ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
+    elif SLICES > 1:
+        full = tl.arange(0, BLOCK_N * SLICES)
+        hf = tl.load(X + r64 * stride_x + full[None, :], mask=row_ok[:, None] & (full < N)[None, :], other=0.0)
+        ss = tl.sum(hf.to(tl.float32) * hf.to(tl.float32), axis=1)
     else:
         ss = tl.sum(h * h, axis=1)
     rs = tl.rsqrt(ss * inv_n + eps)
     if STORE_RSIG:
-        tl.store(RSIG + rows, rs, mask=row_ok)
+        tl.store(RSIG + rows, rs, mask=row_ok & (pid % SLICES == 0))
 
     v = h * rs[:, None]
     if HAS_W:
@@ -702,8 +717,16 @@ def rmsnorm_fwd(
             Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub,
         )
         if cfg.kernel == "rows":
-            grid = (triton.cdiv(m, cfg.block_m),)
-            _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps,
+            block_n = triton.next_power_of_2(n)
+            if cfg.chunk and cfg.chunk < block_n:
+                if cfg.chunk & (cfg.chunk - 1):
+                    raise TritonRuleError("config.chunk", "config.chunk of a rows launch (columns per program) must be a power of two", cfg.chunk, "chunk=0 (whole rows)")
+                if r_t is not None or out_mode in (OUT_FP8_ROW, OUT_AMAX):
+                    raise TritonRuleError("config.rows_slices", "a rows launch cut into column slices cannot add a residual or take a row max (FP8 row or dynamic tensor scales): each slice would need the whole row's", cfg.chunk, "chunk=0 (whole rows)")
+                block_n = cfg.chunk
+            slices = triton.next_power_of_2(n) // block_n
+            grid = (triton.cdiv(m, cfg.block_m) * slices,)
+            _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=block_n, SLICES=slices, num_warps=cfg.num_warps,
                                    **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
         elif cfg.kernel == "looped":
             grid = (min(m, cfg.programs or sm_count(x.device)),)

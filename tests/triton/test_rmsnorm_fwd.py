@@ -22,7 +22,14 @@ KERNELS = {
     "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32),
     "split": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8),
     "split_1row": FwdConfig("split", 4, block_m=1, chunk=SPLIT_CHUNK, programs=8),  # per-row factors as scalars
+    # the decode cut: 32 columns per program, each summing the whole row (N=100: 4 programs a row, the last partial)
+    "rows_sliced": FwdConfig("rows", 4, block_m=2, chunk=32),
 }
+
+
+def sliced_refuses(kernel, residual, row_max) -> bool:
+    """Whether the sliced rows launch refuses the call: each slice would need the whole row's residual sum or row max."""
+    return kernel == "rows_sliced" and (residual or row_max)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -75,6 +82,10 @@ def test_forward_options(kernel, case):
     r = rand(*shape, dtype=c.get("residual_dtype", torch.bfloat16), seed=6) if c.get("residual") else None
     off = c.get("weight_offset", 0.0)
     out_dt = c.get("out", torch.bfloat16)
+    if sliced_refuses(kernel, r is not None, False):
+        with pytest.raises(TritonRuleError, match=r"\[config.rows_slices\]"):
+            rmsnorm_fwd(x, w, residual=r, config=KERNELS[kernel])
+        return
     o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r, dtype=out_dt, return_rsigma=True, config=KERNELS[kernel])
     v, rs, h = norm64(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r)
     assert o.y.dtype == out_dt
@@ -104,6 +115,10 @@ def test_forward_fp8(kernel, fmt, scaling):
     # scale_ub between the smallest and largest row max: some rows are clamped, some not
     ub = float(v.abs().amax(-1).median()) if scaling == "row_ub" else math.inf
     static = torch.tensor([0.004], dtype=torch.float32, device=DEV) if scaling == "tensor_static" else None
+    if sliced_refuses(kernel, r is not None, static is None):
+        with pytest.raises(TritonRuleError, match=r"\[config.rows_slices\]"):
+            rmsnorm_fwd(x, w, dtype=dt, scale_mode=mode, scale=static, residual=r, config=KERNELS[kernel])
+        return
     o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=KERNELS[kernel])
     q_exp, s_exp = fp8_expected(v, dt, mode, ub, static)
     assert o.y.dtype == dt
@@ -127,6 +142,21 @@ def test_forward_fp8(kernel, fmt, scaling):
         else:  # one number: compare it through the row-mode scale of the same rows, whose max it is
             rows = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode="row", residual=r, config=KERNELS[kernel]).scale
             assert o.scale.item() == rows.max().item()
+
+
+def test_decode_default_cuts_rows_into_slices():
+    """The default launch at a decode shape: 5000 columns in 2048-column programs (the last one partial), each summing
+    its whole row; a bias and rsigma ride along, and a residual falls back to whole rows."""
+    from programs.triton.rmsnorm_fwd import fwd_config
+
+    x, w, b, r = (rand(*s, dtype=torch.bfloat16, seed=k) for k, s in enumerate([(3, 5000), (5000,), (5000,), (3, 5000)], 30))
+    assert fwd_config(3, 5000, x.device).chunk == 2048
+    o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True)
+    v, rs, _ = norm64(x, w, epsilon=1e-6, bias=b)
+    assert_close(o.y, v, torch.bfloat16, context="sliced y")
+    assert_close(o.rsigma, rs.reshape(-1), torch.float32, context="sliced rsigma")
+    o = rmsnorm_fwd(x, w, residual=r, epsilon=1e-6)
+    assert_close(o.y, norm64(x, w, epsilon=1e-6, residual=r)[0], torch.bfloat16, context="residual, whole rows")
 
 
 def test_fp8_zero_row_gets_zero_scale():
@@ -221,6 +251,13 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(4096, 16384, gpu, bias=True).maxnreg == 0
     assert fwd_mod.fwd_config(4096, 16384, gpu, fused=True).maxnreg == 0
     assert fwd_mod.fwd_config(8192, 8192, gpu).maxnreg == 0
+    # decode rows cut into 2048-column programs (H100 sweep, NOTES.md v11), but not where a slice would need the whole
+    # row's residual sum or row max (fused), nor past the measured sizes
+    assert fwd_mod.fwd_config(32, 8192, gpu) == FwdConfig("rows", 8, block_m=1, chunk=2048)
+    assert fwd_mod.fwd_config(1, 4096, gpu).chunk == 2048
+    assert fwd_mod.fwd_config(32, 8192, gpu, fused=True).chunk == 0
+    assert fwd_mod.fwd_config(256, 8192, gpu).chunk == 0 and fwd_mod.fwd_config(1, 16384, gpu).chunk == 0
+    assert fwd_mod.fwd_config(1, 2048, gpu).chunk == 0
     assert rmsnorm_bwd.bwd_config(4096, 16384, gpu).kernel == "split"
     assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).kernel == "rows"
     assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).kernel == "cols"
