@@ -17,7 +17,8 @@ Launcher (reusable entry point, also for a fused all-reduce + RMSNorm + FP8 buil
     stats     float32 [W, M] per-shard sums of squares (distributed post): summed in rank order, divided by hidden_size
               (default N), instead of the sum over x's own row.
 
-Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y).
+Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y);
+at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
 `_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
 keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
 so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass.
