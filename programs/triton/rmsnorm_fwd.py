@@ -107,7 +107,8 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         block_n = triton.next_power_of_2(n)
         if m <= DECODE_SLICED_M and DECODE_SLICE < n <= 8192 and not fused:
             # decode: rows cut into 2048-column programs of 8 warps, each summing its whole row (H100 sweep, NOTES.md
-            # v11: 1 x 8192 2.02 us against 2.34 whole rows, 32 x 8192 2.38 against 2.62, 128 x 8192 3.33 against 3.48)
+            # v11: 1 x 8192 2.02 us against 2.34 whole rows, 32 x 8192 2.38 against 2.62, 128 x 8192 3.33 against 3.48).
+            # Not the fused variants: FP8 row scales ran no faster sliced and a residual only at some sizes (H200, v11).
             return FwdConfig("rows", 8, block_m=1, chunk=DECODE_SLICE)
         if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
             return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
@@ -283,9 +284,9 @@ def _fwd_rows_kernel(
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
-    # SLICES > 1 (decode): SLICES programs per row block, each writing BLOCK_N columns of it. Each sums the whole row
-    # itself (the other slices' bytes come again from L2), so no program waits on another and a row's latency is that
-    # of a smaller CTA (H100, 1 x 8192: NOTES.md v11). Not with a residual or a row max (rmsnorm_fwd refuses them).
+    # SLICES > 1 (decode): SLICES programs per row block, each writing BLOCK_N columns of it. Each takes the row's sum
+    # (and row max) over the whole row itself, the other slices' bytes coming again from L2, so no program waits on
+    # another and a row's latency is that of a smaller CTA (H100, 1 x 8192: NOTES.md v11).
     pid = tl.program_id(0)
     rows = (pid // SLICES) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = (pid % SLICES) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -303,17 +304,26 @@ def _fwd_rows_kernel(
     if HAS_RES:
         h = add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask).to(tl.float32)
 
+    NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
+    if SLICES > 1 and (NEED_AMAX or not HAS_STATS):
+        # the whole row, h as add_residual rounds it (only this program's slice of residual_out is stored)
+        full = tl.arange(0, BLOCK_N * SLICES)
+        full_ok = full < N
+        fmask = row_ok[:, None] & full_ok[None, :]
+        hf = tl.load(X + r64 * stride_x + full[None, :], mask=fmask, other=0.0).to(tl.float32)
+        if HAS_RES:
+            hf += tl.load(R + r64 * stride_r + full[None, :], mask=fmask, other=0.0).to(tl.float32)
+            hf = hf.to(RO.dtype.element_ty).to(tl.float32)
     if HAS_STATS:
         ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
     elif SLICES > 1:
-        full = tl.arange(0, BLOCK_N * SLICES)
-        hf = tl.load(X + r64 * stride_x + full[None, :], mask=row_ok[:, None] & (full < N)[None, :], other=0.0)
-        ss = tl.sum(hf.to(tl.float32) * hf.to(tl.float32), axis=1)
+        ss = tl.sum(hf * hf, axis=1)
     else:
         ss = tl.sum(h * h, axis=1)
     rs = tl.rsqrt(ss * inv_n + eps)
+    first = pid % SLICES == 0  # the one program of a row that writes the per-row values
     if STORE_RSIG:
-        tl.store(RSIG + rows, rs, mask=row_ok & (pid % SLICES == 0))
+        tl.store(RSIG + rows, rs, mask=row_ok & first)
 
     v = h * rs[:, None]
     if HAS_W:
@@ -322,9 +332,17 @@ def _fwd_rows_kernel(
         v += b[None, :]
 
     amax = 0.0
-    if OUT_MODE == 1 or OUT_MODE == 3:
-        amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
-    _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, row_ok, scale_ub, fp8_max,
+    if NEED_AMAX:
+        if SLICES > 1:
+            vf = hf * rs[:, None]
+            if HAS_W:
+                vf = vf * (tl.load(W + full, mask=full_ok, other=0.0).to(tl.float32) + w_off)[None, :]
+            if HAS_B:
+                vf += tl.load(B + full, mask=full_ok, other=0.0).to(tl.float32)[None, :]
+            amax = tl.max(tl.where(fmask, tl.abs(vf), 0.0), axis=1)
+        else:
+            amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
+    _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, row_ok & first, scale_ub, fp8_max,
                OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
 
 
@@ -722,8 +740,6 @@ def rmsnorm_fwd(
             if cfg.chunk and cfg.chunk < block_n:
                 if cfg.chunk & (cfg.chunk - 1):
                     raise TritonRuleError("config.chunk", "config.chunk of a rows launch (columns per program) must be a power of two", cfg.chunk, "chunk=0 (whole rows)")
-                if r_t is not None or out_mode in (OUT_FP8_ROW, OUT_AMAX):
-                    raise TritonRuleError("config.rows_slices", "a rows launch cut into column slices cannot add a residual or take a row max (FP8 row or dynamic tensor scales): each slice would need the whole row's", cfg.chunk, "chunk=0 (whole rows)")
                 block_n = cfg.chunk
             slices = triton.next_power_of_2(n) // block_n
             grid = (triton.cdiv(m, cfg.block_m) * slices,)

@@ -22,14 +22,10 @@ KERNELS = {
     "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32),
     "split": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8),
     "split_1row": FwdConfig("split", 4, block_m=1, chunk=SPLIT_CHUNK, programs=8),  # per-row factors as scalars
-    # the decode cut: 32 columns per program, each summing the whole row (N=100: 4 programs a row, the last partial)
+    # the decode cut: 32 columns per program, each taking the sum and row max over the whole row (N=100: 4 programs
+    # a row, the last partial)
     "rows_sliced": FwdConfig("rows", 4, block_m=2, chunk=32),
 }
-
-
-def sliced_refuses(kernel, residual, row_max) -> bool:
-    """Whether the sliced rows launch refuses the call: each slice would need the whole row's residual sum or row max."""
-    return kernel == "rows_sliced" and (residual or row_max)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -82,10 +78,6 @@ def test_forward_options(kernel, case):
     r = rand(*shape, dtype=c.get("residual_dtype", torch.bfloat16), seed=6) if c.get("residual") else None
     off = c.get("weight_offset", 0.0)
     out_dt = c.get("out", torch.bfloat16)
-    if sliced_refuses(kernel, r is not None, False):
-        with pytest.raises(TritonRuleError, match=r"\[config.rows_slices\]"):
-            rmsnorm_fwd(x, w, residual=r, config=KERNELS[kernel])
-        return
     o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r, dtype=out_dt, return_rsigma=True, config=KERNELS[kernel])
     v, rs, h = norm64(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r)
     assert o.y.dtype == out_dt
@@ -115,10 +107,6 @@ def test_forward_fp8(kernel, fmt, scaling):
     # scale_ub between the smallest and largest row max: some rows are clamped, some not
     ub = float(v.abs().amax(-1).median()) if scaling == "row_ub" else math.inf
     static = torch.tensor([0.004], dtype=torch.float32, device=DEV) if scaling == "tensor_static" else None
-    if sliced_refuses(kernel, r is not None, static is None):
-        with pytest.raises(TritonRuleError, match=r"\[config.rows_slices\]"):
-            rmsnorm_fwd(x, w, dtype=dt, scale_mode=mode, scale=static, residual=r, config=KERNELS[kernel])
-        return
     o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=KERNELS[kernel])
     q_exp, s_exp = fp8_expected(v, dt, mode, ub, static)
     assert o.y.dtype == dt
@@ -211,6 +199,20 @@ def test_split_with_distributed_stats_spans_programs_bitwise_as_rows():
     a = rmsnorm_fwd(x, w, stats=stats, hidden_size=100, return_rsigma=True, config=split)
     b = rmsnorm_fwd(x, w, stats=stats, hidden_size=100, return_rsigma=True)
     assert torch.equal(a.y, b.y) and torch.equal(a.rsigma, b.rsigma)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8_row"])
+def test_sliced_rows_with_distributed_stats_match_whole_rows(dtype):
+    """Given the gathered stats, slices need the whole row only for an FP8 row max; either way they give the whole-row
+    launch's bits (the sum is the stats', a max has no order)."""
+    x, w = rand(9, 100, dtype=torch.bfloat16, seed=18), rand(100, dtype=torch.bfloat16, seed=19)
+    stats = torch.stack([(x[:, :60].float() ** 2).sum(1), (x[:, 60:].float() ** 2).sum(1)]).contiguous()
+    kw = dict(stats=stats, hidden_size=100, return_rsigma=True, dtype=dtype)
+    a = rmsnorm_fwd(x, w, config=FwdConfig("rows", 4, block_m=2, chunk=32), **kw)
+    b = rmsnorm_fwd(x, w, config=FwdConfig("rows", 4, block_m=2), **kw)
+    assert torch.equal(a.y.view(torch.uint8), b.y.view(torch.uint8)) and torch.equal(a.rsigma, b.rsigma)
+    if dtype != torch.bfloat16:
+        assert torch.equal(a.scale, b.scale)
 
 
 @pytest.mark.skipif(DEV == "cuda", reason="the guard is for the interpreter, which runs programs one after another")
