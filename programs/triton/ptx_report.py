@@ -89,30 +89,39 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   sum("ld.volatile" in ln for ln in lines))
 
 
-def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0) -> Report:
-    """The register-resident forward as the plain call launches it (bf16 in and out, a weight)."""
-    fn = rmsnorm_fwd._fwd_rows_kernel
-    ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
-    ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN")})
-    sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
-    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False,
-                  STORE_RSIG=False, OUT_MODE=rmsnorm_fwd.OUT_CAST, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
-    cap = f" maxnreg={maxnreg}" if maxnreg else ""
-    return compile_report(f"fwd rows N={block_n} warps={num_warps}{cap} block_m={block_m}", fn, sig, consts, num_warps, maxnreg)
-
-
-def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
-    fn = rmsnorm_fwd._fwd_split_kernel
+def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
+    """A forward kernel's signature as the call launches it: bf16 tensors (FP8 e4m3 output if fp8), fp32 per-row
+    values, the split exchange words as int64."""
     ptrs = {n: "*bf16" for n in ("X", "R", "RO", "Y", "W", "B")}
     ptrs.update({n: "*fp32" for n in ("RSIG", "SC", "STATS", "SCALE_IN")}, XSS="*i64", XMX="*i64")
     if fp8:
         ptrs["Y"] = "*fp8e4nv"
-    sig = _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
-    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, HAS_B=False, HAS_RES=False,
-                  HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode, Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
-    cap = f" maxnreg={maxnreg}" if maxnreg else ""
-    return compile_report(f"fwd split chunk={chunk} warps={num_warps}{cap} block_m={block_m} out_mode={out_mode}", fn,
-                          sig, consts, num_warps, maxnreg)
+    return _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
+
+
+def _fwd_flags(out_mode: int) -> dict:
+    """A weight and nothing else fused (no bias, residual, stats or rsigma)."""
+    return dict(HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode,
+                Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+
+
+def _cap(maxnreg: int) -> str:
+    return f" maxnreg={maxnreg}" if maxnreg else ""
+
+
+def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0) -> Report:
+    """The register-resident forward as the plain call launches it (bf16 in and out, a weight)."""
+    fn = rmsnorm_fwd._fwd_rows_kernel
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, **_fwd_flags(rmsnorm_fwd.OUT_CAST))
+    return compile_report(f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}", fn,
+                          _fwd_signature(fn, False), consts, num_warps, maxnreg)
+
+
+def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
+    fn = rmsnorm_fwd._fwd_split_kernel
+    consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, **_fwd_flags(out_mode))
+    return compile_report(f"fwd split chunk={chunk} warps={num_warps}{_cap(maxnreg)} block_m={block_m} out_mode={out_mode}",
+                          fn, _fwd_signature(fn, fp8), consts, num_warps, maxnreg)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:

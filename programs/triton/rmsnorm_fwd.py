@@ -118,7 +118,7 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # 3.8 38-40, and one program per SM ran 4096 x 16384 in 88.7 us against 67.5 (H200, NOTES.md v11). The cap
         # spills nothing in the plain kernel (ptxas, both versions); a bias or the fused variants would spill under
         # it, so they keep the compiler's choice.
-        capped = num_warps == 32 and block_m * block_n <= 16 * 32 * 32 and not (fused or bias)
+        capped = num_warps == 32 and block_m * block_n // (32 * 32) <= 16 and not (fused or bias)
         return FwdConfig("rows", num_warps, block_m=block_m, maxnreg=32 if capped else 0)
     if n <= WIDE_CHUNK_N and not fused:
         # 4 loads of 16 bytes per thread in flight per step instead of 1 (chunk 8192 at 32 warps): the stats pass was
@@ -165,11 +165,16 @@ def load_rows(P, stride, rows, M, cols, col_ok):
 
 
 @triton.jit
+def residual_sum(h, R, stride_r, RO, r64, cols, mask):
+    """h + residual, rounded to residual_out's dtype and returned in it: the rounded sum is what gets normalized, as
+    an unfused x + r then norm."""
+    return (h + tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)).to(RO.dtype.element_ty)
+
+
+@triton.jit
 def add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask):
-    """h + residual, rounded to residual_out's dtype and stored there; returned in that dtype: the rounded sum is what
-    gets normalized, as an unfused x + r then norm."""
-    h += tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    hq = h.to(RO.dtype.element_ty)
+    """residual_sum, also stored to residual_out."""
+    hq = residual_sum(h, R, stride_r, RO, r64, cols, mask)
     tl.store(RO + r64 * stride_ro + cols[None, :], hq, mask=mask)
     return hq
 
@@ -306,14 +311,13 @@ def _fwd_rows_kernel(
 
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
     if SLICES > 1 and (NEED_AMAX or not HAS_STATS):
-        # the whole row, h as add_residual rounds it (only this program's slice of residual_out is stored)
+        # the whole row, h as residual_sum rounds it (add_residual stored only this program's slice of residual_out)
         full = tl.arange(0, BLOCK_N * SLICES)
         full_ok = full < N
         fmask = row_ok[:, None] & full_ok[None, :]
         hf = tl.load(X + r64 * stride_x + full[None, :], mask=fmask, other=0.0).to(tl.float32)
         if HAS_RES:
-            hf += tl.load(R + r64 * stride_r + full[None, :], mask=fmask, other=0.0).to(tl.float32)
-            hf = hf.to(RO.dtype.element_ty).to(tl.float32)
+            hf = residual_sum(hf, R, stride_r, RO, r64, full, fmask).to(tl.float32)
     if HAS_STATS:
         ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
     elif SLICES > 1:
@@ -736,12 +740,12 @@ def rmsnorm_fwd(
             Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub,
         )
         if cfg.kernel == "rows":
-            block_n = triton.next_power_of_2(n)
-            if cfg.chunk and cfg.chunk < block_n:
+            row_n = block_n = triton.next_power_of_2(n)
+            if cfg.chunk and cfg.chunk < row_n:
                 if cfg.chunk & (cfg.chunk - 1):
                     raise TritonRuleError("config.chunk", "config.chunk of a rows launch (columns per program) must be a power of two", cfg.chunk, "chunk=0 (whole rows)")
                 block_n = cfg.chunk
-            slices = triton.next_power_of_2(n) // block_n
+            slices = row_n // block_n
             grid = (triton.cdiv(m, cfg.block_m) * slices,)
             _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=block_n, SLICES=slices, num_warps=cfg.num_warps,
                                    **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
