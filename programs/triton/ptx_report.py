@@ -47,6 +47,7 @@ class Report:
     wide_loads: int  # 16-byte global loads (ld.global...v4): the JIT's vectorized loads, given the divisibility hints
     fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
+    l2_prefetches: int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (rmsnorm_bwd.l2_prefetch)
 
 
 def ptxas() -> str:
@@ -86,7 +87,7 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   int(spill[0]) if spill else 0, sum("atom." in ln for ln in lines),
                   sum("ld.global" in ln and ".v4." in ln for ln in lines),
                   sum("fence." in ln or "membar." in ln for ln in lines),
-                  sum("ld.volatile" in ln for ln in lines))
+                  sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines))
 
 
 def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
@@ -133,6 +134,16 @@ def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
+def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead: int) -> Report:
+    fn = rmsnorm_bwd._bwd_rows_kernel
+    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
+    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP")})
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, NEED_DB=False, HAS_DRES=False, STREAM=stream,
+                  L2_AHEAD=l2_ahead)
+    return compile_report(f"bwd rows N={block_n} warps={num_warps} block_m={block_m}{' stream' if stream else ''} "
+                          f"l2_ahead={l2_ahead}", fn, _signature(fn, ptrs, ("inv_n", "w_off")), consts, num_warps)
+
+
 def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
     """The decode backward as launched for M rows of 8192 (dx programs and dweight column programs in one kernel)."""
     fn = rmsnorm_bwd._bwd_decode_kernel
@@ -169,6 +180,8 @@ def default_reports() -> list[Report]:
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
+        bwd_rows(b.STREAM_ROWS_N, 32, 1, True, 1),
+        bwd_rows(1024, 16, 8, False, 0),
         bwd_decode(32, 128, 4),
         allreduce(0, 2, 1, 16, True),
         allreduce(1, 2, 1, 8, True),
@@ -184,9 +197,9 @@ def main() -> int:
         print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
         return 2
     reports = default_reports()
-    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5}")
+    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5}")
     for r in reports:
-        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d}")
+        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d}")
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
         print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "

@@ -16,7 +16,8 @@ kernel is not launched (two launches took 4.5 us at 1 x 8192, NOTES.md v6). Deco
 dbias over all rows for their columns, final in one fixed order (NOTES.md v10).
 
 Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
-tile's loads issued before the current tile is reduced.
+tile's loads issued before the current tile is reduced. Up to STREAM_ROWS_N it streams instead: one row at a time
+with nothing held ahead in registers, the next row asked of the L2 by a bulk prefetch (CUDA).
 Longer rows on a GPU: `_bwd_split_kernel` cuts each row into column chunks held by programs resident together, which
 exchange their shares of c as flagged words (split_publish / split_reduce), so x and dy cross DRAM once. Under the
 interpreter (programs run one after another, no exchange possible) longer rows take two kernels: `_bwd_rowdot_kernel`
@@ -44,6 +45,7 @@ from programs.triton.rmsnorm_fwd import (
 )
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
+STREAM_ROWS_N = 16384  # up to here the rows kernel streams (BwdConfig.stream): no register look-ahead, L2 prefetch
 DECODE_M = 32  # the decode kernel's column programs hold all rows of their columns
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 16  # longer rows: columns per program of the split kernel (H200 sweep, NOTES.md v6)
 
@@ -56,10 +58,13 @@ class BwdConfig:
     programs: int = 0  # rows: persistent programs; cols: row groups; split: programs resident together
     block_n: int = 0  # cols: column tile width; split: columns per program; decode: dweight columns per program
     maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
+    stream: bool = False  # rows: no register look-ahead and the weight re-read each row (N = 16384 at 32 warps)
+    l2_ahead: int = 0  # rows: tiles asked of the L2 this many steps past the register look-ahead (CUDA only; 0: none)
 
 
-def bwd_config(m: int, n: int, device) -> BwdConfig:
-    """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`): one CTA per SM."""
+def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
+    """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`): one CTA per SM. l2_ok: the rows
+    of h and dy may be bulk-prefetched (16-byte aligned, a 16-byte multiple long; `l2_prefetchable`)."""
     sms = sm_count(device)
     if m <= DECODE_M and n <= MAX_ROWS_N:
         # one launch, no partials (NOTES.md v10, H200, against the rows kernel + partial sum in the same run):
@@ -73,11 +78,28 @@ def bwd_config(m: int, n: int, device) -> BwdConfig:
         block_m = max(1, min(8192 // block_n, 8))
         num_warps = 32 if block_n >= 8192 else 16
         return BwdConfig("rows", num_warps, block_m=block_m, programs=min(triton.cdiv(m, block_m), sms))
+    if n <= STREAM_ROWS_N:
+        # H200, NOTES.md v12, against the split kernel in the same run: 4096 x 16384 107.7 us (90% of copy) against
+        # 126.4 (77%), 8192 x 16384 201.0 against 242.1, 4096 x 12288 91.1 against 113.7, 1024 x 16384 37.9 against
+        # 41.4. The L2 look-ahead is worth 4%; at N <= 8192, with the register look-ahead, it measured slower.
+        return BwdConfig("rows", 32, block_m=1, programs=min(m, sms), stream=True,
+                         l2_ahead=1 if device.type == "cuda" and l2_ok else 0)
     if device.type == "cuda":
         return BwdConfig("split", SPLIT_WARPS, block_m=1, programs=sms, block_n=SPLIT_CHUNK)
     block_n = 2048
     groups = max(1, min(triton.cdiv(m, 8), (2 * sms) // triton.cdiv(n, block_n)))
     return BwdConfig("cols", 4, block_m=8, programs=groups, block_n=block_n)
+
+
+@triton.jit
+def l2_prefetch(ptr, nbytes):
+    """Thread 0 of the CTA asks the L2 for the nbytes at ptr (Hopper's bulk prefetch; both 16-byte multiples): a row
+    still to come gets on its way from DRAM without holding registers, and nothing waits for it. Inline PTX, so
+    compiled code only: the interpreter launches with L2_AHEAD=0."""
+    tl.inline_asm_elementwise(
+        asm="{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        constraints="=r,l,r", args=[ptr, nbytes], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -116,42 +138,65 @@ def _bwd_rows_kernel(
     M, N, inv_n, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
+    STREAM: tl.constexpr, L2_AHEAD: tl.constexpr,
 ):
-    # One CTA per SM is all the registers allow (x, dy and the dweight accumulator), so the next tile's loads are
-    # issued before the current tile is reduced: DRAM stays busy through the reduction and the stores.
+    # Persistent: one CTA per SM is all the registers allow (x, dy and the dweight accumulator), so the next tile's
+    # loads are issued before the current tile is reduced: DRAM stays busy through the reduction and the stores.
+    # STREAM (8192 < N <= 16384): that look-ahead beside a held weight spills at 32 warps (ptxas: 176 bytes), so the
+    # weight is re-read every row (from L1) and the rows to come are asked of the L2 instead (L2_AHEAD tiles past
+    # the register look-ahead, if any; NOTES.md v12).
+    # dweight / dbias accumulate per row slot, [BLOCK_M, BLOCK_N], and are summed over the slots once at the end: a
+    # sum over the tile's rows in every step (cross-warp, through shared memory) made the backward 3x slower at
+    # 65536 x 1024 (NOTES.md v12).
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
     w = tl.zeros([BLOCK_N], dtype=tl.float32)
-    if HAS_W:
+    if HAS_W and not STREAM:
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
-    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     step = nprog * BLOCK_M
-    rows_n = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    h_n = load_rows(H, stride_h, rows_n, M, cols, col_ok)
-    dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
-    rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
+    if not STREAM:
+        rows_n = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        h_n = load_rows(H, stride_h, rows_n, M, cols, col_ok)
+        dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
+        rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
     for start in range(pid * BLOCK_M, M, step):
         rows = start + tl.arange(0, BLOCK_M)
         row_ok = rows < M
         mask = row_ok[:, None] & col_ok[None, :]
         r64 = rows.to(tl.int64)[:, None]
-        h = h_n.to(tl.float32)
-        dy = dy_n.to(tl.float32)
-        rs = rs_n[:, None]
-        rows_n = rows + step
-        h_n = load_rows(H, stride_h, rows_n, M, cols, col_ok)
-        dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
-        rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
+        if L2_AHEAD > 0:
+            ahead = start + (L2_AHEAD + (0 if STREAM else 1)) * step
+            nbytes = N * H.dtype.element_ty.primitive_bitwidth // 8
+            for r in tl.static_range(BLOCK_M):
+                if ahead + r < M:
+                    l2_prefetch(H + tl.cast(ahead + r, tl.int64) * stride_h, nbytes)
+                    l2_prefetch(DY + tl.cast(ahead + r, tl.int64) * stride_dy, nbytes)
+        if STREAM:
+            h = load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32)
+            dy = load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32)
+            rs = tl.load(RSIG + rows, mask=row_ok, other=0.0)[:, None]
+            if HAS_W:
+                w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        else:
+            h = h_n.to(tl.float32)
+            dy = dy_n.to(tl.float32)
+            rs = rs_n[:, None]
+            rows_n = rows + step
+            h_n = load_rows(H, stride_h, rows_n, M, cols, col_ok)
+            dy_n = load_rows(DY, stride_dy, rows_n, M, cols, col_ok)
+            rs_n = tl.load(RSIG + rows_n, mask=rows_n < M, other=0.0)
         xhat = h * rs
-        _store_rows_dx(xhat, dy, w, rs, inv_n, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_W, HAS_DRES)
+        # accumulated before dx: dy is then dead across dx's row reduction (STREAM at N = 16384: no spill, ptxas)
         if HAS_W:
-            dw += tl.sum(dy * xhat, axis=0)
+            dw += dy * xhat
         if NEED_DB:
-            db += tl.sum(dy, axis=0)
-    _store_partials(DWP, DBP, pid, N, cols, col_ok, dw, db, HAS_W, NEED_DB)
+            db += dy
+        _store_rows_dx(xhat, dy, w, rs, inv_n, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_W, HAS_DRES)
+    _store_partials(DWP, DBP, pid, N, cols, col_ok, tl.sum(dw, axis=0), tl.sum(db, axis=0), HAS_W, NEED_DB)
 
 
 @triton.jit
@@ -330,6 +375,13 @@ def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexp
     tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=ok)
 
 
+def l2_prefetchable(*rows: torch.Tensor) -> bool:
+    """Whether every row of these [M, N] tensors starts 16-byte aligned and is a 16-byte multiple long, as the bulk
+    prefetch (l2_prefetch) requires."""
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+               and (t.shape[1] * t.element_size()) % 16 == 0 for t in rows)
+
+
 def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
     g, n = partials.shape
     out = torch.empty(n, dtype=dtype, device=partials.device)
@@ -367,7 +419,12 @@ def rmsnorm_bwd(
     dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
     dx2 = dx.view(-1, n)
     dr2 = as_rows(dresidual, "dresidual") if dresidual is not None else None
-    cfg = config or bwd_config(m, n, h.device)
+    l2_ok = l2_prefetchable(h2, dy2)
+    cfg = config or bwd_config(m, n, h.device, l2_ok)
+    if (cfg.stream or cfg.l2_ahead) and cfg.kernel != "rows":
+        raise TritonRuleError("config.stream", "stream and l2_ahead are options of the rows kernel", cfg, "stream=False, l2_ahead=0")
+    if cfg.l2_ahead and (h.device.type != "cuda" or not l2_ok):
+        raise TritonRuleError("config.l2_ahead", "the L2 look-ahead is a bulk prefetch in inline PTX: CUDA only, rows 16-byte aligned and a 16-byte multiple long", (h.device.type, tuple(h2.stride()), n, h.dtype), "l2_ahead=0")
     groups = max(1, cfg.programs or 1)
     if cfg.kernel == "split":
         splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
@@ -391,7 +448,8 @@ def rmsnorm_bwd(
                 dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
                 dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
                 m, n, 1.0 / n, float(weight_offset),
-                BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), num_warps=cfg.num_warps, **common,
+                BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), STREAM=cfg.stream, L2_AHEAD=cfg.l2_ahead,
+                num_warps=cfg.num_warps, **common,
             )
         elif cfg.kernel == "decode":
             _bwd_decode_kernel[(m + triton.cdiv(n, cfg.block_n),)](

@@ -55,7 +55,8 @@ def test_forward_beyond_2_31_elements(case):
 
 
 @pytest.mark.requires_cuda
-@pytest.mark.parametrize("shape", [(4096, 8192), (8192, 4096), (512, 16384), (256, 65536), (8, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(4096, 8192), (8192, 4096), (20000, 1024), (512, 16384), (256, 65536), (8, 262144)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
 def test_backward_real_sizes(shape):
     x, w, dy = rand(*shape, seed=5), rand(shape[1], seed=6), rand(*shape, seed=7)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
@@ -69,7 +70,13 @@ def test_backward_real_sizes(shape):
 
 
 LONG_BWD = {
+    # the streaming rows kernel with its L2 look-ahead (bwd_config), 700 rows over 132 programs
     "default_16384": ((700, 16384), None),
+    "default_12000_stream": ((301, 12000), None),
+    # rows of 24002 bytes: no bulk prefetch (l2_prefetchable), the stream without it
+    "default_12001_no_l2": ((301, 12001), None),
+    # rows ahead past the end of the tensor are not prefetched
+    "stream_l2_two_ahead": ((200, 16384), BwdConfig("rows", 32, block_m=1, programs=132, stream=True, l2_ahead=2)),
     "cols_65000_partial_tile": ((300, 65000), BwdConfig("cols", 4, block_m=8, programs=8, block_n=2048)),
     # 16 programs share a row (the last chunk partial), 2 rows per exchange, 8 row blocks in flight
     "split_65000_two_rows": ((301, 65000), BwdConfig("split", 16, block_m=2, programs=132, block_n=4096)),

@@ -62,6 +62,19 @@ def test_capped_rows_forward_fits_two_programs_per_sm_without_spilling():
     assert 0 < regs <= 32 and spill == 0, (regs, spill)
 
 
+def test_streaming_rows_backward_prefetches_into_l2_without_spilling():
+    """8192 < N <= 16384 (rmsnorm_bwd.STREAM_ROWS_N): the rows backward holds nothing ahead in registers and asks the
+    L2 for the next row's x and dy, two bulk prefetches; at 32 warps it must fit 64 registers with no spill (the
+    register look-ahead spilled 176 bytes there, NOTES.md v12). The small-N tile accumulator must not spill either."""
+    stream, tile = _compiled_json(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_bwd as b; "
+        "print(json.dumps([[r.registers, r.spill_bytes, r.l2_prefetches] for r in "
+        "(p.bwd_rows(b.STREAM_ROWS_N, 32, 1, True, 1), p.bwd_rows(1024, 16, 8, False, 0))]))"
+    )
+    assert stream[0] <= 64 and stream[1] == 0 and stream[2] == 2, stream
+    assert tile[1] == 0 and tile[2] == 0, tile
+
+
 def test_split_kernels_compile_to_16_byte_loads():
     """Compiled with the JIT's divisibility hints (ptx_report._divisibility), the split kernels load x (and dy) 16
     bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers (NOTES.md v8)."""

@@ -19,6 +19,9 @@ KERNELS = {
     "rows_37_programs": BwdConfig("rows", 4, block_m=1, programs=37),
     # one program for all rows: its partial row is stored as the final dweight / dbias, no partial-sum kernel
     "rows_one_program": BwdConfig("rows", 4, block_m=1, programs=1),
+    # no register look-ahead, the weight re-read every row (the default for 8192 < N <= 16384; its L2 look-ahead is
+    # CUDA-only, test_gpu.py)
+    "rows_stream": BwdConfig("rows", 4, block_m=1, programs=5, stream=True),
     # on CUDA 32-wide chunks: 3 programs share a row and exchange its dot; the interpreter runs programs one after
     # another, so there one 128-wide chunk holds the row (the exchange still runs, with one program per row)
     "split": BwdConfig("split", 4, block_m=2, programs=9, block_n=32 if DEV == "cuda" else 128),
@@ -50,6 +53,20 @@ def test_backward_matches_float64_autograd(kernel, dtype, case):
 @pytest.mark.parametrize("m", [1, 7, 32], ids=["M1", "M7", "M32"])
 def test_decode_kernel_matches_float64_autograd(m, case, dtype):
     check_backward(BwdConfig("decode", 4, block_n=32), dtype, case, m, 67)
+
+
+def test_l2_look_ahead_needs_cuda_and_rows_a_bulk_prefetch_can_take():
+    x, dy, w = rand(8, 67, seed=30), rand(8, 67, seed=31), rand(67, seed=32)
+    rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
+    # 67 fp32 = 268 bytes a row, not a 16-byte multiple (and no bulk prefetch under the interpreter)
+    with pytest.raises(TritonRuleError, match=r"\[config.l2_ahead\]"):
+        rmsnorm_bwd(dy, x, w, rs, config=BwdConfig("rows", 4, block_m=1, programs=2, stream=True, l2_ahead=1))
+    with pytest.raises(TritonRuleError, match=r"\[config.stream\]"):
+        rmsnorm_bwd(dy, x, w, rs, config=BwdConfig("cols", 4, block_m=2, programs=3, block_n=32, stream=True))
+    assert not bwd_module.l2_prefetchable(x)
+    wide = rand(8, 64, seed=33)
+    assert bwd_module.l2_prefetchable(wide)
+    assert not bwd_module.l2_prefetchable(wide[:, 1:61])  # rows start 4 bytes past a 16-byte boundary
 
 
 def test_decode_kernel_refuses_more_rows_than_it_holds():

@@ -235,8 +235,9 @@ def test_split_needs_its_programs_resident_together():
 
 
 def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
-    """On a GPU the split kernels serve the plain forward past 65536 columns and the backward past 8192 (H200,
-    NOTES.md v6); the looped forward keeps N = 65536 and every fused variant. Checked without a GPU: only the SM count
+    """On a GPU the split kernels serve the plain forward past 65536 columns and the backward past 16384 (H200,
+    NOTES.md v6, v12); the looped forward keeps N = 65536 and every fused variant; the backward streams rows up to
+    16384 columns, with the L2 look-ahead on CUDA where the rows allow a bulk prefetch. Checked without a GPU: only the SM count
     is read from the device."""
     from programs.triton import rmsnorm_bwd, rmsnorm_fwd as fwd_mod
 
@@ -260,6 +261,11 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(32, 8192, gpu, fused=True).chunk == 0
     assert fwd_mod.fwd_config(256, 8192, gpu).chunk == 0 and fwd_mod.fwd_config(1, 16384, gpu).chunk == 0
     assert fwd_mod.fwd_config(1, 2048, gpu).chunk == 0
-    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu).kernel == "split"
-    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).kernel == "rows"
-    assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).kernel == "cols"
+    streaming = rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132, stream=True, l2_ahead=1)
+    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu) == streaming
+    assert rmsnorm_bwd.bwd_config(4096, 12288, gpu) == streaming
+    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu, l2_ok=False).l2_ahead == 0
+    assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).l2_ahead == 0
+    assert rmsnorm_bwd.bwd_config(2048, 65536, gpu).kernel == "split"
+    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132)
+    assert rmsnorm_bwd.bwd_config(2048, 65536, torch.device("cpu")).kernel == "cols"
