@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from programs.triton.rmsnorm_bwd import BwdConfig, bwd_config, rmsnorm_bwd
+from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd
 from programs.triton.rmsnorm_fwd import FwdConfig, fwd_config, rmsnorm_fwd
 
 # 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
@@ -240,7 +240,7 @@ def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
 
 
 SWEEP_FWD = [(1, 4096), (32, 4096), (1, 8192), (32, 8192), (128, 8192), (2048, 65536), (1024, 262144)]
-SWEEP_BWD = [(32, 8192), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384)]
+SWEEP_BWD = [(32, 8192), (65536, 1024), (16384, 2048), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384)]
 
 
 def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
@@ -297,6 +297,8 @@ def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
                 if 4 <= bm * bn / (nw * 32) <= 32:
                     for progs in (sms, 2 * sms):
                         cands.append(BwdConfig("rows", nw, block_m=bm, programs=min(triton.cdiv(m, bm), progs)))
+        # one row at a time, no register look-ahead, the next rows asked of the L2 (the default past 8192 columns)
+        cands += [BwdConfig("rows", 32, block_m=1, programs=min(m, sms), stream=True, l2_ahead=a) for a in (0, 1, 2)]
         mk = lambda cfg: rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls)
         td = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])), sets, calls), reps)
         report("bwd", m, n, copy, bwd_config(m, n, dev), td, run_all(cands, mk))
@@ -353,6 +355,8 @@ def sweep_long(reps: int) -> None:
                                            (4096, 16, 1, 2 * sms, 64), (2048, 4, 1, 4 * sms, 128),
                                            (8192, 16, 1, 2 * sms, 64))
                   if n // ch <= p]
+        if n <= STREAM_ROWS_N:
+            cands += [BwdConfig("rows", 32, block_m=1, programs=min(m, sms), stream=True, l2_ahead=a) for a in (0, 1)]
         for cfg in cands:
             config_line(f"LONG bwd {m}x{n}", copy, lambda: rotating(
                 lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), cfg, reps)
