@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd
+from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd, stream_config
 from programs.triton.rmsnorm_fwd import FwdConfig, fwd_config, rmsnorm_fwd
 
 # 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
@@ -298,7 +298,7 @@ def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
                     for progs in (sms, 2 * sms):
                         cands.append(BwdConfig("rows", nw, block_m=bm, programs=min(triton.cdiv(m, bm), progs)))
         # one row at a time, no register look-ahead, the next rows asked of the L2 (the default past 8192 columns)
-        cands += [BwdConfig("rows", 32, block_m=1, programs=min(m, sms), stream=True, l2_ahead=a) for a in (0, 1, 2)]
+        cands += [stream_config(m, dev, l2_ahead=a) for a in (0, 1, 2)]
         mk = lambda cfg: rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls)
         td = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])), sets, calls), reps)
         report("bwd", m, n, copy, bwd_config(m, n, dev), td, run_all(cands, mk))
@@ -356,7 +356,7 @@ def sweep_long(reps: int) -> None:
                                            (8192, 16, 1, 2 * sms, 64))
                   if n // ch <= p]
         if n <= STREAM_ROWS_N:
-            cands += [BwdConfig("rows", 32, block_m=1, programs=min(m, sms), stream=True, l2_ahead=a) for a in (0, 1)]
+            cands += [stream_config(m, dev, l2_ahead=a) for a in (0, 1)]
         for cfg in cands:
             config_line(f"LONG bwd {m}x{n}", copy, lambda: rotating(
                 lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), cfg, reps)

@@ -100,6 +100,14 @@ def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
     return _signature(fn, ptrs, ("inv_n", "eps", "w_off", "scale_ub", "fp8_max"))
 
 
+def _bwd_signature(fn) -> dict[str, str]:
+    """A backward kernel's signature as the call launches it: bf16 tensors and weight gradients, fp32 rsigma and
+    partial rows, the split exchange words as int64."""
+    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES", "DW", "DB")}
+    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP")}, XDOT="*i64")
+    return _signature(fn, ptrs, ("inv_n", "w_off"))
+
+
 def _fwd_flags(out_mode: int) -> dict:
     """A weight and nothing else fused (no bias, residual, stats or rsigma)."""
     return dict(HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode,
@@ -127,29 +135,23 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     fn = rmsnorm_bwd._bwd_split_kernel
-    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
-    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP")}, XDOT="*i64")
-    sig = _signature(fn, ptrs, ("inv_n", "w_off"))
+    sig = _bwd_signature(fn)
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
 def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead: int) -> Report:
     fn = rmsnorm_bwd._bwd_rows_kernel
-    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES")}
-    ptrs.update({n: "*fp32" for n in ("RSIG", "DWP", "DBP")})
     consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, NEED_DB=False, HAS_DRES=False, STREAM=stream,
                   L2_AHEAD=l2_ahead)
     return compile_report(f"bwd rows N={block_n} warps={num_warps} block_m={block_m}{' stream' if stream else ''} "
-                          f"l2_ahead={l2_ahead}", fn, _signature(fn, ptrs, ("inv_n", "w_off")), consts, num_warps)
+                          f"l2_ahead={l2_ahead}", fn, _bwd_signature(fn), consts, num_warps)
 
 
 def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
     """The decode backward as launched for M rows of 8192 (dx programs and dweight column programs in one kernel)."""
     fn = rmsnorm_bwd._bwd_decode_kernel
-    ptrs = {n: "*bf16" for n in ("DY", "H", "W", "DX", "DRES", "DW", "DB")}
-    ptrs["RSIG"] = "*fp32"
-    sig = _signature(fn, ptrs, ("inv_n", "w_off"))
+    sig = _bwd_signature(fn)
     consts = dict(BLOCK_M=m, BLOCK_N=8192, COLS=cols, HAS_W=True, NEED_DB=True, HAS_DRES=True)
     return compile_report(f"bwd decode M={m} cols={cols} warps={num_warps}", fn, sig, consts, num_warps)
 

@@ -42,6 +42,7 @@ from programs.triton.rmsnorm_fwd import (
     split_publish,
     split_reduce,
     split_shape,
+    weight_at,
 )
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
@@ -60,6 +61,11 @@ class BwdConfig:
     maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
     stream: bool = False  # rows: no register look-ahead and the weight re-read each row (N = 16384 at 32 warps)
     l2_ahead: int = 0  # rows: tiles asked of the L2 this many steps past the register look-ahead (CUDA only; 0: none)
+
+
+def stream_config(m: int, device, l2_ahead: int = 0) -> BwdConfig:
+    """The streaming rows launch (8192 < N <= STREAM_ROWS_N): one row at a time, 32 warps, one program per SM."""
+    return BwdConfig("rows", 32, block_m=1, programs=min(m, sm_count(device)), stream=True, l2_ahead=l2_ahead)
 
 
 def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
@@ -82,8 +88,7 @@ def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
         # H200, NOTES.md v12, against the split kernel in the same run: 4096 x 16384 107.7 us (90% of copy) against
         # 126.4 (77%), 8192 x 16384 201.0 against 242.1, 4096 x 12288 91.1 against 113.7, 1024 x 16384 37.9 against
         # 41.4. The L2 look-ahead is worth 4%; at N <= 8192, with the register look-ahead, it measured slower.
-        return BwdConfig("rows", 32, block_m=1, programs=min(m, sms), stream=True,
-                         l2_ahead=1 if device.type == "cuda" and l2_ok else 0)
+        return stream_config(m, device, l2_ahead=1 if device.type == "cuda" and l2_ok else 0)
     if device.type == "cuda":
         return BwdConfig("split", SPLIT_WARPS, block_m=1, programs=sms, block_n=SPLIT_CHUNK)
     block_n = 2048
@@ -92,14 +97,16 @@ def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
 
 
 @triton.jit
-def l2_prefetch(ptr, nbytes):
-    """Thread 0 of the CTA asks the L2 for the nbytes at ptr (Hopper's bulk prefetch; both 16-byte multiples): a row
-    still to come gets on its way from DRAM without holding registers, and nothing waits for it. Inline PTX, so
-    compiled code only: the interpreter launches with L2_AHEAD=0."""
+def l2_prefetch_row(P, row, stride, N):
+    """Thread 0 of the CTA asks the L2 for row `row` of P (N elements of P's dtype; Hopper's bulk prefetch, so the row
+    16-byte aligned and a 16-byte multiple long: l2_prefetchable): a row still to come gets on its way from DRAM
+    without holding registers, and nothing waits for it. Inline PTX, so compiled code only: the interpreter launches
+    with L2_AHEAD=0."""
     tl.inline_asm_elementwise(
         asm="{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
             "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        constraints="=r,l,r", args=[ptr, nbytes], dtype=tl.int32, is_pure=False, pack=1)
+        constraints="=r,l,r", args=[P + tl.cast(row, tl.int64) * stride, N * (P.dtype.element_ty.primitive_bitwidth // 8)],
+        dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -154,7 +161,7 @@ def _bwd_rows_kernel(
     col_ok = cols < N
     w = tl.zeros([BLOCK_N], dtype=tl.float32)
     if HAS_W and not STREAM:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        w = weight_at(W, cols, col_ok, w_off)
     dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     step = nprog * BLOCK_M
@@ -170,17 +177,16 @@ def _bwd_rows_kernel(
         r64 = rows.to(tl.int64)[:, None]
         if L2_AHEAD > 0:
             ahead = start + (L2_AHEAD + (0 if STREAM else 1)) * step
-            nbytes = N * H.dtype.element_ty.primitive_bitwidth // 8
             for r in tl.static_range(BLOCK_M):
                 if ahead + r < M:
-                    l2_prefetch(H + tl.cast(ahead + r, tl.int64) * stride_h, nbytes)
-                    l2_prefetch(DY + tl.cast(ahead + r, tl.int64) * stride_dy, nbytes)
+                    l2_prefetch_row(H, ahead + r, stride_h, N)
+                    l2_prefetch_row(DY, ahead + r, stride_dy, N)
         if STREAM:
             h = load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32)
             dy = load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32)
             rs = tl.load(RSIG + rows, mask=row_ok, other=0.0)[:, None]
             if HAS_W:
-                w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+                w = weight_at(W, cols, col_ok, w_off)
         else:
             h = h_n.to(tl.float32)
             dy = dy_n.to(tl.float32)
@@ -218,7 +224,7 @@ def _bwd_decode_kernel(
         rs = tl.load(RSIG + rows)[:, None]
         w = tl.zeros([BLOCK_N], dtype=tl.float32)
         if HAS_W:
-            w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+            w = weight_at(W, cols, col_ok, w_off)
         _store_rows_dx(load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32) * rs,
                        load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32), w, rs, inv_n,
                        DX, stride_dx, DRES, stride_dres, rows.to(tl.int64)[:, None], cols, mask, HAS_W, HAS_DRES)
@@ -248,7 +254,7 @@ def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_of
         h = tl.load(H + r64 * stride_h + c, mask=ok, other=0.0).to(tl.float32)
         g = tl.load(DY + r64 * stride_dy + c, mask=ok, other=0.0).to(tl.float32)
         if HAS_W:
-            g = g * (tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off)
+            g = g * weight_at(W, c, ok, w_off)
         acc += h * g
     tl.store(C + row, tl.sum(acc, axis=0) * tl.load(RSIG + row) * inv_n)
 
@@ -266,7 +272,7 @@ def _bwd_cols_kernel(
     cols = cb * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        w = weight_at(W, cols, col_ok, w_off)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(grp * BLOCK_M, M, ngrp * BLOCK_M):
@@ -316,7 +322,7 @@ def _bwd_split_kernel(
     ar = tl.arange(0, BLOCK_M)
     w = tl.zeros([CHUNK], dtype=tl.float32)
     if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        w = weight_at(W, cols, col_ok, w_off)
     dw = tl.zeros([CHUNK], dtype=tl.float32)
     db = tl.zeros([CHUNK], dtype=tl.float32)
     step = lanes * BLOCK_M
@@ -377,7 +383,7 @@ def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexp
 
 def l2_prefetchable(*rows: torch.Tensor) -> bool:
     """Whether every row of these [M, N] tensors starts 16-byte aligned and is a 16-byte multiple long, as the bulk
-    prefetch (l2_prefetch) requires."""
+    prefetch (l2_prefetch_row) requires."""
     return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
                and (t.shape[1] * t.element_size()) % 16 == 0 for t in rows)
 

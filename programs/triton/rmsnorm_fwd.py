@@ -158,6 +158,12 @@ def fp8_recip(scale):
 
 
 @triton.jit
+def weight_at(W, cols, ok, w_off):
+    """The factor the kernels multiply by at these columns: weight + weight_offset in fp32 (0 + w_off where not ok)."""
+    return tl.load(W + cols, mask=ok, other=0.0).to(tl.float32) + w_off
+
+
+@triton.jit
 def load_rows(P, stride, rows, M, cols, col_ok):
     """P[rows, cols] in its stored dtype, zero where rows >= M or not col_ok (rows [BLOCK_M], cols [n])."""
     return tl.load(P + rows.to(tl.int64)[:, None] * stride + cols[None, :], mask=(rows < M)[:, None] & col_ok[None, :],
@@ -301,7 +307,7 @@ def _fwd_rows_kernel(
     r64 = rows.to(tl.int64)[:, None]
     # weight and bias first: their loads overlap x's instead of waiting behind the row reduction (decode latency)
     if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        w = weight_at(W, cols, col_ok, w_off)
     if HAS_B:
         b = tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)
 
@@ -340,7 +346,7 @@ def _fwd_rows_kernel(
         if SLICES > 1:
             vf = hf * rs[:, None]
             if HAS_W:
-                vf = vf * (tl.load(W + full, mask=full_ok, other=0.0).to(tl.float32) + w_off)[None, :]
+                vf = vf * weight_at(W, full, full_ok, w_off)[None, :]
             if HAS_B:
                 vf += tl.load(B + full, mask=full_ok, other=0.0).to(tl.float32)[None, :]
             amax = tl.max(tl.where(fmask, tl.abs(vf), 0.0), axis=1)
@@ -409,7 +415,7 @@ def _fwd_looped_kernel(
                 acc += h * h
                 if AMAX_IN_STATS:
                     if HAS_W:
-                        wv = tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off
+                        wv = weight_at(W, c, ok, w_off)
                         mx = tl.maximum(mx, tl.abs(h * wv))
                     else:
                         mx = tl.maximum(mx, tl.abs(h))
@@ -433,7 +439,7 @@ def _fwd_looped_kernel(
                     ok = c < N
                     v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32) * rs
                     if HAS_W:
-                        v = v * (tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off)
+                        v = v * weight_at(W, c, ok, w_off)
                     if HAS_B:
                         v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
                     mx = tl.maximum(mx, tl.where(ok, tl.abs(v), 0.0))
@@ -461,7 +467,7 @@ def _fwd_looped_kernel(
                 ok = c < N
                 v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * rs
                 if HAS_W:
-                    v = v * (tl.load(W + c, mask=ok, other=0.0).to(tl.float32) + w_off)
+                    v = v * weight_at(W, c, ok, w_off)
                 if HAS_B:
                     v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
                 if OUT_MODE != 0:
@@ -521,7 +527,7 @@ def _fwd_split_kernel(
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
     w = tl.zeros([CHUNK], dtype=tl.float32)
     if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        w = weight_at(W, cols, col_ok, w_off)
     if HAS_B:
         b = tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)
     step = lanes * BLOCK_M

@@ -39,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip
+from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip, weight_at
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
 N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
@@ -109,7 +109,7 @@ def _weight_factor(W, cols, col_ok, w_off, HAS_W: tl.constexpr):
     """(weight + weight_offset) in fp32, loaded once per program before any waiting (1.0 without a weight)."""
     wf = 1.0
     if HAS_W:
-        wf = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_off
+        wf = weight_at(W, cols, col_ok, w_off)
     return wf
 
 
