@@ -21,7 +21,8 @@ Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS
 at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
 `_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
 keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
-so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass.
+so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass. For plain
+16-bit rows up to 65536 columns its stats pass is one load of the whole row as 32-bit words (FwdConfig.words).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ WIDE_CHUNK_N = 65536  # up to here the looped kernel reads 32768-column chunks (
 # The looped kernel's 32 warps may use the whole register file (64 a thread); said explicitly, because under Triton 3.8
 # ptxas otherwise stopped at 56 and 2048 x 65536 ran 173 us against 145 (H200, NOTES.md v11). Triton 3.6: no change.
 LOOPED_MAXNREG = 64
+# The looped kernel's words stats pass (FwdConfig.words) holds the whole row, N / 2 words over 32 warps: 32 registers a
+# thread at N = WIDE_CHUNK_N; its normalize pass reads WORDS_CHUNK columns a step.
+WORDS_CHUNK = 16384
 # Decode rows (M <= DECODE_SLICED_M, N <= 8192) are cut into DECODE_SLICE-column programs; every program re-reads
 # its whole row from L2 for the sum, which more rows or longer rows would make the bottleneck (not measured past them).
 DECODE_SLICED_M, DECODE_SLICE = 128, 2048
@@ -79,6 +83,7 @@ class FwdConfig:
     chunk: int = 0
     programs: int = 0
     head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
+    words: bool = False  # looped, 16-bit x: the stats pass loads the whole row at once as 32-bit words (wordable_rows)
     maxnreg: int = 0  # registers per thread capped (0: the compiler's choice), e.g. 128 for two split programs per SM
 
 
@@ -93,10 +98,12 @@ def split_default(device) -> FwdConfig:
                      maxnreg=SPLIT_MAXNREG)
 
 
-def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False) -> FwdConfig:
+def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False,
+               words_ok: bool = False) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
-    with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added."""
+    with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
+    as 32-bit words (wordable_rows)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
@@ -121,6 +128,10 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         capped = num_warps == 32 and block_m * block_n // (32 * 32) <= 16 and not (fused or bias)
         return FwdConfig("rows", num_warps, block_m=block_m, maxnreg=32 if capped else 0)
     if n <= WIDE_CHUNK_N and not fused:
+        if words_ok:
+            # the stats pass was latency-bound: loading the whole row at once (64 KB a CTA in flight where 32768-column
+            # chunks had 32 KB) takes 2048 x 65536 from 144.5 to 138.0 us on H200 (NOTES.md v13)
+            return FwdConfig("looped", 32, chunk=WORDS_CHUNK, programs=min(m, 2 * sms), maxnreg=LOOPED_MAXNREG, words=True)
         # 4 loads of 16 bytes per thread in flight per step instead of 1 (chunk 8192 at 32 warps): the stats pass was
         # latency-bound (H200, 2048 x 65536: 159 -> 145 us, 80% -> 88% of copy). Not for the fused variants: measured
         # in the same run, FP8 row output 192 -> 295 us (its row-max accumulator beside a 32768 chunk spills, ptxas:
@@ -161,6 +172,19 @@ def fp8_recip(scale):
 def weight_at(W, cols, ok, w_off):
     """The factor the kernels multiply by at these columns: weight + weight_offset in fp32 (0 + w_off where not ok)."""
     return tl.load(W + cols, mask=ok, other=0.0).to(tl.float32) + w_off
+
+
+@triton.jit
+def row_words_sumsq(P, stride, row, N, WORDS: tl.constexpr):
+    """Sum of squares (fp32) of row `row` of the 16-bit [M, N] tensor P, loaded at once as WORDS 32-bit words (two
+    values each: half the registers of the values, so a whole row of 65536 fits 32 warps) and kept in L2 (evict_last)
+    for a second read. P's base and stride even in elements (wordable_rows)."""
+    wc = tl.arange(0, WORDS)
+    PW = P.to(tl.pointer_type(tl.int32))
+    v = tl.load(PW + tl.cast(row, tl.int64) * (stride // 2) + wc, mask=wc < N // 2, other=0, eviction_policy="evict_last")
+    lo = v.to(tl.int16).to(P.dtype.element_ty, bitcast=True).to(tl.float32)
+    hi = (v >> 16).to(tl.int16).to(P.dtype.element_ty, bitcast=True).to(tl.float32)
+    return tl.sum(lo * lo + hi * hi, axis=0)
 
 
 @triton.jit
@@ -361,13 +385,14 @@ def _fwd_looped_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
     M, N, inv_n, eps, w_off, scale_ub, fp8_max,
-    CHUNK: tl.constexpr, HEAD: tl.constexpr,
+    CHUNK: tl.constexpr, HEAD: tl.constexpr, WORDS: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     # Columns [0, HEAD) stay in registers between the stats pass and the normalize pass; [HEAD, N) stream through in
     # CHUNK pieces and are read twice, the second time (reverse order) mostly from L2. HEAD=0: everything streams.
+    # WORDS > 0 (plain rows of 16-bit x, no head): the stats pass is one load of the whole row (row_words_sumsq).
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, CHUNK)
@@ -402,7 +427,7 @@ def _fwd_looped_kernel(
                     head_mx = tl.max(tl.abs(hh * (tl.load(W + hc).to(tl.float32) + w_off)), axis=0)
                 else:
                     head_mx = tl.max(tl.abs(hh), axis=0)
-        if STATS_PASS:
+        if STATS_PASS and WORDS == 0:
             for i in range(n_chunks):
                 c = HEAD + i * CHUNK + cols
                 ok = c < N
@@ -423,6 +448,8 @@ def _fwd_looped_kernel(
             ss = 0.0
             for k in range(n_stats):
                 ss += tl.load(STATS + k * stride_stats + row)
+        elif WORDS > 0:
+            ss = row_words_sumsq(X, stride_x, row, N, WORDS)
         else:
             ss = tl.sum(acc, axis=0) + head_ss
         rs = tl.rsqrt(ss * inv_n + eps)
@@ -651,6 +678,11 @@ def _out_mode(dtype, scale_mode, scale) -> int:
     return OUT_FP8_STATIC
 
 
+def wordable_rows(x2: torch.Tensor) -> bool:
+    """Whether the rows of x2 [M, N] can be read as 32-bit words: 16-bit values, N, the row stride and the base even."""
+    return x2.element_size() == 2 and x2.shape[1] % 2 == 0 and x2.stride(0) % 2 == 0 and x2.data_ptr() % 4 == 0
+
+
 def rmsnorm_fwd(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -717,8 +749,14 @@ def rmsnorm_fwd(
         return RMSNormOutput(y, rsig, res_out, sc)
 
     row_max_with_bias = bias is not None and (mode == OUT_FP8_ROW or dynamic_tensor_scale)
-    cfg = config or fwd_config(m, n, x.device, fused=mode != OUT_CAST or residual is not None or stats is not None,
-                               split_ok=not row_max_with_bias, bias=bias is not None)
+    fused = mode != OUT_CAST or residual is not None or stats is not None
+    cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
+                               words_ok=wordable_rows(x2))
+    if cfg.words:
+        if cfg.kernel != "looped" or cfg.head or fused:
+            raise TritonRuleError("config.words", "the words stats pass is the looped kernel's, for plain rows: no head, residual, stats or FP8 output", f"kernel {cfg.kernel}, head {cfg.head}, {'fused' if fused else 'plain'} call", "words=False")
+        if not wordable_rows(x2) or n > WIDE_CHUNK_N:
+            raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
@@ -759,7 +797,8 @@ def rmsnorm_fwd(
             grid = (min(m, cfg.programs or sm_count(x.device)),)
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
                 raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
-            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, num_warps=cfg.num_warps,
+            words = triton.next_power_of_2(triton.cdiv(n, 2)) if cfg.words else 0
+            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, WORDS=words, num_warps=cfg.num_warps,
                                      **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
         elif cfg.kernel == "split":
             splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,

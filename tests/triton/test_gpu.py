@@ -38,6 +38,7 @@ BIG = {
     "split_kernel": ((32769, 65536), None),
     "looped_kernel": ((32769, 65536), FwdConfig("looped", 32, chunk=32768, programs=264)),
     "looped_kernel_head": ((32769, 65536), FwdConfig("looped", 32, chunk=8192, programs=264, head=16384)),
+    "looped_kernel_words": ((32769, 65536), FwdConfig("looped", 32, chunk=16384, programs=264, maxnreg=64, words=True)),
 }
 
 

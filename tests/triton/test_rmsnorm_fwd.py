@@ -185,9 +185,65 @@ def test_long_row_launch_shape_plain_vs_fused():
 
     cpu = torch.device("cpu")
     plain = fwd_config(2048, 65536, cpu)
-    assert (plain.kernel, plain.chunk, plain.head) == ("looped", 32768, 0)
+    assert (plain.kernel, plain.chunk, plain.head, plain.words) == ("looped", 32768, 0, False)
+    # rows readable as 32-bit words: the stats pass loads each whole row at once (NOTES.md v13)
+    words = fwd_config(2048, 65536, cpu, words_ok=True)
+    assert (words.kernel, words.chunk, words.head, words.words) == ("looped", 16384, 0, True)
+    assert not fwd_config(2048, 65536, cpu, fused=True, words_ok=True).words
+    assert not fwd_config(4096, 16384, cpu, words_ok=True).words and not fwd_config(1024, 262144, cpu, words_ok=True).words
     for cfg in (fwd_config(2048, 65536, cpu, fused=True), fwd_config(1024, 262144, cpu)):
         assert (cfg.kernel, cfg.chunk, cfg.head) == ("looped", 8192, 16384)
+
+
+WORDS = FwdConfig("looped", 4, chunk=32, programs=3, words=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(5, 38), (3, 100), (4, 2), (2, 256)], ids=["5x38", "3x100", "4x2", "2x256"])
+def test_words_stats_pass_matches_float64(dtype, shape):
+    """The looped kernel's stats pass reading each whole row as 32-bit words (two 16-bit values a word, the row in
+    one load; N / 2 words rounded up to a power of two, the rest masked) normalizes as the float64 reference does, and
+    as the chunked stats pass of the same launch within the dtype's tolerance (the sums run in another order)."""
+    m, n = shape
+    x, w, b = rand(m, n, dtype=dtype, seed=20), rand(n, dtype=dtype, seed=21), rand(n, seed=22)
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, bias=b, return_rsigma=True, config=WORDS)
+    v, rs, _ = norm64(x, w, epsilon=1e-5, bias=b)
+    assert_close(o.y, v, dtype, context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+    chunked = rmsnorm_fwd(x, w, epsilon=1e-5, bias=b, return_rsigma=True, config=FwdConfig("looped", 4, chunk=32, programs=3))
+    assert_close(o.rsigma, chunked.rsigma.double(), torch.float32, context="rsigma vs chunked")
+
+
+def test_words_stats_pass_reads_strided_rows():
+    """Rows with an even stride (a view into wider rows, starting at an even column) are read as words too."""
+    x = rand(6, 90, dtype=torch.bfloat16, seed=23)[:, 4:74]
+    w = rand(70, dtype=torch.bfloat16, seed=24)
+    assert x.stride(0) == 90 and x.data_ptr() % 4 == 0
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, config=WORDS)
+    v, _, _ = norm64(x, w, epsilon=1e-5)
+    assert_close(o.y, v, torch.bfloat16, context="y")
+
+
+WORDS_REFUSED = {
+    "fp32_values": (lambda: (rand(3, 64), {}), "float32"),
+    "odd_n": (lambda: (rand(3, 63, dtype=torch.bfloat16), {}), "N 63"),
+    "odd_stride": (lambda: (rand(3, 65, dtype=torch.bfloat16)[:, :64], {}), "row stride 65"),
+    "odd_base": (lambda: (rand(3, 66, dtype=torch.bfloat16)[:, 1:65], {}), "base 2 bytes"),
+    "longer_than_a_row_in_registers": (lambda: (torch.zeros(1, 65538, dtype=torch.bfloat16, device=DEV), {}), "N 65538"),
+    "residual": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}), "fused call"),
+    "fp8_row_scales": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float8_e4m3fn}), "fused call"),
+}
+
+
+@pytest.mark.parametrize("case", list(WORDS_REFUSED))
+def test_words_stats_pass_refuses_what_it_cannot_read(case):
+    """An explicit words launch where the rows are not 16-bit word pairs, or the call is fused, is refused by name
+    before any launch (the default simply does not choose it there)."""
+    make, seen = WORDS_REFUSED[case]
+    x, kw = make()
+    with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
+        rmsnorm_fwd(x, config=WORDS, **kw)
+    rmsnorm_fwd(x, **kw)  # the default launch serves the same call
 
 
 def test_split_with_distributed_stats_spans_programs_bitwise_as_rows():
