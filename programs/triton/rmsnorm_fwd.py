@@ -21,8 +21,9 @@ Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS
 at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
 `_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
 keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
-so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass. For plain
-16-bit rows up to 65536 columns its stats pass is one load of the whole row as 32-bit words (FwdConfig.words).
+so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass. For 16-bit
+rows up to 65536 columns without a residual its stats pass is one load of the whole row as 32-bit words
+(FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class FwdConfig:
     chunk: int = 0
     programs: int = 0
     head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
-    words: bool = False  # looped, 16-bit x: the stats pass loads the whole row at once as 32-bit words (wordable_rows)
+    words: bool = False  # looped, 16-bit x normalized as given: the stats pass loads each whole row at once as 32-bit words
     maxnreg: int = 0  # registers per thread capped (0: the compiler's choice), e.g. 128 for two split programs per SM
 
 
@@ -103,7 +104,7 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
-    as 32-bit words (wordable_rows)."""
+    as 32-bit words (wordable_rows) and are what is normalized (no residual, no distributed stats)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
@@ -127,11 +128,12 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # it, so they keep the compiler's choice.
         capped = num_warps == 32 and block_m * block_n // (32 * 32) <= 16 and not (fused or bias)
         return FwdConfig("rows", num_warps, block_m=block_m, maxnreg=32 if capped else 0)
+    if n <= WIDE_CHUNK_N and words_ok:
+        # the stats pass was latency-bound: loading the whole row at once (64 KB a CTA in flight where 32768-column
+        # chunks had 32 KB) takes 2048 x 65536 from 144.5 to 138.0 us on H200, 2048 x 49152 from 130.6 to 103.4; with
+        # FP8 row scales (the row max then a pass of its own, from L2) 215.6 -> 188.6 us on H100 (NOTES.md v13)
+        return FwdConfig("looped", 32, chunk=WORDS_CHUNK, programs=min(m, 2 * sms), maxnreg=LOOPED_MAXNREG, words=True)
     if n <= WIDE_CHUNK_N and not fused:
-        if words_ok:
-            # the stats pass was latency-bound: loading the whole row at once (64 KB a CTA in flight where 32768-column
-            # chunks had 32 KB) takes 2048 x 65536 from 144.5 to 138.0 us on H200 (NOTES.md v13)
-            return FwdConfig("looped", 32, chunk=WORDS_CHUNK, programs=min(m, 2 * sms), maxnreg=LOOPED_MAXNREG, words=True)
         # 4 loads of 16 bytes per thread in flight per step instead of 1 (chunk 8192 at 32 warps): the stats pass was
         # latency-bound (H200, 2048 x 65536: 159 -> 145 us, 80% -> 88% of copy). Not for the fused variants: measured
         # in the same run, FP8 row output 192 -> 295 us (its row-max accumulator beside a 32768 chunk spills, ptxas:
@@ -400,7 +402,7 @@ def _fwd_looped_kernel(
     NEED_AMAX: tl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
     STATS_PASS: tl.constexpr = (not HAS_STATS) or HAS_RES
     # Without bias, max|h*rs*w| = rs * max|h*w| (rs > 0): the row max rides along the stats pass.
-    AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and STATS_PASS
+    AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and STATS_PASS and WORDS == 0
     for row in range(pid, M, nprog):
         r64 = tl.cast(row, tl.int64)
         xrow = X + r64 * stride_x
@@ -751,10 +753,10 @@ def rmsnorm_fwd(
     row_max_with_bias = bias is not None and (mode == OUT_FP8_ROW or dynamic_tensor_scale)
     fused = mode != OUT_CAST or residual is not None or stats is not None
     cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
-                               words_ok=wordable_rows(x2))
+                               words_ok=wordable_rows(x2) and residual is None and stats is None)
     if cfg.words:
-        if cfg.kernel != "looped" or cfg.head or fused:
-            raise TritonRuleError("config.words", "the words stats pass is the looped kernel's, for plain rows: no head, residual, stats or FP8 output", f"kernel {cfg.kernel}, head {cfg.head}, {'fused' if fused else 'plain'} call", "words=False")
+        if cfg.kernel != "looped" or cfg.head or residual is not None or stats is not None:
+            raise TritonRuleError("config.words", "the words stats pass is the looped kernel's, for x itself: no head, residual or stats", f"kernel {cfg.kernel}, head {cfg.head}, residual {residual is not None}, stats {stats is not None}", "words=False")
         if not wordable_rows(x2) or n > WIDE_CHUNK_N:
             raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
     if cfg.kernel == "split" and row_max_with_bias:

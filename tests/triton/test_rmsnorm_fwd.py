@@ -186,10 +186,12 @@ def test_long_row_launch_shape_plain_vs_fused():
     cpu = torch.device("cpu")
     plain = fwd_config(2048, 65536, cpu)
     assert (plain.kernel, plain.chunk, plain.head, plain.words) == ("looped", 32768, 0, False)
-    # rows readable as 32-bit words: the stats pass loads each whole row at once (NOTES.md v13)
+    # rows readable as 32-bit words: the stats pass loads each whole row at once (NOTES.md v13), FP8 output too
+    # (fused, words_ok); a residual or distributed stats (words_ok False) keep the head
     words = fwd_config(2048, 65536, cpu, words_ok=True)
     assert (words.kernel, words.chunk, words.head, words.words) == ("looped", 16384, 0, True)
-    assert not fwd_config(2048, 65536, cpu, fused=True, words_ok=True).words
+    assert fwd_config(2048, 65536, cpu, fused=True, words_ok=True) == words
+    assert fwd_config(2048, 65536, cpu, fused=True).head == 16384
     assert not fwd_config(4096, 16384, cpu, words_ok=True).words and not fwd_config(1024, 262144, cpu, words_ok=True).words
     for cfg in (fwd_config(2048, 65536, cpu, fused=True), fwd_config(1024, 262144, cpu)):
         assert (cfg.kernel, cfg.chunk, cfg.head) == ("looped", 8192, 16384)
@@ -224,21 +226,39 @@ def test_words_stats_pass_reads_strided_rows():
     assert_close(o.y, v, torch.bfloat16, context="y")
 
 
+@pytest.mark.parametrize("fmt", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("scaling", ["row", "tensor_dynamic", "tensor_static"])
+def test_words_stats_pass_with_fp8_output(fmt, scaling):
+    """FP8 output through the words stats pass: the row max takes a pass of its own (the weight is not in registers
+    beside the whole row), scales and codes as the float64 reference gives them."""
+    x, w = rand(5, 100, dtype=torch.bfloat16, seed=25), rand(100, dtype=torch.bfloat16, seed=26)
+    mode = "row" if scaling == "row" else "tensor"
+    static = torch.tensor([0.02], device=DEV) if scaling == "tensor_static" else None
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=fmt, scale_mode=mode, scale=static, config=WORDS)
+    v, _, _ = norm64(x, w, epsilon=1e-5)
+    q_exp, s_exp = fp8_expected(v, fmt, mode, scale=static)
+    assert_close(o.y.float(), q_exp, fmt, context="codes")
+    if static is not None:
+        assert o.scale.item() == static.item()
+    else:
+        assert_close(o.scale, s_exp, torch.float32, context="scale")
+
+
 WORDS_REFUSED = {
     "fp32_values": (lambda: (rand(3, 64), {}), "float32"),
     "odd_n": (lambda: (rand(3, 63, dtype=torch.bfloat16), {}), "N 63"),
     "odd_stride": (lambda: (rand(3, 65, dtype=torch.bfloat16)[:, :64], {}), "row stride 65"),
     "odd_base": (lambda: (rand(3, 66, dtype=torch.bfloat16)[:, 1:65], {}), "base 2 bytes"),
     "longer_than_a_row_in_registers": (lambda: (torch.zeros(1, 65538, dtype=torch.bfloat16, device=DEV), {}), "N 65538"),
-    "residual": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}), "fused call"),
-    "fp8_row_scales": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float8_e4m3fn}), "fused call"),
+    "residual": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}), "residual True"),
+    "distributed_stats": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"stats": torch.ones(2, 3, device=DEV), "hidden_size": 128}), "stats True"),
 }
 
 
 @pytest.mark.parametrize("case", list(WORDS_REFUSED))
 def test_words_stats_pass_refuses_what_it_cannot_read(case):
-    """An explicit words launch where the rows are not 16-bit word pairs, or the call is fused, is refused by name
-    before any launch (the default simply does not choose it there)."""
+    """An explicit words launch where the rows are not 16-bit word pairs, or what is normalized is not x itself (a
+    residual sum, distributed stats), is refused by name before any launch (the default does not choose it there)."""
     make, seen = WORDS_REFUSED[case]
     x, kw = make()
     with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
