@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd, stream_config
-from programs.triton.rmsnorm_fwd import LOOPED_MAXNREG, WIDE_CHUNK_N, WORDS_CHUNK, FwdConfig, fwd_config, rmsnorm_fwd
+from programs.triton.rmsnorm_fwd import WIDE_CHUNK_N, FwdConfig, fwd_config, rmsnorm_fwd
 
 # 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
 SHAPES = [(1024, 262144), (1, 8192), (32, 8192), (4096, 4096), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384), (2048, 65536)]
@@ -339,7 +339,7 @@ def sweep_long(reps: int) -> None:
                   if n // ch <= p]
         cands = [("plain", looped)] + [("plain", c) for c in splits]
         if n <= WIDE_CHUNK_N:  # the words stats pass (one load of the whole row) against the chunked one
-            cands.insert(0, ("plain", FwdConfig("looped", 32, chunk=WORDS_CHUNK, programs=2 * sms, maxnreg=LOOPED_MAXNREG, words=True)))
+            cands.insert(0, ("plain", fwd_config(m, n, dev, words_ok=True)))
         cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in [fused_looped] + splits[:3]]
         kw = {"plain": lambda i: {}, "residual": lambda i: {"residual": rs_[i]}, "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn}}
         for kind, cfg in cands:

@@ -447,22 +447,21 @@ def rmsnorm_bwd(
     dbp = partials(db_dtype) if need_bias_grad else None
     dummy = h2
     common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None)
+    # the rows, decode and split kernels take the same leading arguments
+    args = (dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
+            dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
+            dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
+            m, n, 1.0 / n, float(weight_offset))
     if m > 0:
         if cfg.kernel == "rows":
             _bwd_rows_kernel[(groups,)](
-                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
-                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
-                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
-                m, n, 1.0 / n, float(weight_offset),
+                *args,
                 BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), STREAM=cfg.stream, L2_AHEAD=cfg.l2_ahead,
                 num_warps=cfg.num_warps, **common,
             )
         elif cfg.kernel == "decode":
             _bwd_decode_kernel[(m + triton.cdiv(n, cfg.block_n),)](
-                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
-                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
-                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
-                m, n, 1.0 / n, float(weight_offset),
+                *args,
                 BLOCK_M=triton.next_power_of_2(m), BLOCK_N=triton.next_power_of_2(n), COLS=cfg.block_n,
                 num_warps=cfg.num_warps, **common,
             )
@@ -482,10 +481,7 @@ def rmsnorm_bwd(
         elif cfg.kernel == "split":
             xdot = torch.zeros(m * xw, dtype=torch.int64, device=h.device)  # exchange words, unflagged (split_publish)
             _bwd_split_kernel[(splits * groups,)](
-                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
-                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
-                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
-                m, n, 1.0 / n, float(weight_offset), xdot,
+                *args, xdot,
                 SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
                 **launch_options(h.device, splits, cfg.maxnreg), **common,
             )

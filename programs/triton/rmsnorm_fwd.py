@@ -752,12 +752,13 @@ def rmsnorm_fwd(
 
     row_max_with_bias = bias is not None and (mode == OUT_FP8_ROW or dynamic_tensor_scale)
     fused = mode != OUT_CAST or residual is not None or stats is not None
+    wordable, of_x = wordable_rows(x2), residual is None and stats is None
     cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
-                               words_ok=wordable_rows(x2) and residual is None and stats is None)
+                               words_ok=wordable and of_x)
     if cfg.words:
-        if cfg.kernel != "looped" or cfg.head or residual is not None or stats is not None:
+        if cfg.kernel != "looped" or cfg.head or not of_x:
             raise TritonRuleError("config.words", "the words stats pass is the looped kernel's, for x itself: no head, residual or stats", f"kernel {cfg.kernel}, head {cfg.head}, residual {residual is not None}, stats {stats is not None}", "words=False")
-        if not wordable_rows(x2) or n > WIDE_CHUNK_N:
+        if not wordable or n > WIDE_CHUNK_N:
             raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
