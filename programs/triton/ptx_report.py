@@ -118,12 +118,13 @@ def _cap(maxnreg: int) -> str:
     return f" maxnreg={maxnreg}" if maxnreg else ""
 
 
-def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0) -> Report:
-    """The register-resident forward as the plain call launches it (bf16 in and out, a weight)."""
+def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0, store_rsigma: bool = False) -> Report:
+    """The register-resident forward as the plain call launches it (bf16 in and out, a weight; rsigma stored as the
+    autograd forward asks)."""
     fn = rmsnorm_fwd._fwd_rows_kernel
-    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, **_fwd_flags(rmsnorm_fwd.OUT_CAST))
-    return compile_report(f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}", fn,
-                          _fwd_signature(fn, False), consts, num_warps, maxnreg)
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, **{**_fwd_flags(rmsnorm_fwd.OUT_CAST), "STORE_RSIG": store_rsigma})
+    return compile_report(f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
+                          f"{' rsigma' if store_rsigma else ''}", fn, _fwd_signature(fn, False), consts, num_warps, maxnreg)
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
@@ -178,6 +179,7 @@ def default_reports() -> list[Report]:
     f, b = rmsnorm_fwd, rmsnorm_bwd
     return [
         fwd_rows(16384, 32, 1, 32),
+        fwd_rows(8192, 16, 1, 32, True),
         fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),

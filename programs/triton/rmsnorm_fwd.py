@@ -122,11 +122,13 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
         block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
         num_warps = min(32, max(4, block_m * block_n // 512))
-        # Two 32-warp programs share an SM only at <= 32 registers a thread. Triton 3.6 allocates 32 here, Triton
-        # 3.8 38-40, and one program per SM ran 4096 x 16384 in 88.7 us against 67.5 (H200, NOTES.md v11). The cap
-        # spills nothing in the plain kernel (ptxas, both versions); a bias or the fused variants would spill under
-        # it, so they keep the compiler's choice.
-        capped = num_warps == 32 and block_m * block_n // (32 * 32) <= 16 and not (fused or bias)
+        # A full SM (2048 threads: two 32-warp or four 16-warp programs) needs <= 32 registers a thread. At 16
+        # elements a thread the compilers take 38-40 (Triton 3.8 at N = 16384: one program per SM, 4096 x 16384 88.7
+        # us against 67.5; both versions at N = 8192: three per SM, 2048 x 8192 20.3 us against 19.5; H200, NOTES.md
+        # v11, v14). Capped for rows of >= 4096 columns, where the plain kernel spills nothing under the cap (ptxas,
+        # both versions, rsigma stored or not); shorter rows in taller tiles spilled, and a bias or the fused
+        # variants would, so they keep the compiler's choice.
+        capped = block_n >= 4096 and block_m * block_n // (num_warps * 32) <= 16 and not (fused or bias)
         return FwdConfig("rows", num_warps, block_m=block_m, maxnreg=32 if capped else 0)
     if n <= WIDE_CHUNK_N and words_ok:
         # the stats pass was latency-bound: loading the whole row at once (64 KB a CTA in flight where 32768-column

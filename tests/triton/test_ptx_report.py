@@ -50,16 +50,18 @@ def test_report_check_passes_for_the_default_shapes():
     assert "bwd split chunk=8192" in out.stdout
 
 
-def test_capped_rows_forward_fits_two_programs_per_sm_without_spilling():
-    """fwd_config caps the 32-warp rows forward at 32 registers (two programs per SM): Triton 3.8 otherwise took 38
-    and ran at one program per SM (NOTES.md v11). The cap must cost no spill in the kernel it is set for."""
-    cfg, regs, spill = _compiled_json(
-        "import json, torch; from programs.triton import ptx_report as p, rmsnorm_fwd as f; f.sm_count = lambda d: 132; "
-        "c = f.fwd_config(4096, 16384, torch.device('cuda')); r = p.fwd_rows(16384, c.num_warps, c.block_m, c.maxnreg); "
-        "print(json.dumps([[c.num_warps, c.maxnreg], r.registers, r.spill_bytes]))"
+def test_capped_rows_forward_fills_the_sm_without_spilling():
+    """fwd_config caps the plain rows forward at 32 registers on rows of >= 4096 columns at 16 elements a thread (a
+    full SM: two 32-warp or four 16-warp programs); uncapped the compilers took 38-40 (NOTES.md v11, v14). The cap
+    must cost no spill in the kernels it is set for, with rsigma stored (the autograd forward) or not."""
+    rows = _compiled_json(
+        "import json, torch, triton; from programs.triton import ptx_report as p, rmsnorm_fwd as f; f.sm_count = lambda d: 132; "
+        "cs = [(n, f.fwd_config(m, n, torch.device('cuda'))) for m, n in ((4096, 16384), (8192, 8192), (32768, 4096))]; "
+        "print(json.dumps([[n, c.num_warps, c.maxnreg, r.registers, r.spill_bytes] for n, c in cs for r in "
+        "(p.fwd_rows(triton.next_power_of_2(n), c.num_warps, c.block_m, c.maxnreg, s) for s in (False, True))]))"
     )
-    assert cfg == [32, 32]
-    assert 0 < regs <= 32 and spill == 0, (regs, spill)
+    assert [r[:3] for r in rows] == [[16384, 32, 32]] * 2 + [[8192, 16, 32]] * 2 + [[4096, 16, 32]] * 2, rows
+    assert all(0 < r[3] <= 32 and r[4] == 0 for r in rows), rows
 
 
 def test_streaming_rows_backward_prefetches_into_l2_without_spilling():

@@ -324,12 +324,15 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
-    # two 32-warp rows programs per SM need <= 32 registers: capped for the plain kernel only (a bias or a fused
-    # variant would spill under the cap, ptx_report), and not at 16 warps, where three programs fit uncapped
+    # a full SM of rows programs needs <= 32 registers a thread: capped for the plain kernel on rows of >= 4096
+    # columns at 16 elements a thread (a bias, a fused variant or shorter rows in taller tiles would spill under the
+    # cap, ptx_report), not at 32 elements a thread
     assert fwd_mod.fwd_config(4096, 16384, gpu).maxnreg == 32
+    assert fwd_mod.fwd_config(8192, 8192, gpu).maxnreg == 32
     assert fwd_mod.fwd_config(4096, 16384, gpu, bias=True).maxnreg == 0
     assert fwd_mod.fwd_config(4096, 16384, gpu, fused=True).maxnreg == 0
-    assert fwd_mod.fwd_config(8192, 8192, gpu).maxnreg == 0
+    assert fwd_mod.fwd_config(65536, 1024, gpu).maxnreg == 0
+    assert fwd_mod.fwd_config(4096, 32768, gpu).maxnreg == 0
     # decode rows cut into 2048-column programs (H100 sweep, NOTES.md v11), but not where a slice would need the whole
     # row's residual sum or row max (fused), nor past the measured sizes
     assert fwd_mod.fwd_config(32, 8192, gpu) == FwdConfig("rows", 8, block_m=1, chunk=2048)
