@@ -108,9 +108,9 @@ def _bwd_signature(fn) -> dict[str, str]:
     return _signature(fn, ptrs, ("inv_n", "w_off"))
 
 
-def _fwd_flags(out_mode: int) -> dict:
-    """A weight and nothing else fused (no bias, residual, stats or rsigma)."""
-    return dict(HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False, STORE_RSIG=False, OUT_MODE=out_mode,
+def _fwd_flags(out_mode: int, store_rsigma: bool = False) -> dict:
+    """A weight and nothing else fused (no bias, residual or stats); rsigma stored if asked."""
+    return dict(HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False, STORE_RSIG=store_rsigma, OUT_MODE=out_mode,
                 Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
 
 
@@ -122,7 +122,7 @@ def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0, store
     """The register-resident forward as the plain call launches it (bf16 in and out, a weight; rsigma stored as the
     autograd forward asks)."""
     fn = rmsnorm_fwd._fwd_rows_kernel
-    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, **{**_fwd_flags(rmsnorm_fwd.OUT_CAST), "STORE_RSIG": store_rsigma})
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, **_fwd_flags(rmsnorm_fwd.OUT_CAST, store_rsigma))
     return compile_report(f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
                           f"{' rsigma' if store_rsigma else ''}", fn, _fwd_signature(fn, False), consts, num_warps, maxnreg)
 
