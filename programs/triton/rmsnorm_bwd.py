@@ -35,6 +35,7 @@ import triton.language as tl
 
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
+    dram_gbps_per_sm,
     launch_options,
     load_rows,
     sm_count,
@@ -49,6 +50,7 @@ MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumula
 STREAM_ROWS_N = 16384  # up to here the rows kernel streams (BwdConfig.stream): no register look-ahead, L2 prefetch
 DECODE_M = 32  # the decode kernel's column programs hold all rows of their columns
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 16  # longer rows: columns per program of the split kernel (H200 sweep, NOTES.md v6)
+LEAN_DRAM_GBPS_PER_SM = 30  # below this (H100 SXM: ~25; H200: ~37) the rows kernel takes 8 warps at N >= 4096
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,13 @@ def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
         block_n = triton.next_power_of_2(n)
         block_m = max(1, min(8192 // block_n, 8))
         num_warps = 32 if block_n >= 8192 else 16
+        gbps = dram_gbps_per_sm(device)
+        if block_n >= 4096 and m >= 32 * block_m * sms and gbps is not None and gbps < LEAN_DRAM_GBPS_PER_SM:
+            # less DRAM bandwidth per SM needs fewer bytes in flight, and 8 warps reduce a row with fewer barriers.
+            # H100 (NOTES.md v15, us): 8192 x 8192 145.2-145.8 against 152.9-153.5 at 32 warps, 16384 x 8192 280.5
+            # against 291.2-291.8, 32768 x 4096 278.1-279.5 against 284.9-285.4 at 16; at 16 tiles a program
+            # (4096 x 4096, 2048 x 8192) 0.5-1% slower, so from 32 on. H200 lost 5% that way at N = 8192.
+            num_warps = 8
         return BwdConfig("rows", num_warps, block_m=block_m, programs=min(triton.cdiv(m, block_m), sms))
     if n <= STREAM_ROWS_N:
         # H200, NOTES.md v12, against the split kernel in the same run: 4096 x 16384 107.7 us (90% of copy) against

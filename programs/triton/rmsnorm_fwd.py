@@ -94,6 +94,18 @@ def sm_count(device) -> int:
     return 4  # the interpreter: a few programs, so persistent loops and partial buffers see several
 
 
+def dram_gbps_per_sm(device) -> float | None:
+    """Nominal DRAM bandwidth per SM (GB/s) from the device's memory bus (None off CUDA or where torch does not report
+    it): how many bytes each SM must keep in flight, so which launch shapes keep up (H100 SXM ~25, H200 ~37)."""
+    if device.type != "cuda":
+        return None
+    p = torch.cuda.get_device_properties(device)
+    bus, clock_khz = getattr(p, "memory_bus_width", 0), getattr(p, "memory_clock_rate", 0)
+    if not bus or not clock_khz:
+        return None
+    return 2 * bus / 8 * clock_khz * 1e3 / p.multi_processor_count / 1e9
+
+
 def split_default(device) -> FwdConfig:
     return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=SPLIT_PER_SM * sm_count(device),
                      maxnreg=SPLIT_MAXNREG)

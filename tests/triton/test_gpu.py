@@ -81,13 +81,17 @@ LONG_BWD = {
     "cols_65000_partial_tile": ((300, 65000), BwdConfig("cols", 4, block_m=8, programs=8, block_n=2048)),
     # 16 programs share a row (the last chunk partial), 2 rows per exchange, 8 row blocks in flight
     "split_65000_two_rows": ((301, 65000), BwdConfig("split", 16, block_m=2, programs=132, block_n=4096)),
+    # the lean-DRAM launches (bwd_config on H100): 8 warps over whole rows of 8192, and two rows of 4096 a tile
+    "rows_8_warps_8192": ((1000, 8192), BwdConfig("rows", 8, block_m=1, programs=132)),
+    "rows_8_warps_two_rows_4001": ((1001, 4001), BwdConfig("rows", 8, block_m=2, programs=132)),
 }
 
 
 @pytest.mark.requires_cuda
 @pytest.mark.parametrize("case", list(LONG_BWD))
 def test_backward_long_row_kernels(case):
-    """The long-row backward path at real widths, several rows per row group, every option on."""
+    """The long-row backward paths, and the rows launch another GPU's bandwidth picks, at real widths, several rows
+    per row group, every option on."""
     (m, n), cfg = LONG_BWD[case]
     x, w, dy, dres = rand(m, n, seed=20), rand(n, seed=21), rand(m, n, seed=22), rand(m, n, seed=23)
     rs = rmsnorm_fwd(x, w, weight_offset=1.0, return_rsigma=True).rsigma

@@ -77,6 +77,21 @@ def test_streaming_rows_backward_prefetches_into_l2_without_spilling():
     assert tile[1] == 0 and tile[2] == 0, tile
 
 
+def test_lean_dram_rows_backward_holds_its_look_ahead_without_spilling():
+    """Where DRAM per SM is lean (H100) bwd_config gives the rows backward 8 warps at N = 4096-8192: each thread then
+    holds 32-64 elements of x and dy, their look-ahead, the weight and the dweight accumulator; it must fit the
+    register file with no spill (ptxas: 254 registers at N = 8192 under Triton 3.6 and 3.8, NOTES.md v15)."""
+    rows = _compiled_json(
+        "import json, torch, triton; from programs.triton import ptx_report as p, rmsnorm_bwd as b; "
+        "b.sm_count = lambda d: 132; b.dram_gbps_per_sm = lambda d: 25.4; "
+        "cs = [b.bwd_config(m, n, torch.device('cuda')) for m, n in ((8192, 8192), (32768, 4096))]; "
+        "print(json.dumps([[c.num_warps, c.block_m, r.registers, r.spill_bytes] for c, n in zip(cs, (8192, 4096)) "
+        "for r in [p.bwd_rows(n, c.num_warps, c.block_m, False, 0)]]))"
+    )
+    assert [r[:2] for r in rows] == [[8, 1], [8, 2]], rows
+    assert all(r[2] <= 255 and r[3] == 0 for r in rows), rows
+
+
 def test_split_kernels_compile_to_16_byte_loads():
     """Compiled with the JIT's divisibility hints (ptx_report._divisibility), the split kernels load x (and dy) 16
     bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers (NOTES.md v8)."""

@@ -319,6 +319,7 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
 
     monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
     monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 36.5)  # H200 (H100: below)
     gpu = torch.device("cuda")
     assert fwd_mod.fwd_config(1024, 262144, gpu).kernel == "split"
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
@@ -348,3 +349,25 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert rmsnorm_bwd.bwd_config(2048, 65536, gpu).kernel == "split"
     assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132)
     assert rmsnorm_bwd.bwd_config(2048, 65536, torch.device("cpu")).kernel == "cols"
+
+
+def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
+    """H100 (25 GB/s of DRAM a SM) ran the backward rows kernel 2-5% faster at 8 warps on rows of 4096-8192 columns
+    with >= 32 tiles a program; H200 (36.5) lost 5% that way, and fewer tiles a program or other widths kept their
+    warps on both (NOTES.md v15)."""
+    from programs.triton import rmsnorm_bwd
+    from programs.triton.rmsnorm_fwd import dram_gbps_per_sm as fwd_dram_gbps_per_sm
+
+    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 25.4)
+    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 8, block_m=1, programs=132)
+    assert rmsnorm_bwd.bwd_config(32768, 4096, gpu) == rmsnorm_bwd.BwdConfig("rows", 8, block_m=2, programs=132)
+    assert rmsnorm_bwd.bwd_config(2048, 8192, gpu).num_warps == 32  # 15.5 tiles a program
+    assert rmsnorm_bwd.bwd_config(4096, 4096, gpu).num_warps == 16
+    assert rmsnorm_bwd.bwd_config(65536, 1024, gpu).num_warps == 16
+    assert rmsnorm_bwd.bwd_config(8192, 16384, gpu).num_warps == 32  # the streaming kernel: 32 warps measured best
+    for unknown in (None, 36.5):
+        monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: unknown)
+        assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).num_warps == 32
+    assert fwd_dram_gbps_per_sm(torch.device("cpu")) is None
