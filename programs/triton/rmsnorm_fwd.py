@@ -96,7 +96,7 @@ def sm_count(device) -> int:
 
 def dram_gbps_per_sm(device) -> float | None:
     """Nominal DRAM bandwidth per SM (GB/s) from the device's memory bus (None off CUDA or where torch does not report
-    it): how many bytes each SM must keep in flight, so which launch shapes keep up (H100 SXM ~25, H200 ~37)."""
+    it): how many bytes each SM must keep in flight, so which launch shapes keep up (H100 SXM 25.4, H200 36.5)."""
     if device.type != "cuda":
         return None
     p = torch.cuda.get_device_properties(device)

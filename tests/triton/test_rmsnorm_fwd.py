@@ -355,9 +355,9 @@ def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
     """H100 (25 GB/s of DRAM a SM) ran the backward rows kernel 2-5% faster at 8 warps on rows of 4096-8192 columns
     with >= 32 tiles a program; H200 (36.5) lost 5% that way, and fewer tiles a program or other widths kept their
     warps on both (NOTES.md v15)."""
-    from programs.triton import rmsnorm_bwd
-    from programs.triton.rmsnorm_fwd import dram_gbps_per_sm as fwd_dram_gbps_per_sm
+    from programs.triton import rmsnorm_bwd, rmsnorm_fwd as fwd_mod
 
+    assert fwd_mod.dram_gbps_per_sm(torch.device("cpu")) is None
     monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
     monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 25.4)
@@ -370,4 +370,3 @@ def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
     for unknown in (None, 36.5):
         monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: unknown)
         assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).num_warps == 32
-    assert fwd_dram_gbps_per_sm(torch.device("cpu")) is None
