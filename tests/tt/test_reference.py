@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tt_rmsnorm import reference as ref
+from tt_rmsnorm import accuracy
 from tt_rmsnorm.accuracy import assert_close
 from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
 
@@ -447,3 +448,18 @@ def test_bad_input_names_the_rule(call, fragment):
     x = ref.quantize(_randn((1, 1, 32, 1024), 35), "bfloat16")
     with pytest.raises(ValueError, match=re.escape(fragment)):
         call(x)
+
+
+def test_fp16_tolerance_takes_ulps_at_its_smallest_normal_at_least():
+    """fp16 numbers below 2^-14 are 2^-24 apart: a correctly rounded fp16 result there is more than half a bf16 ULP of
+    its own magnitude off, which the fp16 policy must accept, while a wrong one still fails."""
+    expected = torch.tensor([3.0e-6, -1.1e-6, 0.75, 1.5], dtype=torch.float64)
+    rounded = expected.to(torch.float16)
+    assert float((rounded.double() - expected).abs()[0] / accuracy.bf16_ulp(expected)[0]) > 0.5  # the case itself
+    assert accuracy.compare(rounded, expected, torch.float16).passed
+    wrong = rounded.clone()
+    wrong[2] = 0.7578125  # 0.75 + 2^-7: one bf16 ULP off at a normal magnitude
+    assert not accuracy.compare(wrong, expected, torch.float16).passed
+    tiny_wrong = rounded.clone()
+    tiny_wrong[0] = 3.0e-6 + 2.0**-20  # 16 fp16 subnormal steps off
+    assert not accuracy.compare(tiny_wrong, expected, torch.float16).passed
