@@ -362,6 +362,8 @@ def sweep_long(reps: int) -> None:
                                            (4096, 16, 1, 2 * sms, 64), (2048, 4, 1, 4 * sms, 128),
                                            (8192, 16, 1, 2 * sms, 64))
                   if n // ch <= p]
+        if n > STREAM_ROWS_N:  # the words split kernel (the default where it fits) at both stage counts
+            cands += [BwdConfig("split", 16, block_m=1, programs=sms, block_n=8192, words=True, stages=s) for s in (3, 4)]
         if n <= STREAM_ROWS_N:
             cands += [stream_config(m, dev, l2_ahead=a) for a in (0, 1)]
         for cfg in cands:

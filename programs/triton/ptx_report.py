@@ -134,11 +134,26 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
                           fn, _fwd_signature(fn, fp8), consts, num_warps, maxnreg)
 
 
+def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnreg: int = 0) -> Report:
+    fn = rmsnorm_fwd._fwd_split_words_kernel
+    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "RSIG": "*fp32", "XSS": "*i64"}, ("inv_n", "eps", "w_off"))
+    consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True, STORE_RSIG=True)
+    return compile_report(f"fwd split words chunk={chunk} warps={num_warps}{_cap(maxnreg)} stages={stages}", fn, sig,
+                          consts, num_warps, maxnreg)
+
+
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     fn = rmsnorm_bwd._bwd_split_kernel
     sig = _bwd_signature(fn)
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
+
+
+def bwd_split_words(chunk: int, num_warps: int, stages: int, splits: int = 8) -> Report:
+    fn = rmsnorm_bwd._bwd_split_words_kernel
+    consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True)
+    return compile_report(f"bwd split words chunk={chunk} warps={num_warps} stages={stages}", fn, _bwd_signature(fn),
+                          consts, num_warps)
 
 
 def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead: int) -> Report:
@@ -181,9 +196,13 @@ def default_reports() -> list[Report]:
         fwd_rows(16384, 32, 1, 32),
         fwd_rows(8192, 16, 1, 32, True),
         fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
+        fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG),
+        fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
+        bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 3),
+        bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 4, 32),
         bwd_rows(b.STREAM_ROWS_N, 32, 1, True, 1),
         bwd_rows(1024, 16, 8, False, 0),
         bwd_decode(32, 128, 4),

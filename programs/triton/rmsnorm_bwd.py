@@ -19,7 +19,9 @@ Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M 
 tile's loads issued before the current tile is reduced. Up to STREAM_ROWS_N it streams instead: one row at a time
 with nothing held ahead in registers, the next row asked of the L2 by a bulk prefetch (CUDA).
 Longer rows on a GPU: `_bwd_split_kernel` cuts each row into column chunks held by programs resident together, which
-exchange their shares of c as flagged words (split_publish / split_reduce), so x and dy cross DRAM once. Under the
+exchange their shares of c as flagged words (split_publish / split_reduce), so x and dy cross DRAM once;
+`_bwd_split_words_kernel` is that kernel holding 16-bit rows as 32-bit words (two values a register), with a fourth
+stage from 32 chunks a row (bwd_config, words_fit). Under the
 interpreter (programs run one after another, no exchange possible) longer rows take two kernels: `_bwd_rowdot_kernel`
 computes c per row, then `_bwd_cols_kernel` works on column tiles (dx and the dweight partials), reading x and dy a
 second time.
@@ -38,12 +40,19 @@ from programs.triton.rmsnorm_fwd import (
     dram_gbps_per_sm,
     launch_options,
     load_rows,
+    load_words,
+    pack_words,
     sm_count,
     split_program,
     split_publish,
     split_reduce,
+    split_reduce_from,
     split_shape,
+    split_words,
+    split_words_program,
+    unpack_words,
     weight_at,
+    wordable_rows,
 )
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
@@ -63,6 +72,8 @@ class BwdConfig:
     maxnreg: int = 0  # split: registers per thread capped (0: the compiler's choice), e.g. 128 for two programs per SM
     stream: bool = False  # rows: no register look-ahead and the weight re-read each row (N = 16384 at 32 warps)
     l2_ahead: int = 0  # rows: tiles asked of the L2 this many steps past the register look-ahead (CUDA only; 0: none)
+    words: bool = False  # split: h, dy, dx and the weight held as 32-bit words of two 16-bit values (words_ok)
+    stages: int = 3  # split with words: row blocks in registers; 4 publishes two blocks ahead instead of one
 
 
 def stream_config(m: int, device, l2_ahead: int = 0) -> BwdConfig:
@@ -70,9 +81,10 @@ def stream_config(m: int, device, l2_ahead: int = 0) -> BwdConfig:
     return BwdConfig("rows", 32, block_m=1, programs=min(m, sm_count(device)), stream=True, l2_ahead=l2_ahead)
 
 
-def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
+def bwd_config(m: int, n: int, device, l2_ok: bool = True, words_ok: bool = False) -> BwdConfig:
     """Launch shape by size, from the H200 sweep in NOTES.md (`benchmark --sweep`): one CTA per SM. l2_ok: the rows
-    of h and dy may be bulk-prefetched (16-byte aligned, a 16-byte multiple long; `l2_prefetchable`)."""
+    of h and dy may be bulk-prefetched (16-byte aligned, a 16-byte multiple long; `l2_prefetchable`). words_ok: the
+    split kernel may hold its blocks as 32-bit words (`words_fit`)."""
     sms = sm_count(device)
     if m <= DECODE_M and n <= MAX_ROWS_N:
         # one launch, no partials (NOTES.md v10, H200, against the rows kernel + partial sum in the same run):
@@ -99,7 +111,16 @@ def bwd_config(m: int, n: int, device, l2_ok: bool = True) -> BwdConfig:
         # 41.4. The L2 look-ahead is worth 4%; at N <= 8192, with the register look-ahead, it measured slower.
         return stream_config(m, device, l2_ahead=1 if device.type == "cuda" and l2_ok else 0)
     if device.type == "cuda":
-        return BwdConfig("split", SPLIT_WARPS, block_m=1, programs=sms, block_n=SPLIT_CHUNK)
+        # Words (no spill at 3 stages, where 16-bit elements spill 24 bytes under Triton 3.6) measured faster only where
+        # a row is cut in a power-of-two number of chunks, and 4 stages only at 32 (NOTES.md v16, us, H200, against
+        # the element kernel in the same run): 4096 x 32768 231.4 against 236.7, 2048 x 65536 236.6 against 239.9,
+        # 1024 x 131072 237.5 against 243.0, 1024 x 262144 434.5 (4 stages) against 452.3; 3-4% slower at 3, 5, 6,
+        # 7, 9, 12 and 24 chunks, the cause not found. H100: 2048 x 65536 291.6 against 298.7, 1024 x 262144 559.7
+        # against 566.8, level at 7 chunks.
+        splits = triton.cdiv(n, SPLIT_CHUNK)
+        words = words_ok and splits & (splits - 1) == 0
+        return BwdConfig("split", SPLIT_WARPS, block_m=1, programs=sms, block_n=SPLIT_CHUNK, words=words,
+                         stages=4 if words and splits >= 32 else 3)
     block_n = 2048
     groups = max(1, min(triton.cdiv(m, 8), (2 * sms) // triton.cdiv(n, block_n)))
     return BwdConfig("cols", 4, block_m=8, programs=groups, block_n=block_n)
@@ -374,6 +395,109 @@ def _bwd_split_kernel(
 
 
 @triton.jit
+def _words_g(dyw, w_lo, w_hi, DT: tl.constexpr, HAS_W: tl.constexpr):
+    """(g_lo, g_hi, dy_lo, dy_hi): dy unpacked and g = dy * w~."""
+    dy_lo, dy_hi = unpack_words(dyw, DT)
+    if HAS_W:
+        return dy_lo * w_lo[None, :], dy_hi * w_hi[None, :], dy_lo, dy_hi
+    return dy_lo, dy_hi, dy_lo, dy_hi
+
+
+@triton.jit
+def _words_split_publish(hw, dyw, rs, rows, w_lo, w_hi, XDOT, g, M, XW: tl.constexpr, DT: tl.constexpr,
+                         DYT: tl.constexpr, HAS_W: tl.constexpr):
+    """_bwd_split_publish of a block held as words."""
+    h_lo, h_hi = unpack_words(hw, DT)
+    g_lo, g_hi, _, _ = _words_g(dyw, w_lo, w_hi, DYT, HAS_W)
+    split_publish(XDOT, rows, rows < M, g, tl.sum(h_lo * g_lo + h_hi * g_hi, axis=1) * rs, XW)
+
+
+@triton.jit
+def _bwd_split_words_kernel(
+    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
+    M, N, inv_n, w_off, XDOT,
+    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr,
+    HAS_W: tl.constexpr,
+):
+    # _bwd_split_kernel's exchange, with h, dy, dx and the weight as 32-bit words (column pair j = word j of the
+    # chunk, lo / hi its even / odd column): half the registers of 16-bit elements, which Triton holds one a
+    # register, so 3 stages fit 128 registers without spill, and 4 at 32 chunks (ptxas: none under Triton 3.6, 8
+    # bytes under 3.8). 4 stages publish block k+2 while block k finishes: its peers published block k two steps
+    # before, so a lane of many programs (32 at N = 262144) waits less on its slowest, and its words are read before
+    # the publish (NOTES.md v16). No dbias, no dresidual (words_fit).
+    DT: tl.constexpr = H.dtype.element_ty
+    DYT: tl.constexpr = DY.dtype.element_ty
+    g, first_row, step, jc, j_ok, ww = split_words_program(N, W, SPLITS, CHUNK, BLOCK_M, HAS_W)
+    lane = first_row // BLOCK_M
+    dw_lo = tl.zeros([CHUNK // 2], dtype=tl.float32)
+    dw_hi = tl.zeros([CHUNK // 2], dtype=tl.float32)
+    ar = tl.arange(0, BLOCK_M)
+    # prologue: blocks 0 .. STAGES - 2 loaded, 0 .. STAGES - 3 published
+    w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
+    w_lo += w_off
+    w_hi += w_off
+    rows = first_row + ar
+    h_a = load_words(H, stride_h, rows, M, jc, j_ok)
+    dy_a = load_words(DY, stride_dy, rows, M, jc, j_ok)
+    rs_a = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    _words_split_publish(h_a, dy_a, rs_a, rows, w_lo, w_hi, XDOT, g, M, XW, DT, DYT, HAS_W)
+    rows = first_row + step + ar
+    h_b = load_words(H, stride_h, rows, M, jc, j_ok)
+    dy_b = load_words(DY, stride_dy, rows, M, jc, j_ok)
+    rs_b = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    h_c, dy_c, rs_c = h_b, dy_b, rs_b  # the third held block of 4 stages; with 3 never read
+    if STAGES == 4:
+        _words_split_publish(h_b, dy_b, rs_b, rows, w_lo, w_hi, XDOT, g, M, XW, DT, DYT, HAS_W)
+        rows = first_row + 2 * step + ar
+        h_c = load_words(H, stride_h, rows, M, jc, j_ok)
+        dy_c = load_words(DY, stride_dy, rows, M, jc, j_ok)
+        rs_c = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    for start in range(first_row, M, step):
+        rows = start + (STAGES - 1) * step + ar
+        h_n = load_words(H, stride_h, rows, M, jc, j_ok)
+        dy_n = load_words(DY, stride_dy, rows, M, jc, j_ok)
+        rs_n = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+        # the weight unpacked again each step: held as words it leaves the registers 4 stages need
+        w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
+        w_lo += w_off
+        w_hi += w_off
+        rows_k = start + ar
+        row_ok = rows_k < M
+        rows = start + (STAGES - 2) * step + ar
+        if STAGES == 4:
+            # block k's words were published two steps ago: read first, they are in flight through the publish
+            word = split_words(XDOT, rows_k, row_ok, SPLITS, XW)
+            _words_split_publish(h_c, dy_c, rs_c, rows, w_lo, w_hi, XDOT, g, M, XW, DT, DYT, HAS_W)
+            c = split_reduce_from(word, XDOT, rows_k, row_ok, SPLITS, XW, False)[:, None] * inv_n
+        else:
+            # one step ago: read after the publish (read before it, it more often finds a peer's word unset and
+            # spins; 300.5 us against 236.6 at 2048 x 65536, NOTES.md v16)
+            _words_split_publish(h_b, dy_b, rs_b, rows, w_lo, w_hi, XDOT, g, M, XW, DT, DYT, HAS_W)
+            c = split_reduce(XDOT, rows_k, row_ok, SPLITS, XW, False)[:, None] * inv_n
+        # finish block k
+        rows = rows_k
+        h_lo, h_hi = unpack_words(h_a, DT)
+        g_lo, g_hi, dy_lo, dy_hi = _words_g(dy_a, w_lo, w_hi, DYT, HAS_W)
+        rs = rs_a[:, None]
+        x_lo = h_lo * rs
+        x_hi = h_hi * rs
+        tl.store(DX.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride_dx // 2) + jc[None, :],
+                 pack_words((g_lo - x_lo * c) * rs, (g_hi - x_hi * c) * rs, DX.dtype.element_ty),
+                 mask=row_ok[:, None] & j_ok[None, :])
+        if HAS_W:
+            dw_lo += tl.sum(dy_lo * x_lo, axis=0)
+            dw_hi += tl.sum(dy_hi * x_hi, axis=0)
+        h_a, dy_a, rs_a = h_b, dy_b, rs_b
+        if STAGES == 4:
+            h_b, dy_b, rs_b = h_c, dy_c, rs_c
+            h_c, dy_c, rs_c = h_n, dy_n, rs_n
+        else:
+            h_b, dy_b, rs_b = h_n, dy_n, rs_n
+    _store_partials(DWP, DBP, lane, N, 2 * jc, j_ok, dw_lo, dw_lo, HAS_W, False)
+    _store_partials(DWP, DBP, lane, N, 2 * jc + 1, j_ok, dw_hi, dw_hi, HAS_W, False)
+
+
+@triton.jit
 def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr):
     """OUT[n] = sum over g of P[g, n]: BLOCK_G partial rows per step, summed by a fixed tree, steps in order.
 
@@ -395,6 +519,14 @@ def l2_prefetchable(*rows: torch.Tensor) -> bool:
     prefetch (l2_prefetch_row) requires."""
     return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
                and (t.shape[1] * t.element_size()) % 16 == 0 for t in rows)
+
+
+def words_fit(h2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, weight, need_bias_grad: bool, dresidual) -> bool:
+    """Whether the split kernel may hold its blocks as 32-bit words (_bwd_split_words_kernel): the rows of h, dy and
+    dx wordable (wordable_rows: 16-bit, N, row strides and bases even), the weight absent or 16-bit on a 4-byte
+    boundary, no dbias and no dresidual (their accumulator and loads would not fit beside 4 stages)."""
+    return (wordable_rows(h2) and wordable_rows(dy2) and wordable_rows(dx2) and not need_bias_grad and dresidual is None
+            and (weight is None or (weight.element_size() == 2 and weight.data_ptr() % 4 == 0)))
 
 
 def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
@@ -435,11 +567,16 @@ def rmsnorm_bwd(
     dx2 = dx.view(-1, n)
     dr2 = as_rows(dresidual, "dresidual") if dresidual is not None else None
     l2_ok = l2_prefetchable(h2, dy2)
-    cfg = config or bwd_config(m, n, h.device, l2_ok)
+    words_ok = words_fit(h2, dy2, dx2, weight, need_bias_grad, dr2)
+    cfg = config or bwd_config(m, n, h.device, l2_ok, words_ok)
     if (cfg.stream or cfg.l2_ahead) and cfg.kernel != "rows":
         raise TritonRuleError("config.stream", "stream and l2_ahead are options of the rows kernel", cfg, "stream=False, l2_ahead=0")
     if cfg.l2_ahead and (h.device.type != "cuda" or not l2_ok):
         raise TritonRuleError("config.l2_ahead", "the L2 look-ahead is a bulk prefetch in inline PTX: CUDA only, rows 16-byte aligned and a 16-byte multiple long", (h.device.type, tuple(h2.stride()), n, h.dtype), "l2_ahead=0")
+    if cfg.words and (cfg.kernel != "split" or not words_ok or cfg.block_n < 2):
+        raise TritonRuleError("config.words", "words are the split kernel's (chunk >= 2), for 16-bit h and dy with N, the row strides and the bases even, a 16-bit weight on a 4-byte boundary or none, no dbias and no dresidual", f"kernel {cfg.kernel}, chunk {cfg.block_n}, h {h.dtype}, dy {dy.dtype}, weight {None if weight is None else weight.dtype}, N {n}, strides {h2.stride(0)}/{dy2.stride(0)}, dbias {need_bias_grad}, dresidual {dr2 is not None}", "words=False")
+    if cfg.stages != 3 and not (cfg.words and cfg.stages == 4):
+        raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words kernel 3 or 4", (cfg.stages, cfg.words), "stages=3")
     groups = max(1, cfg.programs or 1)
     if cfg.kernel == "split":
         splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
@@ -489,11 +626,12 @@ def rmsnorm_bwd(
             )
         elif cfg.kernel == "split":
             xdot = torch.zeros(m * xw, dtype=torch.int64, device=h.device)  # exchange words, unflagged (split_publish)
-            _bwd_split_kernel[(splits * groups,)](
-                *args, xdot,
-                SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-                **launch_options(h.device, splits, cfg.maxnreg), **common,
-            )
+            split = dict(SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
+                         **launch_options(h.device, splits, cfg.maxnreg))
+            if cfg.words:
+                _bwd_split_words_kernel[(splits * groups,)](*args, xdot, STAGES=cfg.stages, HAS_W=weight is not None, **split)
+            else:
+                _bwd_split_kernel[(splits * groups,)](*args, xdot, **split, **common)
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols', 'split' or 'decode'", cfg.kernel, "config=None")
     else:

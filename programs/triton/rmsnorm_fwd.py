@@ -23,13 +23,16 @@ at decode sizes it cuts rows into column slices, one program each, every program
 keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
 so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass. For 16-bit
 rows up to 65536 columns without a residual its stats pass is one load of the whole row as 32-bit words
-(FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2.
+(FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2. `_fwd_split_kernel` cuts rows
+past WIDE_CHUNK_N over co-resident programs that exchange their partial sums (split_publish / split_reduce), so x
+crosses DRAM once; `_fwd_split_words_kernel` is its form for plain 16-bit rows held as 32-bit words, with a fourth
+stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -84,7 +87,9 @@ class FwdConfig:
     chunk: int = 0
     programs: int = 0
     head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
-    words: bool = False  # looped, 16-bit x normalized as given: the stats pass loads each whole row at once as 32-bit words
+    words: bool = False  # looped: the stats pass loads each whole row at once as 32-bit words; split: x, y and the
+    # weight held as 32-bit words (split_words_fit)
+    stages: int = 3  # split with words: row blocks in registers; 4 publishes two blocks ahead and reads the exchange early
     maxnreg: int = 0  # registers per thread capped (0: the compiler's choice), e.g. 128 for two split programs per SM
 
 
@@ -112,17 +117,26 @@ def split_default(device) -> FwdConfig:
 
 
 def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False,
-               words_ok: bool = False) -> FwdConfig:
+               words_ok: bool = False, split_words_ok: bool = False) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
-    as 32-bit words (wordable_rows) and are what is normalized (no residual, no distributed stats)."""
+    as 32-bit words (wordable_rows) and are what is normalized (no residual, no distributed stats). split_words_ok:
+    the split kernel may hold x, y and the weight as words (split_words_fit)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
         # measured slower split (NOTES.md v6, v8).
-        return split_default(device)
+        cfg = split_default(device)
+        if split_words_ok:
+            # words: 16 registers of x a stage where 16-bit elements take 32, so 3 stages fit without the element
+            # kernel's spill, and 4 (publishing two blocks ahead, the exchange read before the publish) from 32
+            # programs a row (H200, NOTES.md v16, us, against the element kernel in the same run: 1024 x 262144
+            # 278.9 (4 stages) against 292.5, 1024 x 524288 611.9 against 677.7, 2048 x 131072 289.0 (3) against
+            # 306.2, 2048 x 81920 182.3 against 201.1; 4 stages at 16 chunks 309.3, at 24 216.6 against 214.7)
+            cfg = replace(cfg, words=True, stages=4 if triton.cdiv(n, cfg.chunk) >= 32 else 3)
+        return cfg
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
         if m <= DECODE_SLICED_M and DECODE_SLICE < n <= 8192 and not fused:
@@ -198,9 +212,30 @@ def row_words_sumsq(P, stride, row, N, WORDS: tl.constexpr):
     wc = tl.arange(0, WORDS)
     PW = P.to(tl.pointer_type(tl.int32))
     v = tl.load(PW + tl.cast(row, tl.int64) * (stride // 2) + wc, mask=wc < N // 2, other=0, eviction_policy="evict_last")
-    lo = v.to(tl.int16).to(P.dtype.element_ty, bitcast=True).to(tl.float32)
-    hi = (v >> 16).to(tl.int16).to(P.dtype.element_ty, bitcast=True).to(tl.float32)
+    lo, hi = unpack_words(v, P.dtype.element_ty)
     return tl.sum(lo * lo + hi * hi, axis=0)
+
+
+@triton.jit
+def unpack_words(v, DT: tl.constexpr):
+    """(lo, hi) in fp32: the two 16-bit values of dtype DT in each 32-bit word of v, lo the one at the lower address
+    (little-endian), so lo is column 2j and hi column 2j + 1 of word j."""
+    lo = v.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+    hi = (v >> 16).to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+    return lo, hi
+
+
+@triton.jit
+def load_words(P, stride, rows, M, jc, j_ok):
+    """Words jc of rows `rows` of the 16-bit [M, N] tensor P as int32 [BLOCK_M, CHUNK // 2], 0 where masked."""
+    return tl.load(P.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride // 2) + jc[None, :],
+                   mask=(rows < M)[:, None] & j_ok[None, :], other=0)
+
+
+@triton.jit
+def pack_words(lo, hi, DT: tl.constexpr):
+    """The 32-bit words of lo and hi (fp32) rounded to the 16-bit DT: the inverse of unpack_words."""
+    return (lo.to(DT).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(DT).to(tl.int16, bitcast=True).to(tl.int32) << 16)
 
 
 @triton.jit
@@ -281,6 +316,19 @@ def split_program(N, SPLITS: tl.constexpr, CHUNK: tl.constexpr):
     return g, pid // SPLITS, tl.num_programs(0) // SPLITS, cols, cols < N
 
 
+@triton.jit
+def split_words_program(N, W, SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, HAS_W: tl.constexpr):
+    """split_program of the kernels holding words: (g, first_row, step, jc, j_ok, ww): program lane * SPLITS + g holds
+    words jc (columns 2jc and 2jc + 1) of rows first_row + k * step of its lane, and the weight's words there."""
+    pid = tl.program_id(0)
+    jc = pid % SPLITS * (CHUNK // 2) + tl.arange(0, CHUNK // 2)
+    j_ok = jc < N // 2
+    ww = tl.zeros([CHUNK // 2], dtype=tl.int32)
+    if HAS_W:
+        ww = tl.load(W.to(tl.pointer_type(tl.int32)) + jc, mask=j_ok, other=0)
+    return pid % SPLITS, pid // SPLITS * BLOCK_M, tl.num_programs(0) // SPLITS * BLOCK_M, jc, j_ok, ww
+
+
 # The split kernels exchange row partials as 8-byte words: the fp32 bits in the low half, a flag (1) in the high half,
 # in a buffer zeroed before the launch (NCCL's LL protocol, as the fused all-reduce). An aligned 8-byte store lands
 # whole, so a reader that sees the flag sees the value: no fence, no counter. The release-fenced counter used before
@@ -308,10 +356,24 @@ def split_reduce(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr, MAX:
     So each thread then re-reads the words its own copy saw unflagged. That read comes after a read that saw the
     flag (the test depends on it), and L2 is coherent, so it sees the word; predicated off, it costs nothing when no
     copy is stale (NOTES.md v9: as fast as the racy form; test_split_exchange_repeats_bit_for_bit)."""
+    return split_reduce_from(split_words(XCH, rows, row_ok, SPLITS, XW), XCH, rows, row_ok, SPLITS, XW, MAX)
+
+
+@triton.jit
+def split_words(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr):
+    """split_reduce's first read of the rows' words, [BLOCK_M, XW]: issued apart, it is in flight while the program
+    does other work, and split_reduce_from waits for it."""
+    gs = tl.arange(0, XW)
+    return tl.load(XCH + rows[:, None] * XW + gs[None, :], mask=row_ok[:, None] & (gs < SPLITS)[None, :],
+                   other=SPLIT_FLAG, volatile=True)
+
+
+@triton.jit
+def split_reduce_from(word, XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr, MAX: tl.constexpr):
+    """split_reduce from a first read `word` (split_words)."""
     gs = tl.arange(0, XW)
     ok = row_ok[:, None] & (gs < SPLITS)[None, :]
     ptr = XCH + rows[:, None] * XW + gs[None, :]
-    word = tl.load(ptr, mask=ok, other=SPLIT_FLAG, volatile=True)
     while tl.min(tl.min((word >> 32).to(tl.int32), axis=1), axis=0) == 0:
         word = tl.load(ptr, mask=ok, other=SPLIT_FLAG, volatile=True)
     word = tl.load(ptr, mask=(word >> 32) == 0, other=word, volatile=True)
@@ -631,6 +693,67 @@ def _fwd_split_kernel(
 
 
 @triton.jit
+def _words_sumsq_publish(xw, rows, M, XSS, g, XW: tl.constexpr, DT: tl.constexpr):
+    lo, hi = unpack_words(xw, DT)
+    split_publish(XSS, rows, rows < M, g, tl.sum(lo * lo + hi * hi, axis=1), XW)
+
+
+@triton.jit
+def _fwd_split_words_kernel(
+    X, stride_x, Y, stride_y, W, RSIG, M, N, inv_n, eps, w_off, XSS,
+    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr,
+    HAS_W: tl.constexpr, STORE_RSIG: tl.constexpr,
+):
+    # _fwd_split_kernel for plain rows (x normalized as given, cast output, no bias), with x, y and the weight as
+    # 32-bit words (column pair j = word j of the chunk, lo / hi its even / odd column): half the registers of 16-bit
+    # elements, so 3 stages hold without the element kernel's spill, and 4 fit: block k+2 published while block k
+    # finishes, whose words (published two steps before) are read before the publish, in flight through it.
+    # With 3 stages that early read more often finds a peer's word unset and spins (NOTES.md v16).
+    DT: tl.constexpr = X.dtype.element_ty
+    g, first_row, step, jc, j_ok, ww = split_words_program(N, W, SPLITS, CHUNK, BLOCK_M, HAS_W)
+    ar = tl.arange(0, BLOCK_M)
+    rows = first_row + ar
+    x_a = load_words(X, stride_x, rows, M, jc, j_ok)
+    _words_sumsq_publish(x_a, rows, M, XSS, g, XW, DT)
+    rows = first_row + step + ar
+    x_b = load_words(X, stride_x, rows, M, jc, j_ok)
+    x_c = x_b  # the third held block of 4 stages; with 3 never read
+    if STAGES == 4:
+        _words_sumsq_publish(x_b, rows, M, XSS, g, XW, DT)
+        x_c = load_words(X, stride_x, first_row + 2 * step + ar, M, jc, j_ok)
+    for start in range(first_row, M, step):
+        x_n = load_words(X, stride_x, start + (STAGES - 1) * step + ar, M, jc, j_ok)
+        rows_k = start + ar
+        row_ok = rows_k < M
+        rows = start + (STAGES - 2) * step + ar
+        if STAGES == 4:
+            word = split_words(XSS, rows_k, row_ok, SPLITS, XW)
+            _words_sumsq_publish(x_c, rows, M, XSS, g, XW, DT)
+            ss = split_reduce_from(word, XSS, rows_k, row_ok, SPLITS, XW, False)
+        else:
+            _words_sumsq_publish(x_b, rows, M, XSS, g, XW, DT)
+            ss = split_reduce(XSS, rows_k, row_ok, SPLITS, XW, False)
+        rs = tl.rsqrt(ss * inv_n + eps)
+        if STORE_RSIG:
+            tl.store(RSIG + rows_k, rs, mask=row_ok & (g == 0))
+        lo, hi = unpack_words(x_a, DT)
+        y_lo = lo * rs[:, None]
+        y_hi = hi * rs[:, None]
+        if HAS_W:
+            w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
+            y_lo = y_lo * (w_lo + w_off)[None, :]
+            y_hi = y_hi * (w_hi + w_off)[None, :]
+        tl.store(Y.to(tl.pointer_type(tl.int32)) + rows_k.to(tl.int64)[:, None] * (stride_y // 2) + jc[None, :],
+                 pack_words(y_lo, y_hi, Y.dtype.element_ty), mask=row_ok[:, None] & j_ok[None, :])
+        x_a = x_b
+        if STAGES == 4:
+            x_b = x_c
+            x_c = x_n
+        else:
+            x_b = x_n
+
+
+@triton.jit
 def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -692,6 +815,14 @@ def _out_mode(dtype, scale_mode, scale) -> int:
             raise TritonRuleError("scale.row_mode", "a given scale applies to scale_mode='tensor' only", "scale with scale_mode='row'", "scale_mode='tensor'")
         return OUT_FP8_ROW
     return OUT_FP8_STATIC
+
+
+def split_words_fit(x2: torch.Tensor, y2: torch.Tensor, weight, plain: bool) -> bool:
+    """Whether the split forward may hold its blocks as words (_fwd_split_words_kernel): the rows of x and y wordable
+    (so y in x's 16-bit dtype), the weight absent or 16-bit on a 4-byte boundary, and plain: x normalized as given
+    into a cast output, no bias."""
+    return plain and wordable_rows(x2) and wordable_rows(y2) and (
+        weight is None or (weight.element_size() == 2 and weight.data_ptr() % 4 == 0))
 
 
 def wordable_rows(x2: torch.Tensor) -> bool:
@@ -767,18 +898,24 @@ def rmsnorm_fwd(
     row_max_with_bias = bias is not None and (mode == OUT_FP8_ROW or dynamic_tensor_scale)
     fused = mode != OUT_CAST or residual is not None or stats is not None
     wordable, of_x = wordable_rows(x2), residual is None and stats is None
+    y2 = y.view(-1, n)
+    split_words_ok = split_words_fit(x2, y2, weight, not fused and bias is None)
     cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
-                               words_ok=wordable and of_x)
-    if cfg.words:
+                               words_ok=wordable and of_x, split_words_ok=split_words_ok)
+    if cfg.words and cfg.kernel == "split":
+        if not split_words_ok or cfg.chunk < 2:
+            raise TritonRuleError("config.words", "the words split kernel holds x, y and the weight as 32-bit words: 16-bit x with N, the row stride and the base even, output in x's dtype, a 16-bit weight on a 4-byte boundary or none, no bias, residual, stats or FP8 (chunk >= 2)", f"x {x2.dtype}, y {out_dtype}, weight {None if weight is None else weight.dtype}, N {n}, row stride {x2.stride(0)}, bias {bias is not None}, residual {residual is not None}, stats {stats is not None}, chunk {cfg.chunk}", "words=False")
+    elif cfg.words:
         if cfg.kernel != "looped" or cfg.head or not of_x:
             raise TritonRuleError("config.words", "the words stats pass is the looped kernel's, for x itself: no head, residual or stats", f"kernel {cfg.kernel}, head {cfg.head}, residual {residual is not None}, stats {stats is not None}", "words=False")
         if not wordable or n > WIDE_CHUNK_N:
             raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
+    if cfg.stages != 3 and not (cfg.words and cfg.kernel == "split" and cfg.stages == 4):
+        raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words split kernel 3 or 4", (cfg.kernel, cfg.words, cfg.stages), "stages=3")
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
     ro2 = res_out.view(-1, n) if res_out is not None else None
-    y2 = y.view(-1, n)
     dummy = x2
     y_drop, y_min, y_sub = fp8mod.downcast_consts(out_dtype)
 
@@ -822,6 +959,15 @@ def rmsnorm_fwd(
                                             exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
             # the exchange words (split_publish) start unflagged: zeroed per call, one memset for both
             xch = torch.zeros((2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device)
+            if cfg.words:
+                _fwd_split_words_kernel[(splits * lanes,)](
+                    src, src.stride(0), y_t, y_t.stride(0), weight if weight is not None else dummy,
+                    rsig_t if rsig_t is not None else dummy, m, n, 1.0 / hidden, eps, float(weight_offset), xch[0],
+                    SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m, STAGES=cfg.stages,
+                    HAS_W=weight is not None, STORE_RSIG=store_rsig, num_warps=cfg.num_warps,
+                    **launch_options(x.device, splits, cfg.maxnreg),
+                )
+                return
             _fwd_split_kernel[(splits * lanes,)](
                 *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
                 num_warps=cfg.num_warps, **launch_options(x.device, splits, cfg.maxnreg), **flags,

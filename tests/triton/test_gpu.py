@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from programs.triton.autograd import RMSNorm
+from programs.triton import rmsnorm_bwd as bwd_module
 from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
+from programs.triton import rmsnorm_fwd as fwd_module
 from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd, split_default
 from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from ranks import run_ranks
@@ -33,12 +35,43 @@ def test_forward_real_sizes(shape):
             assert_close(q.y.float(), q_exp, fmt, context=f"{fmt} {mode}")
 
 
+# The split forward holding x, y and the weight as words, at real widths: fwd_config's defaults (4 stages at 262144
+# with 37 rows over 8 lanes, 3 at 131072, 25 chunks at 200000 with the last partial), fp16 without a weight, and 4
+# stages over two-row blocks.
+WORDS_FWD = {
+    "default_262144_4_stages": ((37, 262144), torch.bfloat16, True, None),
+    "default_131072": ((301, 131072), torch.bfloat16, True, None),
+    "default_200000_partial_chunk": ((97, 200000), torch.bfloat16, True, None),
+    "default_fp16_no_weight_262144": ((64, 262144), torch.float16, False, None),
+    "two_rows_a_block_4_stages": ((301, 131072), torch.bfloat16, True,
+                                  FwdConfig("split", 8, block_m=2, chunk=8192, programs=264, maxnreg=128, words=True, stages=4)),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(WORDS_FWD))
+def test_forward_split_words_at_real_widths(case):
+    (m, n), dt, has_w, cfg = WORDS_FWD[case]
+    x = rand(m, n, dtype=dt, seed=70)
+    w = rand(n, dtype=dt, seed=71) if has_w else None
+    if cfg is None:
+        assert fwd_module.fwd_config(m, n, x.device, split_words_ok=fwd_module.split_words_fit(x, x, w, True)).words
+    off = 1.0 if has_w else 0.0
+    o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
+    v, rs, _ = norm64(x, w, epsilon=1e-6, weight_offset=off)
+    assert_close(o.y, v, dt, context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+    again = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
+    assert torch.equal(o.y, again.y) and torch.equal(o.rsigma, again.rsigma)
+
+
 BIG = {
     "rows_kernel": ((262145, 8192), None),
     "split_kernel": ((32769, 65536), None),
     "looped_kernel": ((32769, 65536), FwdConfig("looped", 32, chunk=32768, programs=264)),
     "looped_kernel_head": ((32769, 65536), FwdConfig("looped", 32, chunk=8192, programs=264, head=16384)),
     "looped_kernel_words": ((32769, 65536), FwdConfig("looped", 32, chunk=16384, programs=264, maxnreg=64, words=True)),
+    "split_words_kernel_4_stages": ((8193, 262144), None),  # the default there: x and y as words, int64 offsets
 }
 
 
@@ -102,6 +135,38 @@ def test_backward_long_row_kernels(case):
     assert_close_cancelling(db, ref["bias"], torch.bfloat16, context="dbias")
     dx2, dw2, db2 = rmsnorm_bwd(dy, x, w, rs, weight_offset=1.0, dresidual=dres, need_bias_grad=True, config=cfg)
     assert torch.equal(dw, dw2) and torch.equal(db, db2) and torch.equal(dx, dx2)
+
+
+# The split backward holding its blocks as words, at real widths: bwd_config's defaults (3 stages at 65536, a partial
+# last chunk at 65000, 4 stages at 262144 with 37 rows over 4 lanes), fp16 without a weight, and 4 stages over
+# two-row blocks. weight_offset on with a weight, so the weight's words are unpacked with it.
+WORDS_BWD = {
+    "default_65536": ((301, 65536), torch.bfloat16, True, None),
+    "default_65000_partial_chunk": ((301, 65000), torch.bfloat16, True, None),
+    "default_262144_4_stages": ((37, 262144), torch.bfloat16, True, None),
+    "default_fp16_no_weight_131072": ((97, 131072), torch.float16, False, None),
+    "two_rows_a_block_4_stages": ((301, 65536), torch.bfloat16, True,
+                                  BwdConfig("split", 16, block_m=2, programs=132, block_n=8192, words=True, stages=4)),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(WORDS_BWD))
+def test_backward_split_words_at_real_widths(case):
+    (m, n), dt, has_w, cfg = WORDS_BWD[case]
+    x, dy = rand(m, n, dtype=dt, seed=60), rand(m, n, dtype=dt, seed=61)
+    w = rand(n, dtype=dt, seed=62) if has_w else None
+    if cfg is None:
+        assert bwd_module.bwd_config(m, n, x.device, words_ok=bwd_module.words_fit(x, dy, x, w, False, None)).words
+    off = 1.0 if has_w else 0.0
+    rs = rmsnorm_fwd(x, w, weight_offset=off, return_rsigma=True).rsigma
+    dx, dw, _ = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=cfg)
+    ref = grads64(x, w, dy, weight_offset=off)
+    assert_close_cancelling(dx, ref["x"], dt, context="dx")
+    if has_w:
+        assert_close_cancelling(dw, ref["weight"], dt, context="dweight")
+    dx2, dw2, _ = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=cfg)
+    assert torch.equal(dx, dx2) and (not has_w or torch.equal(dw, dw2))
 
 
 @pytest.mark.requires_cuda

@@ -92,6 +92,36 @@ def test_lean_dram_rows_backward_holds_its_look_ahead_without_spilling():
     assert all(r[2] <= 255 and r[3] == 0 for r in rows), rows
 
 
+def test_split_backward_words_hold_their_stages_without_spilling():
+    """The split backward's words (bwd_config where a row is cut in 8-16 chunks: 3 stages; 32 or more: 4) exist to
+    hold the blocks in half the registers of 16-bit elements: at chunk 8192 / 16 warps the element kernel spills 24
+    bytes under Triton 3.6 and the words kernel none at 3 stages (4 stages: none under 3.6, 8 bytes under 3.8), and its
+    blocks still load 16 bytes at a time (NOTES.md v16)."""
+    words3, words4 = _compiled_json(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_bwd as b; "
+        "print(json.dumps([[r.registers, r.spill_bytes, r.wide_loads] for r in "
+        "(p.bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 3), p.bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 4, 32))]))"
+    )
+    assert words3[0] <= 128 and words3[1] == 0, words3
+    assert words4[0] <= 128 and words4[1] <= 8, words4
+    assert words3[2] >= 12 and words4[2] >= 16, (words3, words4)  # 2 tensors x 2 vector loads x stages (+ weight)
+
+
+def test_split_forward_words_hold_their_stages_without_spilling():
+    """The split forward's words (fwd_config for plain 16-bit rows past 65536 columns; 4 stages from 32 chunks) at its
+    launch (8 warps, two programs an SM under a 128-register cap, where the element kernel spills 22 bytes): no spill
+    at 3 stages, at 4 none under Triton 3.6 and 4 bytes under 3.8; x loaded 16 bytes at a time (NOTES.md v16)."""
+    reports = _compiled_json(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
+        "print(json.dumps([[r.registers, r.spill_bytes, r.wide_loads] for r in "
+        "(p.fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG), "
+        "p.fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG))]))"
+    )
+    assert reports[0][0] <= 128 and reports[0][1] == 0, reports
+    assert reports[1][0] <= 128 and reports[1][1] <= 8, reports
+    assert reports[0][2] >= 12 and reports[1][2] >= 16, reports  # 4 vector loads of x a stage (+ the weight)
+
+
 def test_split_kernels_compile_to_16_byte_loads():
     """Compiled with the JIT's divisibility hints (ptx_report._divisibility), the split kernels load x (and dy) 16
     bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers (NOTES.md v8)."""

@@ -1,6 +1,8 @@
 """Backward kernels (register-resident rows, the decode kernel, the two-kernel and the split long-row paths) against
 float64 autograd."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -131,3 +133,102 @@ def test_partial_sum_kernel_only_with_several_programs(rows, reduces, monkeypatc
     assert_close_cancelling(dx, ref["x"], torch.bfloat16, context="dx")
     assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context="dweight")
     assert_close_cancelling(db, ref["bias"], torch.float32, context="dbias")
+
+
+# The split kernel with its blocks held as 32-bit words (two 16-bit values each; the default for 16-bit rows cut in a
+# power-of-two number of chunks, bwd_config). On CUDA 32-column chunks: 3 programs share a row of 80; under the
+# interpreter one 128-column chunk holds it. Block pairs of rows, 9 programs, so lanes end at different rows.
+WORDS_CASES = {
+    "plain": dict(),
+    "weight_offset": dict(weight_offset=1.0),
+    "no_weight": dict(weight=False),
+    "strided_rows": dict(strided=True),  # row stride 86, rows 4 bytes past the base: still word-aligned
+}
+
+
+def words_config(stages: int) -> BwdConfig:
+    return BwdConfig("split", 4, block_m=2, programs=9, block_n=32 if DEV == "cuda" else 128, words=True, stages=stages)
+
+
+def words_inputs(case: str, dt, m: int = 41, n: int = 80):
+    c = WORDS_CASES[case]
+    x = rand(m, n + 6, dtype=dt, seed=40)[:, 2 : 2 + n] if c.get("strided") else rand(m, n, dtype=dt, seed=40)
+    w = rand(n, dtype=dt, seed=41) if c.get("weight", True) else None
+    dy = rand(m, n, dtype=dt, seed=42)
+    off = c.get("weight_offset", 0.0)
+    return x, w, dy, off, rmsnorm_fwd(x, w, epsilon=1e-5, weight_offset=off, return_rsigma=True).rsigma
+
+
+@pytest.mark.parametrize("stages", [3, 4], ids=["3_stages", "4_stages"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("case", list(WORDS_CASES))
+def test_split_words_kernel_matches_float64_autograd_and_the_element_kernel(case, dtype, stages):
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    x, w, dy, off, rs = words_inputs(case, dt)
+    dx, dw, _ = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=words_config(stages))
+    ref = grads64(x, w, dy, epsilon=1e-5, weight_offset=off)
+    assert dx.dtype == dt
+    assert_close_cancelling(dx, ref["x"], dt, context="dx")
+    el_dx, el_dw, _ = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=replace(words_config(stages), words=False, stages=3))
+    # the same sums in another order (the row dot pairs columns): within a rounding of dx, dweight summed alike
+    assert (dx.float() - el_dx.float()).abs().max() <= 2 * torch.finfo(dt).eps * el_dx.float().abs().max()
+    if w is None:
+        assert dw is None
+    else:
+        assert_close_cancelling(dw, ref["weight"], dt, context="dweight")
+        assert torch.allclose(dw.float(), el_dw.float(), rtol=torch.finfo(dt).eps, atol=0)
+    again = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=words_config(stages))
+    assert torch.equal(again[0], dx) and (w is None or torch.equal(again[1], dw))
+
+
+def test_split_words_refuses_what_it_cannot_hold_as_words():
+    x, w, dy, _, rs = words_inputs("plain", torch.bfloat16)
+    cfg = words_config(3)
+    refusals = {
+        "dbias": dict(need_bias_grad=True),
+        "dresidual": dict(dresidual=rand(41, 80, dtype=torch.bfloat16, seed=43)),
+        "fp32 weight": dict(weight=w.float()),
+        "weight 2 bytes past a word": dict(weight=rand(82, dtype=torch.bfloat16, seed=44)[1:81]),
+        "rows kernel": dict(config=BwdConfig("rows", 4, block_m=1, programs=2, words=True)),
+    }
+    for name, kw in refusals.items():
+        args = dict(weight=w, config=cfg) | kw
+        with pytest.raises(TritonRuleError, match=r"\[config.words\]"):
+            rmsnorm_bwd(dy, x, args.pop("weight"), rs, **args)
+    x32, dy32 = x.float(), dy.float()
+    with pytest.raises(TritonRuleError, match=r"\[config.words\]"):
+        rmsnorm_bwd(dy32, x32, w, rmsnorm_fwd(x32, w, return_rsigma=True).rsigma, config=cfg)
+    xo, dyo = rand(41, 81, dtype=torch.bfloat16, seed=45), rand(41, 81, dtype=torch.bfloat16, seed=46)
+    wo = rand(81, dtype=torch.bfloat16, seed=47)
+    with pytest.raises(TritonRuleError, match=r"\[config.words\]"):  # odd N: a row ends inside a word
+        rmsnorm_bwd(dyo, xo, wo, rmsnorm_fwd(xo, wo, return_rsigma=True).rsigma, config=cfg)
+    with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+        rmsnorm_bwd(dy, x, w, rs, config=replace(cfg, words=False, stages=4))
+    with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+        rmsnorm_bwd(dy, x, w, rs, config=replace(cfg, stages=5))
+
+
+def test_words_fit_names_what_the_words_kernel_takes():
+    x, w, dy, _, _ = words_inputs("strided_rows", torch.bfloat16)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    assert bwd_module.words_fit(x, dy, dx, w, False, None)
+    assert bwd_module.words_fit(x, dy, dx, None, False, None)
+    assert not bwd_module.words_fit(x, dy, dx, w, True, None)
+    assert not bwd_module.words_fit(x, dy, dx, w, False, dy)
+    assert not bwd_module.words_fit(x, dy, dx, w.float(), False, None)
+    assert not bwd_module.words_fit(x, dy.float(), dx, w, False, None)
+    odd = rand(41, 88, dtype=torch.bfloat16, seed=48)[:, 1:81]  # rows 2 bytes past a word
+    assert not bwd_module.words_fit(odd, dy, dx, w, False, None)
+
+
+def test_default_launch_is_told_whether_words_fit(monkeypatch):
+    """rmsnorm_bwd hands bwd_config words_fit of its own tensors (the split kernel's words are a default only where
+    they fit)."""
+    seen = []
+    real = bwd_module.bwd_config
+    monkeypatch.setattr(bwd_module, "bwd_config", lambda m, n, device, l2_ok=True, words_ok=False: seen.append(words_ok) or real(m, n, device, l2_ok, words_ok))
+    x, w, dy, _, rs = words_inputs("plain", torch.bfloat16)
+    rmsnorm_bwd(dy, x, w, rs)
+    rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)
+    rmsnorm_bwd(dy, x, w.float(), rs)
+    assert seen == [True, False, False]

@@ -1,11 +1,13 @@
 """Forward kernels (register-resident rows, the looped and the split long-row kernels) against a float64 reference."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from programs.triton.checks import TritonRuleError
+from programs.triton import rmsnorm_fwd as fwd_mod
 from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd
 from ref64 import fp8_expected, norm64
 from tt_rmsnorm.accuracy import assert_close
@@ -266,6 +268,66 @@ def test_words_stats_pass_refuses_what_it_cannot_read(case):
     rmsnorm_fwd(x, **kw)  # the default launch serves the same call
 
 
+def split_words(stages: int) -> FwdConfig:
+    return FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8, words=True, stages=stages)
+
+
+SPLIT_WORDS_CASES = {
+    "plain": dict(),
+    "weight_offset": dict(weight_offset=1.0),
+    "no_weight": dict(weight=False),
+    "strided_rows": dict(strided=True),  # row stride 106, rows 4 bytes past the base: still word-aligned
+}
+
+
+@pytest.mark.parametrize("stages", [3, 4], ids=["3_stages", "4_stages"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", list(SPLIT_WORDS_CASES))
+def test_split_words_kernel_matches_float64_and_the_element_kernel(case, dtype, stages):
+    """The split forward holding x, y and the weight as 32-bit words (the default for plain 16-bit rows past 65536
+    columns): y as float64 gives it and as the element split kernel does (the same products; the sum of squares
+    pairs columns, so rsigma within a rounding), rsigma stored by each row's first chunk."""
+    c = SPLIT_WORDS_CASES[case]
+    x = rand(41, 106, dtype=dtype, seed=50)[:, 2:102] if c.get("strided") else rand(41, 100, dtype=dtype, seed=50)
+    w = rand(100, dtype=dtype, seed=51) if c.get("weight", True) else None
+    off = c.get("weight_offset", 0.0)
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, weight_offset=off, return_rsigma=True, config=split_words(stages))
+    v, rs, _ = norm64(x, w, epsilon=1e-5, weight_offset=off)
+    assert o.y.dtype == dtype
+    assert_close(o.y, v, dtype, context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+    el = rmsnorm_fwd(x, w, epsilon=1e-5, weight_offset=off, return_rsigma=True, config=replace(split_words(stages), words=False, stages=3))
+    assert (o.y.float() - el.y.float()).abs().max() <= 2 * torch.finfo(dtype).eps * el.y.float().abs().max()
+    assert torch.allclose(o.rsigma, el.rsigma, rtol=4 * torch.finfo(torch.float32).eps, atol=0)
+
+
+SPLIT_WORDS_REFUSED = {
+    "fp32_values": (lambda: (rand(3, 64), {}), "x torch.float32"),
+    "fp32_output": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float32}), "y torch.float32"),
+    "fp8_output": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float8_e4m3fn}), "y torch.float8_e4m3fn"),
+    "odd_n": (lambda: (rand(3, 63, dtype=torch.bfloat16), {}), "N 63"),
+    "fp32_weight": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"weight": rand(64)}), "weight torch.float32"),
+    "bias": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"bias": rand(64, dtype=torch.bfloat16)}), "bias True"),
+    "residual": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}), "residual True"),
+    "distributed_stats": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"stats": torch.ones(2, 3, device=DEV), "hidden_size": 128}), "stats True"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPLIT_WORDS_REFUSED))
+def test_split_words_refuses_what_it_cannot_hold(case):
+    make, seen = SPLIT_WORDS_REFUSED[case]
+    x, kw = make()
+    with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
+        rmsnorm_fwd(x, config=split_words(3), **kw)
+
+
+def test_stages_other_than_3_are_the_words_split_kernels():
+    x = rand(3, 64, dtype=torch.bfloat16)
+    for cfg in (replace(split_words(4), words=False), FwdConfig("looped", 4, chunk=32, programs=3, words=True, stages=4), split_words(5)):
+        with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+            rmsnorm_fwd(x, config=cfg)
+
+
 def test_split_with_distributed_stats_spans_programs_bitwise_as_rows():
     """Given the gathered stats there is no exchange, so even the interpreter runs rows cut into 32-wide chunks over
     several programs (the last chunk partial); the result is the rows kernel's, bit for bit."""
@@ -370,3 +432,33 @@ def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
     for unknown in (None, 36.5):
         monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: unknown)
         assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).num_warps == 32
+
+
+def test_backward_split_holds_words_where_a_row_is_cut_in_a_power_of_two_chunks(monkeypatch):
+    """Words measured faster at 4, 8, 16 and 32 chunks of 8192 and 3-4% slower at 3, 5, 6, 7, 9, 12 and 24; 4 stages
+    only at 32 (H200 and H100, NOTES.md v16). Never where words do not fit, nor under the interpreter."""
+    from programs.triton import rmsnorm_bwd
+
+    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    cfg = rmsnorm_bwd.bwd_config
+    assert cfg(2048, 65536, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig("split", 16, block_m=1, programs=132, block_n=8192, words=True, stages=3)
+    assert [(cfg(1024, n, gpu, words_ok=True).words, cfg(1024, n, gpu, words_ok=True).stages) for n in (32768, 131072, 262144, 524288)] == [(True, 3), (True, 3), (True, 4), (True, 4)]
+    for n in (24576, 40960, 57344, 73728, 98304, 196608):
+        assert cfg(2048, n, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig("split", 16, block_m=1, programs=132, block_n=8192)
+    assert cfg(2048, 65000, gpu, words_ok=True).words  # 8 chunks, the last partial (268.1 us against 410.8)
+    assert not cfg(2048, 65536, gpu).words
+    assert cfg(2048, 65536, torch.device("cpu"), words_ok=True).kernel == "cols"
+
+
+def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch):
+    """The split forward holds plain 16-bit rows as words wherever they fit (faster at 10-64 chunks, NOTES.md v16),
+    with 4 stages from 32 chunks (at 16 and 24 chunks 4 stages were slower than 3)."""
+    monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    cfg = fwd_mod.fwd_config
+    assert cfg(1024, 262144, gpu, split_words_ok=True) == replace(fwd_mod.split_default(gpu), words=True, stages=4)
+    assert [(cfg(1024, n, gpu, split_words_ok=True).words, cfg(1024, n, gpu, split_words_ok=True).stages) for n in (81920, 131072, 196608, 253952, 262144, 524288)] == [(True, 3), (True, 3), (True, 3), (True, 3), (True, 4), (True, 4)]
+    assert cfg(1024, 262144, gpu) == fwd_mod.split_default(gpu)  # words do not fit
+    assert cfg(1024, 262144, gpu, fused=True, split_words_ok=True).kernel == "looped"
+    assert not cfg(2048, 65536, gpu, words_ok=True, split_words_ok=True).kernel == "split"  # the looped words kernel
