@@ -234,7 +234,7 @@ def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_
     scale = float(ef.abs().max()) if n else 0.0
     max_abs_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
     mag = ef.abs() if rf is None else torch.maximum(ef.abs(), rf.abs())
-    ulps = diff / bf16_ulp(mag.clamp_min(tol.ulp_floor) if tol.ulp_floor else mag)
+    ulps = diff / bf16_ulp(mag.clamp_min(tol.ulp_floor))
     max_ulp = float(ulps.max()) if n else float("nan")
     mean_ulp = float(ulps.mean()) if n else float("nan")
     denom = float(ef.pow(2).mean().sqrt()) if n else 0.0

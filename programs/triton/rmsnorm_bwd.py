@@ -41,7 +41,6 @@ from programs.triton.rmsnorm_fwd import (
     launch_options,
     load_rows,
     load_words,
-    pack_words,
     sm_count,
     split_program,
     split_publish,
@@ -50,9 +49,12 @@ from programs.triton.rmsnorm_fwd import (
     split_shape,
     split_words,
     split_words_program,
+    store_words,
     unpack_words,
     weight_at,
+    weight_words,
     wordable_rows,
+    wordable_weight,
 )
 
 MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumulator all live in registers
@@ -433,9 +435,7 @@ def _bwd_split_words_kernel(
     dw_hi = tl.zeros([CHUNK // 2], dtype=tl.float32)
     ar = tl.arange(0, BLOCK_M)
     # prologue: blocks 0 .. STAGES - 2 loaded, 0 .. STAGES - 3 published
-    w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
-    w_lo += w_off
-    w_hi += w_off
+    w_lo, w_hi = weight_words(ww, W, w_off)
     rows = first_row + ar
     h_a = load_words(H, stride_h, rows, M, jc, j_ok)
     dy_a = load_words(DY, stride_dy, rows, M, jc, j_ok)
@@ -458,9 +458,7 @@ def _bwd_split_words_kernel(
         dy_n = load_words(DY, stride_dy, rows, M, jc, j_ok)
         rs_n = tl.load(RSIG + rows, mask=rows < M, other=0.0)
         # the weight unpacked again each step: held as words it leaves the registers 4 stages need
-        w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
-        w_lo += w_off
-        w_hi += w_off
+        w_lo, w_hi = weight_words(ww, W, w_off)
         rows_k = start + ar
         row_ok = rows_k < M
         rows = start + (STAGES - 2) * step + ar
@@ -481,9 +479,7 @@ def _bwd_split_words_kernel(
         rs = rs_a[:, None]
         x_lo = h_lo * rs
         x_hi = h_hi * rs
-        tl.store(DX.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride_dx // 2) + jc[None, :],
-                 pack_words((g_lo - x_lo * c) * rs, (g_hi - x_hi * c) * rs, DX.dtype.element_ty),
-                 mask=row_ok[:, None] & j_ok[None, :])
+        store_words(DX, stride_dx, rows, M, jc, j_ok, (g_lo - x_lo * c) * rs, (g_hi - x_hi * c) * rs)
         if HAS_W:
             dw_lo += tl.sum(dy_lo * x_lo, axis=0)
             dw_hi += tl.sum(dy_hi * x_hi, axis=0)
@@ -526,7 +522,7 @@ def words_fit(h2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, weight, ne
     dx wordable (wordable_rows: 16-bit, N, row strides and bases even), the weight absent or 16-bit on a 4-byte
     boundary, no dbias and no dresidual (their accumulator and loads would not fit beside 4 stages)."""
     return (wordable_rows(h2) and wordable_rows(dy2) and wordable_rows(dx2) and not need_bias_grad and dresidual is None
-            and (weight is None or (weight.element_size() == 2 and weight.data_ptr() % 4 == 0)))
+            and wordable_weight(weight))
 
 
 def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:

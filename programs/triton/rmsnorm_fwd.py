@@ -233,9 +233,19 @@ def load_words(P, stride, rows, M, jc, j_ok):
 
 
 @triton.jit
-def pack_words(lo, hi, DT: tl.constexpr):
-    """The 32-bit words of lo and hi (fp32) rounded to the 16-bit DT: the inverse of unpack_words."""
-    return (lo.to(DT).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(DT).to(tl.int16, bitcast=True).to(tl.int32) << 16)
+def store_words(P, stride, rows, M, jc, j_ok, lo, hi):
+    """load_words' inverse: lo and hi (fp32 [BLOCK_M, CHUNK // 2]) rounded to P's 16-bit dtype, stored as words jc."""
+    DT: tl.constexpr = P.dtype.element_ty
+    words = (lo.to(DT).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(DT).to(tl.int16, bitcast=True).to(tl.int32) << 16)
+    tl.store(P.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride // 2) + jc[None, :], words,
+             mask=(rows < M)[:, None] & j_ok[None, :])
+
+
+@triton.jit
+def weight_words(ww, W, w_off):
+    """(w_lo, w_hi): the weight's words ww (split_words_program) unpacked, + weight_offset, as weight_at gives them."""
+    w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
+    return w_lo + w_off, w_hi + w_off
 
 
 @triton.jit
@@ -740,11 +750,10 @@ def _fwd_split_words_kernel(
         y_lo = lo * rs[:, None]
         y_hi = hi * rs[:, None]
         if HAS_W:
-            w_lo, w_hi = unpack_words(ww, W.dtype.element_ty)
-            y_lo = y_lo * (w_lo + w_off)[None, :]
-            y_hi = y_hi * (w_hi + w_off)[None, :]
-        tl.store(Y.to(tl.pointer_type(tl.int32)) + rows_k.to(tl.int64)[:, None] * (stride_y // 2) + jc[None, :],
-                 pack_words(y_lo, y_hi, Y.dtype.element_ty), mask=row_ok[:, None] & j_ok[None, :])
+            w_lo, w_hi = weight_words(ww, W, w_off)
+            y_lo = y_lo * w_lo[None, :]
+            y_hi = y_hi * w_hi[None, :]
+        store_words(Y, stride_y, rows_k, M, jc, j_ok, y_lo, y_hi)
         x_a = x_b
         if STAGES == 4:
             x_b = x_c
@@ -821,8 +830,13 @@ def split_words_fit(x2: torch.Tensor, y2: torch.Tensor, weight, plain: bool) -> 
     """Whether the split forward may hold its blocks as words (_fwd_split_words_kernel): the rows of x and y wordable
     (so y in x's 16-bit dtype), the weight absent or 16-bit on a 4-byte boundary, and plain: x normalized as given
     into a cast output, no bias."""
-    return plain and wordable_rows(x2) and wordable_rows(y2) and (
-        weight is None or (weight.element_size() == 2 and weight.data_ptr() % 4 == 0))
+    return plain and wordable_rows(x2) and wordable_rows(y2) and wordable_weight(weight)
+
+
+def wordable_weight(weight) -> bool:
+    """Whether a weight vector can be held as 32-bit words beside wordable rows: absent, or 16-bit on a 4-byte
+    boundary (contiguous and of an even length, as the rows' N, by check_vector and wordable_rows)."""
+    return weight is None or (weight.element_size() == 2 and weight.data_ptr() % 4 == 0)
 
 
 def wordable_rows(x2: torch.Tensor) -> bool:
