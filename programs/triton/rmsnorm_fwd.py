@@ -21,7 +21,8 @@ Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS
 at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
 `_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
 keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
-so DRAM sees about one read and one write. With stats given (distributed post) there is no stats pass. For 16-bit
+so DRAM sees about one read and one write. Launched a row a program with the normalize pass in order, it is also the
+two-pass form of tall tensors of plain 16-bit rows up to 8192 columns (TWO_PASS_N). With stats given (distributed post) there is no stats pass. For 16-bit
 rows up to 65536 columns without a residual its stats pass is one load of the whole row as 32-bit words
 (FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2. `_fwd_split_kernel` cuts rows
 past WIDE_CHUNK_N over co-resident programs that exchange their partial sums (split_publish / split_reduce), so x
@@ -61,6 +62,10 @@ WORDS_CHUNK = 16384
 # Decode rows (M <= DECODE_SLICED_M, N <= 8192) are cut into DECODE_SLICE-column programs; every program re-reads
 # its whole row from L2 for the sum, which more rows or longer rows would make the bottleneck (not measured past them).
 DECODE_SLICED_M, DECODE_SLICE = 128, 2048
+# Plain 16-bit rows of TWO_PASS_N columns (powers of two) in tensors of at least TWO_PASS_MIN_M rows and
+# TWO_PASS_MIN_ELEMENTS elements take the looped kernel one row a program, in two halves (fwd_config, NOTES.md v17).
+TWO_PASS_N = (1024, 8192)
+TWO_PASS_MIN_M, TWO_PASS_MIN_ELEMENTS = 8192, 1 << 24
 # split kernel default: columns per program, its warps, programs per SM, and the register cap that lets two share an SM
 # (H200, 1024 x 262144: 292.8 us against 355.3 us at one 16-warp program per SM, chunk 16384; NOTES.md v9)
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
@@ -89,6 +94,8 @@ class FwdConfig:
     head: int = 0  # looped: leading columns kept in registers (a power of two <= N)
     words: bool = False  # looped: the stats pass loads each whole row at once as 32-bit words; split: x, y and the
     # weight held as 32-bit words (split_words_fit)
+    reverse: bool = True  # looped: the normalize pass walks the chunks last to first (long rows: the chunks read last
+    # are the likeliest still in L2); False walks them in order (a row a program in two chunks, NOTES.md v17)
     stages: int = 3  # split with words: row blocks in registers; 4 publishes two blocks ahead and reads the exchange early
     maxnreg: int = 0  # registers per thread capped (0: the compiler's choice), e.g. 128 for two split programs per SM
 
@@ -121,7 +128,7 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
-    as 32-bit words (wordable_rows) and are what is normalized (no residual, no distributed stats). split_words_ok:
+    as 32-bit words (wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats). split_words_ok:
     the split kernel may hold x, y and the weight as words (split_words_fit)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
@@ -146,6 +153,15 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             return FwdConfig("rows", 8, block_m=1, chunk=DECODE_SLICE)
         if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
             return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
+        if (words_ok and not (fused or bias) and TWO_PASS_N[0] <= n <= TWO_PASS_N[1] and n == block_n
+                and m >= TWO_PASS_MIN_M and m * n >= TWO_PASS_MIN_ELEMENTS):
+            # a row a program in two halves, one 16-byte load a thread each: summed, then re-read from L1/L2 to scale
+            # and store, 32 registers so 2048 threads fill the SM. H200 (NOTES.md v17, us, against the rows launch in
+            # the same run): 16384 x 8192 128.4 against 131.5, 8192 x 8192 66.3 against 67.1, 32768 x 4096 127.4
+            # against 131.2, 65536 x 2048 127.4 against 133.0, 16384 x 1024 19.1 against 20.0; H100 level to 4%
+            # faster. Fewer rows lost (2048 x 8192 -4%, 4096 x 2048 -3%; H100 8192 x 1024 -3%), as did rows that
+            # are not a power of two (the half-empty last chunk: 16384 x 5120 -19%) and N = 16384 (-7%).
+            return FwdConfig("looped", n // 512, chunk=n // 2, programs=m, reverse=False, maxnreg=32)
         block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
         num_warps = min(32, max(4, block_m * block_n // 512))
         # A full SM (2048 threads: two 32-warp or four 16-warp programs) needs <= 32 registers a thread. At 16
@@ -469,17 +485,45 @@ def _fwd_rows_kernel(
 
 
 @triton.jit
+def _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
+    """h * rs * (w + weight_offset) (+ bias) at columns c of one row, h re-read from hrow (L2) with cache policy EVICT."""
+    v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy=EVICT).to(tl.float32) * rs
+    if HAS_W:
+        v = v * weight_at(W, c, ok, w_off)
+    if HAS_B:
+        v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
+    return v
+
+
+@triton.jit
+def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off, fp8_max, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                      OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
+    """The looped kernel's normalize pass at columns c of one row: h re-read (the last read: evict_first), scaled,
+    cast, stored."""
+    ok = c < N
+    v = _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W, HAS_B, "evict_first")
+    if OUT_MODE != 0:
+        v = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
+    tl.store(yrow + c, pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(yrow.dtype.element_ty), mask=ok,
+             eviction_policy="evict_first")
+
+
+@triton.jit
 def _fwd_looped_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
     M, N, inv_n, eps, w_off, scale_ub, fp8_max,
-    CHUNK: tl.constexpr, HEAD: tl.constexpr, WORDS: tl.constexpr,
+    CHUNK: tl.constexpr, HEAD: tl.constexpr, WORDS: tl.constexpr, REVERSE: tl.constexpr, ONE_ROW: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
 ):
     # Columns [0, HEAD) stay in registers between the stats pass and the normalize pass; [HEAD, N) stream through in
-    # CHUNK pieces and are read twice, the second time (reverse order) mostly from L2. HEAD=0: everything streams.
+    # CHUNK pieces and are read twice, the second time (REVERSE: last chunk first) mostly from L2. HEAD=0: everything
+    # streams. The chunk loops step a column offset (tl.range(HEAD, N, CHUNK)): the same loops indexed as
+    # HEAD + i * CHUNK were unrolled differently by ptxas (a peeled first trip) and ran slower (H200, NOTES.md v17:
+    # a two-chunk row program at 16384 x 8192 133.1 us against 128.9; this kernel at 2048 x 65535, 32768-column
+    # chunks, 429.0 against 409.3).
     # WORDS > 0 (plain rows of 16-bit x, no head): the stats pass is one load of the whole row (row_words_sumsq).
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -489,7 +533,9 @@ def _fwd_looped_kernel(
     STATS_PASS: tl.constexpr = (not HAS_STATS) or HAS_RES
     # Without bias, max|h*rs*w| = rs * max|h*w| (rs > 0): the row max rides along the stats pass.
     AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and STATS_PASS and WORDS == 0
-    for row in range(pid, M, nprog):
+    # ONE_ROW (a program a row): a loop of one trip that the compiler removes; the persistent loop around the two-pass
+    # row cost 2% at 16384 x 8192 (H200, NOTES.md v17)
+    for row in range(pid, pid + 1 if ONE_ROW else M, 1 if ONE_ROW else nprog):
         r64 = tl.cast(row, tl.int64)
         xrow = X + r64 * stride_x
         if HAS_RES:  # h is re-read from RO, the stored sum
@@ -516,8 +562,8 @@ def _fwd_looped_kernel(
                 else:
                     head_mx = tl.max(tl.abs(hh), axis=0)
         if STATS_PASS and WORDS == 0:
-            for i in range(n_chunks):
-                c = HEAD + i * CHUNK + cols
+            for c0 in tl.range(HEAD, N, CHUNK):
+                c = c0 + cols
                 ok = c < N
                 h = tl.load(xrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
                 if HAS_RES:
@@ -549,14 +595,10 @@ def _fwd_looped_kernel(
             if AMAX_IN_STATS:
                 amax = tl.maximum(tl.max(mx, axis=0), head_mx) * rs
             else:
-                for i in range(n_chunks):
-                    c = HEAD + i * CHUNK + cols
+                for c0 in tl.range(HEAD, N, CHUNK):
+                    c = c0 + cols
                     ok = c < N
-                    v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32) * rs
-                    if HAS_W:
-                        v = v * weight_at(W, c, ok, w_off)
-                    if HAS_B:
-                        v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
+                    v = _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W, HAS_B, "evict_last")  # read again next
                     mx = tl.maximum(mx, tl.where(ok, tl.abs(v), 0.0))
                 amax = tl.max(mx, axis=0)
                 if HEAD > 0:
@@ -570,25 +612,21 @@ def _fwd_looped_kernel(
         if OUT_MODE == 3:
             tl.store(SC + row, amax)
         else:
+            recip = 1.0
             if OUT_MODE == 1:
                 scale = tl.minimum(amax, scale_ub) / fp8_max
                 tl.store(SC + row, scale)
                 recip = fp8_recip(scale)
             elif OUT_MODE == 2:
                 recip = fp8_recip(tl.load(SCALE_IN))
-            # normalize pass in reverse: the most recently read chunks are the likeliest still in L2
-            for j in range(n_chunks):
-                c = HEAD + (n_chunks - 1 - j) * CHUNK + cols
-                ok = c < N
-                v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * rs
-                if HAS_W:
-                    v = v * weight_at(W, c, ok, w_off)
-                if HAS_B:
-                    v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
-                if OUT_MODE != 0:
-                    v = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
-                y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty)
-                tl.store(Y + r64 * stride_y + c, y, mask=ok, eviction_policy="evict_first")
+            if REVERSE:
+                for j in range(n_chunks):
+                    _looped_out_chunk(hrow, Y + r64 * stride_y, W, B, HEAD + (n_chunks - 1 - j) * CHUNK + cols, N, rs,
+                                      recip, w_off, fp8_max, HAS_W, HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            else:
+                for c0 in tl.range(HEAD, N, CHUNK):
+                    _looped_out_chunk(hrow, Y + r64 * stride_y, W, B, c0 + cols, N, rs, recip, w_off, fp8_max, HAS_W,
+                                      HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             if HEAD > 0:
                 vh = hh * rs
                 if HAS_W:
@@ -966,7 +1004,8 @@ def rmsnorm_fwd(
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
                 raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
             words = triton.next_power_of_2(triton.cdiv(n, 2)) if cfg.words else 0
-            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, WORDS=words, num_warps=cfg.num_warps,
+            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, WORDS=words, REVERSE=cfg.reverse,
+                                     ONE_ROW=grid[0] == m, num_warps=cfg.num_warps,
                                      **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
         elif cfg.kernel == "split":
             splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,

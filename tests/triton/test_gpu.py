@@ -35,6 +35,24 @@ def test_forward_real_sizes(shape):
             assert_close(q.y.float(), q_exp, fmt, context=f"{fmt} {mode}")
 
 
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("shape", [(16384, 8192), (32768, 4096), (8193, 2048), (16384, 1024)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_forward_two_pass_default(shape, dtype):
+    """fwd_config's launch of tall tensors of plain 16-bit rows (a row a program, two halves, the second pass re-read
+    from L1/L2): with a zero-centered weight and without one, rsigma stored, repeated bit for bit."""
+    m, n = shape
+    x = rand(m, n, dtype=dtype, seed=40)
+    assert fwd_module.fwd_config(m, n, x.device, words_ok=fwd_module.wordable_rows(x)).programs == m
+    for w, off in ((rand(n, dtype=dtype, seed=41), 1.0), (None, 0.0)):
+        o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True)
+        v, rs, _ = norm64(x, w, epsilon=1e-6, weight_offset=off)
+        assert_close(o.y, v, dtype, context="y")
+        assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+        again = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True)
+        assert torch.equal(o.y, again.y) and torch.equal(o.rsigma, again.rsigma)
+
+
 # The split forward holding x, y and the weight as words, at real widths: fwd_config's defaults (4 stages at 262144
 # with 37 rows over 8 lanes, 3 at 131072, 25 chunks at 200000 with the last partial), fp16 without a weight, and 4
 # stages over two-row blocks.
@@ -66,7 +84,8 @@ def test_forward_split_words_at_real_widths(case):
 
 
 BIG = {
-    "rows_kernel": ((262145, 8192), None),
+    "rows_kernel": ((262145, 8192), FwdConfig("rows", 16, block_m=1, maxnreg=32)),
+    "two_pass_row_a_program": ((262145, 8192), None),  # the default there (fwd_config): the looped kernel, ONE_ROW
     "split_kernel": ((32769, 65536), None),
     "looped_kernel": ((32769, 65536), FwdConfig("looped", 32, chunk=32768, programs=264)),
     "looped_kernel_head": ((32769, 65536), FwdConfig("looped", 32, chunk=8192, programs=264, head=16384)),

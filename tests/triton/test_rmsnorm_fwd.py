@@ -22,6 +22,9 @@ KERNELS = {
     "rows": None,
     "looped": FwdConfig("looped", 4, chunk=32, programs=3),
     "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32),
+    # a row a program (ONE_ROW: the persistent loop compiled away), the normalize pass first chunk first: the two-pass
+    # launch of tall tensors of rows up to 8192 columns (fwd_config)
+    "looped_row_a_program": FwdConfig("looped", 4, chunk=32, programs=1 << 20, reverse=False),
     "split": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8),
     "split_1row": FwdConfig("split", 4, block_m=1, chunk=SPLIT_CHUNK, programs=8),  # per-row factors as scalars
     # the decode cut: 32 columns per program, each taking the sum and row max over the whole row (N=100: 4 programs
@@ -197,6 +200,19 @@ def test_long_row_launch_shape_plain_vs_fused():
     assert not fwd_config(4096, 16384, cpu, words_ok=True).words and not fwd_config(1024, 262144, cpu, words_ok=True).words
     for cfg in (fwd_config(2048, 65536, cpu, fused=True), fwd_config(1024, 262144, cpu)):
         assert (cfg.kernel, cfg.chunk, cfg.head) == ("looped", 8192, 16384)
+
+
+@pytest.mark.parametrize("programs", [2, 1 << 20], ids=["persistent", "row_a_program"])
+def test_looped_normalize_order_changes_no_bit(programs):
+    """The looped kernel's normalize pass walks the chunks last to first (reverse, long rows) or in order: each output
+    column is computed the same way either way, so y, rsigma and the FP8 row scales match bit for bit."""
+    x, w = rand(5, 100, dtype=torch.bfloat16, seed=30), rand(100, dtype=torch.bfloat16, seed=31)
+    for dtype in (None, torch.float8_e4m3fn):
+        a, b = (rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dtype, return_rsigma=True,
+                            config=FwdConfig("looped", 4, chunk=32, programs=programs, reverse=rev)) for rev in (True, False))
+        assert torch.equal(a.y.view(torch.uint8), b.y.view(torch.uint8)) and torch.equal(a.rsigma, b.rsigma)
+        if dtype is not None:
+            assert torch.equal(a.scale, b.scale)
 
 
 WORDS = FwdConfig("looped", 4, chunk=32, programs=3, words=True)
@@ -396,6 +412,16 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(4096, 16384, gpu, fused=True).maxnreg == 0
     assert fwd_mod.fwd_config(65536, 1024, gpu).maxnreg == 0
     assert fwd_mod.fwd_config(4096, 32768, gpu).maxnreg == 0
+    # tall tensors of plain 16-bit rows of 1024..8192 columns: a row a program in two halves (H200 and H100, NOTES.md
+    # v17); not for fewer rows or elements, other widths, fp32 or odd strides (words_ok False), a bias or fused variants
+    two = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, words_ok=True, **kw)
+    assert two(16384, 8192) == FwdConfig("looped", 16, chunk=4096, programs=16384, reverse=False, maxnreg=32)
+    assert two(32768, 4096) == FwdConfig("looped", 8, chunk=2048, programs=32768, reverse=False, maxnreg=32)
+    assert two(16384, 1024) == FwdConfig("looped", 2, chunk=512, programs=16384, reverse=False, maxnreg=32)
+    for m, n, kw in ((4096, 8192, {}), (8192, 1024, {}), (16384, 5120, {}), (16384, 16384, {}), (65536, 512, {}),
+                     (16384, 8192, {"bias": True}), (16384, 8192, {"fused": True})):
+        assert two(m, n, **kw).kernel == "rows", (m, n, kw)
+    assert fwd_mod.fwd_config(16384, 8192, gpu).kernel == "rows"
     # decode rows cut into 2048-column programs (H100 sweep, NOTES.md v11), but not where a slice would need the whole
     # row's residual sum or row max (fused), nor past the measured sizes
     assert fwd_mod.fwd_config(32, 8192, gpu) == FwdConfig("rows", 8, block_m=1, chunk=2048)
