@@ -20,14 +20,14 @@ Launcher (reusable entry point, also for a fused all-reduce + RMSNorm + FP8 buil
 Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y);
 at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
 `_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
-keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first),
-so DRAM sees about one read and one write. Launched a row a program with the normalize pass in order, it is also the
-two-pass form of tall tensors of plain 16-bit rows up to 8192 columns (TWO_PASS_N). With stats given (distributed post) there is no stats pass. For 16-bit
-rows up to 65536 columns without a residual its stats pass is one load of the whole row as 32-bit words
-(FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2. `_fwd_split_kernel` cuts rows
-past WIDE_CHUNK_N over co-resident programs that exchange their partial sums (split_publish / split_reduce), so x
-crosses DRAM once; `_fwd_split_words_kernel` is its form for plain 16-bit rows held as 32-bit words, with a fourth
-stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
+keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first), so
+DRAM sees about one read and one write. Launched a row a program with the normalize pass in order, it is also the
+two-pass form of tall tensors of plain 16-bit rows up to 8192 columns (TWO_PASS_N). With stats given (distributed post)
+there is no stats pass. For 16-bit rows up to 65536 columns without a residual its stats pass is one load of the whole
+row as 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2.
+`_fwd_split_kernel` cuts rows past WIDE_CHUNK_N over co-resident programs that exchange their partial sums
+(split_publish / split_reduce), so x crosses DRAM once; `_fwd_split_words_kernel` is its form for plain 16-bit rows held
+as 32-bit words, with a fourth stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
-    as 32-bit words (wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats). split_words_ok:
-    the split kernel may hold x, y and the weight as words (split_words_fit)."""
+    as 32-bit words (wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats).
+    split_words_ok: the split kernel may hold x, y and the weight as words (split_words_fit)."""
     sms = sm_count(device)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
@@ -486,7 +486,8 @@ def _fwd_rows_kernel(
 
 @triton.jit
 def _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
-    """h * rs * (w + weight_offset) (+ bias) at columns c of one row, h re-read from hrow (L2) with cache policy EVICT."""
+    """h * rs * (w + weight_offset) (+ bias) at columns c of one row, h re-read from hrow (L2) with cache policy
+    EVICT."""
     v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy=EVICT).to(tl.float32) * rs
     if HAS_W:
         v = v * weight_at(W, c, ok, w_off)
@@ -503,9 +504,10 @@ def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off, fp8_max, HAS_W: 
     ok = c < N
     v = _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W, HAS_B, "evict_first")
     if OUT_MODE != 0:
-        v = tl.minimum(tl.maximum(v * recip, -fp8_max), fp8_max)
-    tl.store(yrow + c, pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(yrow.dtype.element_ty), mask=ok,
-             eviction_policy="evict_first")
+        y = fp8_quantize(v * recip, fp8_max, yrow.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+    else:
+        y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(yrow.dtype.element_ty)
+    tl.store(yrow + c, y, mask=ok, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -619,14 +621,15 @@ def _fwd_looped_kernel(
                 recip = fp8_recip(scale)
             elif OUT_MODE == 2:
                 recip = fp8_recip(tl.load(SCALE_IN))
+            yrow = Y + r64 * stride_y
             if REVERSE:
                 for j in range(n_chunks):
-                    _looped_out_chunk(hrow, Y + r64 * stride_y, W, B, HEAD + (n_chunks - 1 - j) * CHUNK + cols, N, rs,
-                                      recip, w_off, fp8_max, HAS_W, HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                    _looped_out_chunk(hrow, yrow, W, B, HEAD + (n_chunks - 1 - j) * CHUNK + cols, N, rs, recip, w_off,
+                                      fp8_max, HAS_W, HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             else:
                 for c0 in tl.range(HEAD, N, CHUNK):
-                    _looped_out_chunk(hrow, Y + r64 * stride_y, W, B, c0 + cols, N, rs, recip, w_off, fp8_max, HAS_W,
-                                      HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                    _looped_out_chunk(hrow, yrow, W, B, c0 + cols, N, rs, recip, w_off, fp8_max, HAS_W, HAS_B,
+                                      OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             if HEAD > 0:
                 vh = hh * rs
                 if HAS_W:
