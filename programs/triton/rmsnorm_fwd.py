@@ -536,7 +536,7 @@ def _fwd_looped_kernel(
     # Without bias, max|h*rs*w| = rs * max|h*w| (rs > 0): the row max rides along the stats pass.
     AMAX_IN_STATS: tl.constexpr = NEED_AMAX and (not HAS_B) and STATS_PASS and WORDS == 0
     # ONE_ROW (a program a row): a loop of one trip that the compiler removes; the persistent loop around the two-pass
-    # row cost 2% at 16384 x 8192 (H200, NOTES.md v17)
+    # row cost 2% at 16384 x 8192 (H200, NOTES.md v17), and 0.3-5.7% on the launches of M <= 2 x SMs rows (H100, v18)
     for row in range(pid, pid + 1 if ONE_ROW else M, 1 if ONE_ROW else nprog):
         r64 = tl.cast(row, tl.int64)
         xrow = X + r64 * stride_x
