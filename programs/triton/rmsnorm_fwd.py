@@ -215,9 +215,19 @@ def fp8_recip(scale):
 
 
 @triton.jit
+def vector_at(P, cols, ok):
+    """The vector P (weight or bias) at these columns in fp32: 0 where not ok, or, ok None, every column loaded."""
+    if ok is None:
+        v = tl.load(P + cols)
+    else:
+        v = tl.load(P + cols, mask=ok, other=0.0)
+    return v.to(tl.float32)
+
+
+@triton.jit
 def weight_at(W, cols, ok, w_off):
     """The factor the kernels multiply by at these columns: weight + weight_offset in fp32 (0 + w_off where not ok)."""
-    return tl.load(W + cols, mask=ok, other=0.0).to(tl.float32) + w_off
+    return vector_at(W, cols, ok) + w_off
 
 
 @triton.jit
@@ -485,28 +495,38 @@ def _fwd_rows_kernel(
 
 
 @triton.jit
-def _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W: tl.constexpr, HAS_B: tl.constexpr, EVICT: tl.constexpr):
-    """h * rs * (w + weight_offset) (+ bias) at columns c of one row, h re-read from hrow (L2) with cache policy
-    EVICT."""
-    v = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy=EVICT).to(tl.float32) * rs
+def _looped_scaled(h, W, B, c, ok, rs, w_off, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """h * rs * (w + weight_offset) (+ bias) for the fp32 values h at columns c of one row: the streamed chunks (ok
+    masks the row's end) and the register-held head (ok None)."""
+    v = h * rs
     if HAS_W:
         v = v * weight_at(W, c, ok, w_off)
     if HAS_B:
-        v += tl.load(B + c, mask=ok, other=0.0).to(tl.float32)
+        v += vector_at(B, c, ok)
     return v
+
+
+@triton.jit
+def _looped_cast(v, recip, fp8_max, Y_DTYPE: tl.constexpr, OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr,
+                 Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
+    """The normalized v in the output dtype: FP8 (OUT_MODE 1, 2) times the scale's reciprocal, clamped and rounded;
+    otherwise rounded."""
+    if OUT_MODE != 0:
+        y = fp8_quantize(v * recip, fp8_max, Y_DTYPE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+    else:
+        y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y_DTYPE)
+    return y
 
 
 @triton.jit
 def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off, fp8_max, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                       OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
-    """The looped kernel's normalize pass at columns c of one row: h re-read (the last read: evict_first), scaled,
-    cast, stored."""
+    """The looped kernel's normalize pass at columns c of one row: h re-read from L2 (the last read: evict_first),
+    scaled, cast, stored."""
     ok = c < N
-    v = _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W, HAS_B, "evict_first")
-    if OUT_MODE != 0:
-        y = fp8_quantize(v * recip, fp8_max, yrow.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
-    else:
-        y = pre_round(v, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(yrow.dtype.element_ty)
+    h = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    v = _looped_scaled(h, W, B, c, ok, rs, w_off, HAS_W, HAS_B)
+    y = _looped_cast(v, recip, fp8_max, yrow.dtype.element_ty, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
     tl.store(yrow + c, y, mask=ok, eviction_policy="evict_first")
 
 
@@ -600,15 +620,13 @@ def _fwd_looped_kernel(
                 for c0 in tl.range(HEAD, N, CHUNK):
                     c = c0 + cols
                     ok = c < N
-                    v = _looped_scaled(hrow, W, B, c, ok, rs, w_off, HAS_W, HAS_B, "evict_last")  # read again next
+                    # evict_last: the normalize pass reads it again
+                    h = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                    v = _looped_scaled(h, W, B, c, ok, rs, w_off, HAS_W, HAS_B)
                     mx = tl.maximum(mx, tl.where(ok, tl.abs(v), 0.0))
                 amax = tl.max(mx, axis=0)
                 if HEAD > 0:
-                    vh = hh * rs
-                    if HAS_W:
-                        vh = vh * (tl.load(W + hc).to(tl.float32) + w_off)
-                    if HAS_B:
-                        vh += tl.load(B + hc).to(tl.float32)
+                    vh = _looped_scaled(hh, W, B, hc, None, rs, w_off, HAS_W, HAS_B)
                     amax = tl.maximum(amax, tl.max(tl.abs(vh), axis=0))
 
         if OUT_MODE == 3:
@@ -631,14 +649,9 @@ def _fwd_looped_kernel(
                     _looped_out_chunk(hrow, yrow, W, B, c0 + cols, N, rs, recip, w_off, fp8_max, HAS_W, HAS_B,
                                       OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
             if HEAD > 0:
-                vh = hh * rs
-                if HAS_W:
-                    vh = vh * (tl.load(W + hc).to(tl.float32) + w_off)
-                if HAS_B:
-                    vh += tl.load(B + hc).to(tl.float32)
-                if OUT_MODE != 0:
-                    vh = tl.minimum(tl.maximum(vh * recip, -fp8_max), fp8_max)
-                tl.store(Y + r64 * stride_y + hc, pre_round(vh, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y.dtype.element_ty))
+                vh = _looped_scaled(hh, W, B, hc, None, rs, w_off, HAS_W, HAS_B)
+                tl.store(yrow + hc, _looped_cast(vh, recip, fp8_max, Y.dtype.element_ty, OUT_MODE, Y_DROP, Y_MIN_NORMAL,
+                                                 Y_SUB))
 
 
 @triton.jit
