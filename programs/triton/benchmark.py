@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from programs.triton import rmsnorm_cluster
 from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd, stream_config
 from programs.triton.rmsnorm_fwd import WIDE_CHUNK_N, FwdConfig, fwd_config, rmsnorm_fwd
 
@@ -228,7 +229,7 @@ def fwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
 
 def default_fwd(m: int, n: int, dev) -> FwdConfig:
     """The launch rmsnorm_fwd picks for the benchmark's inputs: plain contiguous bf16 rows, readable as 32-bit words."""
-    return fwd_config(m, n, dev, words_ok=True)
+    return fwd_config(m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev))
 
 
 def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):

@@ -48,6 +48,7 @@ class Report:
     fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
     l2_prefetches: int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (rmsnorm_bwd.l2_prefetch)
+    async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
 
 
 def ptxas() -> str:
@@ -68,9 +69,10 @@ def _divisibility(fn, signature: dict[str, str]) -> dict:
     return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
 
 
-def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0) -> Report:
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=_divisibility(fn, signature))
-    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0,
+                   num_ctas: int = 1, source_type=ASTSource) -> Report:
+    source = source_type(fn, signature, constexprs, _divisibility(fn, signature))
+    options = {"num_warps": num_warps, "num_ctas": num_ctas, **({"maxnreg": maxnreg} if maxnreg else {})}
     kernel = triton.compile(source, target=TARGET, options=options)
     ptx = kernel.asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
@@ -87,7 +89,8 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   int(spill[0]) if spill else 0, sum("atom." in ln for ln in lines),
                   sum("ld.global" in ln and ".v4." in ln for ln in lines),
                   sum("fence." in ln or "membar." in ln for ln in lines),
-                  sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines))
+                  sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines),
+                  sum("st.async" in ln for ln in lines))
 
 
 def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
@@ -140,6 +143,21 @@ def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnre
     consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True, STORE_RSIG=True)
     return compile_report(f"fwd split words chunk={chunk} warps={num_warps}{_cap(maxnreg)} stages={stages}", fn, sig,
                           consts, num_warps, maxnreg)
+
+
+def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True) -> Report:
+    """The cluster forward (Gluon) as the plain call launches it: bf16 in and out, a weight, no bias."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from programs.triton import rmsnorm_cluster as rc
+
+    fn = rc._fwd_cluster_kernel
+    k = rc.cluster_size(n, chunk)
+    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
+    consts = dict(K=k, CHUNK=chunk, LAYOUT=rc.layout(k, num_warps), ARRIVE=rc.arrive_asm(k), EXCHANGE=rc.exchange_asm(k),
+                  EVEN=k * chunk == n, HAS_W=True, HAS_B=False, STORE_RSIG=store_rsigma)
+    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps} ctas={k}", fn, sig, consts, num_warps,
+                          num_ctas=k, source_type=GluonASTSource)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
@@ -198,6 +216,7 @@ def default_reports() -> list[Report]:
         fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
+        fwd_cluster(65536, f.CLUSTER_CHUNK, f.CLUSTER_CHUNK // 1024),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
@@ -220,9 +239,9 @@ def main() -> int:
         print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
         return 2
     reports = default_reports()
-    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5}")
+    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5} {'st.async':>8}")
     for r in reports:
-        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d}")
+        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d}")
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
         print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "

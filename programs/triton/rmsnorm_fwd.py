@@ -28,6 +28,8 @@ row as 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its o
 `_fwd_split_kernel` cuts rows past WIDE_CHUNK_N over co-resident programs that exchange their partial sums
 (split_publish / split_reduce), so x crosses DRAM once; `_fwd_split_words_kernel` is its form for plain 16-bit rows held
 as 32-bit words, with a fourth stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
+Where thread-block clusters run (Hopper, Gluon), the plain forward of power-of-two rows of 32768-131072 columns takes
+rmsnorm_cluster.py's kernel instead: a row a cluster of up to 16 CTAs, the partials met in distributed shared memory.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import triton
 import triton.language as tl
 
 from programs.triton import fp8 as fp8mod
+from programs.triton import rmsnorm_cluster
 from programs.triton.checks import (
     TritonRuleError,
     as_rows,
@@ -70,6 +73,10 @@ TWO_PASS_MIN_M, TWO_PASS_MIN_ELEMENTS = 8192, 1 << 24
 # (H200, 1024 x 262144: 292.8 us against 355.3 us at one 16-warp program per SM, chunk 16384; NOTES.md v9)
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 
+# cluster kernel default (rmsnorm_cluster.py): rows of a power of two in this range, CLUSTER_CHUNK columns a CTA (more
+# past 16 CTAs a row), 32 elements a thread
+CLUSTER_N, CLUSTER_CHUNK = (32768, 131072), 4096
+
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
 
@@ -84,7 +91,8 @@ class RMSNormOutput(NamedTuple):
 class FwdConfig:
     """Launch shape. kernel "rows": block_m rows per program (chunk > 0: `chunk` columns of them per program, each
     program summing the whole rows itself); "looped": `programs` persistent programs, chunk-wide;
-    "split": rows cut into chunk-wide pieces, one per program, at most `programs` programs resident together."""
+    "split": rows cut into chunk-wide pieces, one per program, at most `programs` programs resident together;
+    "cluster": a row a thread-block cluster, chunk columns a CTA (rmsnorm_cluster.py)."""
 
     kernel: str
     num_warps: int
@@ -124,13 +132,24 @@ def split_default(device) -> FwdConfig:
 
 
 def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False,
-               words_ok: bool = False, split_words_ok: bool = False) -> FwdConfig:
+               words_ok: bool = False, split_words_ok: bool = False, cluster_ok: bool = False) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
     as 32-bit words (wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats).
-    split_words_ok: the split kernel may hold x, y and the weight as words (split_words_fit)."""
+    split_words_ok: the split kernel may hold x, y and the weight as words (split_words_fit). cluster_ok: the cluster
+    kernel can run here (rmsnorm_cluster.supported)."""
     sms = sm_count(device)
+    if cluster_ok and not fused and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0:
+        # a row a cluster of up to 16 CTAs, 32 elements a thread (H100, NOTES.md v19, us, against the launch this
+        # function gave before in the same run; copy of the same bytes in brackets): 2048 x 65536 179.5 against 190.1
+        # [179.2], 64 x 65536 7.53 against 8.79 [7.86], 512 x 65536 46.5 against 50.6, 4096 x 32768 178.7 against
+        # 182.2, 1024 x 131072 182.2 against the split kernel's 192.9, fp32 2048 x 65536 396.0 against 469.7. Level
+        # at N = 8192 and 16384 (the rows kernel stays), N = 262144 (the split kernel stays); rows that are not a
+        # power of two leave CTAs part-empty and lost (2048 x 49152 159.9 against 145.1, 1024 x 98304 173.6 against
+        # 145.3); 16 warps at 32 elements a thread lost (4096 x 32768 219.2).
+        chunk = max(CLUSTER_CHUNK, n // rmsnorm_cluster.MAX_CLUSTER)
+        return FwdConfig("cluster", chunk // 1024, chunk=chunk)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
@@ -969,7 +988,8 @@ def rmsnorm_fwd(
     y2 = y.view(-1, n)
     split_words_ok = split_words_fit(x2, y2, weight, not fused and bias is None)
     cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
-                               words_ok=wordable and of_x, split_words_ok=split_words_ok)
+                               words_ok=wordable and of_x, split_words_ok=split_words_ok,
+                               cluster_ok=rmsnorm_cluster.supported(x.device))
     if cfg.words and cfg.kernel == "split":
         if not split_words_ok or cfg.chunk < 2:
             raise TritonRuleError("config.words", "the words split kernel holds x, y and the weight as 32-bit words: 16-bit x with N, the row stride and the base even, output in x's dtype, a 16-bit weight on a 4-byte boundary or none, no bias, residual, stats or FP8 (chunk >= 2)", f"x {x2.dtype}, y {out_dtype}, weight {None if weight is None else weight.dtype}, N {n}, row stride {x2.stride(0)}, bias {bias is not None}, residual {residual is not None}, stats {stats is not None}, chunk {cfg.chunk}", "words=False")
@@ -980,6 +1000,10 @@ def rmsnorm_fwd(
             raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
     if cfg.stages != 3 and not (cfg.words and cfg.kernel == "split" and cfg.stages == 4):
         raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words split kernel 3 or 4", (cfg.kernel, cfg.words, cfg.stages), "stages=3")
+    if cfg.kernel == "cluster" and fused:
+        raise TritonRuleError("config.cluster", "the cluster kernel normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
+    if cfg.kernel == "cluster":
+        rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device)
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
@@ -1041,8 +1065,11 @@ def rmsnorm_fwd(
                 *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
                 num_warps=cfg.num_warps, **launch_options(x.device, splits, cfg.maxnreg), **flags,
             )
+        elif cfg.kernel == "cluster":
+            rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
+                                   weight_offset, cfg.chunk, cfg.num_warps)
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped' or 'split'", cfg.kernel, "config=None")
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split' or 'cluster'", cfg.kernel, "config=None")
 
     if dynamic_tensor_scale:
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale

@@ -86,7 +86,8 @@ def test_forward_split_words_at_real_widths(case):
 BIG = {
     "rows_kernel": ((262145, 8192), FwdConfig("rows", 16, block_m=1, maxnreg=32)),
     "two_pass_row_a_program": ((262145, 8192), None),  # the default there (fwd_config): the looped kernel, ONE_ROW
-    "split_kernel": ((32769, 65536), None),
+    "default_at_65536": ((32769, 65536), None),  # the cluster kernel where clusters run (fwd_config)
+    "cluster_kernel_masked": ((33100, 65000), FwdConfig("cluster", 4, chunk=4096)),
     "looped_kernel": ((32769, 65536), FwdConfig("looped", 32, chunk=32768, programs=264)),
     "looped_kernel_head": ((32769, 65536), FwdConfig("looped", 32, chunk=8192, programs=264, head=16384)),
     "looped_kernel_words": ((32769, 65536), FwdConfig("looped", 32, chunk=16384, programs=264, maxnreg=64, words=True)),
@@ -186,6 +187,61 @@ def test_backward_split_words_at_real_widths(case):
         assert_close_cancelling(dw, ref["weight"], dt, context="dweight")
     dx2, dw2, _ = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=cfg)
     assert torch.equal(dx, dx2) and (not has_w or torch.equal(dw, dw2))
+
+
+CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must be the cluster kernel)
+    "64x65536-bf16-default": ((64, 65536), torch.bfloat16, {}, None),
+    "333x32768-fp16-no-weight": ((333, 32768), torch.float16, {"weight": None}, None),
+    "7x131072-bias-zero-centered": ((7, 131072), torch.bfloat16, {"bias": True, "weight_offset": 1.0}, None),
+    "5x65536-fp32": ((5, 65536), torch.float32, {}, None),
+    "9x65536-strided-rows": ((9, 65536), torch.bfloat16, {"stride": 65600}, None),
+    "33x40000-masked": ((33, 40000), torch.bfloat16, {}, FwdConfig("cluster", 4, chunk=4096)),
+    "3x65536-bf16-to-fp32": ((3, 65536), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("cluster", 8, chunk=8192)),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(CLUSTER))
+def test_cluster_forward_matches_float64(case):
+    """The cluster kernel (a row over 2-16 CTAs, partials exchanged in distributed shared memory) against float64,
+    rsigma included, and the same bits on a second call (the K partials summed in rank order in every CTA)."""
+    from programs.triton import rmsnorm_cluster
+
+    (m, n), dt, kw, cfg = CLUSTER[case]
+    if not rmsnorm_cluster.supported(torch.device("cuda")):
+        pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
+    kw = dict(kw)
+    stride = kw.pop("stride", n)
+    x = rand(m, stride, dtype=dt, seed=40)[:, :n]
+    w = kw.pop("weight", rand(n, dtype=dt, seed=41))
+    b = rand(n, dtype=dt, seed=42) if kw.pop("bias", False) else None
+    if cfg is None:
+        assert fwd_module.fwd_config(m, n, x.device, bias=b is not None, cluster_ok=True).kernel == "cluster"
+    o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
+    v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6, weight_offset=kw.get("weight_offset", 0.0))
+    assert_close(o.y, v, kw.get("dtype", dt), context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+    again = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
+    assert torch.equal(again.y, o.y) and torch.equal(again.rsigma, o.rsigma)
+
+
+@pytest.mark.requires_cuda
+def test_cluster_forward_under_cuda_graph_replay():
+    """Captured once, replayed on new data: each replay re-initializes the mbarriers (phase 0 again)."""
+    from programs.triton import rmsnorm_cluster
+
+    if not rmsnorm_cluster.supported(torch.device("cuda")):
+        pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
+    x, w = rand(96, 65536, seed=50), rand(65536, seed=51)
+    rmsnorm_fwd(x, w)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = rmsnorm_fwd(x, w)
+    for seed in (52, 53):
+        x.copy_(rand(96, 65536, seed=seed))
+        g.replay()
+        v, _, _ = norm64(x, w)
+        assert_close(out.y, v, torch.bfloat16, context=f"replay {seed}")
 
 
 @pytest.mark.requires_cuda

@@ -156,3 +156,17 @@ def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     )
     assert push2 == 0 and push8 == 0, f"stage 0 compiled with {push2} / {push8} atomic instructions"
     assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
+
+
+@pytest.mark.parametrize("n, chunk, warps", [(65536, 4096, 4), (131072, 8192, 8), (40000, 4096, 4)], ids=lambda v: str(v))
+def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, warps):
+    """The cluster forward's inline PTX (mbarrier, st.async into the peers, the voted wait) goes through ptxas for
+    sm_90a; each CTA sends its partial once, loads 16 bytes at a time and spills nothing."""
+    r = _compiled_json(
+        "import json, dataclasses; from programs.triton import ptx_report as p; "
+        f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}))))"
+    )
+    assert r["spill_bytes"] == 0, r
+    assert r["async_sends"] == 1, r
+    assert r["wide_loads"] >= 4, r  # x and the weight: 32 elements a thread in 16-byte loads (fewer where masked)
+    assert r["registers"] <= 96, r

@@ -401,6 +401,15 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     gpu = torch.device("cuda")
     assert fwd_mod.fwd_config(1024, 262144, gpu).kernel == "split"
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
+    # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
+    # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); not fused variants, other widths, N = 262144
+    cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
+    assert cl(2048, 65536) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(4096, 32768) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(1, 131072) == FwdConfig("cluster", 8, chunk=8192)
+    assert cl(2048, 65536, bias=True).kernel == "cluster"
+    assert cl(2048, 65536, fused=True).kernel == "looped"
+    assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
     assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
     # a full SM of rows programs needs <= 32 registers a thread: capped for the plain kernel on rows of >= 4096
@@ -488,3 +497,39 @@ def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch
     assert cfg(1024, 262144, gpu) == fwd_mod.split_default(gpu)  # words do not fit
     assert cfg(1024, 262144, gpu, fused=True, split_words_ok=True).kernel == "looped"
     assert not cfg(2048, 65536, gpu, words_ok=True, split_words_ok=True).kernel == "split"  # the looped words kernel
+
+
+CLUSTER_REFUSALS = {
+    "interpreter": (dict(), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
+    "residual": (dict(residual=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*no residual"),
+    "fp8": (dict(dtype=torch.float8_e4m3fn), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*FP8"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLUSTER_REFUSALS))
+def test_cluster_kernel_refuses_what_it_cannot_run(case):
+    """The cluster kernel (Gluon: compiled only, never interpreted) normalizes x itself into a float dtype; anything
+    else, or a device without clusters, is refused by name before any launch."""
+    kw, cfg, match = CLUSTER_REFUSALS[case]
+    x = rand(2, 8192, dtype=torch.bfloat16, seed=31)
+    if kw.pop("residual", False):
+        kw["residual"] = rand(2, 8192, dtype=torch.bfloat16, seed=32)
+    with pytest.raises(TritonRuleError, match=match):
+        rmsnorm_fwd(x, config=cfg, **kw)
+
+
+def test_cluster_launch_shape_rules(monkeypatch):
+    """A cluster launch's chunk is a power of two of whole 16-byte loads a thread, and a row takes 2 to 16 CTAs."""
+    from programs.triton import rmsnorm_cluster as rc
+
+    monkeypatch.setattr(rc, "supported", lambda device: True)
+    assert [rc.cluster_size(n, 4096) for n in (8192, 12288, 65536, 65537)] == [2, 4, 16, 32]
+    with pytest.raises(TritonRuleError, match=r"\[config.chunk\]"):
+        rc.check(65536, 3000, 4, torch.device("cpu"))
+    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*at least 8 elements a thread"):
+        rc.check(65536, 512, 4, torch.device("cpu"))
+    with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 32 CTAs"):
+        rc.check(131072, 4096, 4, torch.device("cpu"))
+    with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
+        rc.check(4096, 4096, 4, torch.device("cpu"))
+    assert rc.check(40000, 4096, 4, torch.device("cpu")) == 16  # the last CTAs masked

@@ -1,0 +1,170 @@
+"""RMSNorm forward over a thread-block cluster (Gluon, Hopper and later): one row a cluster of K CTAs, each holding
+N / K columns of it in registers, so x crosses DRAM once and no partial sum goes through global memory.
+
+    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps)
+
+The K partial sums of squares meet in distributed shared memory: Triton 3.6 cannot reduce across the CTAs of a cluster
+(its ReduceOp lowering asserts a reduction within a CTA), so the exchange is inline PTX, QuACK's way: every CTA's
+thread j < K sends the CTA's partial into slot[rank] of CTA j with `st.async`, which credits CTA j's mbarrier with
+4 bytes; each CTA waits on its own mbarrier, then sums its K slots in rank order, so all K CTAs get the same bits.
+Through `barrier.cluster` instead (every thread of the K CTAs arriving, a gpu-scope fence on the release) the same
+kernel ran 197 us at 2048 x 65536 where the kernel with no exchange at all ran 181 (H100, NOTES.md v19); with the
+mbarrier, 180-181 us.
+
+The tensors are laid out [K, CHUNK] with the K axis split over the cluster (the layout's CGA bases), so every CTA
+loads, reduces and stores only its own piece; the exchange takes the [K] vector of partials (one element a CTA).
+Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
+compiled PTX (ptx_report) instead of running it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from programs.triton.checks import TritonRuleError
+
+try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
+except ImportError:  # pragma: no cover - older Triton
+    GLUON = False
+
+MAX_CLUSTER = 16  # 16 CTAs is Hopper's non-portable cluster size (Triton's launcher allows it for num_ctas == 16)
+VEC = 8  # 16-bit elements a thread loads at once (16 bytes)
+
+
+def supported(device) -> bool:
+    """Whether the cluster kernel can run here: Gluon with CGA layouts and a CUDA device of compute capability >= 9."""
+    return GLUON and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def cluster_size(n: int, chunk: int) -> int:
+    """CTAs a row takes: the power of two covering N in chunk-column pieces (the CGA bases need a power of two)."""
+    k = 1
+    while k * chunk < n:
+        k *= 2
+    return k
+
+
+def arrive_asm(k: int) -> str:
+    """PTX at the kernel's start: the mbarrier and the K value slots, declared at function scope (the exchange's
+    asm names them). Thread 0 initializes the mbarrier, arrives on it at once expecting 4 * K bytes (phase 0 then
+    completes when the K partials have landed) and fences the init for the cluster; every thread arrives on the
+    cluster barrier (relaxed), which the exchange waits on before it writes into a peer: a peer's mbarrier must be
+    initialized, and the CTA started, first."""
+    return "\n".join([
+        ".shared .align 8 .b64 rmsc_bar;", f".shared .align 16 .f32 rmsc_val[{k}];",
+        "{", ".reg .pred p;", ".reg .b32 t, a;",
+        "mov.u32 t, %tid.x;", "setp.eq.u32 p, t, 0;", "mov.u32 a, rmsc_bar;",
+        "@p mbarrier.init.shared::cta.b64 [a], 1;",
+        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], {4 * k};",
+        "@p fence.mbarrier_init.release.cluster;",
+        "}", "barrier.cluster.arrive.relaxed.aligned;", "mov.u32 $0, $1;",
+    ])
+
+
+def exchange_asm(k: int) -> str:
+    """PTX of the exchange: $1 this CTA's partial, $0 the row's sum (slots summed in rank order). The wait loop's
+    exit is voted by the whole warp: ptxas treats a loop over one shared address as uniform (its registers then
+    too), and a warp that split there read a clobbered base address (seen with polled slots, NOTES.md v19)."""
+    lines = [
+        "{", ".reg .pred p, q;", ".reg .b32 base, bar, me, tid, la, ra, rb, bits;", f".reg .f32 v<{k}>;",
+        "mov.u32 base, rmsc_val;", "mov.u32 bar, rmsc_bar;", "mov.u32 me, %cluster_ctarank;", "mov.u32 tid, %tid.x;",
+        f"setp.lt.u32 p, tid, {k};", "mad.lo.u32 la, me, 4, base;", "mov.b32 bits, $1;",
+        "barrier.cluster.wait.acquire.aligned;",
+        "@p mapa.shared::cluster.u32 ra, la, tid;", "@p mapa.shared::cluster.u32 rb, bar, tid;",
+        "@p st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [ra], bits, [rb];",
+        "wait_${:uid}:", "mbarrier.try_wait.parity.shared::cta.b64 q, [bar], 0;",
+        "vote.sync.all.pred q, q, 0xffffffff;", "@!q bra.uni wait_${:uid};",
+    ]
+    for j in range(0, k, 4):
+        if k - j >= 4:
+            lines.append(f"ld.shared.v4.f32 {{v{j}, v{j + 1}, v{j + 2}, v{j + 3}}}, [base+{4 * j}];")
+        else:
+            lines += [f"ld.shared.f32 v{i}, [base+{4 * i}];" for i in range(j, k)]
+    lines += [f"add.f32 v0, v0, v{j};" for j in range(1, k)]
+    lines += ["mov.f32 $0, v0;", "}"]
+    return "\n".join(lines)
+
+
+def layout(k: int, num_warps: int):
+    """[K, CHUNK]: 16 bytes a thread along the row, the K axis over the cluster's CTAs."""
+    bases = [[1 << i, 0] for i in range(k.bit_length() - 1)]
+    return gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0], bases)
+
+
+if GLUON:
+
+    @gluon.jit
+    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, N, inv_n, eps, w_off,
+                            K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr,
+                            ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, EVEN: gl.constexpr,
+                            HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
+        row = gl.program_id(0).to(gl.int64)  # the cluster's index: one row a cluster
+        kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
+        gl.inline_asm_elementwise(ARRIVE, "=r,r", [kk], dtype=gl.int32, is_pure=False, pack=1)
+        cols = gl.arange(0, CHUNK, gl.SliceLayout(0, LAYOUT))
+        offs = kk[:, None] * CHUNK + cols[None, :]
+        ok = offs < N
+        if EVEN:
+            x = gl.load(X + row * stride_x + offs).to(gl.float32)
+        else:
+            x = gl.load(X + row * stride_x + offs, mask=ok, other=0.0).to(gl.float32)
+        # the weight (and bias) loaded before the exchange, as stored (16-bit: half the registers of fp32 until it is
+        # used); loaded after it, their latency was added to every row's (2048 x 65536: 188-191 us against 180-182,
+        # H100, NOTES.md v19)
+        if HAS_W:
+            if EVEN:
+                w = gl.load(W + offs)
+            else:
+                w = gl.load(W + offs, mask=ok, other=0.0)
+        if HAS_B:
+            if EVEN:
+                b = gl.load(B + offs)
+            else:
+                b = gl.load(B + offs, mask=ok, other=0.0)
+        part = gl.sum(x * x, axis=1)
+        ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
+        rs = gl.rsqrt(ss * inv_n + eps)
+        v = x * rs[:, None]
+        if HAS_W:
+            v = v * (w.to(gl.float32) + w_off)
+        if HAS_B:
+            v = v + b.to(gl.float32)
+        if EVEN:
+            gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty))
+        else:
+            gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
+        if STORE_RSIG:
+            gl.store(RSIG + row + kk * 0, rs, mask=kk == 0)
+
+
+def check(n: int, chunk: int, num_warps: int, device) -> int:
+    """The cluster size of a launch of chunk columns a CTA at num_warps warps, or the rule it breaks."""
+    k = cluster_size(n, chunk)
+    per_thread = chunk // (32 * num_warps)
+    if not supported(device):
+        raise TritonRuleError("config.cluster", "the cluster kernel needs Gluon with CTA-split layouts (Triton >= 3.6) and a CUDA device of compute capability >= 9 (clusters, distributed shared memory); it does not run under the interpreter", f"device {device}, Gluon {GLUON}", "config=None")
+    if chunk & (chunk - 1) or per_thread < VEC or per_thread % VEC:
+        raise TritonRuleError("config.chunk", f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread ({VEC * 32 * num_warps} at {num_warps} warps)", chunk, f"chunk={max(chunk, VEC * 32 * num_warps)}")
+    if not 2 <= k <= MAX_CLUSTER:
+        raise TritonRuleError("config.cluster_size", f"a row of {n} in chunks of {chunk} takes {k} CTAs; a cluster holds 2 to {MAX_CLUSTER}", k, f"chunk between {max(VEC * 32 * num_warps, -(-n // MAX_CLUSTER))} and {n // 2 if n > 1 else 1}")
+    return k
+
+
+def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
+           weight_offset: float, chunk: int, num_warps: int) -> None:
+    """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each (inputs validated by
+    rmsnorm_fwd, the launch shape by check)."""
+    k = check(n, chunk, num_warps, x2.device)
+    dummy = x2
+    _fwd_cluster_kernel[(x2.shape[0],)](
+        x2, x2.stride(0), y2, y2.stride(0),
+        weight if weight is not None else dummy, bias if bias is not None else dummy,
+        rsigma if rsigma is not None else dummy, n, inv_n, eps, float(weight_offset),
+        K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), ARRIVE=arrive_asm(k), EXCHANGE=exchange_asm(k),
+        EVEN=k * chunk == n, HAS_W=weight is not None, HAS_B=bias is not None, STORE_RSIG=rsigma is not None,
+        num_warps=num_warps, num_ctas=k,
+    )
