@@ -152,12 +152,10 @@ def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True) -
     from programs.triton import rmsnorm_cluster as rc
 
     fn = rc._fwd_cluster_kernel
-    k = rc.cluster_size(n, chunk)
     sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
-    consts = dict(K=k, CHUNK=chunk, LAYOUT=rc.layout(k, num_warps), ARRIVE=rc.arrive_asm(k), EXCHANGE=rc.exchange_asm(k),
-                  EVEN=k * chunk == n, HAS_W=True, HAS_B=False, STORE_RSIG=store_rsigma)
-    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps} ctas={k}", fn, sig, consts, num_warps,
-                          num_ctas=k, source_type=GluonASTSource)
+    consts = rc.constants(n, chunk, num_warps, True, False, store_rsigma)
+    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps} ctas={consts['K']}", fn, sig, consts,
+                          num_warps, num_ctas=consts["K"], source_type=GluonASTSource)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:

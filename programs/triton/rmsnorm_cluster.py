@@ -98,6 +98,15 @@ def layout(k: int, num_warps: int):
 if GLUON:
 
     @gluon.jit
+    def _piece(P, offs, ok):
+        """P at this CTA's columns, as stored: every column (ok None: the row fills the cluster), else 0 past its end."""
+        if ok is None:
+            v = gl.load(P + offs)
+        else:
+            v = gl.load(P + offs, mask=ok, other=0.0)
+        return v
+
+    @gluon.jit
     def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, N, inv_n, eps, w_off,
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, EVEN: gl.constexpr,
@@ -107,24 +116,18 @@ if GLUON:
         gl.inline_asm_elementwise(ARRIVE, "=r,r", [kk], dtype=gl.int32, is_pure=False, pack=1)
         cols = gl.arange(0, CHUNK, gl.SliceLayout(0, LAYOUT))
         offs = kk[:, None] * CHUNK + cols[None, :]
-        ok = offs < N
         if EVEN:
-            x = gl.load(X + row * stride_x + offs).to(gl.float32)
+            ok = None
         else:
-            x = gl.load(X + row * stride_x + offs, mask=ok, other=0.0).to(gl.float32)
+            ok = offs < N
+        x = _piece(X + row * stride_x, offs, ok).to(gl.float32)
         # the weight (and bias) loaded before the exchange, as stored (16-bit: half the registers of fp32 until it is
         # used); loaded after it, their latency was added to every row's (2048 x 65536: 188-191 us against 180-182,
         # H100, NOTES.md v19)
         if HAS_W:
-            if EVEN:
-                w = gl.load(W + offs)
-            else:
-                w = gl.load(W + offs, mask=ok, other=0.0)
+            w = _piece(W, offs, ok)
         if HAS_B:
-            if EVEN:
-                b = gl.load(B + offs)
-            else:
-                b = gl.load(B + offs, mask=ok, other=0.0)
+            b = _piece(B, offs, ok)
         part = gl.sum(x * x, axis=1)
         ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
@@ -133,12 +136,17 @@ if GLUON:
             v = v * (w.to(gl.float32) + w_off)
         if HAS_B:
             v = v + b.to(gl.float32)
-        if EVEN:
-            gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty))
-        else:
-            gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
+        gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
         if STORE_RSIG:
             gl.store(RSIG + row + kk * 0, rs, mask=kk == 0)
+
+
+def constants(n: int, chunk: int, num_warps: int, has_w: bool, has_b: bool, store_rsigma: bool) -> dict:
+    """The kernel's constexpr arguments for a row of n in chunk-column pieces (as launched, and as ptx_report
+    compiles it)."""
+    k = cluster_size(n, chunk)
+    return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), ARRIVE=arrive_asm(k), EXCHANGE=exchange_asm(k),
+                EVEN=k * chunk == n, HAS_W=has_w, HAS_B=has_b, STORE_RSIG=store_rsigma)
 
 
 def check(n: int, chunk: int, num_warps: int, device) -> int:
@@ -156,15 +164,13 @@ def check(n: int, chunk: int, num_warps: int, device) -> int:
 
 def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
            weight_offset: float, chunk: int, num_warps: int) -> None:
-    """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each (inputs validated by
-    rmsnorm_fwd, the launch shape by check)."""
-    k = check(n, chunk, num_warps, x2.device)
+    """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each. rmsnorm_fwd validates
+    the inputs, and the launch shape by check, before any device work."""
+    consts = constants(n, chunk, num_warps, weight is not None, bias is not None, rsigma is not None)
     dummy = x2
     _fwd_cluster_kernel[(x2.shape[0],)](
         x2, x2.stride(0), y2, y2.stride(0),
         weight if weight is not None else dummy, bias if bias is not None else dummy,
         rsigma if rsigma is not None else dummy, n, inv_n, eps, float(weight_offset),
-        K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), ARRIVE=arrive_asm(k), EXCHANGE=exchange_asm(k),
-        EVEN=k * chunk == n, HAS_W=weight is not None, HAS_B=bias is not None, STORE_RSIG=rsigma is not None,
-        num_warps=num_warps, num_ctas=k,
+        **consts, num_warps=num_warps, num_ctas=consts["K"],
     )

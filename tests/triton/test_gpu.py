@@ -189,6 +189,13 @@ def test_backward_split_words_at_real_widths(case):
     assert torch.equal(dx, dx2) and (not has_w or torch.equal(dw, dw2))
 
 
+def skip_without_clusters():
+    from programs.triton import rmsnorm_cluster
+
+    if not rmsnorm_cluster.supported(torch.device("cuda")):
+        pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
+
+
 CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must be the cluster kernel)
     "64x65536-bf16-default": ((64, 65536), torch.bfloat16, {}, None),
     "333x32768-fp16-no-weight": ((333, 32768), torch.float16, {"weight": None}, None),
@@ -205,11 +212,8 @@ CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must b
 def test_cluster_forward_matches_float64(case):
     """The cluster kernel (a row over 2-16 CTAs, partials exchanged in distributed shared memory) against float64,
     rsigma included, and the same bits on a second call (the K partials summed in rank order in every CTA)."""
-    from programs.triton import rmsnorm_cluster
-
+    skip_without_clusters()
     (m, n), dt, kw, cfg = CLUSTER[case]
-    if not rmsnorm_cluster.supported(torch.device("cuda")):
-        pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
     kw = dict(kw)
     stride = kw.pop("stride", n)
     x = rand(m, stride, dtype=dt, seed=40)[:, :n]
@@ -228,10 +232,7 @@ def test_cluster_forward_matches_float64(case):
 @pytest.mark.requires_cuda
 def test_cluster_forward_under_cuda_graph_replay():
     """Captured once, replayed on new data: each replay re-initializes the mbarriers (phase 0 again)."""
-    from programs.triton import rmsnorm_cluster
-
-    if not rmsnorm_cluster.supported(torch.device("cuda")):
-        pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
+    skip_without_clusters()
     x, w = rand(96, 65536, seed=50), rand(65536, seed=51)
     rmsnorm_fwd(x, w)
     g = torch.cuda.CUDAGraph()
