@@ -145,17 +145,19 @@ def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnre
                           consts, num_warps, maxnreg)
 
 
-def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True) -> Report:
-    """The cluster forward (Gluon) as the plain call launches it: bf16 in and out, a weight, no bias."""
+def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, maxnreg: int = 0,
+                bias: bool = False) -> Report:
+    """The cluster forward (Gluon) as the plain call launches it: bf16 in and out, a weight, a bias if asked."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from programs.triton import rmsnorm_cluster as rc
 
     fn = rc._fwd_cluster_kernel
     sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
-    consts = rc.constants(n, chunk, num_warps, True, False, store_rsigma)
-    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps} ctas={consts['K']}", fn, sig, consts,
-                          num_warps, num_ctas=consts["K"], source_type=GluonASTSource)
+    consts = rc.constants(n, chunk, num_warps, True, bias, store_rsigma)
+    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps} ctas={consts['K']} maxnreg={maxnreg}",
+                          fn, sig, consts, num_warps, maxnreg=maxnreg, num_ctas=consts["K"],
+                          source_type=GluonASTSource)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:

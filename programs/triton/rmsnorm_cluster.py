@@ -1,7 +1,7 @@
 """RMSNorm forward over a thread-block cluster (Gluon, Hopper and later): one row a cluster of K CTAs, each holding
 N / K columns of it in registers, so x crosses DRAM once and no partial sum goes through global memory.
 
-    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps)
+    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg)
 
 The K partial sums of squares meet in distributed shared memory: Triton 3.6 cannot reduce across the CTAs of a cluster
 (its ReduceOp lowering asserts a reduction within a CTA), so the exchange is inline PTX, QuACK's way: every CTA's
@@ -13,6 +13,8 @@ mbarrier, 180-181 us.
 
 The tensors are laid out [K, CHUNK] with the K axis split over the cluster (the layout's CGA bases), so every CTA
 loads, reduces and stores only its own piece; the exchange takes the [K] vector of partials (one element a CTA).
+The weight and bias wait in shared memory and x stays 16-bit until the exchange is done, so that a CTA of 64
+elements a thread fits 64 registers and 4 CTAs share an SM (N = 262144).
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 """
@@ -31,6 +33,7 @@ try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
 except ImportError:  # pragma: no cover - older Triton
     GLUON = False
 
+SHARED_LIMIT = 227 * 1024  # Hopper's shared memory a CTA, where torch does not say
 MAX_CLUSTER = 16  # 16 CTAs is Hopper's non-portable cluster size (Triton's launcher allows it for num_ctas == 16)
 VEC = 8  # 16-bit elements a thread loads at once (16 bytes)
 
@@ -95,7 +98,14 @@ def layout(k: int, num_warps: int):
     return gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0], bases)
 
 
+def shared_layout(k: int):
+    """[K, CHUNK] in shared memory: each CTA its own row of K, unswizzled (a thread reads back what it stored)."""
+    bases = [[1 << i, 0] for i in range(k.bit_length() - 1)]
+    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0], bases)
+
+
 if GLUON:
+    IDENTITY = gl.constexpr("mov.b32 $0, $1;")  # two 16-bit elements copied as one 32-bit register
 
     @gluon.jit
     def _piece(P, offs, ok):
@@ -107,9 +117,17 @@ if GLUON:
         return v
 
     @gluon.jit
+    def _staged(P, offs, ok, SHARED: gl.constexpr):
+        """P at this CTA's columns, moved into shared memory: its registers are free again before x is loaded."""
+        v = _piece(P, offs, ok)
+        s = gl.allocate_shared_memory(v.dtype, v.shape, SHARED)
+        s.store(v)
+        return s
+
+    @gluon.jit
     def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, N, inv_n, eps, w_off,
-                            K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr,
-                            ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, EVEN: gl.constexpr,
+                            K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
+                            ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, EVEN: gl.constexpr,
                             HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
         row = gl.program_id(0).to(gl.int64)  # the cluster's index: one row a cluster
         kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
@@ -120,37 +138,46 @@ if GLUON:
             ok = None
         else:
             ok = offs < N
-        x = _piece(X + row * stride_x, offs, ok).to(gl.float32)
-        # the weight (and bias) loaded before the exchange, as stored (16-bit: half the registers of fp32 until it is
-        # used); loaded after it, their latency was added to every row's (2048 x 65536: 188-191 us against 180-182,
-        # H100, NOTES.md v19)
+        # The registers decide how many CTAs share an SM, and the SM's bytes in flight with them. The weight and bias
+        # wait in shared memory, and x stays as stored (16-bit: half the registers of fp32) until the exchange is
+        # done. 1024 x 262144 (16384 columns a CTA, 8 warps): 127 registers, 2 CTAs a SM, 375 us; both, at 64
+        # registers (4 a SM), 363 us; 360 us with no weight at all (H100, NOTES.md v20).
         if HAS_W:
-            w = _piece(W, offs, ok)
+            ws = _staged(W, offs, ok, SHARED)
         if HAS_B:
-            b = _piece(B, offs, ok)
+            bs = _staged(B, offs, ok, SHARED)
+        xs = _piece(X + row * stride_x, offs, ok)
+        x = xs.to(gl.float32)
         part = gl.sum(x * x, axis=1)
         ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
-        v = x * rs[:, None]
+        if IDENT:
+            # an opaque copy of the 16-bit x, ordered after the exchange: converting xs again would otherwise be
+            # merged with the conversion above, and x held as fp32 across the exchange
+            xs = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
+        v = xs.to(gl.float32) * rs[:, None]
         if HAS_W:
-            v = v * (w.to(gl.float32) + w_off)
+            v = v * (ws.load(LAYOUT).to(gl.float32) + w_off)
         if HAS_B:
-            v = v + b.to(gl.float32)
+            v = v + bs.load(LAYOUT).to(gl.float32)
         gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
         if STORE_RSIG:
             gl.store(RSIG + row + kk * 0, rs, mask=kk == 0)
 
 
-def constants(n: int, chunk: int, num_warps: int, has_w: bool, has_b: bool, store_rsigma: bool) -> dict:
-    """The kernel's constexpr arguments for a row of n in chunk-column pieces (as launched, and as ptx_report
-    compiles it)."""
+def constants(n: int, chunk: int, num_warps: int, has_w: bool, has_b: bool, store_rsigma: bool,
+              x_bits: int = 16) -> dict:
+    """The kernel's constexpr arguments for a row of n in chunk-column pieces, x of x_bits-bit elements (as launched,
+    and as ptx_report compiles it)."""
     k = cluster_size(n, chunk)
-    return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), ARRIVE=arrive_asm(k), EXCHANGE=exchange_asm(k),
-                EVEN=k * chunk == n, HAS_W=has_w, HAS_B=has_b, STORE_RSIG=store_rsigma)
+    return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k), ARRIVE=arrive_asm(k),
+                EXCHANGE=exchange_asm(k), IDENT=x_bits == 16, EVEN=k * chunk == n, HAS_W=has_w, HAS_B=has_b,
+                STORE_RSIG=store_rsigma)
 
 
-def check(n: int, chunk: int, num_warps: int, device) -> int:
-    """The cluster size of a launch of chunk columns a CTA at num_warps warps, or the rule it breaks."""
+def check(n: int, chunk: int, num_warps: int, device, staged_bytes: int = 0) -> int:
+    """The cluster size of a launch of chunk columns a CTA at num_warps warps, or the rule it breaks. staged_bytes:
+    the weight's and bias's bytes an element together (their chunk columns wait in shared memory)."""
     k = cluster_size(n, chunk)
     per_thread = chunk // (32 * num_warps)
     if not supported(device):
@@ -159,18 +186,26 @@ def check(n: int, chunk: int, num_warps: int, device) -> int:
         raise TritonRuleError("config.chunk", f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread ({VEC * 32 * num_warps} at {num_warps} warps)", chunk, f"chunk={max(chunk, VEC * 32 * num_warps)}")
     if not 2 <= k <= MAX_CLUSTER:
         raise TritonRuleError("config.cluster_size", f"a row of {n} in chunks of {chunk} takes {k} CTAs; a cluster holds 2 to {MAX_CLUSTER}", k, f"chunk between {max(VEC * 32 * num_warps, -(-n // MAX_CLUSTER))} and {n // 2 if n > 1 else 1}")
+    limit = SHARED_LIMIT
+    if device.type == "cuda":
+        limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT)
+    if chunk * staged_bytes > limit - 1024:  # 1 KB left for the exchange's slots and Triton's scratch
+        raise TritonRuleError("config.chunk", f"a cluster CTA keeps its chunk of the weight and bias in shared memory, {staged_bytes} bytes a column, within {limit - 1024} bytes", chunk * staged_bytes, f"chunk={(limit - 1024) // staged_bytes // VEC * VEC} or less (more CTAs a row)")
     return k
 
 
 def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
-           weight_offset: float, chunk: int, num_warps: int) -> None:
-    """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each. rmsnorm_fwd validates
-    the inputs, and the launch shape by check, before any device work."""
-    consts = constants(n, chunk, num_warps, weight is not None, bias is not None, rsigma is not None)
+           weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0) -> None:
+    """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each, at most maxnreg
+    registers a thread (0: ptxas decides). rmsnorm_fwd validates the inputs, and the launch shape by check, before
+    any device work."""
+    consts = constants(n, chunk, num_warps, weight is not None, bias is not None, rsigma is not None,
+                       8 * x2.element_size())
+    cap = {"maxnreg": maxnreg} if maxnreg else {}
     dummy = x2
     _fwd_cluster_kernel[(x2.shape[0],)](
         x2, x2.stride(0), y2, y2.stride(0),
         weight if weight is not None else dummy, bias if bias is not None else dummy,
         rsigma if rsigma is not None else dummy, n, inv_n, eps, float(weight_offset),
-        **consts, num_warps=num_warps, num_ctas=consts["K"],
+        **consts, num_warps=num_warps, num_ctas=consts["K"], **cap,
     )

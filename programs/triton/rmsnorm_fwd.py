@@ -28,7 +28,7 @@ row as 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its o
 `_fwd_split_kernel` cuts rows past WIDE_CHUNK_N over co-resident programs that exchange their partial sums
 (split_publish / split_reduce), so x crosses DRAM once; `_fwd_split_words_kernel` is its form for plain 16-bit rows held
 as 32-bit words, with a fourth stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
-Where thread-block clusters run (Hopper, Gluon), the plain forward of power-of-two rows of 32768-131072 columns takes
+Where thread-block clusters run (Hopper, Gluon), the plain forward of power-of-two rows of 32768-262144 columns takes
 rmsnorm_cluster.py's kernel instead: a row a cluster of up to 16 CTAs, the partials met in distributed shared memory.
 """
 
@@ -73,9 +73,10 @@ TWO_PASS_MIN_M, TWO_PASS_MIN_ELEMENTS = 8192, 1 << 24
 # (H200, 1024 x 262144: 292.8 us against 355.3 us at one 16-warp program per SM, chunk 16384; NOTES.md v9)
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 
-# cluster kernel default (rmsnorm_cluster.py): rows of a power of two in this range, CLUSTER_CHUNK columns a CTA (more
-# past 16 CTAs a row), 32 elements a thread
-CLUSTER_N, CLUSTER_CHUNK = (32768, 131072), 4096
+# cluster kernel default (rmsnorm_cluster.py): rows of a power of two in this range (the longest: 16-bit only),
+# CLUSTER_CHUNK columns a CTA (more past 16 CTAs a row), 32 elements a thread up to CLUSTER_WARPS warps, past them
+# more elements a thread under a cap of CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM)
+CLUSTER_N, CLUSTER_CHUNK, CLUSTER_WARPS, CLUSTER_MAXNREG = (32768, 262144), 4096, 8, 64
 
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
@@ -140,16 +141,20 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
     split_words_ok: the split kernel may hold x, y and the weight as words (split_words_fit). cluster_ok: the cluster
     kernel can run here (rmsnorm_cluster.supported)."""
     sms = sm_count(device)
-    if cluster_ok and not fused and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0:
+    if (cluster_ok and not fused and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0
+            and (n < CLUSTER_N[1] or words_ok)):
         # a row a cluster of up to 16 CTAs, 32 elements a thread (H100, NOTES.md v19, us, against the launch this
         # function gave before in the same run; copy of the same bytes in brackets): 2048 x 65536 179.5 against 190.1
         # [179.2], 64 x 65536 7.53 against 8.79 [7.86], 512 x 65536 46.5 against 50.6, 4096 x 32768 178.7 against
         # 182.2, 1024 x 131072 182.2 against the split kernel's 192.9, fp32 2048 x 65536 396.0 against 469.7. Level
-        # at N = 8192 and 16384 (the rows kernel stays), N = 262144 (the split kernel stays); rows that are not a
-        # power of two leave CTAs part-empty and lost (2048 x 49152 159.9 against 145.1, 1024 x 98304 173.6 against
-        # 145.3); 16 warps at 32 elements a thread lost (4096 x 32768 219.2).
+        # at N = 8192 and 16384 (the rows kernel stays); rows that are not a power of two leave CTAs part-empty and
+        # lost (2048 x 49152 159.9 against 145.1, 1024 x 98304 173.6 against 145.3); 16 warps at 32 elements a
+        # thread lost (4096 x 32768 219.2). N = 262144 (16-bit rows): 64 elements a thread at 8 warps, capped at 64
+        # registers so that 4 CTAs share an SM (the weight waits in shared memory, x stays 16-bit): 1024 x 262144
+        # 363.3 against the split kernel's 375.4, 512 x 262144 184.0 against 189.9 (v20).
         chunk = max(CLUSTER_CHUNK, n // rmsnorm_cluster.MAX_CLUSTER)
-        return FwdConfig("cluster", chunk // 1024, chunk=chunk)
+        warps = min(CLUSTER_WARPS, chunk // 1024)
+        return FwdConfig("cluster", warps, chunk=chunk, maxnreg=CLUSTER_MAXNREG if chunk > 1024 * warps else 0)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
@@ -1003,7 +1008,8 @@ def rmsnorm_fwd(
     if cfg.kernel == "cluster":
         if fused:
             raise TritonRuleError("config.cluster", "the cluster kernel normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
-        rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device)
+        staged = sum(v.element_size() for v in (weight, bias) if v is not None)
+        rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
@@ -1067,7 +1073,7 @@ def rmsnorm_fwd(
             )
         elif cfg.kernel == "cluster":
             rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
-                                   weight_offset, cfg.chunk, cfg.num_warps)
+                                   weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg)
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split' or 'cluster'", cfg.kernel, "config=None")
 

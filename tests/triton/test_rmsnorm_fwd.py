@@ -402,14 +402,17 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(1024, 262144, gpu).kernel == "split"
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
     # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
-    # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); not fused variants, other widths, N = 262144
+    # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); 16-bit rows of 262144: 64 elements a thread
+    # under a cap of 64 registers (v20); not fused variants, other widths, fp32 rows of 262144
     cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
     assert cl(2048, 65536) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(4096, 32768) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(1, 131072) == FwdConfig("cluster", 8, chunk=8192)
+    assert cl(1024, 262144, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
     assert cl(2048, 65536, bias=True).kernel == "cluster"
     assert cl(2048, 65536, fused=True).kernel == "looped"
     assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
+    assert cl(1024, 524288, words_ok=True).kernel == "split"
     assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
     # a full SM of rows programs needs <= 32 registers a thread: capped for the plain kernel on rows of >= 4096
@@ -519,7 +522,8 @@ def test_cluster_kernel_refuses_what_it_cannot_run(case):
 
 
 def test_cluster_launch_shape_rules(monkeypatch):
-    """A cluster launch's chunk is a power of two of whole 16-byte loads a thread, and a row takes 2 to 16 CTAs."""
+    """A cluster launch's chunk is a power of two of whole 16-byte loads a thread, a row takes 2 to 16 CTAs, and a CTA's
+    chunk of the weight and bias fits its shared memory."""
     from programs.triton import rmsnorm_cluster as rc
 
     monkeypatch.setattr(rc, "supported", lambda device: True)
@@ -533,3 +537,7 @@ def test_cluster_launch_shape_rules(monkeypatch):
     with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
         rc.check(4096, 4096, 4, torch.device("cpu"))
     assert rc.check(40000, 4096, 4, torch.device("cpu")) == 16  # the last CTAs masked
+    # the weight and bias wait in shared memory: 16384 columns of fp32 both take 128 KB, 65536 more than a CTA has
+    assert rc.check(262144, 16384, 8, torch.device("cpu"), 8) == 16
+    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column"):
+        rc.check(131072, 65536, 16, torch.device("cpu"), 8)
