@@ -9,7 +9,8 @@
 
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
 total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
-time per call = median replay time / calls per graph. GB/s counts the fewest bytes: forward reads x and writes y;
+time per call = median replay time / calls per graph. The single-GPU tables time every contender once a round, in
+3 interleaved rounds, and report each one's median round. GB/s counts the fewest bytes: forward reads x and writes y;
 backward reads x and dy and writes dx. `copy` is the faster of dst.copy_(x) (same shape) and a flat copy of the same
 bytes per call, timed the same way.
 Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
@@ -92,6 +93,25 @@ def try_time(name, fn_builder) -> float | None:
         return None
 
 
+def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: int, calls: int, reps: int,
+                 rounds: int, optional: set[str]) -> dict[str, float | None]:
+    """Each contender's median over `rounds` interleaved rounds (every contender once a round, in the order given);
+    the `optional` ones (peers) are None where they cannot run. Timed once each in a fixed order, a contender's
+    number at 4096 x 4096 moved by up to 3% between runs, more than the gaps measured (H100, NOTES.md v20)."""
+    times: dict[str, list[float] | None] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for name, make in runs.items():
+            if times[name] is None:
+                continue
+            time = lambda: graph_time(rotating(make, sets, calls), reps)  # noqa: E731
+            v = try_time(name, time) if name in optional else time()
+            if v is None:
+                times[name] = None
+            else:
+                times[name].append(v)
+    return {k: statistics.median(v) if v else None for k, v in times.items()}
+
+
 def load_peers(wanted: set[str]) -> dict[str, Callable]:
     """The importable peer kernels among Liger and QuACK, each as norm(x, w) with eps EPS."""
     peers = {}
@@ -116,7 +136,7 @@ def fmt_ratio(ours: float, other: float | None) -> str:
     return "n/a" if other is None else f"{other / ours:.2f}x"
 
 
-def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> None:
+def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rounds: int = 3) -> None:
     dev = torch.device("cuda:0")
     props = torch.cuda.get_device_properties(dev)
     l2 = props.L2_cache_size
@@ -136,22 +156,23 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> 
         xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
         w = torch.randn(n, device=dev, generator=g).to(DT)
         dst = [torch.empty_like(x) for x in xs]
-        t = {}
-        t["copy2d"] = graph_time(rotating(lambda i: (lambda: dst[i].copy_(xs[i])), sets, calls), reps)
-        del dst
         flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
-        t["copyflat"] = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
-        del flat
-        t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
-        t["ours"] = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)), sets, calls), reps)
+        runs = {
+            "copy2d": lambda i: (lambda: dst[i].copy_(xs[i])),
+            "copyflat": lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])),
+            "ours": lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)),
+        }
         if "eager" in wanted:
-            t["eager"] = try_time("eager", lambda: graph_time(rotating(lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS)), sets, calls), reps))
+            runs["eager"] = lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS))
         if "compile" in wanted:
-            t["compile"] = try_time("compile", lambda: graph_time(rotating(lambda i: (lambda: compiled_fwd(xs[i], w)), sets, calls), reps))
+            runs["compile"] = lambda i: (lambda: compiled_fwd(xs[i], w))
         for name, norm in peers.items():
-            t[name] = try_time(name, lambda: graph_time(rotating(lambda i: (lambda: norm(xs[i], w)), sets, calls), reps))
+            runs[name] = lambda i, norm=norm: (lambda: norm(xs[i], w))
         # FP8 row-scaled output (3 bytes/elem moved): reported for the record
-        t["ours_fp8"] = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn)), sets, calls), reps)
+        runs["ours_fp8"] = lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn))
+        t = timed_rounds(runs, sets, calls, reps, rounds, optional={"eager", "compile", *peers})
+        del dst, flat
+        t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
         fwd_rows.append((m, n, fbytes, t))
         log("  fwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in t.items() if v))
 
@@ -166,10 +187,6 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> 
         k = 3 * m * n // 2
         srcs = [torch.randn(k, device=dev, generator=g).to(DT) for _ in range(bsets)]
         dsts = [torch.empty(k, dtype=DT, device=dev) for _ in range(bsets)]
-        tb = {}
-        tb["copy"] = graph_time(rotating(lambda i: (lambda: dsts[i].copy_(srcs[i])), bsets, bcalls), reps)
-        del dsts, srcs
-        tb["ours"] = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])), bsets, bcalls), reps)
 
         def autograd_calls(forward):
             def make(i):
@@ -180,12 +197,18 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str]) -> 
 
             return make
 
+        runs = {
+            "copy": lambda i: (lambda: dsts[i].copy_(srcs[i])),
+            "ours": lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])),
+        }
         if "eager" in wanted:
-            tb["eager"] = try_time("eager bwd", lambda: graph_time(rotating(autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS)), bsets, bcalls), reps))
+            runs["eager"] = autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS))
         if "compile" in wanted:
-            tb["compile"] = try_time("compile bwd", lambda: graph_time(rotating(autograd_calls(compiled_fb), bsets, bcalls), reps))
+            runs["compile"] = autograd_calls(compiled_fb)
         for name, norm in peers.items():
-            tb[name] = try_time(f"{name} bwd", lambda: graph_time(rotating(autograd_calls(norm), bsets, bcalls), reps))
+            runs[name] = autograd_calls(norm)
+        tb = timed_rounds(runs, bsets, bcalls, reps, rounds, optional={"eager", "compile", *peers})
+        del dsts, srcs
         bwd_rows.append((m, n, bbytes, tb))
         log("  bwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in tb.items() if v))
         del xs, dys, rss
@@ -533,6 +556,7 @@ def main() -> None:
     ap.add_argument("--sweep-rows", action="store_true", help="forward rows-kernel launch shapes at the mid-size shapes, beside Liger and QuACK")
     ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3, help="single-GPU tables: interleaved rounds, the median reported")
     ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES) or the --sweep")
     ap.add_argument("--peers", default="eager,compile,liger,quack", help="comma-separated peers to time, or 'none'")
     a = ap.parse_args()
@@ -549,7 +573,7 @@ def main() -> None:
     if a.sweep_rows:
         sweep_rows(a.reps)
     if a.single or not (a.sweep or a.sweep_long or a.sweep_split or a.sweep_rows or a.distributed):
-        bench_single(a.reps, shapes, wanted)
+        bench_single(a.reps, shapes, wanted, a.rounds)
     if a.distributed:
         bench_distributed(a.reps, a.world)
 
