@@ -155,7 +155,7 @@ def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, m
     fn = rc._fwd_cluster_kernel
     sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
     consts = rc.constants(n, chunk, num_warps, True, bias, store_rsigma)
-    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps} ctas={consts['K']} maxnreg={maxnreg}",
+    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}",
                           fn, sig, consts, num_warps, maxnreg=maxnreg, num_ctas=consts["K"],
                           source_type=GluonASTSource)
 
@@ -217,6 +217,7 @@ def default_reports() -> list[Report]:
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
         fwd_cluster(65536, f.CLUSTER_CHUNK, f.CLUSTER_CHUNK // 1024),
+        fwd_cluster(262144, 16384, f.CLUSTER_WARPS, maxnreg=f.CLUSTER_MAXNREG),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),

@@ -140,8 +140,8 @@ if GLUON:
             ok = offs < N
         # The registers decide how many CTAs share an SM, and the SM's bytes in flight with them. The weight and bias
         # wait in shared memory, and x stays as stored (16-bit: half the registers of fp32) until the exchange is
-        # done. 1024 x 262144 (16384 columns a CTA, 8 warps): 127 registers, 2 CTAs a SM, 375 us; both, at 64
-        # registers (4 a SM), 363 us; 360 us with no weight at all (H100, NOTES.md v20).
+        # done. 1024 x 262144 (16384 columns a CTA, 8 warps), with neither: 127 registers, 2 CTAs a SM, 377 us; with
+        # both, capped at 64 registers (4 a SM), 363 us; 360 us with no weight at all (H100, NOTES.md v20).
         if HAS_W:
             ws = _staged(W, offs, ok, SHARED)
         if HAS_B:
@@ -190,7 +190,7 @@ def check(n: int, chunk: int, num_warps: int, device, staged_bytes: int = 0) -> 
     if device.type == "cuda":
         limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT)
     if chunk * staged_bytes > limit - 1024:  # 1 KB left for the exchange's slots and Triton's scratch
-        raise TritonRuleError("config.chunk", f"a cluster CTA keeps its chunk of the weight and bias in shared memory, {staged_bytes} bytes a column, within {limit - 1024} bytes", chunk * staged_bytes, f"chunk={(limit - 1024) // staged_bytes // VEC * VEC} or less (more CTAs a row)")
+        raise TritonRuleError("config.chunk", f"a cluster CTA keeps its chunk of the weight and bias in shared memory, {staged_bytes} bytes a column, within {limit - 1024} bytes", chunk * staged_bytes, f"chunk={1 << ((limit - 1024) // staged_bytes).bit_length() - 1} or less (more CTAs a row)")
     return k
 
 
