@@ -154,7 +154,7 @@ def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, m
 
     fn = rc._fwd_cluster_kernel
     sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
-    consts = rc.constants(n, chunk, num_warps, True, bias, store_rsigma)
+    consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma)
     return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}",
                           fn, sig, consts, num_warps, maxnreg=maxnreg, num_ctas=consts["K"],
                           source_type=GluonASTSource)

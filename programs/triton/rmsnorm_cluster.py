@@ -13,8 +13,9 @@ mbarrier, 180-181 us.
 
 The tensors are laid out [K, CHUNK] with the K axis split over the cluster (the layout's CGA bases), so every CTA
 loads, reduces and stores only its own piece; the exchange takes the [K] vector of partials (one element a CTA).
-The weight and bias wait in shared memory and x stays 16-bit until the exchange is done, so that a CTA of 64
-elements a thread fits 64 registers and 4 CTAs share an SM (N = 262144).
+What is needed only after the exchange waits in shared memory (the bias, and the weight; at 64 elements a thread
+x itself, the weight then loaded during the exchange) and x stays 16-bit, so that a CTA of 64 elements a thread fits
+64 registers and 4 CTAs share an SM (N = 262144).
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 """
@@ -127,8 +128,8 @@ if GLUON:
     @gluon.jit
     def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, N, inv_n, eps, w_off,
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
-                            ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, EVEN: gl.constexpr,
-                            HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
+                            ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
+                            EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
         row = gl.program_id(0).to(gl.int64)  # the cluster's index: one row a cluster
         kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
         gl.inline_asm_elementwise(ARRIVE, "=r,r", [kk], dtype=gl.int32, is_pure=False, pack=1)
@@ -138,26 +139,40 @@ if GLUON:
             ok = None
         else:
             ok = offs < N
-        # The registers decide how many CTAs share an SM, and the SM's bytes in flight with them. The weight and bias
-        # wait in shared memory, and x stays as stored (16-bit: half the registers of fp32) until the exchange is
-        # done. 1024 x 262144 (16384 columns a CTA, 8 warps), with neither: 127 registers, 2 CTAs a SM, 377 us; with
-        # both, capped at 64 registers (4 a SM), 363 us; 360 us with no weight at all (H100, NOTES.md v20).
-        if HAS_W:
-            ws = _staged(W, offs, ok, SHARED)
+        # The registers decide how many CTAs share an SM, and the SM's bytes in flight with them: what is not needed
+        # until after the exchange waits in shared memory, and x stays as stored (16-bit: half the registers of fp32).
+        # 1024 x 262144 (16384 columns a CTA, 8 warps), all in registers: 127 registers, 2 CTAs a SM, 377 us; the
+        # weight staged, capped at 64 registers (4 a SM), 363-365 us; with x staged after its sum and the weight
+        # loaded during the exchange instead (X_STAGED: its L2 latency behind the exchange's wait, not before x's
+        # loads), 361.5 us; 360 us with no weight at all. X_STAGED lost at 32 elements a thread (2048 x 65536 182.7
+        # against 179.3, 64 x 65536 9.0 against 7.5; H100, NOTES.md v20).
         if HAS_B:
             bs = _staged(B, offs, ok, SHARED)
+        if HAS_W and not X_STAGED:
+            ws = _staged(W, offs, ok, SHARED)
         xs = _piece(X + row * stride_x, offs, ok)
         x = xs.to(gl.float32)
         part = gl.sum(x * x, axis=1)
+        if X_STAGED:
+            xsm = gl.allocate_shared_memory(xs.dtype, xs.shape, SHARED)
+            xsm.store(xs)
+            if HAS_W:
+                wr = _piece(W, offs, ok)
         ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
-        if IDENT:
+        if X_STAGED:
+            xs = xsm.load(LAYOUT)
+        elif IDENT:
             # an opaque copy of the 16-bit x, ordered after the exchange: converting xs again would otherwise be
             # merged with the conversion above, and x held as fp32 across the exchange
             xs = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
         v = xs.to(gl.float32) * rs[:, None]
         if HAS_W:
-            v = v * (ws.load(LAYOUT).to(gl.float32) + w_off)
+            if X_STAGED:
+                wv = wr
+            else:
+                wv = ws.load(LAYOUT)
+            v = v * (wv.to(gl.float32) + w_off)
         if HAS_B:
             v = v + bs.load(LAYOUT).to(gl.float32)
         gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
@@ -165,19 +180,34 @@ if GLUON:
             gl.store(RSIG + row + kk * 0, rs, mask=kk == 0)
 
 
-def constants(n: int, chunk: int, num_warps: int, has_w: bool, has_b: bool, store_rsigma: bool,
-              x_bits: int = 16) -> dict:
-    """The kernel's constexpr arguments for a row of n in chunk-column pieces, x of x_bits-bit elements (as launched,
-    and as ptx_report compiles it)."""
+def x_staged(chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True) -> bool:
+    """Whether x waits in shared memory through the exchange while the weight is loaded: at 64 elements a thread,
+    with a weight of at most 16 bits (an fp32 weight in registers would take all 64 of them), no bias, and busy: at
+    least two CTAs for every SM, so that others run while one waits (H100, NOTES.md v20, us, against the weight and
+    bias staged: 1024 x 262144 with a bias 435.2 against 425.4; 8 x 262144, 128 CTAs, 6.58 against 6.24; 64 x
+    262144 27.3 against 27.7)."""
+    return chunk // (32 * num_warps) > 32 and w_size <= 2 and b_size == 0 and busy
+
+
+def shared_bytes(chunk: int, num_warps: int, x_size: int, w_size: int, b_size: int, busy: bool = True) -> int:
+    """A CTA's staging buffers: the bias, and x or the weight (x_staged), element sizes in bytes (0: absent)."""
+    staged = x_size if x_staged(chunk, num_warps, w_size, b_size, busy) else w_size
+    return chunk * (staged + b_size)
+
+
+def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, store_rsigma: bool,
+              x_size: int = 2, busy: bool = True) -> dict:
+    """The kernel's constexpr arguments for a row of n in chunk-column pieces; x, weight and bias element sizes in
+    bytes (0: no weight or bias), busy as x_staged takes it; as launched and as ptx_report compiles it."""
     k = cluster_size(n, chunk)
     return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k), ARRIVE=arrive_asm(k),
-                EXCHANGE=exchange_asm(k), IDENT=x_bits == 16, EVEN=k * chunk == n, HAS_W=has_w, HAS_B=has_b,
-                STORE_RSIG=store_rsigma)
+                EXCHANGE=exchange_asm(k), IDENT=x_size == 2, X_STAGED=x_staged(chunk, num_warps, w_size, b_size, busy),
+                EVEN=k * chunk == n, HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma)
 
 
-def check(n: int, chunk: int, num_warps: int, device, staged_bytes: int = 0) -> int:
-    """The cluster size of a launch of chunk columns a CTA at num_warps warps, or the rule it breaks. staged_bytes:
-    the weight's and bias's bytes an element together (their chunk columns wait in shared memory)."""
+def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
+    """The cluster size of a launch of chunk columns a CTA at num_warps warps, or the rule it breaks. staged: the
+    CTA's staging buffers in bytes (shared_bytes)."""
     k = cluster_size(n, chunk)
     per_thread = chunk // (32 * num_warps)
     if not supported(device):
@@ -189,18 +219,21 @@ def check(n: int, chunk: int, num_warps: int, device, staged_bytes: int = 0) -> 
     limit = SHARED_LIMIT
     if device.type == "cuda":
         limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT)
-    if chunk * staged_bytes > limit - 1024:  # 1 KB left for the exchange's slots and Triton's scratch
-        raise TritonRuleError("config.chunk", f"a cluster CTA keeps its chunk of the weight and bias in shared memory, {staged_bytes} bytes a column, within {limit - 1024} bytes", chunk * staged_bytes, f"chunk={1 << ((limit - 1024) // staged_bytes).bit_length() - 1} or less (more CTAs a row)")
+    if staged > limit - 1024:  # 1 KB left for the exchange's slots and Triton's scratch
+        raise TritonRuleError("config.chunk", f"a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, {staged // chunk} bytes a column, within {limit - 1024} bytes", staged, f"chunk={1 << ((limit - 1024) // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)")
     return k
 
 
+def _size(t) -> int:
+    return 0 if t is None else t.element_size()
+
+
 def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
-           weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0) -> None:
+           weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0, busy: bool = True) -> None:
     """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each, at most maxnreg
-    registers a thread (0: ptxas decides). rmsnorm_fwd validates the inputs, and the launch shape by check, before
-    any device work."""
-    consts = constants(n, chunk, num_warps, weight is not None, bias is not None, rsigma is not None,
-                       8 * x2.element_size())
+    registers a thread (0: ptxas decides); busy: at least two CTAs for every SM (x_staged). rmsnorm_fwd validates
+    the inputs, and the launch shape by check, before any device work."""
+    consts = constants(n, chunk, num_warps, _size(weight), _size(bias), rsigma is not None, x2.element_size(), busy)
     cap = {"maxnreg": maxnreg} if maxnreg else {}
     dummy = x2
     _fwd_cluster_kernel[(x2.shape[0],)](

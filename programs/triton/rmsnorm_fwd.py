@@ -1008,7 +1008,9 @@ def rmsnorm_fwd(
     if cfg.kernel == "cluster":
         if fused:
             raise TritonRuleError("config.cluster", "the cluster kernel normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
-        staged = sum(v.element_size() for v in (weight, bias) if v is not None)
+        sizes = [0 if v is None else v.element_size() for v in (weight, bias)]
+        busy = x.device.type == "cuda" and m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
+        staged = rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy)
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
@@ -1073,7 +1075,7 @@ def rmsnorm_fwd(
             )
         elif cfg.kernel == "cluster":
             rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
-                                   weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg)
+                                   weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy)
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split' or 'cluster'", cfg.kernel, "config=None")
 

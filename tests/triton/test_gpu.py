@@ -204,7 +204,8 @@ CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must b
     "9x65536-strided-rows": ((9, 65536), torch.bfloat16, {"stride": 65600}, None),
     "33x40000-masked": ((33, 40000), torch.bfloat16, {}, FwdConfig("cluster", 4, chunk=4096)),
     "3x65536-bf16-to-fp32": ((3, 65536), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("cluster", 8, chunk=8192)),
-    "48x262144-bf16-default": ((48, 262144), torch.bfloat16, {}, None),
+    "48x262144-bf16-default": ((48, 262144), torch.bfloat16, {}, None),  # x staged through the exchange
+    "8x262144-bf16-few-rows": ((8, 262144), torch.bfloat16, {}, None),  # 128 CTAs: the weight staged instead
     "6x262144-fp16-bias": ((6, 262144), torch.float16, {"bias": True}, None),
     "4x262144-fp32-weight": ((4, 262144), torch.bfloat16, {"weight": "fp32"}, FwdConfig("cluster", 8, chunk=16384, maxnreg=64)),
 }
