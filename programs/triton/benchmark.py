@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from programs.triton import rmsnorm_cluster
+from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd, stream_config
 from programs.triton.rmsnorm_fwd import WIDE_CHUNK_N, FwdConfig, fwd_config, rmsnorm_fwd
 
@@ -252,7 +252,8 @@ def fwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
 
 def default_fwd(m: int, n: int, dev) -> FwdConfig:
     """The launch rmsnorm_fwd picks for the benchmark's inputs: plain contiguous bf16 rows, readable as 32-bit words."""
-    return fwd_config(m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev))
+    return fwd_config(m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev),
+                      async_ok=rmsnorm_async.supported(dev))
 
 
 def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):

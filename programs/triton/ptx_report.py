@@ -49,6 +49,7 @@ class Report:
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
     l2_prefetches: int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (rmsnorm_bwd.l2_prefetch)
     async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
+    async_copies: int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
 
 
 def ptxas() -> str:
@@ -90,7 +91,8 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   sum("ld.global" in ln and ".v4." in ln for ln in lines),
                   sum("fence." in ln or "membar." in ln for ln in lines),
                   sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines),
-                  sum("st.async" in ln for ln in lines))
+                  sum("st.async" in ln for ln in lines),
+                  sum(re.search(r"cp\.async\.c[ag]\.shared\.global", ln) is not None for ln in lines))
 
 
 def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
@@ -160,6 +162,19 @@ def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, m
                           source_type=GluonASTSource)
 
 
+def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
+    """The cp.async rows forward (Gluon) as the plain call launches it: bf16 in and out, a weight, rsigma."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from programs.triton import rmsnorm_async as ra
+
+    fn = ra._fwd_async_kernel
+    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
+    consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
+    return compile_report(f"fwd async N={n} block_m={block_m} warps={num_warps}", fn, sig, consts, num_warps,
+                          source_type=GluonASTSource)
+
+
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
     fn = rmsnorm_bwd._bwd_split_kernel
     sig = _bwd_signature(fn)
@@ -218,6 +233,7 @@ def default_reports() -> list[Report]:
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
         fwd_cluster(65536, f.CLUSTER_CHUNK, f.CLUSTER_CHUNK // 1024),
         fwd_cluster(262144, 16384, f.CLUSTER_WARPS, maxnreg=f.CLUSTER_MAXNREG),
+        fwd_async(4096, 1, 4096 // 1024),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
@@ -240,9 +256,9 @@ def main() -> int:
         print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
         return 2
     reports = default_reports()
-    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5} {'st.async':>8}")
+    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5} {'st.async':>8} {'cp.async':>8}")
     for r in reports:
-        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d}")
+        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d} {r.async_copies:8d}")
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
         print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "

@@ -30,6 +30,8 @@ row as 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its o
 as 32-bit words, with a fourth stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
 Where thread-block clusters run (Hopper, Gluon), the plain forward of power-of-two rows of 32768-262144 columns takes
 rmsnorm_cluster.py's kernel instead: a row a cluster of up to 16 CTAs, the partials met in distributed shared memory.
+Where cp.async runs from Gluon, plain 16-bit rows of 4096 and 8192 columns past decode sizes take rmsnorm_async.py's
+kernel: whole rows a CTA with x moved into shared memory by cp.async, so its bytes in flight hold no registers.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import triton
 import triton.language as tl
 
 from programs.triton import fp8 as fp8mod
-from programs.triton import rmsnorm_cluster
+from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.checks import (
     TritonRuleError,
     as_rows,
@@ -77,6 +79,8 @@ SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 # CLUSTER_CHUNK columns a CTA (more past 16 CTAs a row), 32 elements a thread up to CLUSTER_WARPS warps, past them
 # more elements a thread under a cap of CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM)
 CLUSTER_N, CLUSTER_CHUNK, CLUSTER_WARPS, CLUSTER_MAXNREG = (32768, 262144), 4096, 8, 64
+# cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes
+ASYNC_N = (4096, 8192)
 
 OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
@@ -93,7 +97,8 @@ class FwdConfig:
     """Launch shape. kernel "rows": block_m rows per program (chunk > 0: `chunk` columns of them per program, each
     program summing the whole rows itself); "looped": `programs` persistent programs, chunk-wide;
     "split": rows cut into chunk-wide pieces, one per program, at most `programs` programs resident together;
-    "cluster": a row a thread-block cluster, chunk columns a CTA (rmsnorm_cluster.py)."""
+    "cluster": a row a thread-block cluster, chunk columns a CTA (rmsnorm_cluster.py); "async": block_m whole rows a
+    CTA, x moved into shared memory by cp.async (rmsnorm_async.py)."""
 
     kernel: str
     num_warps: int
@@ -133,13 +138,15 @@ def split_default(device) -> FwdConfig:
 
 
 def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False,
-               words_ok: bool = False, split_words_ok: bool = False, cluster_ok: bool = False) -> FwdConfig:
+               words_ok: bool = False, split_words_ok: bool = False, cluster_ok: bool = False,
+               async_ok: bool = False) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
     as 32-bit words (wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats).
     split_words_ok: the split kernel may hold x, y and the weight as words (split_words_fit). cluster_ok: the cluster
-    kernel can run here (rmsnorm_cluster.supported)."""
+    kernel can run here (rmsnorm_cluster.supported); async_ok: the cp.async rows kernel can run here and copy x
+    (rmsnorm_async.supported and aligned)."""
     sms = sm_count(device)
     if (cluster_ok and not fused and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0
             and (n < CLUSTER_N[1] or words_ok)):
@@ -168,6 +175,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             # 306.2, 2048 x 81920 182.3 against 201.1; 4 stages at 16 chunks 309.3, at 24 216.6 against 214.7)
             cfg = replace(cfg, words=True, stages=4 if triton.cdiv(n, cfg.chunk) >= 32 else 3)
         return cfg
+    if (async_ok and words_ok and not (fused or bias) and ASYNC_N[0] <= n <= ASYNC_N[1] and n & (n - 1) == 0
+            and m > 4 * sms):
+        # whole rows, x moved by cp.async, 32 elements a thread (H100, NOTES.md v20, us, medians of 3 alternations
+        # against the launch this function gave before): 4096 x 4096 24.90 against 25.08, 2048 x 4096 10.76 against
+        # 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x 8192 11.03 against 11.51, 4096 x 8192
+        # 47.30 against 47.63; level at 16384 x 8192 and 32768 x 4096 (180.1 against 179.8); at 4096 x 16384 the
+        # rows kernel stays (level); decode sizes keep their launches (not measured); a bias: not measured.
+        return FwdConfig("async", n // 1024, block_m=1)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
         if m <= DECODE_SLICED_M and DECODE_SLICE < n <= 8192 and not fused:
@@ -994,7 +1009,8 @@ def rmsnorm_fwd(
     split_words_ok = split_words_fit(x2, y2, weight, not fused and bias is None)
     cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
                                words_ok=wordable and of_x, split_words_ok=split_words_ok,
-                               cluster_ok=rmsnorm_cluster.supported(x.device))
+                               cluster_ok=rmsnorm_cluster.supported(x.device),
+                               async_ok=rmsnorm_async.supported(x.device) and rmsnorm_async.aligned(x2))
     if cfg.words and cfg.kernel == "split":
         if not split_words_ok or cfg.chunk < 2:
             raise TritonRuleError("config.words", "the words split kernel holds x, y and the weight as 32-bit words: 16-bit x with N, the row stride and the base even, output in x's dtype, a 16-bit weight on a 4-byte boundary or none, no bias, residual, stats or FP8 (chunk >= 2)", f"x {x2.dtype}, y {out_dtype}, weight {None if weight is None else weight.dtype}, N {n}, row stride {x2.stride(0)}, bias {bias is not None}, residual {residual is not None}, stats {stats is not None}, chunk {cfg.chunk}", "words=False")
@@ -1012,6 +1028,10 @@ def rmsnorm_fwd(
         busy = x.device.type == "cuda" and m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
         staged = rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy)
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
+    if cfg.kernel == "async":
+        if fused:
+            raise TritonRuleError("config.async", "the cp.async rows kernel normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
+        rmsnorm_async.check(n, cfg.block_m, cfg.num_warps, x2, x.device)
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
@@ -1076,8 +1096,11 @@ def rmsnorm_fwd(
         elif cfg.kernel == "cluster":
             rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
                                    weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy)
+        elif cfg.kernel == "async":
+            rmsnorm_async.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
+                                 weight_offset, cfg.block_m, cfg.num_warps)
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split' or 'cluster'", cfg.kernel, "config=None")
+            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'", cfg.kernel, "config=None")
 
     if dynamic_tensor_scale:
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale

@@ -236,6 +236,43 @@ def test_cluster_forward_matches_float64(case):
     assert torch.equal(again.y, o.y) and torch.equal(again.rsigma, o.rsigma)
 
 
+ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be the cp.async kernel)
+    "4096x4096-bf16-default": ((4096, 4096), torch.bfloat16, {}, None),
+    "1000x8192-fp16-default": ((1000, 8192), torch.float16, {}, None),
+    "77x5008-masked-bias": ((77, 5008), torch.bfloat16, {"bias": True}, FwdConfig("async", 8, block_m=1)),
+    "33x4096-fp32-two-rows": ((33, 4096), torch.float32, {}, FwdConfig("async", 8, block_m=2)),
+    "64x4096-strided-no-weight": ((64, 4096), torch.bfloat16, {"stride": 4160, "weight": None}, FwdConfig("async", 4, block_m=1)),
+    "16x8192-bf16-to-fp32": ((16, 8192), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("async", 8, block_m=1)),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(ASYNC))
+def test_async_forward_matches_float64(case):
+    """The cp.async rows kernel (x moved into shared memory, whole rows a CTA) against float64, rsigma included, and
+    the same bits on a second call; masked columns and rows, strides, fp32 x and output, with and without a weight."""
+    from programs.triton import rmsnorm_async
+
+    if not rmsnorm_async.supported(torch.device("cuda")):
+        pytest.skip("cp.async needs compute capability >= 8 and Gluon")
+    (m, n), dt, kw, cfg = ASYNC[case]
+    kw = dict(kw)
+    stride = kw.pop("stride", n)
+    x = rand(m, stride, dtype=dt, seed=60)[:, :n]
+    w = None if kw.pop("weight", "x") is None else rand(n, dtype=dt, seed=61)
+    b = rand(n, dtype=dt, seed=62) if kw.pop("bias", False) else None
+    if cfg is None:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        assert m > 4 * sms, "the default takes the async kernel past decode sizes only"
+        assert fwd_module.fwd_config(m, n, x.device, words_ok=fwd_module.wordable_rows(x), async_ok=True).kernel == "async"
+    o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
+    v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6)
+    (assert_close_cancelling if b is not None else assert_close)(o.y, v, kw.get("dtype", dt), context="y")
+    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
+    again = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
+    assert torch.equal(again.y, o.y) and torch.equal(again.rsigma, o.rsigma)
+
+
 @pytest.mark.requires_cuda
 def test_cluster_forward_under_cuda_graph_replay():
     """Captured once, replayed on new data: each replay re-initializes the mbarriers (phase 0 again)."""

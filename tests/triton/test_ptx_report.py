@@ -158,6 +158,19 @@ def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
 
 
+@pytest.mark.parametrize("n, block_m, warps", [(4096, 1, 4), (8192, 1, 8), (5000, 1, 8)], ids=lambda v: str(v))
+def test_async_forward_compiles_to_16_byte_async_copies_and_no_spill(n, block_m, warps):
+    """The cp.async rows forward moves x into shared memory in 16-byte cp.async copies (32 elements a thread: 4 of
+    them, masked rows too) and fits 64 registers without spilling (4 CTAs of 4 warps, or 2 of 8, a SM)."""
+    r = _compiled_json(
+        "import json, dataclasses; from programs.triton import ptx_report as p; "
+        f"print(json.dumps(dataclasses.asdict(p.fwd_async({n}, {block_m}, {warps}))))"
+    )
+    assert r["async_copies"] == 4, r
+    assert r["spill_bytes"] == 0 and r["registers"] <= 64, r
+    assert r["wide_loads"] >= 1, r  # the weight in 16-byte loads
+
+
 @pytest.mark.parametrize("n, chunk, warps, maxnreg", [(65536, 4096, 4, 0), (131072, 8192, 8, 0), (40000, 4096, 4, 0), (262144, 16384, 8, 64)], ids=lambda v: str(v))
 def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, warps, maxnreg):
     """The cluster forward's inline PTX (mbarrier, st.async into the peers, the voted wait) goes through ptxas for

@@ -413,6 +413,15 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert cl(2048, 65536, fused=True).kernel == "looped"
     assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
     assert cl(1024, 524288, words_ok=True).kernel == "split"
+    # where cp.async runs: plain 16-bit rows of 4096 and 8192 columns past decode sizes take whole rows with x moved
+    # into shared memory, 32 elements a thread (v20); not with a bias, fused, fp32 rows, other widths or decode rows
+    asy = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, async_ok=True, **{"words_ok": True, **kw})
+    assert asy(4096, 4096) == FwdConfig("async", 4, block_m=1)
+    assert asy(32768, 8192) == FwdConfig("async", 8, block_m=1)
+    assert asy(4096, 4096, bias=True).kernel == asy(4096, 4096, fused=True).kernel == "rows"
+    assert asy(4096, 4096, words_ok=False).kernel == asy(4096, 16384).kernel == asy(4096, 2048).kernel == "rows"
+    assert asy(32, 8192).kernel == asy(528, 4096).kernel == "rows" and asy(529, 4096).kernel == "async"
+    assert asy(4096, 6144).kernel == "rows"
     assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
     assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
     # a full SM of rows programs needs <= 32 registers a thread: capped for the plain kernel on rows of >= 4096
@@ -502,23 +511,50 @@ def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch
     assert not cfg(2048, 65536, gpu, words_ok=True, split_words_ok=True).kernel == "split"  # the looped words kernel
 
 
-CLUSTER_REFUSALS = {
-    "interpreter": (dict(), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
-    "residual": (dict(residual=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*no residual"),
-    "fp8": (dict(dtype=torch.float8_e4m3fn), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*FP8"),
+GLUON_REFUSALS = {
+    "cluster-interpreter": (dict(), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
+    "cluster-residual": (dict(residual=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*no residual"),
+    "cluster-fp8": (dict(dtype=torch.float8_e4m3fn), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*FP8"),
+    "async-interpreter": (dict(), FwdConfig("async", 8, block_m=1), r"\[config.async\].*compute capability"),
+    "async-residual": (dict(residual=True), FwdConfig("async", 8, block_m=1), r"\[config.async\].*no residual"),
+    "async-fp8": (dict(dtype=torch.float8_e5m2), FwdConfig("async", 8, block_m=1), r"\[config.async\].*FP8"),
 }
 
 
-@pytest.mark.parametrize("case", list(CLUSTER_REFUSALS))
-def test_cluster_kernel_refuses_what_it_cannot_run(case):
-    """The cluster kernel (Gluon: compiled only, never interpreted) normalizes x itself into a float dtype; anything
-    else, or a device without clusters, is refused by name before any launch."""
-    kw, cfg, match = CLUSTER_REFUSALS[case]
+@pytest.mark.parametrize("case", list(GLUON_REFUSALS))
+def test_gluon_kernels_refuse_what_they_cannot_run(case):
+    """The cluster and cp.async kernels (Gluon: compiled only, never interpreted) normalize x itself into a float
+    dtype; anything else, or a device without them, is refused by name before any launch."""
+    kw, cfg, match = GLUON_REFUSALS[case]
     x = rand(2, 8192, dtype=torch.bfloat16, seed=31)
     if kw.pop("residual", False):
         kw["residual"] = rand(2, 8192, dtype=torch.bfloat16, seed=32)
     with pytest.raises(TritonRuleError, match=match):
         rmsnorm_fwd(x, config=cfg, **kw)
+
+
+def test_async_launch_shape_rules(monkeypatch):
+    """An async launch's tile is a power of two of rows, holds a 16-byte load for every thread, and fits shared
+    memory (x waits there)."""
+    from programs.triton import rmsnorm_async as ra
+
+    monkeypatch.setattr(ra, "supported", lambda device: True)
+    cpu = torch.device("cpu")
+    bf = lambda m, n, **kw: torch.empty(m, n, dtype=torch.bfloat16, **kw)
+    ra.check(4096, 1, 4, bf(2, 4096), cpu)
+    ra.check(5000, 2, 8, torch.empty(2, 5000), cpu)  # fp32: masked to 8192 columns, copied 4 bytes at a time
+    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*power of two"):
+        ra.check(4096, 3, 4, bf(2, 4096), cpu)
+    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"):
+        ra.check(4096, 1, 32, bf(2, 4096), cpu)
+    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*shared memory"):
+        ra.check(32768, 4, 32, bf(4, 32768), cpu)
+    # 16-bit rows: base, stride and length multiples of 16 (the row of 5000 that failed to compile on the GPU)
+    with pytest.raises(TritonRuleError, match=r"\[config.async\].*multiples of 16.*N 5000"):
+        ra.check(5000, 1, 8, bf(2, 5000), cpu)
+    with pytest.raises(TritonRuleError, match=r"\[config.async\].*stride 4104"):
+        ra.check(4096, 1, 4, bf(2, 4104)[:, :4096], cpu)
+    assert ra.aligned(bf(2, 5008)) and not ra.aligned(bf(2, 4112)[:, 4:4100])  # a base 8 bytes off
 
 
 def test_cluster_launch_shape_rules(monkeypatch):

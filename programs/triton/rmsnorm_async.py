@@ -1,0 +1,129 @@
+"""RMSNorm forward of whole rows whose x is moved into shared memory by cp.async (Gluon, Ampere and later): QuACK's
+load for rows up to 16384 columns. A thread's bytes in flight then take no registers until they are read back, so
+the loads of all the CTAs an SM holds are in flight at once; the Triton rows kernel holds them in registers.
+
+    rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps)
+
+H100 (NOTES.md v20, us, medians of 3 alternations, as the default against the launches before it): 4096 x 4096
+24.90 against 25.08, 2048 x 4096 10.76 against 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x
+8192 11.03 against 11.51, 4096 x 8192 47.30 against 47.63, 8192 x 8192 91.60 against 91.93; level at 16384 x 8192,
+32768 x 4096 and 4096 x 16384. 16-bit rows must be 16-byte aligned with a stride and length that are multiples of 16
+(aligned): cp.async copies 4 bytes or more, and a row of 5000 failed to compile.
+Gluon kernels do not run under TRITON_INTERPRET: off CUDA the
+launcher refuses (config.async), and CI checks the compiled PTX (ptx_report) instead of running it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from programs.triton.checks import TritonRuleError
+from programs.triton.rmsnorm_cluster import GLUON, SHARED_LIMIT
+
+if GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+
+VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
+
+
+def supported(device) -> bool:
+    """Whether the kernel can run here: Gluon (Triton >= 3.6) and a CUDA device with cp.async (compute capability 8+)."""
+    return GLUON and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+
+
+def layout(block_m: int, block_n: int, num_warps: int, x_size: int):
+    """[block_m, block_n]: 16 bytes a thread along the row, the warps along the row first, then over rows."""
+    vec = VEC_BYTES // x_size
+    along = max(1, min(num_warps, block_n // (vec * 32)))
+    return gl.BlockedLayout([1, vec], [1, 32], [num_warps // along, along], [1, 0])
+
+
+def aligned(x2: torch.Tensor) -> bool:
+    """Whether x's rows can be copied in 4-byte pieces or wider, as cp.async copies: 4-byte elements, or 16-bit
+    rows whose base, stride and length are multiples of 16 (Triton proves alignment only from divisibility by 16)."""
+    if x2.element_size() >= 4:
+        return True
+    return x2.data_ptr() % 16 == 0 and x2.stride(0) % 16 == 0 and x2.shape[1] % 16 == 0
+
+
+def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> None:
+    """Refuse a launch that cannot run here, whose x cannot be copied by cp.async, or whose tile does not cover whole
+    16-byte loads of every thread or does not fit shared memory."""
+    x_size = x2.element_size()
+    if not supported(device):
+        raise TritonRuleError("config.async", "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it does not run under the interpreter", f"device {device}, Gluon {GLUON}", "config=None")
+    if not aligned(x2):
+        raise TritonRuleError("config.async", "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 failed to compile)", f"base {x2.data_ptr() % 16} bytes past 16, stride {x2.stride(0)}, N {x2.shape[1]}", "config=None (the Triton rows kernel takes any alignment)")
+    block_n = 1 << (n - 1).bit_length()
+    vec = VEC_BYTES // x_size
+    if block_m & (block_m - 1) or block_m * block_n < vec * 32 * num_warps:
+        raise TritonRuleError("config.block_m", f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one 16-byte load for each of its {32 * num_warps} threads", block_m, f"block_m={max(1, vec * 32 * num_warps // block_n)}")
+    limit = SHARED_LIMIT - 1024
+    if device.type == "cuda":
+        limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT) - 1024
+    if block_m * block_n * x_size > limit:
+        raise TritonRuleError("config.block_m", f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, at most {limit} bytes", block_m * block_n * x_size, "config=None (rows this long take the other kernels)")
+
+
+if GLUON:
+
+    @gluon.jit
+    def _fwd_async_kernel(X, stride_x, Y, stride_y, W, B, RSIG, M, N, inv_n, eps, w_off,
+                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
+                          EVEN_N: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
+        rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, LAYOUT))
+        cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, LAYOUT))
+        r64 = rows.to(gl.int64)[:, None]
+        row_ok = rows < M
+        col_ok = cols < N
+        ok = row_ok[:, None] & col_ok[None, :]
+        xs = gl.allocate_shared_memory(X.dtype.element_ty, [BLOCK_M, BLOCK_N], SHARED)
+        cp.async_copy_global_to_shared(xs, X + r64 * stride_x + cols[None, :], mask=ok)
+        cp.commit_group()
+        # the weight and bias while x is in flight (their latency hidden behind it)
+        if HAS_W:
+            w = gl.load(W + cols, mask=col_ok, other=0.0)
+        if HAS_B:
+            b = gl.load(B + cols, mask=col_ok, other=0.0)
+        cp.wait_group(0)
+        # each thread reads back the bytes it copied (the same layout): no barrier needed between them. A masked copy
+        # leaves its bytes of shared memory as they were (a row of 5000 summed another kernel's leftovers), so the
+        # columns past N are zeroed here
+        x = xs.load(LAYOUT).to(gl.float32)
+        if not EVEN_N:
+            x = gl.where(col_ok[None, :], x, 0.0)
+        rs = gl.rsqrt(gl.sum(x * x, axis=1) * inv_n + eps)
+        v = x * rs[:, None]
+        if HAS_W:
+            v = v * (w.to(gl.float32) + w_off)[None, :]
+        if HAS_B:
+            v = v + b.to(gl.float32)[None, :]
+        gl.store(Y + r64 * stride_y + cols[None, :], v.to(Y.dtype.element_ty), mask=ok)
+        if STORE_RSIG:
+            gl.store(RSIG + rows, rs, mask=row_ok)
+
+
+def constants(n: int, block_m: int, num_warps: int, x_size: int, has_w: bool, has_b: bool, store_rsigma: bool) -> dict:
+    """The kernel's constexpr arguments (as launched, and as ptx_report compiles it)."""
+    block_n = 1 << (n - 1).bit_length()
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, LAYOUT=layout(block_m, block_n, num_warps, x_size),
+                SHARED=gl.SwizzledSharedLayout(1, 1, 1, [1, 0]), EVEN_N=n == block_n, HAS_W=has_w, HAS_B=has_b,
+                STORE_RSIG=store_rsigma)
+
+
+def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
+           weight_offset: float, block_m: int, num_warps: int) -> None:
+    """block_m whole rows a CTA of num_warps warps. rmsnorm_fwd validates the inputs, and the launch by check,
+    before any device work."""
+    m = x2.shape[0]
+    consts = constants(n, block_m, num_warps, x2.element_size(), weight is not None, bias is not None,
+                       rsigma is not None)
+    dummy = x2
+    _fwd_async_kernel[(-(-m // block_m),)](
+        x2, x2.stride(0), y2, y2.stride(0),
+        weight if weight is not None else dummy, bias if bias is not None else dummy,
+        rsigma if rsigma is not None else dummy, m, n, inv_n, eps, float(weight_offset),
+        **consts, num_warps=num_warps,
+    )
