@@ -1,6 +1,6 @@
 """RMSNorm forward of whole rows whose x is moved into shared memory by cp.async (Gluon, Ampere and later): QuACK's
-load for rows up to 16384 columns. A thread's bytes in flight then take no registers until they are read back, so
-the loads of all the CTAs an SM holds are in flight at once; the Triton rows kernel holds them in registers.
+load for rows up to 16384 columns. Bytes in flight then hold no registers until they are read back (the Triton rows
+kernel's loads hold theirs from issue), which is the difference between the two that the timings below measure.
 
     rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps)
 
@@ -8,9 +8,8 @@ H100 (NOTES.md v20, us, medians of 3 alternations, as the default against the la
 24.90 against 25.08, 2048 x 4096 10.76 against 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x
 8192 11.03 against 11.51, 4096 x 8192 47.30 against 47.63, 8192 x 8192 91.60 against 91.93; level at 16384 x 8192,
 32768 x 4096 and 4096 x 16384. 16-bit rows must be 16-byte aligned with a stride and length that are multiples of 16
-(aligned): cp.async copies 4 bytes or more, and a row of 5000 failed to compile.
-Gluon kernels do not run under TRITON_INTERPRET: off CUDA the
-launcher refuses (config.async), and CI checks the compiled PTX (ptx_report) instead of running it.
+(aligned): cp.async copies 4 bytes or more, and a row of 5000 failed to compile. Gluon kernels do not run under
+TRITON_INTERPRET: off CUDA the launcher refuses (config.async), and CI checks the compiled PTX (ptx_report) instead.
 """
 
 from __future__ import annotations
@@ -88,9 +87,9 @@ if GLUON:
         if HAS_B:
             b = gl.load(B + cols, mask=col_ok, other=0.0)
         cp.wait_group(0)
-        # each thread reads back the bytes it copied (the same layout): no barrier needed between them. A masked copy
-        # leaves its bytes of shared memory as they were (a row of 5000 summed another kernel's leftovers), so the
-        # columns past N are zeroed here
+        # each thread reads back the bytes it copied (the same layout): no barrier needed between them. The columns
+        # past N are zeroed here rather than trusted to the masked copy (whether it zero-fills is the lowering's
+        # business; CTAs of earlier launches left their bytes in this shared memory)
         x = xs.load(LAYOUT).to(gl.float32)
         if not EVEN_N:
             x = gl.where(col_ok[None, :], x, 0.0)
