@@ -147,32 +147,33 @@ def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnre
                           consts, num_warps, maxnreg)
 
 
-def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, maxnreg: int = 0,
-                bias: bool = False) -> Report:
-    """The cluster forward (Gluon) as the plain call launches it: bf16 in and out, a weight, a bias if asked."""
+def _gluon_report(name: str, fn, consts: dict, num_warps: int, maxnreg: int = 0, num_ctas: int = 1) -> Report:
+    """A Gluon forward (rmsnorm_cluster, rmsnorm_async) as the plain call launches it: bf16 x, y, weight and bias,
+    fp32 rsigma."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
+    return compile_report(name, fn, sig, consts, num_warps, maxnreg=maxnreg, num_ctas=num_ctas,
+                          source_type=GluonASTSource)
+
+
+def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, maxnreg: int = 0,
+                bias: bool = False) -> Report:
+    """The cluster forward with a weight (and a bias if asked)."""
     from programs.triton import rmsnorm_cluster as rc
 
-    fn = rc._fwd_cluster_kernel
-    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma)
-    return compile_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}",
-                          fn, sig, consts, num_warps, maxnreg=maxnreg, num_ctas=consts["K"],
-                          source_type=GluonASTSource)
+    return _gluon_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}",
+                         rc._fwd_cluster_kernel, consts, num_warps, maxnreg, consts["K"])
 
 
 def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
-    """The cp.async rows forward (Gluon) as the plain call launches it: bf16 in and out, a weight, rsigma."""
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+    """The cp.async rows forward with a weight, rsigma stored."""
     from programs.triton import rmsnorm_async as ra
 
-    fn = ra._fwd_async_kernel
-    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
     consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
-    return compile_report(f"fwd async N={n} block_m={block_m} warps={num_warps}", fn, sig, consts, num_warps,
-                          source_type=GluonASTSource)
+    return _gluon_report(f"fwd async N={n} block_m={block_m} warps={num_warps}", ra._fwd_async_kernel, consts,
+                         num_warps)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from programs.triton.checks import TritonRuleError
-from programs.triton.rmsnorm_cluster import GLUON, SHARED_LIMIT
+from programs.triton.rmsnorm_cluster import GLUON, shared_budget
 
 if GLUON:
     from triton.experimental import gluon
@@ -59,9 +59,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     vec = VEC_BYTES // x_size
     if block_m & (block_m - 1) or block_m * block_n < vec * 32 * num_warps:
         raise TritonRuleError("config.block_m", f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one 16-byte load for each of its {32 * num_warps} threads", block_m, f"block_m={max(1, vec * 32 * num_warps // block_n)}")
-    limit = SHARED_LIMIT - 1024
-    if device.type == "cuda":
-        limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT) - 1024
+    limit = shared_budget(device)
     if block_m * block_n * x_size > limit:
         raise TritonRuleError("config.block_m", f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, at most {limit} bytes", block_m * block_n * x_size, "config=None (rows this long take the other kernels)")
 

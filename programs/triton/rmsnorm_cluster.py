@@ -44,6 +44,15 @@ def supported(device) -> bool:
     return GLUON and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def shared_budget(device) -> int:
+    """Bytes of shared memory a CTA may stage data in: the device's opt-in maximum (SHARED_LIMIT where torch does
+    not say, or off CUDA) less 1 KB for the exchange's slots and Triton's scratch."""
+    limit = SHARED_LIMIT
+    if device.type == "cuda":
+        limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT)
+    return limit - 1024
+
+
 def cluster_size(n: int, chunk: int) -> int:
     """CTAs a row takes: the power of two covering N in chunk-column pieces (the CGA bases need a power of two)."""
     k = 1
@@ -216,11 +225,9 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
         raise TritonRuleError("config.chunk", f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread ({VEC * 32 * num_warps} at {num_warps} warps)", chunk, f"chunk={max(chunk, VEC * 32 * num_warps)}")
     if not 2 <= k <= MAX_CLUSTER:
         raise TritonRuleError("config.cluster_size", f"a row of {n} in chunks of {chunk} takes {k} CTAs; a cluster holds 2 to {MAX_CLUSTER}", k, f"chunk between {max(VEC * 32 * num_warps, -(-n // MAX_CLUSTER))} and {n // 2 if n > 1 else 1}")
-    limit = SHARED_LIMIT
-    if device.type == "cuda":
-        limit = getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", SHARED_LIMIT)
-    if staged > limit - 1024:  # 1 KB left for the exchange's slots and Triton's scratch
-        raise TritonRuleError("config.chunk", f"a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, {staged // chunk} bytes a column, within {limit - 1024} bytes", staged, f"chunk={1 << ((limit - 1024) // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)")
+    limit = shared_budget(device)
+    if staged > limit:
+        raise TritonRuleError("config.chunk", f"a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, {staged // chunk} bytes a column, within {limit} bytes", staged, f"chunk={1 << (limit // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)")
     return k
 
 

@@ -157,8 +157,9 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # at N = 8192 and 16384 (the rows kernel stays); rows that are not a power of two leave CTAs part-empty and
         # lost (2048 x 49152 159.9 against 145.1, 1024 x 98304 173.6 against 145.3); 16 warps at 32 elements a
         # thread lost (4096 x 32768 219.2). N = 262144 (16-bit rows): 64 elements a thread at 8 warps, capped at 64
-        # registers so that 4 CTAs share an SM (the weight waits in shared memory, x stays 16-bit): 1024 x 262144
-        # 363.3 against the split kernel's 375.4, 512 x 262144 184.0 against 189.9 (v20).
+        # registers so that 4 CTAs share an SM (rmsnorm_cluster stages what waits for the exchange in shared memory):
+        # 1024 x 262144 360.5 against the split kernel's 375 and QuACK's 360.3, 512 x 262144 182.5 against 189.9
+        # (v20).
         chunk = max(CLUSTER_CHUNK, n // rmsnorm_cluster.MAX_CLUSTER)
         warps = min(CLUSTER_WARPS, chunk // 1024)
         return FwdConfig("cluster", warps, chunk=chunk, maxnreg=CLUSTER_MAXNREG if chunk > 1024 * warps else 0)
@@ -1021,16 +1022,14 @@ def rmsnorm_fwd(
             raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
     if cfg.stages != 3 and not (cfg.words and cfg.kernel == "split" and cfg.stages == 4):
         raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words split kernel 3 or 4", (cfg.kernel, cfg.words, cfg.stages), "stages=3")
+    if cfg.kernel in ("cluster", "async") and fused:
+        raise TritonRuleError(f"config.{cfg.kernel}", f"the {cfg.kernel} kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
     if cfg.kernel == "cluster":
-        if fused:
-            raise TritonRuleError("config.cluster", "the cluster kernel normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
         sizes = [0 if v is None else v.element_size() for v in (weight, bias)]
-        busy = x.device.type == "cuda" and m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
+        busy = m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
         staged = rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy)
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
     if cfg.kernel == "async":
-        if fused:
-            raise TritonRuleError("config.async", "the cp.async rows kernel normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
         rmsnorm_async.check(n, cfg.block_m, cfg.num_warps, x2, x.device)
     if cfg.kernel == "split" and row_max_with_bias:
         raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
