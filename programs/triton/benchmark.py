@@ -10,7 +10,7 @@
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
 total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
 time per call = median replay time / calls per graph. The single-GPU tables time every contender once a round, in
-3 interleaved rounds, and report each one's median round. GB/s counts the fewest bytes: forward reads x and writes y;
+3 interleaved rounds (the later ones shuffled), and report each one's median round. GB/s counts the fewest bytes: forward reads x and writes y;
 backward reads x and dy and writes dx. `copy` is the faster of dst.copy_(x) (same shape) and a flat copy of the same
 bytes per call, timed the same way.
 Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import statistics
 import sys
 from collections.abc import Callable
@@ -95,12 +96,18 @@ def try_time(name, fn_builder) -> float | None:
 
 def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: int, calls: int, reps: int,
                  rounds: int, optional: set[str]) -> dict[str, float | None]:
-    """Each contender's median over `rounds` interleaved rounds (every contender once a round, in the order given);
-    the `optional` ones (peers) are None where they cannot run. Timed once each in a fixed order, a contender's
-    number at 4096 x 4096 moved by up to 3% between runs, more than the gaps measured (H100, NOTES.md v20)."""
+    """Each contender's median over `rounds` interleaved rounds (every contender once a round); the `optional` ones
+    (peers) are None where they cannot run. Timed once each in a fixed order, a contender's number at 4096 x 4096
+    moved by up to 3% between runs, more than the gaps measured, and with what ran before it (H100, NOTES.md v20):
+    so the first round keeps the order given and each later one is shuffled (a fixed seed a round: the same orders
+    every run), which moves every contender's place and predecessor."""
     times: dict[str, list[float] | None] = {k: [] for k in runs}
-    for _ in range(rounds):
-        for name, make in runs.items():
+    for r in range(rounds):
+        names = list(runs)
+        if r:
+            random.Random(r).shuffle(names)
+        for name in names:
+            make = runs[name]
             if times[name] is None:
                 continue
             time = lambda: graph_time(rotating(make, sets, calls), reps)  # noqa: E731

@@ -16,7 +16,30 @@ def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
     runs = {"copy": lambda i: (lambda: "copy"), "ours": lambda i: (lambda: "ours")}
     t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     assert t == {"copy": 2.0, "ours": 5.0}
-    assert order == ["copy", "ours"] * 3
+    assert sorted(order) == ["copy"] * 3 + ["ours"] * 3 and order[:2] == ["copy", "ours"]
+
+
+def test_timed_rounds_moves_every_contender_between_rounds(monkeypatch):
+    order = []
+
+    def fake_graph_time(calls, reps):
+        order.append(calls[0]())
+        return 1.0
+
+    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
+    names = ["copy2d", "copyflat", "ours", "eager", "compile", "liger", "quack", "ours_fp8"]
+    runs = {k: (lambda i, k=k: (lambda: k)) for k in names}
+    benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    rounds = [order[i * len(names):(i + 1) * len(names)] for i in range(3)]
+    assert rounds[0] == names and all(sorted(r) == sorted(names) for r in rounds)
+    first_again = list(order)
+    order.clear()
+    benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    assert order == first_again  # the same orders every run
+    for k in ("ours", "quack"):
+        places = {r.index(k) for r in rounds}
+        before = {r[r.index(k) - 1] if r.index(k) else None for r in rounds}
+        assert len(places) > 1 and len(before) > 1, (k, rounds)
 
 
 def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
