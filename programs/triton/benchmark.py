@@ -44,19 +44,33 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+_CAPTURE: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream() -> torch.cuda.Stream:
+    """The side stream every graph is warmed up and captured on. Backward contenders run their forward on it too:
+    autograd runs a node on its forward's stream, and a node left on the default stream made the eager backward's
+    capture fail in some orders of the shuffled rounds ("operation failed due to a previous error during capture",
+    H100, NOTES.md v21)."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    if dev not in _CAPTURE:
+        _CAPTURE[dev] = torch.cuda.Stream(dev)
+    return _CAPTURE[dev]
+
+
 def graph_time(calls: list[Callable[[], object]], reps: int = 15) -> float:
     """Seconds per call: the calls captured in one CUDA graph, replayed `reps` times; median replay / len(calls)."""
     for c in calls[: min(len(calls), 3)]:
         c()  # compile / autotune / allocate outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
+    s = capture_stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for c in calls[:2]:
             c()
     torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=s):
         for c in calls:
             c()
     g.replay()
@@ -83,6 +97,23 @@ def n_sets(bytes_per_call: int, l2: int) -> tuple[int, int]:
 def rotating(make: Callable[[int], Callable[[], object]], sets: int, calls: int) -> list[Callable[[], object]]:
     fns = [make(i) for i in range(sets)]
     return [fns[i % sets] for i in range(calls)]
+
+
+def autograd_calls(forward: Callable, xs: list[torch.Tensor], w: torch.Tensor, dys: list[torch.Tensor]):
+    """make(i) for a backward contender: forward(x_i, w) run once (on the capture stream) and a call that computes
+    dx and dw of its output for dy_i, the forward's graph kept for the next call."""
+
+    def make(i):
+        xr = xs[i].detach().requires_grad_()
+        wr = w.detach().clone().requires_grad_()
+        s = capture_stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            y = forward(xr, wr)
+        torch.cuda.current_stream().wait_stream(s)
+        return lambda: torch.autograd.grad(y, (xr, wr), dys[i], retain_graph=True)
+
+    return make
 
 
 def try_time(name, fn_builder) -> float | None:
@@ -195,25 +226,16 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
         srcs = [torch.randn(k, device=dev, generator=g).to(DT) for _ in range(bsets)]
         dsts = [torch.empty(k, dtype=DT, device=dev) for _ in range(bsets)]
 
-        def autograd_calls(forward):
-            def make(i):
-                xr = xs[i].detach().requires_grad_()
-                wr = w.detach().clone().requires_grad_()
-                y = forward(xr, wr)
-                return lambda: torch.autograd.grad(y, (xr, wr), dys[i], retain_graph=True)
-
-            return make
-
         runs = {
             "copy": lambda i: (lambda: dsts[i].copy_(srcs[i])),
             "ours": lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])),
         }
         if "eager" in wanted:
-            runs["eager"] = autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS))
+            runs["eager"] = autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS), xs, w, dys)
         if "compile" in wanted:
-            runs["compile"] = autograd_calls(compiled_fb)
+            runs["compile"] = autograd_calls(compiled_fb, xs, w, dys)
         for name, norm in peers.items():
-            runs[name] = autograd_calls(norm)
+            runs[name] = autograd_calls(norm, xs, w, dys)
         tb = timed_rounds(runs, bsets, bcalls, reps, rounds, optional={"eager", "compile", *peers})
         del dsts, srcs
         bwd_rows.append((m, n, bbytes, tb))

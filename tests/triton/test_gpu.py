@@ -400,3 +400,18 @@ def test_split_exchange_repeats_bit_for_bit(case):
         dx, dw, _ = rmsnorm_bwd(dy, x, w, first.rsigma, config=bcfg)
         assert torch.equal(out.y, first.y) and torch.equal(out.rsigma, first.rsigma), f"forward run {i} differs"
         assert torch.equal(dx, dx0) and torch.equal(dw, dw0), f"backward run {i} differs"
+
+
+@pytest.mark.requires_cuda
+def test_benchmark_captures_eager_backward():
+    """The benchmark's backward contenders run their forward on the capture stream: with the forward on the default
+    stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100,
+    NOTES.md v21), and the table showed eager as n/a."""
+    from programs.triton import benchmark
+
+    xs = [rand(256, 4096, seed=s) for s in (60, 61)]
+    dys = [rand(256, 4096, seed=s) for s in (62, 63)]
+    w = rand(4096, seed=64)
+    eager = lambda a, b: torch.nn.functional.rms_norm(a, (4096,), b, 1e-6)  # noqa: E731
+    t = benchmark.graph_time(benchmark.rotating(benchmark.autograd_calls(eager, xs, w, dys), 2, 4), 3)
+    assert 0 < t < 1e-3
