@@ -19,6 +19,8 @@ Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import math
 import os
 import random
@@ -44,7 +46,9 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-_CAPTURE: dict[torch.device, torch.cuda.Stream] = {}
+@functools.cache
+def _stream(index: int) -> torch.cuda.Stream:
+    return torch.cuda.Stream(index)
 
 
 def capture_stream() -> torch.cuda.Stream:
@@ -52,10 +56,17 @@ def capture_stream() -> torch.cuda.Stream:
     autograd runs a node on its forward's stream, and a node left on the default stream made the eager backward's
     capture fail in some orders of the shuffled rounds ("operation failed due to a previous error during capture",
     H100, NOTES.md v21)."""
-    dev = torch.device("cuda", torch.cuda.current_device())
-    if dev not in _CAPTURE:
-        _CAPTURE[dev] = torch.cuda.Stream(dev)
-    return _CAPTURE[dev]
+    return _stream(torch.cuda.current_device())
+
+
+@contextlib.contextmanager
+def on_capture_stream():
+    """Run the block on the capture stream, ordered after and before the current stream's work."""
+    s = capture_stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        yield
+    torch.cuda.current_stream().wait_stream(s)
 
 
 def graph_time(calls: list[Callable[[], object]], reps: int = 15) -> float:
@@ -64,13 +75,10 @@ def graph_time(calls: list[Callable[[], object]], reps: int = 15) -> float:
         c()  # compile / autotune / allocate outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    s = capture_stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
+    with on_capture_stream():
         for c in calls[:2]:
             c()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g, stream=s):
+    with torch.cuda.graph(g, stream=capture_stream()):
         for c in calls:
             c()
     g.replay()
@@ -106,11 +114,8 @@ def autograd_calls(forward: Callable, xs: list[torch.Tensor], w: torch.Tensor, d
     def make(i):
         xr = xs[i].detach().requires_grad_()
         wr = w.detach().clone().requires_grad_()
-        s = capture_stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
+        with on_capture_stream():
             y = forward(xr, wr)
-        torch.cuda.current_stream().wait_stream(s)
         return lambda: torch.autograd.grad(y, (xr, wr), dys[i], retain_graph=True)
 
     return make

@@ -231,7 +231,8 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
     return k
 
 
-def _size(t) -> int:
+def element_size(t) -> int:
+    """Bytes an element of the optional weight or bias (0: absent), as x_staged and shared_bytes take it."""
     return 0 if t is None else t.element_size()
 
 
@@ -240,7 +241,7 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
     """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each, at most maxnreg
     registers a thread (0: ptxas decides); busy: at least two CTAs for every SM (x_staged). rmsnorm_fwd validates
     the inputs, and the launch shape by check, before any device work."""
-    consts = constants(n, chunk, num_warps, _size(weight), _size(bias), rsigma is not None, x2.element_size(), busy)
+    consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None, x2.element_size(), busy)
     cap = {"maxnreg": maxnreg} if maxnreg else {}
     dummy = x2
     _fwd_cluster_kernel[(x2.shape[0],)](

@@ -1025,7 +1025,7 @@ def rmsnorm_fwd(
     if cfg.kernel in ("cluster", "async") and fused:
         raise TritonRuleError(f"config.{cfg.kernel}", f"the {cfg.kernel} kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
     if cfg.kernel == "cluster":
-        sizes = [0 if v is None else v.element_size() for v in (weight, bias)]
+        sizes = [rmsnorm_cluster.element_size(v) for v in (weight, bias)]
         busy = m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
         staged = rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy)
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)

@@ -211,29 +211,36 @@ CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must b
 }
 
 
-@pytest.mark.requires_cuda
-@pytest.mark.parametrize("case", list(CLUSTER))
-def test_cluster_forward_matches_float64(case):
-    """The cluster kernel (a row over 2-16 CTAs, partials exchanged in distributed shared memory; the weight and bias
-    staged in shared memory) against float64, rsigma included, and the same bits on a second call (the K partials
-    summed in rank order in every CTA). y + bias is judged as a cancelling result (ref64)."""
-    skip_without_clusters()
-    (m, n), dt, kw, cfg = CLUSTER[case]
+def assert_forward_matches_float64(case, kernel: str, seed: int):
+    """A CLUSTER or ASYNC case against float64, rsigma included, and the same bits on a second call; with no launch
+    given, the default must be `kernel`. y + bias is judged as a cancelling result (ref64)."""
+    (m, n), dt, kw, cfg = case
     kw = dict(kw)
     stride = kw.pop("stride", n)
-    x = rand(m, stride, dtype=dt, seed=40)[:, :n]
+    x = rand(m, stride, dtype=dt, seed=seed)[:, :n]
     w = kw.pop("weight", "x")
-    w = None if w is None else rand(n, dtype=torch.float32 if w == "fp32" else dt, seed=41)
-    b = rand(n, dtype=dt, seed=42) if kw.pop("bias", False) else None
+    w = None if w is None else rand(n, dtype=torch.float32 if w == "fp32" else dt, seed=seed + 1)
+    b = rand(n, dtype=dt, seed=seed + 2) if kw.pop("bias", False) else None
     if cfg is None:
         words = fwd_module.wordable_rows(x)
-        assert fwd_module.fwd_config(m, n, x.device, bias=b is not None, words_ok=words, cluster_ok=True).kernel == "cluster"
+        assert fwd_module.fwd_config(m, n, x.device, bias=b is not None, words_ok=words, cluster_ok=kernel == "cluster",
+                                     async_ok=kernel == "async").kernel == kernel
     o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
     v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6, weight_offset=kw.get("weight_offset", 0.0))
     (assert_close_cancelling if b is not None else assert_close)(o.y, v, kw.get("dtype", dt), context="y")
     assert_close(o.rsigma, rs, torch.float32, context="rsigma")
     again = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
     assert torch.equal(again.y, o.y) and torch.equal(again.rsigma, o.rsigma)
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(CLUSTER))
+def test_cluster_forward_matches_float64(case):
+    """The cluster kernel (a row over 2-16 CTAs, partials exchanged in distributed shared memory; the weight and bias
+    staged in shared memory) against float64, and the same bits on a second call (the K partials summed in rank order
+    in every CTA)."""
+    skip_without_clusters()
+    assert_forward_matches_float64(CLUSTER[case], "cluster", seed=40)
 
 
 ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be the cp.async kernel)
@@ -249,28 +256,17 @@ ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be 
 @pytest.mark.requires_cuda
 @pytest.mark.parametrize("case", list(ASYNC))
 def test_async_forward_matches_float64(case):
-    """The cp.async rows kernel (x moved into shared memory, whole rows a CTA) against float64, rsigma included, and
-    the same bits on a second call; masked columns and rows, strides, fp32 x and output, with and without a weight."""
+    """The cp.async rows kernel (x moved into shared memory, whole rows a CTA) against float64, and the same bits on a
+    second call; masked columns and rows, strides, fp32 x and output, with and without a weight."""
     from programs.triton import rmsnorm_async
 
     if not rmsnorm_async.supported(torch.device("cuda")):
         pytest.skip("cp.async needs compute capability >= 8 and Gluon")
-    (m, n), dt, kw, cfg = ASYNC[case]
-    kw = dict(kw)
-    stride = kw.pop("stride", n)
-    x = rand(m, stride, dtype=dt, seed=60)[:, :n]
-    w = None if kw.pop("weight", "x") is None else rand(n, dtype=dt, seed=61)
-    b = rand(n, dtype=dt, seed=62) if kw.pop("bias", False) else None
+    (m, _), _, _, cfg = ASYNC[case]
     if cfg is None:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         assert m > 4 * sms, "the default takes the async kernel past decode sizes only"
-        assert fwd_module.fwd_config(m, n, x.device, words_ok=fwd_module.wordable_rows(x), async_ok=True).kernel == "async"
-    o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
-    v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6)
-    (assert_close_cancelling if b is not None else assert_close)(o.y, v, kw.get("dtype", dt), context="y")
-    assert_close(o.rsigma, rs, torch.float32, context="rsigma")
-    again = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
-    assert torch.equal(again.y, o.y) and torch.equal(again.rsigma, o.rsigma)
+    assert_forward_matches_float64(ASYNC[case], "async", seed=60)
 
 
 @pytest.mark.requires_cuda
