@@ -10,9 +10,11 @@
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
 total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
 time per call = median replay time / calls per graph. The single-GPU tables time every contender once a round, in
-3 interleaved rounds (the later ones shuffled), and report each one's median round. GB/s counts the fewest bytes: forward reads x and writes y;
-backward reads x and dy and writes dx. `copy` is the faster of dst.copy_(x) (same shape) and a flat copy of the same
-bytes per call, timed the same way.
+3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours launches with PDL
+(Hopper: back-to-back calls overlap) a second forward table gives ours launched plainly, as the peers are, and an
+untimed copy graph runs before every timing (a plain graph timed right after a PDL one ran faster, NOTES.md v22).
+GB/s counts the fewest bytes: forward reads x and writes y; backward reads x and dy and writes dx. `copy` is the
+faster of dst.copy_(x) (same shape) and a flat copy of the same bytes per call, timed the same way.
 Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
 """
 
@@ -33,7 +35,7 @@ import torch.nn.functional as F
 
 from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rmsnorm_bwd, stream_config
-from programs.triton.rmsnorm_fwd import WIDE_CHUNK_N, FwdConfig, fwd_config, rmsnorm_fwd
+from programs.triton.rmsnorm_fwd import WIDE_CHUNK_N, FwdConfig, fwd_config, pdl_supported, rmsnorm_fwd
 
 # 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
 SHAPES = [(1024, 262144), (1, 8192), (32, 8192), (4096, 4096), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384), (2048, 65536)]
@@ -131,7 +133,7 @@ def try_time(name, fn_builder) -> float | None:
 
 
 def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: int, calls: int, reps: int,
-                 rounds: int, optional: set[str]) -> dict[str, float | None]:
+                 rounds: int, optional: set[str], settle: str | None = None) -> dict[str, float | None]:
     """Each contender's median over `rounds` interleaved rounds (every contender once a round); the `optional` ones
     (peers) are None where they cannot run. Timed once each in a fixed order, a contender's number at 4096 x 4096
     moved by up to 3% between runs, more than the gaps measured, and with what ran before it (H100, NOTES.md v20):
@@ -146,6 +148,8 @@ def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: i
             make = runs[name]
             if times[name] is None:
                 continue
+            if settle is not None:  # untimed: no contender is timed right after a graph of PDL launches
+                graph_time(rotating(runs[settle], sets, calls), 1)
             time = lambda: graph_time(rotating(make, sets, calls), reps)  # noqa: E731
             v = try_time(name, time) if name in optional else time()
             if v is None:
@@ -190,6 +194,7 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
     compiled_fwd = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
     compiled_fb = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
     fwd_rows, bwd_rows = [], []
+    pdl = pdl_supported(dev)
     for m, n in shapes:
         log(f"shape {m}x{n}")
         elt = torch.finfo(DT).bits // 8
@@ -213,7 +218,10 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
             runs[name] = lambda i, norm=norm: (lambda: norm(xs[i], w))
         # FP8 row-scaled output (3 bytes/elem moved): reported for the record
         runs["ours_fp8"] = lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn))
-        t = timed_rounds(runs, sets, calls, reps, rounds, optional={"eager", "compile", *peers})
+        if pdl:  # ours launched as every peer is: the kernels alone, no overlap between calls
+            runs["ours_nopdl"] = lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, enable_pdl=False))
+        t = timed_rounds(runs, sets, calls, reps, rounds, optional={"eager", "compile", *peers},
+                         settle="copy2d" if pdl else None)
         del dst, flat
         t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
         fwd_rows.append((m, n, fbytes, t))
@@ -250,17 +258,24 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
 
     names = [p for p in ("eager", "compile") if p in wanted] + [p for p in ("liger", "quack") if p in peers]
     print(f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs")
-    for title, rows in (("FORWARD (read x + write y)", fwd_rows), ("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows)):
+    if pdl:
+        print("# ours forward launched with PDL (its default here): back-to-back calls overlap one's launch with the other's tail; copy and peers launch plainly")
+    tables = [("FORWARD (read x + write y)", fwd_rows, "ours")]
+    if pdl:
+        tables.append(("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl"))
+    tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours"))
+    for title, rows, ours in tables:
         print(f"\n## {title}")
+        fp8_col = title == tables[0][0]
         head = ["M x N", "copy GB/s", "ours us", "ours GB/s", "% of copy"] + [f"vs {p}" for p in names]
-        if rows is fwd_rows:
+        if fp8_col:
             head.append("fp8-row us")
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for m, n, nbytes, t in rows:
-            cells = [f"{m} x {n}", f"{nbytes / t['copy'] / 1e9:.0f}", f"{t['ours'] * 1e6:.1f}", f"{nbytes / t['ours'] / 1e9:.0f}", f"{100 * t['copy'] / t['ours']:.0f}%"]
-            cells += [fmt_ratio(t["ours"], t.get(p)) for p in names]
-            if rows is fwd_rows:
+            cells = [f"{m} x {n}", f"{nbytes / t['copy'] / 1e9:.0f}", f"{t[ours] * 1e6:.1f}", f"{nbytes / t[ours] / 1e9:.0f}", f"{100 * t['copy'] / t[ours]:.0f}%"]
+            cells += [fmt_ratio(t[ours], t.get(p)) for p in names]
+            if fp8_col:
                 cells.append(f"{t['ours_fp8'] * 1e6:.1f}")
             print("| " + " | ".join(cells) + " |")
     print("\n(vs X = X's time / ours: > 1 means ours is faster; n/a = the peer cannot run the shape)")

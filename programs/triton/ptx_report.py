@@ -70,12 +70,16 @@ def _divisibility(fn, signature: dict[str, str]) -> dict:
     return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
 
 
+def _compile(fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0, num_ctas: int = 1,
+             source_type=ASTSource, **options):
+    source = source_type(fn, signature, constexprs, _divisibility(fn, signature))
+    options.update(num_warps=num_warps, num_ctas=num_ctas, **({"maxnreg": maxnreg} if maxnreg else {}))
+    return triton.compile(source, target=TARGET, options=options)
+
+
 def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0,
                    num_ctas: int = 1, source_type=ASTSource) -> Report:
-    source = source_type(fn, signature, constexprs, _divisibility(fn, signature))
-    options = {"num_warps": num_warps, "num_ctas": num_ctas, **({"maxnreg": maxnreg} if maxnreg else {})}
-    kernel = triton.compile(source, target=TARGET, options=options)
-    ptx = kernel.asm["ptx"]
+    ptx = _compile(fn, signature, constexprs, num_warps, maxnreg, num_ctas, source_type).asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
@@ -147,13 +151,16 @@ def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnre
                           consts, num_warps, maxnreg)
 
 
+def _gluon_signature(fn) -> dict[str, str]:
+    """A Gluon forward's (rmsnorm_cluster, rmsnorm_async) signature as the plain call launches it: bf16 x, y, weight
+    and bias, fp32 rsigma."""
+    return _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
+
+
 def _gluon_report(name: str, fn, consts: dict, num_warps: int, maxnreg: int = 0, num_ctas: int = 1) -> Report:
-    """A Gluon forward (rmsnorm_cluster, rmsnorm_async) as the plain call launches it: bf16 x, y, weight and bias,
-    fp32 rsigma."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
-    return compile_report(name, fn, sig, consts, num_warps, maxnreg=maxnreg, num_ctas=num_ctas,
+    return compile_report(name, fn, _gluon_signature(fn), consts, num_warps, maxnreg=maxnreg, num_ctas=num_ctas,
                           source_type=GluonASTSource)
 
 
@@ -174,6 +181,47 @@ def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
     consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
     return _gluon_report(f"fwd async N={n} block_m={block_m} warps={num_warps}", ra._fwd_async_kernel, consts,
                          num_warps)
+
+
+@dataclass(frozen=True)
+class PdlReport:
+    name: str
+    launch_pdl: bool  # the compiled kernel's launch sets the programmatic-dependent-launch attribute
+    waits: int  # griddepcontrol.wait: the previous kernel's writes visible from here on
+    triggers: int  # griddepcontrol.launch_dependents
+    wait_first: bool  # the wait precedes every global load, store, atomic and async copy of the PTX
+
+
+# PTX that touches global memory: what must not run before the previous kernel's writes are visible
+GLOBAL_ACCESS = re.compile(r"\b(ld|st|atom|red)\.global|\bcp\.async\.c[ag]")
+
+
+def pdl(kernel: str, enabled: bool = True) -> PdlReport:
+    """The rows, looped or cp.async forward ("rows", "looped", "async") compiled as rmsnorm_fwd launches it with
+    enable_pdl on (or off): a bf16 row of 4096-8192 columns with a weight."""
+    f = rmsnorm_fwd
+    source_type, flags = ASTSource, _fwd_flags(f.OUT_CAST)
+    if kernel == "rows":
+        fn, consts, sig = f._fwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=8192, SLICES=1, **flags), None
+    elif kernel == "looped":
+        fn, consts, sig = f._fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags), None
+    elif kernel == "async":
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from programs.triton import rmsnorm_async as ra
+
+        fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
+        sig = _gluon_signature(fn)
+    else:
+        raise ValueError(f"kernel must be 'rows', 'looped' or 'async', got {kernel!r}")
+    sig = sig or _fwd_signature(fn, False)
+    compiled = _compile(fn, sig, {**consts, "PDL": enabled}, 4, source_type=source_type, launch_pdl=enabled)
+    lines = compiled.asm["ptx"].splitlines()
+    waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]
+    accesses = [i for i, ln in enumerate(lines) if GLOBAL_ACCESS.search(ln)]
+    return PdlReport(f"fwd {kernel} pdl={enabled}", bool(compiled.metadata.launch_pdl), len(waits),
+                     sum("griddepcontrol.launch_dependents" in ln for ln in lines),
+                     bool(waits) and bool(accesses) and waits[0] < accesses[0])
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:

@@ -2,7 +2,7 @@
 load for rows up to 16384 columns. Bytes in flight then hold no registers until they are read back (the Triton rows
 kernel's loads hold theirs from issue), which is the difference between the two that the timings below measure.
 
-    rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps)
+    rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps, pdl=False)
 
 H100 (NOTES.md v20, us, medians of 3 alternations, as the default against the launches before it): 4096 x 4096
 24.90 against 25.08, 2048 x 4096 10.76 against 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x
@@ -69,7 +69,12 @@ if GLUON:
     @gluon.jit
     def _fwd_async_kernel(X, stride_x, Y, stride_y, W, B, RSIG, M, N, inv_n, eps, w_off,
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
-                          EVEN_N: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
+                          EVEN_N: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
+                          PDL: gl.constexpr = False):
+        if PDL:  # rmsnorm_fwd.dependent_launch, spelled out: a Gluon kernel cannot call a Triton jit function
+            gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)
         rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, LAYOUT))
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, LAYOUT))
         r64 = rows.to(gl.int64)[:, None]
@@ -111,9 +116,9 @@ def constants(n: int, block_m: int, num_warps: int, x_size: int, has_w: bool, ha
 
 
 def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
-           weight_offset: float, block_m: int, num_warps: int) -> None:
-    """block_m whole rows a CTA of num_warps warps. rmsnorm_fwd validates the inputs, and the launch by check,
-    before any device work."""
+           weight_offset: float, block_m: int, num_warps: int, pdl: bool = False) -> None:
+    """block_m whole rows a CTA of num_warps warps; pdl: programmatic dependent launch (rmsnorm_fwd's enable_pdl).
+    rmsnorm_fwd validates the inputs, and the launch by check, before any device work."""
     m = x2.shape[0]
     consts = constants(n, block_m, num_warps, x2.element_size(), weight is not None, bias is not None,
                        rsigma is not None)
@@ -122,5 +127,5 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
         x2, x2.stride(0), y2, y2.stride(0),
         weight if weight is not None else dummy, bias if bias is not None else dummy,
         rsigma if rsigma is not None else dummy, m, n, inv_n, eps, float(weight_offset),
-        **consts, num_warps=num_warps,
+        **consts, num_warps=num_warps, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )

@@ -4,7 +4,7 @@ Launcher (reusable entry point, also for a fused all-reduce + RMSNorm + FP8 buil
 
     rmsnorm_fwd(x, weight=None, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, dtype=None,
                 scale_mode="row", scale=None, scale_ub=inf, return_rsigma=False, stats=None, hidden_size=None,
-                config=None) -> RMSNormOutput(y, rsigma, residual_out, scale)
+                config=None, enable_pdl=None) -> RMSNormOutput(y, rsigma, residual_out, scale)
 
     x         [..., N] bf16/fp16/fp32, hidden dim contiguous, rows may be strided; math in fp32, 64-bit offsets.
     weight    [N] or None; the kernel multiplies by (weight + weight_offset) (weight_offset=1.0: zero-centered gamma).
@@ -16,6 +16,11 @@ Launcher (reusable entry point, also for a fused all-reduce + RMSNorm + FP8 buil
     rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
     stats     float32 [W, M] per-shard sums of squares (distributed post): summed in rank order, divided by hidden_size
               (default N), instead of the sum over x's own row.
+    enable_pdl programmatic dependent launch of the rows, looped and cp.async kernels (None: wherever it runs, Hopper
+              and later): each CTA first waits for the previous kernel in the stream to finish (griddepcontrol.wait,
+              before any load or store), then lets the next kernel's CTAs launch as this grid's free their SMs, so
+              back-to-back PDL kernels overlap one's launch with the other's tail. The split and cluster launches,
+              whose grids must be co-resident, launch plainly.
 
 Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y);
 at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
@@ -43,6 +48,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from programs.triton import fp8 as fp8mod
 from programs.triton import rmsnorm_async, rmsnorm_cluster
@@ -228,6 +234,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
 
 # ---------------------------------------------------------------------------------------------------------------------
 # device helpers
+
+
+@triton.jit
+def dependent_launch():
+    # PDL: wait for the previous kernel's writes first (x, the weight or y's memory may be its), then let the next
+    # kernel's CTAs launch into the SM slots this grid frees
+    gdc_wait()
+    gdc_launch_dependents()
 
 
 @triton.jit
@@ -471,8 +485,10 @@ def _fwd_rows_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICES: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:
+        dependent_launch()
     # SLICES > 1 (decode): SLICES programs per row block, each writing BLOCK_N columns of it. Each takes the row's sum
     # (and row max) over the whole row itself, the other slices' bytes coming again from L2, so no program waits on
     # another and a row's latency is that of a smaller CTA (H100, 1 x 8192: NOTES.md v11).
@@ -578,8 +594,10 @@ def _fwd_looped_kernel(
     CHUNK: tl.constexpr, HEAD: tl.constexpr, WORDS: tl.constexpr, REVERSE: tl.constexpr, ONE_ROW: tl.constexpr,
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:
+        dependent_launch()
     # Columns [0, HEAD) stay in registers between the stats pass and the normalize pass; [HEAD, N) stream through in
     # CHUNK pieces and are read twice, the second time (REVERSE: last chunk first) mostly from L2. HEAD=0: everything
     # streams. The chunk loops step a column offset (tl.range(HEAD, N, CHUNK)): the same loops indexed as
@@ -875,15 +893,23 @@ def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.c
 # launchers
 
 
-def _cooperative_supported() -> bool:
+def _launch_option(name: str) -> bool:
+    """Whether this Triton's CUDA launcher takes the launch option `name`."""
     try:
         from triton.backends.nvidia.compiler import CUDAOptions
     except ImportError:
         return False
-    return "launch_cooperative_grid" in getattr(CUDAOptions, "__dataclass_fields__", {})
+    return name in getattr(CUDAOptions, "__dataclass_fields__", {})
 
 
-_COOPERATIVE = _cooperative_supported()
+_COOPERATIVE = _launch_option("launch_cooperative_grid")
+_PDL = _launch_option("launch_pdl")
+
+
+def pdl_supported(device) -> bool:
+    """Programmatic dependent launch: a CUDA device of compute capability 9+ (griddepcontrol) and a Triton whose
+    launcher sets the attribute."""
+    return _PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device, exchange: bool = True) -> tuple[int, int, int]:
@@ -901,12 +927,15 @@ def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device,
     return splits, triton.next_power_of_2(splits), lanes
 
 
-def launch_options(device, splits: int = 1, maxnreg: int = 0) -> dict:
+def launch_options(device, splits: int = 1, maxnreg: int = 0, pdl: bool = False) -> dict:
     """Cooperative launch of a split grid where Triton offers it: the driver then refuses a grid that cannot be
-    resident at once instead of letting the exchange spin forever. maxnreg: a register cap (compiled code only)."""
+    resident at once instead of letting the exchange spin forever. maxnreg: a register cap (compiled code only).
+    pdl: programmatic dependent launch (the kernel waits with dependent_launch)."""
     opts = {"launch_cooperative_grid": True} if device.type == "cuda" and splits > 1 and _COOPERATIVE else {}
     if maxnreg and device.type == "cuda":
         opts["maxnreg"] = maxnreg
+    if pdl and device.type == "cuda":
+        opts["launch_pdl"] = True
     return opts
 
 
@@ -954,6 +983,7 @@ def rmsnorm_fwd(
     stats: torch.Tensor | None = None,
     hidden_size: int | None = None,
     config: FwdConfig | None = None,
+    enable_pdl: bool | None = None,
 ) -> RMSNormOutput:
     """Fused RMSNorm forward (see the module docstring for every argument)."""
     check_activation(x)
@@ -979,6 +1009,9 @@ def rmsnorm_fwd(
     hidden = n if hidden_size is None else int(hidden_size)
     if hidden < n:
         raise TritonRuleError("hidden_size.range", f"hidden_size must be >= the local width {n}", hidden_size, "hidden_size = the global hidden dim")
+    pdl = pdl_supported(x.device) if enable_pdl is None else bool(enable_pdl)
+    if pdl and not pdl_supported(x.device):
+        raise TritonRuleError("enable_pdl.device", "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose launcher has launch_pdl", f"device {x.device}, Triton launch_pdl {_PDL}", "enable_pdl=None (on where supported) or False")
 
     x2 = as_rows(x)
     m = x2.shape[0]
@@ -1065,15 +1098,15 @@ def rmsnorm_fwd(
             slices = row_n // block_n
             grid = (triton.cdiv(m, cfg.block_m) * slices,)
             _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=block_n, SLICES=slices, num_warps=cfg.num_warps,
-                                   **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
+                                   PDL=pdl, **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl), **flags)
         elif cfg.kernel == "looped":
             grid = (min(m, cfg.programs or sm_count(x.device)),)
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
                 raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
             words = triton.next_power_of_2(triton.cdiv(n, 2)) if cfg.words else 0
             _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, WORDS=words, REVERSE=cfg.reverse,
-                                     ONE_ROW=grid[0] == m, num_warps=cfg.num_warps,
-                                     **launch_options(x.device, maxnreg=cfg.maxnreg), **flags)
+                                     ONE_ROW=grid[0] == m, num_warps=cfg.num_warps, PDL=pdl,
+                                     **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl), **flags)
         elif cfg.kernel == "split":
             splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,
                                             exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
@@ -1097,7 +1130,7 @@ def rmsnorm_fwd(
                                    weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy)
         elif cfg.kernel == "async":
             rmsnorm_async.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
-                                 weight_offset, cfg.block_m, cfg.num_warps)
+                                 weight_offset, cfg.block_m, cfg.num_warps, pdl)
         else:
             raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'", cfg.kernel, "config=None")
 

@@ -58,3 +58,22 @@ def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
     t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional={"liger"})
     assert t == {"ours": 1.0, "liger": None}
     assert tried.count("liger") == 1 and tried.count("ours") == 3
+
+
+def test_timed_rounds_settles_before_every_timing_without_recording_it(monkeypatch):
+    """With settle, the named contender's graph runs untimed before each timing, so no contender is timed right after
+    another's graph (a graph of PDL launches sped up the plain graph timed after it, NOTES.md v22); its own number is
+    still taken once a round like any other's."""
+    order, scripted = [], {"copy": [2.0, 2.0], "ours": [5.0, 4.0], "quack": [6.0, 7.0]}
+
+    def fake_graph_time(calls, reps):
+        name = calls[0]()
+        order.append((name, reps))
+        return scripted[name].pop(0) if reps != 1 else -1.0
+
+    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
+    runs = {k: (lambda i, k=k: (lambda: k)) for k in ("copy", "ours", "quack")}
+    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional=set(), settle="copy")
+    assert t == {"copy": 2.0, "ours": 4.5, "quack": 6.5}
+    timed = [i for i, (_, reps) in enumerate(order) if reps == 15]
+    assert len(timed) == 6 and all(order[i - 1] == ("copy", 1) for i in timed)

@@ -43,13 +43,15 @@ def test_forward_two_pass_default(shape, dtype):
     from L1/L2): with a zero-centered weight and without one, rsigma stored, repeated bit for bit."""
     m, n = shape
     x = rand(m, n, dtype=dtype, seed=40)
-    assert fwd_module.fwd_config(m, n, x.device, words_ok=fwd_module.wordable_rows(x)).programs == m
+    # without cp.async (which the default takes for rows of 4096 and 8192 where it runs): the two-pass launch
+    cfg = fwd_module.fwd_config(m, n, x.device, words_ok=fwd_module.wordable_rows(x))
+    assert cfg.kernel == "looped" and cfg.programs == m
     for w, off in ((rand(n, dtype=dtype, seed=41), 1.0), (None, 0.0)):
-        o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True)
+        o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
         v, rs, _ = norm64(x, w, epsilon=1e-6, weight_offset=off)
         assert_close(o.y, v, dtype, context="y")
         assert_close(o.rsigma, rs, torch.float32, context="rsigma")
-        again = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True)
+        again = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
         assert torch.equal(o.y, again.y) and torch.equal(o.rsigma, again.rsigma)
 
 
@@ -267,6 +269,62 @@ def test_async_forward_matches_float64(case):
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         assert m > 4 * sms, "the default takes the async kernel past decode sizes only"
     assert_forward_matches_float64(ASYNC[case], "async", seed=60)
+
+
+PDL = {  # (M, N), options of the chain's last call, the kernel the default launches
+    "1x8192-decode-slices": ((1, 8192), {}, "rows"),
+    "32x8192-fp8-row": ((32, 8192), {"dtype": torch.float8_e4m3fn}, "rows"),
+    "300x4096-residual": ((300, 4096), {"residual": True}, "rows"),
+    "4096x4096-async": ((4096, 4096), {}, "async"),
+    "8192x8192-async": ((8192, 8192), {}, "async"),
+    "8193x2048-two-pass": ((8193, 2048), {}, "looped"),
+    "64x40000-words": ((64, 40000), {}, "looped"),
+}
+
+
+def pdl_chain(x, w, r, kw, pdl: bool) -> list:
+    """Three forwards, each reading the one before's y (and residual_out), the last with kw's output dtype: every
+    output, rsigma included."""
+    outs, h = [], x
+    for step in range(3):
+        o = rmsnorm_fwd(h, w, epsilon=1e-6, residual=r, return_rsigma=True, enable_pdl=pdl,
+                        **(kw if step == 2 else {}))
+        outs += [t for t in o if t is not None]
+        h, r = o.y, o.residual_out
+    return outs
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(PDL))
+def test_pdl_chain_in_a_graph_matches_plain_launches(case):
+    """Forwards launched with PDL read what the kernel before them wrote: a copy into x (launched plainly), then each
+    forward the previous one's y, captured in one graph and replayed on new data; every output equals, bit for bit,
+    the same chain launched without PDL. A forward that read before its griddepcontrol.wait would see the previous
+    replay's values."""
+    if not fwd_module.pdl_supported(torch.device("cuda")):
+        pytest.skip("PDL needs compute capability >= 9 and Triton's launch_pdl")
+    (m, n), kw, kernel = PDL[case]
+    kw = dict(kw)
+    x, w = rand(m, n, seed=70), rand(n, seed=71)
+    r = rand(m, n, seed=72) if kw.pop("residual", False) else None
+    words = fwd_module.wordable_rows(x)
+    assert fwd_module.fwd_config(m, n, x.device, fused=r is not None, words_ok=words and r is None,
+                                 async_ok=True, cluster_ok=True).kernel == kernel
+    buf = torch.empty_like(x)
+    pdl_chain(x, w, r, kw, True)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        buf.copy_(x)
+        outs = pdl_chain(buf, w, r, kw, True)
+    for seed in (73, 74, 75):
+        x.copy_(rand(m, n, seed=seed))
+        g.replay()
+        expected = pdl_chain(x, w, r, kw, False)
+        torch.cuda.synchronize()
+        assert len(outs) == len(expected)
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
 
 
 @pytest.mark.requires_cuda

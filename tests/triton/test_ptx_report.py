@@ -185,3 +185,16 @@ def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, war
     assert r["async_sends"] == 1, r
     assert r["wide_loads"] >= 4, r  # x and the weight: 16-byte loads (fewer where masked)
     assert r["registers"] <= 64, r
+
+
+@pytest.mark.parametrize("kernel", ["rows", "looped", "async"])
+def test_pdl_forwards_wait_before_touching_global_memory(kernel):
+    """With enable_pdl the rows, looped and cp.async forwards are launched with the PDL attribute and wait for the
+    previous kernel (griddepcontrol.wait) before their first global load, store or async copy, the weight's
+    included; then trigger the next kernel's launch. Without it, none of the three."""
+    on, off = _compiled_json(
+        "import json, dataclasses; from programs.triton import ptx_report as p; "
+        f"print(json.dumps([dataclasses.asdict(p.pdl({kernel!r}, e)) for e in (True, False)]))"
+    )
+    assert on["launch_pdl"] and on["waits"] == 1 and on["triggers"] == 1 and on["wait_first"], on
+    assert not off["launch_pdl"] and off["waits"] == 0 and off["triggers"] == 0, off

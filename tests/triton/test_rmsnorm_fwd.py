@@ -8,7 +8,7 @@ import torch
 
 from programs.triton.checks import TritonRuleError
 from programs.triton import rmsnorm_fwd as fwd_mod
-from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd
+from programs.triton.rmsnorm_fwd import FwdConfig, pdl_supported, rmsnorm_fwd
 from ref64 import fp8_expected, norm64
 from tt_rmsnorm.accuracy import assert_close
 
@@ -174,6 +174,15 @@ BAD = {
     "offset_without_weight": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), weight_offset=1.0), "weight_offset.no_weight"),
     "residual_shape": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), residual=torch.ones(2, 5, device=DEV)), "residual.shape"),
 }
+
+
+def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
+    """enable_pdl=True on a CPU tensor (no griddepcontrol) is refused before any work; None (the default) runs."""
+    x = torch.ones(2, 8)
+    with pytest.raises(TritonRuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
+        rmsnorm_fwd(x, enable_pdl=True)
+    assert not pdl_supported(x.device)
+    assert torch.equal(rmsnorm_fwd(x, enable_pdl=False).y, rmsnorm_fwd(x).y)
 
 
 @pytest.mark.parametrize("case", list(BAD))
