@@ -260,13 +260,12 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
     print(f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs")
     if pdl:
         print("# ours forward launched with PDL (its default here): back-to-back calls overlap one's launch with the other's tail; copy and peers launch plainly")
-    tables = [("FORWARD (read x + write y)", fwd_rows, "ours")]
+    tables = [("FORWARD (read x + write y)", fwd_rows, "ours", True)]
     if pdl:
-        tables.append(("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl"))
-    tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours"))
-    for title, rows, ours in tables:
+        tables.append(("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl", False))
+    tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours", False))
+    for title, rows, ours, fp8_col in tables:
         print(f"\n## {title}")
-        fp8_col = title == tables[0][0]
         head = ["M x N", "copy GB/s", "ours us", "ours GB/s", "% of copy"] + [f"vs {p}" for p in names]
         if fp8_col:
             head.append("fp8-row us")

@@ -199,13 +199,8 @@ GLOBAL_ACCESS = re.compile(r"\b(ld|st|atom|red)\.global|\bcp\.async\.c[ag]")
 def pdl(kernel: str, enabled: bool = True) -> PdlReport:
     """The rows, looped or cp.async forward ("rows", "looped", "async") compiled as rmsnorm_fwd launches it with
     enable_pdl on (or off): a bf16 row of 4096-8192 columns with a weight."""
-    f = rmsnorm_fwd
-    source_type, flags = ASTSource, _fwd_flags(f.OUT_CAST)
-    if kernel == "rows":
-        fn, consts, sig = f._fwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=8192, SLICES=1, **flags), None
-    elif kernel == "looped":
-        fn, consts, sig = f._fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags), None
-    elif kernel == "async":
+    f, flags = rmsnorm_fwd, _fwd_flags(rmsnorm_fwd.OUT_CAST)
+    if kernel == "async":
         from triton.experimental.gluon._runtime import GluonASTSource
 
         from programs.triton import rmsnorm_async as ra
@@ -213,8 +208,11 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
         fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
         sig = _gluon_signature(fn)
     else:
-        raise ValueError(f"kernel must be 'rows', 'looped' or 'async', got {kernel!r}")
-    sig = sig or _fwd_signature(fn, False)
+        fn, consts = {
+            "rows": (f._fwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=8192, SLICES=1, **flags)),
+            "looped": (f._fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags)),
+        }[kernel]
+        sig, source_type = _fwd_signature(fn, False), ASTSource
     compiled = _compile(fn, sig, {**consts, "PDL": enabled}, 4, source_type=source_type, launch_pdl=enabled)
     lines = compiled.asm["ptx"].splitlines()
     waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]

@@ -23,6 +23,7 @@ if GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
 
@@ -71,10 +72,9 @@ if GLUON:
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                           EVEN_N: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
                           PDL: gl.constexpr = False):
-        if PDL:  # rmsnorm_fwd.dependent_launch, spelled out: a Gluon kernel cannot call a Triton jit function
-            gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
-                                      is_pure=False, pack=1)
+        if PDL:  # rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function)
+            gdc_wait()
+            gdc_launch_dependents()
         rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, LAYOUT))
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, LAYOUT))
         r64 = rows.to(gl.int64)[:, None]

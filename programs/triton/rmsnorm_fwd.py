@@ -1009,9 +1009,10 @@ def rmsnorm_fwd(
     hidden = n if hidden_size is None else int(hidden_size)
     if hidden < n:
         raise TritonRuleError("hidden_size.range", f"hidden_size must be >= the local width {n}", hidden_size, "hidden_size = the global hidden dim")
-    pdl = pdl_supported(x.device) if enable_pdl is None else bool(enable_pdl)
-    if pdl and not pdl_supported(x.device):
+    pdl = pdl_supported(x.device)
+    if enable_pdl and not pdl:
         raise TritonRuleError("enable_pdl.device", "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose launcher has launch_pdl", f"device {x.device}, Triton launch_pdl {_PDL}", "enable_pdl=None (on where supported) or False")
+    pdl = pdl if enable_pdl is None else bool(enable_pdl)
 
     x2 = as_rows(x)
     m = x2.shape[0]
