@@ -59,11 +59,12 @@ def stage_switch_bytes(world: int) -> int:
     """Per-rank payload from which the two-stage path runs, by world size (measured at 2 and 4 ranks)."""
     return TWO_STAGE_MIN_BYTES if world <= 2 else TWO_STAGE_MIN_BYTES_4PLUS
 # Stage 0 (one stage, rows pushed with their flags in the data): its receive buffers hold PUSH_MAX_TOKENS rows; it is
-# chosen up to PUSH_DISPATCH_TOKENS rows. Measured at H=8192 (ALLREDUCE_NOTES.md, runs 15-17): it beat stage 1 up to
-# T=16 and tied at T=32 (it moves twice the bytes) on 2xH200 (T=16: 6.4 against 7.2 us) and on 4xH200 (11.7 against
-# 13.1 us); 8 ranks are not measured.
+# chosen up to PUSH_DISPATCH_TOKENS rows. Measured at H=8192 (ALLREDUCE_NOTES.md, runs 15-17 and session 17): it beat
+# stage 1 up to T=16 on 2xH200 (6.4 against 7.2 us) and 4xH200 (11.7 against 13.1 us); at T=32 (twice the NVLink
+# bytes) it tied on 2xH200 (8.6 / 8.5), led on 4xH200 (16.0 / 16.4) and on 2xH100 (7.9-8.9 against 8.9-10.0 us, 4
+# runs); from T=64 stage 1 wins everywhere measured. 8 ranks are not measured.
 PUSH_MAX_TOKENS = 128
-PUSH_DISPATCH_TOKENS = 16
+PUSH_DISPATCH_TOKENS = 32
 # Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
 # programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
 # r % grid normalizes row r.
