@@ -1,13 +1,15 @@
 """The benchmark's timing rounds (programs/triton/benchmark.py), with the GPU timer replaced: what is reported is each
 contender's median over interleaved rounds, and a peer that cannot run a shape is n/a, not retried."""
 
+import torch
+
 from programs.triton import benchmark
 
 
 def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
     order, scripted = [], {"copy": [3.0, 1.0, 2.0], "ours": [5.0, 4.0, 9.0]}
 
-    def fake_graph_time(calls, reps):
+    def fake_graph_time(calls, reps, before=None):
         name = calls[0]()
         order.append(name)
         return scripted[name].pop(0)
@@ -22,7 +24,7 @@ def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
 def test_timed_rounds_moves_every_contender_between_rounds(monkeypatch):
     order = []
 
-    def fake_graph_time(calls, reps):
+    def fake_graph_time(calls, reps, before=None):
         order.append(calls[0]())
         return 1.0
 
@@ -45,7 +47,7 @@ def test_timed_rounds_moves_every_contender_between_rounds(monkeypatch):
 def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
     tried = []
 
-    def fake_graph_time(calls, reps):
+    def fake_graph_time(calls, reps, before=None):
         name = calls[0]()
         tried.append(name)
         if name == "liger":
@@ -60,20 +62,24 @@ def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
     assert tried.count("liger") == 1 and tried.count("ours") == 3
 
 
-def test_timed_rounds_settles_before_every_timing_without_recording_it(monkeypatch):
-    """With settle, the named contender's graph runs untimed before each timing, so no contender is timed right after
-    another's graph (a graph of PDL launches sped up the plain graph timed after it, NOTES.md v22); its own number is
-    still taken once a round like any other's."""
-    order, scripted = [], {"copy": [2.0, 2.0], "ours": [5.0, 4.0], "quack": [6.0, 7.0]}
+def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
+    """Every contender's timing gets the same `before` hook (the launch-state pin, NOTES.md v23), once a round each,
+    and the hook changes no contender's number."""
+    seen = []
 
-    def fake_graph_time(calls, reps):
-        name = calls[0]()
-        order.append((name, reps))
-        return scripted[name].pop(0) if reps != 1 else -1.0
+    def fake_graph_time(calls, reps, before=None):
+        seen.append((calls[0](), before))
+        return {"copy": 2.0, "ours": 4.0}[calls[0]()]
 
     monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
-    runs = {k: (lambda i, k=k: (lambda: k)) for k in ("copy", "ours", "quack")}
-    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional=set(), settle="copy")
-    assert t == {"copy": 2.0, "ours": 4.5, "quack": 6.5}
-    timed = [i for i, (_, reps) in enumerate(order) if reps == 15]
-    assert len(timed) == 6 and all(order[i - 1] == ("copy", 1) for i in timed)
+    hook = lambda: None  # noqa: E731
+    runs = {k: (lambda i, k=k: (lambda: k)) for k in ("copy", "ours")}
+    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set(), before=hook)
+    assert t == {"copy": 2.0, "ours": 4.0}
+    assert len(seen) == 6 and all(b is hook for _, b in seen)
+    assert sorted(name for name, _ in seen) == ["copy"] * 3 + ["ours"] * 3
+
+
+def test_no_launch_state_pin_without_pdl():
+    """Off Hopper (here: the CPU) there is no PDL launch to pin the state with, so the tables time without a hook."""
+    assert benchmark.pin_launch_state(torch.device("cpu")) is None
