@@ -52,6 +52,11 @@ class Report:
     async_copies: int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
 
 
+# cp.async.cg / .ca (not .commit_group / .wait_group): a 4-16 byte copy from global into shared memory, what
+# Report.async_copies counts and one of the global accesses PdlReport.wait_first orders
+ASYNC_COPY = re.compile(r"\bcp\.async\.c[ag]\b")
+
+
 def ptxas() -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
@@ -96,7 +101,7 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   sum("fence." in ln or "membar." in ln for ln in lines),
                   sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines),
                   sum("st.async" in ln for ln in lines),
-                  sum(re.search(r"cp\.async\.c[ag]\.shared\.global", ln) is not None for ln in lines))
+                  sum(ASYNC_COPY.search(ln) is not None for ln in lines))
 
 
 def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
@@ -193,7 +198,7 @@ class PdlReport:
 
 
 # PTX that touches global memory: what must not run before the previous kernel's writes are visible
-GLOBAL_ACCESS = re.compile(r"\b(ld|st|atom|red)\.global|\bcp\.async\.c[ag]")
+GLOBAL_ACCESS = re.compile(rf"\b(ld|st|atom|red)\.global|{ASYNC_COPY.pattern}")
 
 
 def pdl(kernel: str, enabled: bool = True) -> PdlReport:
