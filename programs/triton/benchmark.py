@@ -547,6 +547,7 @@ def _dist_worker(rank: int, world: int, port: int, reps: int) -> None:
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=dev)
     hidden = 8192
     hl = hidden // world
+    pin = pin_launch_state(dev)  # as the single-GPU tables: every timing starts in one launch state
     rows = []
     for t_rows in (32, 2048, 32768):
         g = torch.Generator(device=dev).manual_seed(rank)
@@ -583,7 +584,7 @@ def _dist_worker(rank: int, world: int, port: int, reps: int) -> None:
         for name, make in methods.items():
             dist.barrier()
             torch.cuda.synchronize()
-            res[name] = graph_time(rotating(make, sets, calls), reps)
+            res[name] = graph_time(rotating(make, sets, calls), reps, before=pin)
         # the slowest rank decides
         tt = torch.tensor([res[k] for k in methods], device=dev)
         dist.all_reduce(tt, op=dist.ReduceOp.MAX)

@@ -1,6 +1,8 @@
 """The benchmark's timing rounds (programs/triton/benchmark.py), with the GPU timer replaced: what is reported is each
 contender's median over interleaved rounds, and a peer that cannot run a shape is n/a, not retried."""
 
+import contextlib
+
 import torch
 
 from programs.triton import benchmark
@@ -83,3 +85,83 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
 def test_no_launch_state_pin_without_pdl():
     """Off Hopper (here: the CPU) there is no PDL launch to pin the state with, so the tables time without a hook."""
     assert benchmark.pin_launch_state(torch.device("cpu")) is None
+
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda for bench_allreduce.graph_time_us to run on the CPU. The log names each graph by
+    what was captured into it ("reset" / "fn"), and its replays as "replay <name>"."""
+
+    def __init__(self, log):
+        self.log = log
+        fake = self
+
+        class Graph:
+            name = None
+
+            def replay(self):
+                fake.log.append(f"replay {self.name}")
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                fake.log.append("timer")
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return 1.0
+
+        self.CUDAGraph, self.Event = Graph, Event
+
+    def Stream(self):
+        return self
+
+    def wait_stream(self, other):
+        pass
+
+    def current_stream(self):
+        return self
+
+    def synchronize(self):
+        pass
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        yield
+
+    @contextlib.contextmanager
+    def graph(self, g):
+        start = len(self.log)
+        yield
+        g.name = self.log[start] if len(self.log) > start else "empty"
+        del self.log[start:]  # captured work is not run
+
+
+def test_allreduce_bench_pins_once_and_resets_by_graph(monkeypatch):
+    """bench_allreduce re-copies the in-place NCCL input before each replay. Eager, that copy is a plain launch that
+    would put every replay after the first in the slow launch state (NOTES.md v23); as a graph replay it moves no
+    state, so one pin before the replays holds for all of them, and no rank waits on a per-replay sync."""
+    from programs.triton import bench_allreduce
+
+    log = []
+    monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
+    us = bench_allreduce.graph_time_us(lambda: log.append("fn"), lambda: log.append("reset"), calls=4, reps=3,
+                                       pin=lambda: log.append("pin"))
+    assert us == 1000.0 / 4
+    assert log[:6] == ["reset", "fn"] * 3  # warm-up, eager, before the capture
+    assert log[6:] == ["pin"] + ["replay reset", "timer", "replay fn", "timer"] * 3
+
+
+def test_allreduce_bench_without_reset_captures_no_empty_graph(monkeypatch):
+    """Methods that work out of place pass no reset: then no reset graph is captured or replayed (an empty capture
+    is an error-prone no-op in torch), and the pin still precedes the timed replays."""
+    from programs.triton import bench_allreduce
+
+    log = []
+    monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
+    bench_allreduce.graph_time_us(lambda: log.append("fn"), None, calls=2, reps=2, pin=lambda: log.append("pin"))
+    assert log == ["fn"] * 3 + ["pin"] + ["timer", "replay fn", "timer"] * 2
