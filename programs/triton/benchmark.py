@@ -9,8 +9,9 @@
 
 Method (device/METHOD.md): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
 total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
-time per call = median replay time / calls per graph. The single-GPU tables time every contender once a round, in
-3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours launches with PDL
+time per call = median replay time / calls per graph. The single-GPU tables run every contender once, untimed (all
+compiles done before any timing: a torch.compile run made every later contender faster, NOTES.md v24), then time
+each once a round, in 3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours launches with PDL
 (Hopper: back-to-back calls overlap) a second forward table gives ours launched plainly, as the peers are, and every
 timing starts in one launch state: on H100, graph replays ran 0.3 us a kernel faster (1 x 8192 copy 1.34 against
 1.70 us, same bits) when the last eager launches on the stream had included a PDL launch than after several plain
@@ -159,8 +160,19 @@ def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: i
     (peers) are None where they cannot run. Timed once each in a fixed order, a contender's number at 4096 x 4096
     moved by up to 3% between runs, more than the gaps measured, and with what ran before it (H100, NOTES.md v20):
     so the first round keeps the order given and each later one is shuffled (a fixed seed a round: the same orders
-    every run), which moves every contender's place and predecessor. before: graph_time's hook, for every timing."""
+    every run), which moves every contender's place and predecessor. before: graph_time's hook, for every timing.
+    Every contender first runs once, untimed, so that all compiles happen before any timing: a torch.compile run
+    made every later contender ~1 us faster at 4096 x 4096 on H100 (NOTES.md v24), and compiled during the first
+    round it split that round into contenders timed before and after it."""
     times: dict[str, list[float] | None] = {k: [] for k in runs}
+    for name, make in runs.items():
+        warm = lambda make=make: (make(0)(), True)[1]  # noqa: E731
+        if name not in optional:
+            warm()
+        elif try_time(name, warm) is None:
+            times[name] = None
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     for r in range(rounds):
         names = list(runs)
         if r:

@@ -165,3 +165,40 @@ def test_allreduce_bench_without_reset_captures_no_empty_graph(monkeypatch):
     monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
     bench_allreduce.graph_time_us(lambda: log.append("fn"), None, calls=2, reps=2, pin=lambda: log.append("pin"))
     assert log == ["fn"] * 3 + ["pin"] + ["timer", "replay fn", "timer"] * 2
+
+
+def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
+    """Compiles (torch.compile's, the peers' JIT) all happen before the first timing: a torch.compile run moved every
+    later contender's time (NOTES.md v24), so none may be timed before another's first call. A peer whose first call
+    fails is n/a without being timed; a failing contender of ours is an error."""
+    events = []
+
+    def fake_graph_time(calls, reps, before=None):
+        events.append(("time",))
+        calls[0]()
+        return 1.0
+
+    def call(name):
+        def run():
+            events.append(("call", name))
+            if name == "liger":
+                raise RuntimeError("n = 262144 exceeds the recommended Triton blocksize")
+            return name
+        return lambda i: run
+
+    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
+    monkeypatch.setattr(benchmark.torch.cuda, "synchronize", lambda: None)
+    runs = {k: call(k) for k in ("copy", "ours", "compile", "liger")}
+    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional={"compile", "liger"})
+    assert t == {"copy": 1.0, "ours": 1.0, "compile": 1.0, "liger": None}
+    first_timing = next(i for i, e in enumerate(events) if e[0] == "time")
+    assert events[:first_timing] == [("call", k) for k in ("copy", "ours", "compile", "liger")]
+    assert ("call", "liger") not in events[first_timing:]  # n/a after its warm-up call, never timed
+
+    runs["ours"] = call("liger")  # a failure of a contender that is not optional is raised, not reported as n/a
+    try:
+        benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=1, optional={"compile", "liger"})
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("a failing non-optional contender must raise")
