@@ -11,12 +11,12 @@ Method (device/METHOD.md): every timed call is captured in a CUDA graph of many 
 total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
 time per call = median replay time / calls per graph. The single-GPU tables run every contender once, untimed (all
 compiles done before any timing: a torch.compile run made every later contender faster, NOTES.md v24), then time
-each once a round, in 3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours launches with PDL
-(Hopper: back-to-back calls overlap) a second forward table gives ours launched plainly, as the peers are, and every
-timing starts in one launch state: on H100, graph replays ran 0.3 us a kernel faster (1 x 8192 copy 1.34 against
-1.70 us, same bits) when the last eager launches on the stream had included a PDL launch than after several plain
-ones, so each contender's number hung on its predecessor's launches (NOTES.md v22-v23); a tiny eager PDL launch
-right before the timed replays (`pin_launch_state`) gives every contender the faster state.
+each once a round, in 3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours
+launches with PDL (Hopper: back-to-back calls overlap) a second forward table gives ours launched plainly, as the
+peers are, and every timing starts in one launch state: on H100, graph replays ran 0.3 us a kernel faster (1 x 8192
+copy 1.34 against 1.70 us, same bits) when the last eager launches on the stream had included a PDL launch than
+after several plain ones, so each contender's number hung on its predecessor's launches (NOTES.md v22-v23); a tiny
+eager PDL launch right before the timed replays (`pin_launch_state`) gives every contender the faster state.
 GB/s counts the fewest bytes: forward reads x and writes y; backward reads x and dy and writes dx. `copy` is the
 faster of dst.copy_(x) (same shape) and a flat copy of the same bytes per call, timed the same way.
 Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
