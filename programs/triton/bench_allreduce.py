@@ -34,7 +34,7 @@ except ImportError:  # the GPU hosts' image has no loguru
     logger = logging.getLogger("bench_allreduce")
 
 from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, PUSH_PROGRAMS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
-from programs.triton.benchmark import pin_launch_state  # noqa: E402
+from programs.triton.benchmark import on_capture_stream, pin_launch_state  # noqa: E402
 from programs.triton.rmsnorm_fwd import rmsnorm_fwd  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
@@ -59,19 +59,18 @@ def graph_time_us(fn, reset, calls, reps, pin=None) -> float:
     reset (None: none): run untimed before each replay, as a graph of its own. On H100 graph replays ran ~0.3 µs a
     kernel slower after plain eager launches than after a PDL one, and graph replays did not move that state
     (NOTES.md v23): with no eager launch between them, one pin (benchmark.pin_launch_state) holds for every replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    with on_capture_stream():
         for _ in range(3):
             if reset is not None:
                 reset()
             fn()
-    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    reset_graph, graph = torch.cuda.CUDAGraph() if reset is not None else None, torch.cuda.CUDAGraph()
-    if reset_graph is not None:
+    reset_graph = None
+    if reset is not None:
+        reset_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(reset_graph):
             reset()
+    graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()

@@ -165,11 +165,15 @@ def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: i
     made every later contender ~1 us faster at 4096 x 4096 on H100 (NOTES.md v24), and compiled during the first
     round it split that round into contenders timed before and after it."""
     times: dict[str, list[float] | None] = {k: [] for k in runs}
+
+    def first_call(make) -> bool:
+        make(0)()
+        return True  # try_time's None means it failed
+
     for name, make in runs.items():
-        warm = lambda make=make: (make(0)(), True)[1]  # noqa: E731
         if name not in optional:
-            warm()
-        elif try_time(name, warm) is None:
+            first_call(make)
+        elif try_time(name, lambda: first_call(make)) is None:
             times[name] = None
     if torch.cuda.is_available():
         torch.cuda.synchronize()

@@ -117,21 +117,8 @@ class _FakeCuda:
 
         self.CUDAGraph, self.Event = Graph, Event
 
-    def Stream(self):
-        return self
-
-    def wait_stream(self, other):
-        pass
-
-    def current_stream(self):
-        return self
-
     def synchronize(self):
         pass
-
-    @contextlib.contextmanager
-    def stream(self, s):
-        yield
 
     @contextlib.contextmanager
     def graph(self, g):
@@ -141,14 +128,21 @@ class _FakeCuda:
         del self.log[start:]  # captured work is not run
 
 
+def _fake_gpu(monkeypatch, log):
+    """bench_allreduce with torch.cuda faked and its warm-up's stream hand-off a plain block."""
+    from programs.triton import bench_allreduce
+
+    monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
+    monkeypatch.setattr(bench_allreduce, "on_capture_stream", contextlib.nullcontext)
+    return bench_allreduce
+
+
 def test_allreduce_bench_pins_once_and_resets_by_graph(monkeypatch):
     """bench_allreduce re-copies the in-place NCCL input before each replay. Eager, that copy is a plain launch that
     would put every replay after the first in the slow launch state (NOTES.md v23); as a graph replay it moves no
     state, so one pin before the replays holds for all of them, and no rank waits on a per-replay sync."""
-    from programs.triton import bench_allreduce
-
     log = []
-    monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
+    bench_allreduce = _fake_gpu(monkeypatch, log)
     us = bench_allreduce.graph_time_us(lambda: log.append("fn"), lambda: log.append("reset"), calls=4, reps=3,
                                        pin=lambda: log.append("pin"))
     assert us == 1000.0 / 4
@@ -159,10 +153,8 @@ def test_allreduce_bench_pins_once_and_resets_by_graph(monkeypatch):
 def test_allreduce_bench_without_reset_captures_no_empty_graph(monkeypatch):
     """Methods that work out of place pass no reset: then no reset graph is captured or replayed (an empty capture
     is an error-prone no-op in torch), and the pin still precedes the timed replays."""
-    from programs.triton import bench_allreduce
-
     log = []
-    monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
+    bench_allreduce = _fake_gpu(monkeypatch, log)
     bench_allreduce.graph_time_us(lambda: log.append("fn"), None, calls=2, reps=2, pin=lambda: log.append("pin"))
     assert log == ["fn"] * 3 + ["pin"] + ["timer", "replay fn", "timer"] * 2
 
