@@ -35,6 +35,9 @@ def _describe(dtype: torch.dtype) -> FP8Format:
 
 FP8_FORMATS = {dt: _describe(dt) for dt in (torch.float8_e4m3fn, torch.float8_e5m2)}
 SCALE_MODES = ("row", "tensor")
+# what a forward kernel writes (its OUT_MODE): the cast output, FP8 with per-row scales from the row max, FP8 with one
+# given scale, or only each row's max|y| (the first pass of a dynamic tensor scale)
+OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
 
 def is_fp8(dtype) -> bool:

@@ -1,7 +1,8 @@
 """RMSNorm forward over a thread-block cluster (Gluon, Hopper and later): one row a cluster of K CTAs, each holding
 N / K columns of it in registers, so x crosses DRAM once and no partial sum goes through global memory.
 
-    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg)
+    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg,
+                           busy, out_mode, sc, scale_in, scale_ub, fp8_max)
 
 The K partial sums of squares meet in distributed shared memory: Triton 3.6 cannot reduce across the CTAs of a cluster
 (its ReduceOp lowering asserts a reduction within a CTA), so the exchange is inline PTX, QuACK's way: every CTA's
@@ -16,6 +17,9 @@ loads, reduces and stores only its own piece; the exchange takes the [K] vector 
 What is needed only after the exchange waits in shared memory (the bias, and the weight; at 64 elements a thread
 x itself, the weight then loaded during the exchange) and x stays 16-bit, so that a CTA of 64 elements a thread fits
 64 registers and 4 CTAs share an SM (N = 262144).
+FP8 output (x normalized as given: no residual or distributed stats): with one given scale, or with a scale a row
+(MAX's allreduce_rmsnorm_fp8 rule, fp8.py), whose row max rides the same exchange: each CTA sends its max|x*w| beside
+its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from programs.triton.checks import TritonRuleError
+from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW
 
 try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental import gluon
@@ -61,43 +66,58 @@ def cluster_size(n: int, chunk: int) -> int:
     return k
 
 
-def arrive_asm(k: int) -> str:
-    """PTX at the kernel's start: the mbarrier and the K value slots, declared at function scope (the exchange's
-    asm names them). Thread 0 initializes the mbarrier, arrives on it at once expecting 4 * K bytes (phase 0 then
-    completes when the K partials have landed) and fences the init for the cluster; every thread arrives on the
-    cluster barrier (relaxed), which the exchange waits on before it writes into a peer: a peer's mbarrier must be
-    initialized, and the CTA started, first."""
+def arrive_asm(k: int, values: int = 1) -> str:
+    """PTX at the kernel's start: the mbarrier and the K value slots (`values` floats a CTA), declared at function
+    scope (the exchange's asm names them). Thread 0 initializes the mbarrier, arrives on it at once expecting
+    4 * values * K bytes (phase 0 then completes when the K partials have landed) and fences the init for the cluster;
+    every thread arrives on the cluster barrier (relaxed), which the exchange waits on before it writes into a peer: a
+    peer's mbarrier must be initialized, and the CTA started, first."""
     return "\n".join([
-        ".shared .align 8 .b64 rmsc_bar;", f".shared .align 16 .f32 rmsc_val[{k}];",
+        ".shared .align 8 .b64 rmsc_bar;", f".shared .align 16 .f32 rmsc_val[{values * k}];",
         "{", ".reg .pred p;", ".reg .b32 t, a;",
         "mov.u32 t, %tid.x;", "setp.eq.u32 p, t, 0;", "mov.u32 a, rmsc_bar;",
         "@p mbarrier.init.shared::cta.b64 [a], 1;",
-        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], {4 * k};",
+        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], {4 * values * k};",
         "@p fence.mbarrier_init.release.cluster;",
         "}", "barrier.cluster.arrive.relaxed.aligned;", "mov.u32 $0, $1;",
     ])
 
 
-def exchange_asm(k: int) -> str:
-    """PTX of the exchange: $1 this CTA's partial, $0 the row's sum (slots summed in rank order). The wait loop's
-    exit is voted by the whole warp: ptxas treats a loop over one shared address as uniform (its registers then
-    too), and a warp that split there read a clobbered base address (seen with polled slots, NOTES.md v19)."""
+def exchange_asm(k: int, with_max: bool = False) -> str:
+    """PTX of the exchange: $1 this CTA's partial, $0 the row's sum (slots summed in rank order). with_max: the CTA
+    also sends $3 (its max|x*w|, the FP8 row max before rs) beside $2, in one 8-byte st.async; $0 is the sum and $1
+    the max of the K maxima. The wait loop's exit is voted by the whole warp: ptxas treats a loop over one shared
+    address as uniform (its registers then too), and a warp that split there read a clobbered base address (seen
+    with polled slots, NOTES.md v19)."""
+    vals = 2 if with_max else 1
+    send = "{bits, mbits}" if with_max else "bits"
     lines = [
-        "{", ".reg .pred p, q;", ".reg .b32 base, bar, me, tid, la, ra, rb, bits;", f".reg .f32 v<{k}>;",
+        "{", ".reg .pred p, q;", ".reg .b32 base, bar, me, tid, la, ra, rb, bits, mbits;",
+        f".reg .f32 v<{vals * k}>;",
         "mov.u32 base, rmsc_val;", "mov.u32 bar, rmsc_bar;", "mov.u32 me, %cluster_ctarank;", "mov.u32 tid, %tid.x;",
-        f"setp.lt.u32 p, tid, {k};", "mad.lo.u32 la, me, 4, base;", "mov.b32 bits, $1;",
+        f"setp.lt.u32 p, tid, {k};", f"mad.lo.u32 la, me, {4 * vals}, base;",
+        f"mov.b32 bits, ${2 if with_max else 1};",
+    ]
+    if with_max:
+        lines.append("mov.b32 mbits, $3;")
+    lines += [
         "barrier.cluster.wait.acquire.aligned;",
         "@p mapa.shared::cluster.u32 ra, la, tid;", "@p mapa.shared::cluster.u32 rb, bar, tid;",
-        "@p st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [ra], bits, [rb];",
+        f"@p st.async.shared::cluster.mbarrier::complete_tx::bytes{'.v2' if with_max else ''}.b32 [ra], {send}, [rb];",
         "wait_${:uid}:", "mbarrier.try_wait.parity.shared::cta.b64 q, [bar], 0;",
         "vote.sync.all.pred q, q, 0xffffffff;", "@!q bra.uni wait_${:uid};",
     ]
-    for j in range(0, k, 4):
-        if k - j >= 4:
+    n = vals * k
+    for j in range(0, n, 4):
+        if n - j >= 4:
             lines.append(f"ld.shared.v4.f32 {{v{j}, v{j + 1}, v{j + 2}, v{j + 3}}}, [base+{4 * j}];")
         else:
-            lines += [f"ld.shared.f32 v{i}, [base+{4 * i}];" for i in range(j, k)]
-    lines += [f"add.f32 v0, v0, v{j};" for j in range(1, k)]
+            lines += [f"ld.shared.f32 v{i}, [base+{4 * i}];" for i in range(j, n)]
+    # slot j of rank r is v[vals * r + j]: the sums in rank order, the maxima in any order (max is exact)
+    lines += [f"add.f32 v0, v0, v{vals * r};" for r in range(1, k)]
+    if with_max:
+        lines += [f"max.f32 v1, v1, v{vals * r + 1};" for r in range(1, k)]
+        lines += ["mov.f32 $1, v1;"]
     lines += ["mov.f32 $0, v0;", "}"]
     return "\n".join(lines)
 
@@ -135,10 +155,14 @@ if GLUON:
         return s
 
     @gluon.jit
-    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, N, inv_n, eps, w_off,
+    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off, scale_ub, fp8_max,
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
-                            EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr):
+                            EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
+                            OUT_MODE: gl.constexpr = 0):
+        # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both take the row
+        # max, exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
+        NEED_MAX: gl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
         row = gl.program_id(0).to(gl.int64)  # the cluster's index: one row a cluster
         kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
         gl.inline_asm_elementwise(ARRIVE, "=r,r", [kk], dtype=gl.int32, is_pure=False, pack=1)
@@ -167,51 +191,84 @@ if GLUON:
             xsm.store(xs)
             if HAS_W:
                 wr = _piece(W, offs, ok)
-        ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
+        if NEED_MAX:
+            xw = x
+            if IDENT:  # from an opaque copy of the 16-bit x, converted again: x as fp32 then dies with the sum
+                # instead of being held beside the weight (32 elements a thread: 96 registers against 64)
+                xw = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
+                xw = xw.to(gl.float32)
+            if HAS_W:  # from global memory (L2): a load from ws would be merged with the one after the exchange
+                xw = xw * (_piece(W, offs, ok).to(gl.float32) + w_off)
+            ss, mx = gl.inline_asm_elementwise(EXCHANGE, "=f,=f,f,f", [part, gl.max(gl.abs(xw), axis=1)],
+                                               dtype=(gl.float32, gl.float32), is_pure=False, pack=1)
+        else:
+            ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
-        if X_STAGED:
-            xs = xsm.load(LAYOUT)
-        elif IDENT:
-            # an opaque copy of the 16-bit x, ordered after the exchange: converting xs again would otherwise be
-            # merged with the conversion above, and x held as fp32 across the exchange
-            xs = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
-        v = xs.to(gl.float32) * rs[:, None]
-        if HAS_W:
-            if X_STAGED:
-                wv = wr
-            else:
-                wv = ws.load(LAYOUT)
-            v = v * (wv.to(gl.float32) + w_off)
-        if HAS_B:
-            v = v + bs.load(LAYOUT).to(gl.float32)
-        gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
+        first = kk == 0  # one CTA of the cluster writes the row's values
         if STORE_RSIG:
-            gl.store(RSIG + row + kk * 0, rs, mask=kk == 0)
+            gl.store(RSIG + row + kk * 0, rs, mask=first)
+        if OUT_MODE == 3:
+            gl.store(SC + row + kk * 0, mx * rs, mask=first)
+        else:
+            if X_STAGED:
+                xs = xsm.load(LAYOUT)
+            elif IDENT:
+                # an opaque copy of the 16-bit x, ordered after the exchange: converting xs again would otherwise be
+                # merged with the conversion above, and x held as fp32 across the exchange
+                xs = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
+            if OUT_MODE == 1:
+                scale = gl.minimum(mx * rs, scale_ub) / fp8_max
+                gl.store(SC + row + kk * 0, scale, mask=first)
+            elif OUT_MODE == 2:
+                scale = gl.load(SCALE_IN + kk * 0)
+            v = xs.to(gl.float32) * rs[:, None]
+            if HAS_W:
+                if X_STAGED:
+                    wv = wr
+                else:
+                    wv = ws.load(LAYOUT)
+                v = v * (wv.to(gl.float32) + w_off)
+            if HAS_B:
+                v = v + bs.load(LAYOUT).to(gl.float32)
+            if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a
+                # scale bound by scale_ub leaves |v| above the format's range)
+                v = v * gl.where(scale == 0.0, 0.0, 1.0 / scale)[:, None]
+                v = gl.minimum(gl.maximum(v, -fp8_max), fp8_max)
+            gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
 
 
-def x_staged(chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True) -> bool:
+def row_max(out_mode: int) -> bool:
+    """Whether the output needs the row max (FP8 row scales, or the row max alone): exchanged beside the sum."""
+    return out_mode in (OUT_FP8_ROW, OUT_AMAX)
+
+
+def x_staged(chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True, out_mode: int = OUT_CAST) -> bool:
     """Whether x waits in shared memory through the exchange while the weight is loaded: at 64 elements a thread,
     with a weight of at most 16 bits (an fp32 weight in registers would take all 64 of them), no bias, and busy: at
     least two CTAs for every SM, so that others run while one waits (H100, NOTES.md v20, us, against the weight and
     bias staged: 1024 x 262144 with a bias 435.2 against 425.4; 8 x 262144, 128 CTAs, 6.58 against 6.24; 64 x
-    262144 27.3 against 27.7)."""
-    return chunk // (32 * num_warps) > 32 and w_size <= 2 and b_size == 0 and busy
+    262144 27.3 against 27.7). Not where the row max is taken: max|x*w| needs the weight beside x before the
+    exchange, so the weight waits in shared memory and x in registers."""
+    return chunk // (32 * num_warps) > 32 and w_size <= 2 and b_size == 0 and busy and not row_max(out_mode)
 
 
-def shared_bytes(chunk: int, num_warps: int, x_size: int, w_size: int, b_size: int, busy: bool = True) -> int:
+def shared_bytes(chunk: int, num_warps: int, x_size: int, w_size: int, b_size: int, busy: bool = True,
+                 out_mode: int = OUT_CAST) -> int:
     """A CTA's staging buffers: the bias, and x or the weight (x_staged), element sizes in bytes (0: absent)."""
-    staged = x_size if x_staged(chunk, num_warps, w_size, b_size, busy) else w_size
+    staged = x_size if x_staged(chunk, num_warps, w_size, b_size, busy, out_mode) else w_size
     return chunk * (staged + b_size)
 
 
 def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, store_rsigma: bool,
-              x_size: int = 2, busy: bool = True) -> dict:
+              x_size: int = 2, busy: bool = True, out_mode: int = OUT_CAST) -> dict:
     """The kernel's constexpr arguments for a row of n in chunk-column pieces; x, weight and bias element sizes in
-    bytes (0: no weight or bias), busy as x_staged takes it; as launched and as ptx_report compiles it."""
-    k = cluster_size(n, chunk)
-    return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k), ARRIVE=arrive_asm(k),
-                EXCHANGE=exchange_asm(k), IDENT=x_size == 2, X_STAGED=x_staged(chunk, num_warps, w_size, b_size, busy),
-                EVEN=k * chunk == n, HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma)
+    bytes (0: no weight or bias), busy as x_staged takes it, out_mode as fp8.OUT_*; as launched and as ptx_report
+    compiles it."""
+    k, with_max = cluster_size(n, chunk), row_max(out_mode)
+    return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k),
+                ARRIVE=arrive_asm(k, 2 if with_max else 1), EXCHANGE=exchange_asm(k, with_max), IDENT=x_size == 2,
+                X_STAGED=x_staged(chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
+                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode)
 
 
 def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
@@ -237,16 +294,19 @@ def element_size(t) -> int:
 
 
 def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
-           weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0, busy: bool = True) -> None:
+           weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0, busy: bool = True,
+           out_mode: int = OUT_CAST, sc=None, scale_in=None, scale_ub: float = 3.0e38, fp8_max: float = 1.0) -> None:
     """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each, at most maxnreg
-    registers a thread (0: ptxas decides); busy: at least two CTAs for every SM (x_staged). rmsnorm_fwd validates
-    the inputs, and the launch shape by check, before any device work."""
-    consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None, x2.element_size(), busy)
+    registers a thread (0: ptxas decides); busy: at least two CTAs for every SM (x_staged). out_mode (fp8.OUT_*) with
+    sc (float32 [M]: the row scales, or the row maxima), scale_in (the one given scale), scale_ub and fp8_max as
+    rmsnorm_fwd takes them. rmsnorm_fwd validates the inputs, and the launch shape by check, before any device work."""
+    consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None,
+                       x2.element_size(), busy, out_mode)
     cap = {"maxnreg": maxnreg} if maxnreg else {}
     dummy = x2
     _fwd_cluster_kernel[(x2.shape[0],)](
         x2, x2.stride(0), y2, y2.stride(0),
-        weight if weight is not None else dummy, bias if bias is not None else dummy,
-        rsigma if rsigma is not None else dummy, n, inv_n, eps, float(weight_offset),
+        *(t if t is not None else dummy for t in (weight, bias, rsigma, sc, scale_in)),
+        n, inv_n, eps, float(weight_offset), float(scale_ub), float(fp8_max),
         **consts, num_warps=num_warps, num_ctas=consts["K"], **cap,
     )

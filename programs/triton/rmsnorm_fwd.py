@@ -33,8 +33,9 @@ row as 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its o
 `_fwd_split_kernel` cuts rows past WIDE_CHUNK_N over co-resident programs that exchange their partial sums
 (split_publish / split_reduce), so x crosses DRAM once; `_fwd_split_words_kernel` is its form for plain 16-bit rows held
 as 32-bit words, with a fourth stage from 32 chunks a row (split_words_fit, FwdConfig.words and stages).
-Where thread-block clusters run (Hopper, Gluon), the plain forward of power-of-two rows of 32768-262144 columns takes
-rmsnorm_cluster.py's kernel instead: a row a cluster of up to 16 CTAs, the partials met in distributed shared memory.
+Where thread-block clusters run (Hopper, Gluon), the forward of x as given (no residual or distributed stats) over
+power-of-two rows of 32768-262144 columns takes rmsnorm_cluster.py's kernel instead, into a float or FP8 output (a row
+max without a bias): a row a cluster of up to 16 CTAs, the partials (and row maxima) met in distributed shared memory.
 Where cp.async runs from Gluon, plain 16-bit rows of 4096 and 8192 columns past decode sizes take rmsnorm_async.py's
 kernel: whole rows a CTA with x moved into shared memory by cp.async, so its bytes in flight hold no registers.
 """
@@ -51,6 +52,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from programs.triton import fp8 as fp8mod
+from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.checks import (
     TritonRuleError,
@@ -87,8 +89,6 @@ SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 CLUSTER_N, CLUSTER_CHUNK, CLUSTER_WARPS, CLUSTER_MAXNREG = (32768, 262144), 4096, 8, 64
 # cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes
 ASYNC_N = (4096, 8192)
-
-OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC, OUT_AMAX = 0, 1, 2, 3
 
 
 class RMSNormOutput(NamedTuple):
@@ -145,17 +145,17 @@ def split_default(device) -> FwdConfig:
 
 def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False,
                words_ok: bool = False, split_words_ok: bool = False, cluster_ok: bool = False,
-               async_ok: bool = False) -> FwdConfig:
+               async_ok: bool = False, row_max: bool = False) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
     as 32-bit words (wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats).
     split_words_ok: the split kernel may hold x, y and the weight as words (split_words_fit). cluster_ok: the cluster
-    kernel can run here (rmsnorm_cluster.supported); async_ok: the cp.async rows kernel can run here and copy x
-    (rmsnorm_async.supported and aligned)."""
+    kernel can serve the call here (rmsnorm_cluster.supported; x normalized as given, into a float or FP8 output, and
+    no bias beside a row max); async_ok: the cp.async rows kernel can run here and copy x (rmsnorm_async.supported
+    and aligned). row_max: FP8 row scales (each row's max|y| taken)."""
     sms = sm_count(device)
-    if (cluster_ok and not fused and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0
-            and (n < CLUSTER_N[1] or words_ok)):
+    if cluster_ok and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0 and (n < CLUSTER_N[1] or words_ok):
         # a row a cluster of up to 16 CTAs, 32 elements a thread (H100, NOTES.md v19, us, against the launch this
         # function gave before in the same run; copy of the same bytes in brackets): 2048 x 65536 179.5 against 190.1
         # [179.2], 64 x 65536 7.53 against 8.79 [7.86], 512 x 65536 46.5 against 50.6, 4096 x 32768 178.7 against
@@ -166,9 +166,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # registers so that 4 CTAs share an SM (rmsnorm_cluster stages what waits for the exchange in shared memory):
         # 1024 x 262144 360.5 against the split kernel's 375 and QuACK's 360.3, 512 x 262144 182.5 against 189.9
         # (v20).
+        # FP8 output (NOTES.md v25): x read once where the looped kernel read it twice. A row max needs the weight
+        # beside x before the exchange: at 64 elements a thread that spills under the cap (ptxas: 316 bytes), so FP8
+        # row scales leave the registers uncapped (H100, FP8 row scales, us: 1024 x 262144 310.7 uncapped, 577.3
+        # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7).
         chunk = max(CLUSTER_CHUNK, n // rmsnorm_cluster.MAX_CLUSTER)
         warps = min(CLUSTER_WARPS, chunk // 1024)
-        return FwdConfig("cluster", warps, chunk=chunk, maxnreg=CLUSTER_MAXNREG if chunk > 1024 * warps else 0)
+        capped = chunk > 1024 * warps and not row_max
+        return FwdConfig("cluster", warps, chunk=chunk, maxnreg=CLUSTER_MAXNREG if capped else 0)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
@@ -1044,7 +1049,8 @@ def rmsnorm_fwd(
     split_words_ok = split_words_fit(x2, y2, weight, not fused and bias is None)
     cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
                                words_ok=wordable and of_x, split_words_ok=split_words_ok,
-                               cluster_ok=rmsnorm_cluster.supported(x.device),
+                               cluster_ok=rmsnorm_cluster.supported(x.device) and of_x and not row_max_with_bias,
+                               row_max=mode == OUT_FP8_ROW,
                                async_ok=rmsnorm_async.supported(x.device) and rmsnorm_async.aligned(x2))
     if cfg.words and cfg.kernel == "split":
         if not split_words_ok or cfg.chunk < 2:
@@ -1056,17 +1062,21 @@ def rmsnorm_fwd(
             raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
     if cfg.stages != 3 and not (cfg.words and cfg.kernel == "split" and cfg.stages == 4):
         raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words split kernel 3 or 4", (cfg.kernel, cfg.words, cfg.stages), "stages=3")
-    if cfg.kernel in ("cluster", "async") and fused:
-        raise TritonRuleError(f"config.{cfg.kernel}", f"the {cfg.kernel} kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
+    if cfg.kernel == "async" and fused:
+        raise TritonRuleError("config.async", "the async kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
+    if cfg.kernel == "cluster" and not of_x:
+        raise TritonRuleError("config.cluster", "the cluster kernel (Gluon) normalizes x itself, into a float or FP8 output: no residual or distributed stats", f"residual {residual is not None}, stats {stats is not None}", "config=None")
+    if cfg.kernel in ("split", "cluster") and row_max_with_bias:
+        raise TritonRuleError(f"config.{cfg.kernel}_bias_rowmax", f"the {cfg.kernel} kernel takes the row max from max|x*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     if cfg.kernel == "cluster":
         sizes = [rmsnorm_cluster.element_size(v) for v in (weight, bias)]
         busy = m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
-        staged = rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy)
+        # the widest of the call's passes (a dynamic tensor scale: the row max, then the FP8 output)
+        staged = max(rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy, om)
+                     for om in ((OUT_AMAX, OUT_FP8_STATIC) if dynamic_tensor_scale else (mode,)))
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
     if cfg.kernel == "async":
         rmsnorm_async.check(n, cfg.block_m, cfg.num_warps, x2, x.device)
-    if cfg.kernel == "split" and row_max_with_bias:
-        raise TritonRuleError("config.split_bias_rowmax", "the split kernel takes the row max from max|h*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
     r2 = as_rows(residual, "residual") if residual is not None else None
     ro2 = res_out.view(-1, n) if res_out is not None else None
     dummy = x2
@@ -1128,7 +1138,8 @@ def rmsnorm_fwd(
             )
         elif cfg.kernel == "cluster":
             rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
-                                   weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy)
+                                   weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy, out_mode, sc_t,
+                                   scale_in, min(scale_ub, 3.0e38), fmax)
         elif cfg.kernel == "async":
             rmsnorm_async.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
                                  weight_offset, cfg.block_m, cfg.num_warps, pdl)

@@ -245,6 +245,60 @@ def test_cluster_forward_matches_float64(case):
     assert_forward_matches_float64(CLUSTER[case], "cluster", seed=40)
 
 
+CLUSTER_FP8 = {  # (M, N), x dtype, options, launch (None: the default, which must be the cluster kernel)
+    "2048x65536-default": ((2048, 65536), torch.bfloat16, {}, None),
+    "48x262144-default": ((48, 262144), torch.bfloat16, {}, None),  # row scales: 16 warps, 32 elements a thread
+    "8x262144-few-rows": ((8, 262144), torch.bfloat16, {}, None),
+    "7x131072-zero-centered-scale-ub": ((7, 131072), torch.bfloat16, {"weight_offset": 1.0, "scale_ub": 2.0}, None),
+    "33x40000-masked-fp16": ((33, 40000), torch.float16, {}, FwdConfig("cluster", 4, chunk=4096)),
+    "5x65536-fp32-no-weight": ((5, 65536), torch.float32, {"weight": None}, None),
+    "6x262144-bias-static-only": ((6, 262144), torch.bfloat16, {"bias": True, "modes": ("static",)}, None),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(CLUSTER_FP8))
+def test_cluster_fp8_forward_matches_float64_and_the_looped_kernel(case):
+    """FP8 output through the cluster kernel, both formats, with a scale a row (the row max exchanged beside the sum),
+    a given tensor scale and a dynamic one (the row max alone, then the given-scale pass): against float64, against
+    the looped kernel's bytes (at most one FP8 code apart: the row max is rs * max|x*w| in both, the same products in
+    the same order), and the same bits on a second call. With a bias only the given scale (a row max would need the
+    bias, which the exchange does not carry: refused by name)."""
+    skip_without_clusters()
+    (m, n), dt, kw, cfg = CLUSTER_FP8[case]
+    kw = dict(kw)
+    modes = kw.pop("modes", ("row", "static", "dynamic"))
+    x = rand(m, n, dtype=dt, seed=50)
+    w = rand(n, dtype=dt, seed=51) if kw.pop("weight", "x") is not None else None
+    b = rand(n, dtype=dt, seed=52) if kw.pop("bias", False) else None
+    off, ub = kw.get("weight_offset", 0.0), kw.get("scale_ub", float("inf"))
+    v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6, weight_offset=off)
+    given = torch.tensor([float(v.abs().amax()) / 300.0], dtype=torch.float32, device="cuda")
+    looped = fwd_module.fwd_config(m, n, x.device, fused=True, words_ok=fwd_module.wordable_rows(x), bias=b is not None)
+    assert looped.kernel != "cluster"
+    for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for mode in modes:
+            args = dict(epsilon=1e-6, bias=b, dtype=fmt, return_rsigma=True, **kw)
+            args.update(scale_mode="row") if mode == "row" else args.update(scale_mode="tensor")
+            if mode == "static":
+                args["scale"] = given
+            if cfg is None:
+                assert fwd_module.fwd_config(m, n, x.device, fused=True, bias=b is not None, cluster_ok=True,
+                                             words_ok=fwd_module.wordable_rows(x), row_max=mode == "row").kernel == "cluster"
+            q = rmsnorm_fwd(x, w, config=cfg, **args)
+            q_exp, s_exp = fp8_expected(v, fmt, "row" if mode == "row" else "tensor", scale_ub=ub,
+                                        scale=given if mode == "static" else None)
+            where = f"cluster {fmt} {mode}"
+            (assert_close_cancelling if b is not None else assert_close)(q.y.float(), q_exp, fmt, context=where)
+            assert_close(q.scale, s_exp.reshape(q.scale.shape), torch.float32, context=f"{where} scales")
+            assert_close(q.rsigma, rs, torch.float32, context=f"{where} rsigma")
+            ref = rmsnorm_fwd(x, w, config=looped, **args)
+            codes = (q.y.view(torch.uint8).int() - ref.y.view(torch.uint8).int()).abs()
+            assert int(codes.max()) <= 1, (where, int(codes.max()))  # same sign: codes one apart are neighbours
+            again = rmsnorm_fwd(x, w, config=cfg, **args)
+            assert torch.equal(again.y.view(torch.uint8), q.y.view(torch.uint8)) and torch.equal(again.scale, q.scale)
+
+
 ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be the cp.async kernel)
     "4096x4096-bf16-default": ((4096, 4096), torch.bfloat16, {}, None),
     "1000x8192-fp16-default": ((1000, 8192), torch.float16, {}, None),

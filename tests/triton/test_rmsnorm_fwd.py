@@ -412,14 +412,19 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
     # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
     # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); 16-bit rows of 262144: 64 elements a thread
-    # under a cap of 64 registers (v20); not fused variants, other widths, fp32 rows of 262144
+    # under a cap of 64 registers (v20); not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
+    # has ruled out a residual and distributed stats, v25); with FP8 row scales rows of 262144 leave the registers
+    # uncapped (the weight beside x for the row max spilled under the cap)
     cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
     assert cl(2048, 65536) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(4096, 32768) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(1, 131072) == FwdConfig("cluster", 8, chunk=8192)
     assert cl(1024, 262144, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
     assert cl(2048, 65536, bias=True).kernel == "cluster"
-    assert cl(2048, 65536, fused=True).kernel == "looped"
+    assert cl(2048, 65536, fused=True) == cl(2048, 65536, fused=True, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(1024, 262144, fused=True, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
+    assert cl(1024, 262144, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
+    assert fwd_mod.fwd_config(2048, 65536, gpu, fused=True).kernel == "looped"
     assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
     assert cl(1024, 524288, words_ok=True).kernel == "split"
     # where cp.async runs: plain 16-bit rows of 4096 and 8192 columns past decode sizes take whole rows with x moved
@@ -523,7 +528,10 @@ def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch
 GLUON_REFUSALS = {
     "cluster-interpreter": (dict(), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
     "cluster-residual": (dict(residual=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*no residual"),
-    "cluster-fp8": (dict(dtype=torch.float8_e4m3fn), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*FP8"),
+    "cluster-fp8-interpreter": (dict(dtype=torch.float8_e4m3fn), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
+    "cluster-stats": (dict(stats=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*distributed stats"),
+    "cluster-fp8-row-bias": (dict(dtype=torch.float8_e4m3fn, bias=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster_bias_rowmax\]"),
+    "cluster-fp8-dynamic-bias": (dict(dtype=torch.float8_e5m2, scale_mode="tensor", bias=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster_bias_rowmax\]"),
     "async-interpreter": (dict(), FwdConfig("async", 8, block_m=1), r"\[config.async\].*compute capability"),
     "async-residual": (dict(residual=True), FwdConfig("async", 8, block_m=1), r"\[config.async\].*no residual"),
     "async-fp8": (dict(dtype=torch.float8_e5m2), FwdConfig("async", 8, block_m=1), r"\[config.async\].*FP8"),
@@ -532,14 +540,60 @@ GLUON_REFUSALS = {
 
 @pytest.mark.parametrize("case", list(GLUON_REFUSALS))
 def test_gluon_kernels_refuse_what_they_cannot_run(case):
-    """The cluster and cp.async kernels (Gluon: compiled only, never interpreted) normalize x itself into a float
-    dtype; anything else, or a device without them, is refused by name before any launch."""
-    kw, cfg, match = GLUON_REFUSALS[case]
+    """The cluster and cp.async kernels (Gluon: compiled only, never interpreted) normalize x itself (the cluster
+    kernel into a float or FP8 output, without a bias beside a row max; the cp.async kernel into a float dtype);
+    anything else, or a device without them, is refused by name before any launch."""
+    kw, cfg, match = dict(GLUON_REFUSALS[case][0]), *GLUON_REFUSALS[case][1:]
     x = rand(2, 8192, dtype=torch.bfloat16, seed=31)
     if kw.pop("residual", False):
         kw["residual"] = rand(2, 8192, dtype=torch.bfloat16, seed=32)
+    if kw.pop("bias", False):
+        kw["bias"] = rand(8192, dtype=torch.bfloat16, seed=33)
+    if kw.pop("stats", False):
+        kw["stats"] = torch.ones(2, 2)
     with pytest.raises(TritonRuleError, match=match):
         rmsnorm_fwd(x, config=cfg, **kw)
+
+
+CLUSTER_ROUTES = {  # rmsnorm_fwd's options -> (cluster_ok, row_max) it hands fwd_config where clusters run
+    "plain": (dict(), (True, False)),
+    "fp8-row": (dict(dtype=torch.float8_e4m3fn), (True, True)),
+    "fp8-static-bias": (dict(dtype=torch.float8_e4m3fn, scale_mode="tensor", scale=True, bias=True), (True, False)),
+    "fp8-dynamic": (dict(dtype=torch.float8_e5m2, scale_mode="tensor"), (True, False)),
+    "fp8-row-bias": (dict(dtype=torch.float8_e4m3fn, bias=True), (False, True)),
+    "fp8-dynamic-bias": (dict(dtype=torch.float8_e5m2, scale_mode="tensor", bias=True), (False, False)),
+    "residual": (dict(residual=True), (False, False)),
+    "stats": (dict(stats=True), (False, False)),
+}
+
+
+@pytest.mark.parametrize("case", list(CLUSTER_ROUTES))
+def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
+    """Where clusters run, rmsnorm_fwd offers the cluster kernel for x normalized as given, into a float or FP8 output,
+    except a bias beside a row max (FP8 row or dynamic tensor scales), and says when the row max is taken."""
+    from programs.triton import rmsnorm_cluster, rmsnorm_fwd as fwd_mod
+
+    seen = {}
+
+    class Chosen(Exception):
+        pass
+
+    def record(m, n, device, **kw):
+        seen.update(kw)
+        raise Chosen
+
+    monkeypatch.setattr(rmsnorm_cluster, "supported", lambda device: True)
+    monkeypatch.setattr(fwd_mod, "fwd_config", record)
+    kw, want = dict(CLUSTER_ROUTES[case][0]), CLUSTER_ROUTES[case][1]
+    x = rand(2, 64, dtype=torch.bfloat16, seed=34)
+    for name, make in (("residual", lambda: rand(2, 64, dtype=torch.bfloat16, seed=35)),
+                       ("bias", lambda: rand(64, dtype=torch.bfloat16, seed=36)),
+                       ("stats", lambda: torch.ones(2, 2)), ("scale", lambda: torch.ones(1))):
+        if kw.pop(name, False):
+            kw[name] = make()
+    with pytest.raises(Chosen):
+        rmsnorm_fwd(x, rand(64, dtype=torch.bfloat16, seed=37), **kw)
+    assert (seen["cluster_ok"], seen["row_max"]) == want
 
 
 def test_async_launch_shape_rules(monkeypatch):
