@@ -155,6 +155,10 @@ if GLUON:
         return s
 
     @gluon.jit
+    def _sum_max(a0, a1, b0, b1):  # combine of the (sum of squares, max|x*w|) reduction
+        return a0 + b0, gl.maximum(a1, b1)
+
+    @gluon.jit
     def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off, scale_ub, fp8_max,
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
@@ -185,7 +189,8 @@ if GLUON:
             ws = _staged(W, offs, ok, SHARED)
         xs = _piece(X + row * stride_x, offs, ok)
         x = xs.to(gl.float32)
-        part = gl.sum(x * x, axis=1)
+        if not NEED_MAX:
+            part = gl.sum(x * x, axis=1)
         if X_STAGED:
             xsm = gl.allocate_shared_memory(xs.dtype, xs.shape, SHARED)
             xsm.store(xs)
@@ -197,9 +202,15 @@ if GLUON:
                 # instead of being held beside the weight (32 elements a thread: 96 registers against 64)
                 xw = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
                 xw = xw.to(gl.float32)
-            if HAS_W:  # from global memory (L2): a load from ws would be merged with the one after the exchange
+            if HAS_W:  # as loaded for staging (the compiler merges the two global loads: 8 wide loads at 32 a thread,
+                # x's and the weight's, ptx_report), not from ws: that load would be merged with the one after the
+                # exchange, the weight then held across it
                 xw = xw * (_piece(W, offs, ok).to(gl.float32) + w_off)
-            ss, mx = gl.inline_asm_elementwise(EXCHANGE, "=f,=f,f,f", [part, gl.max(gl.abs(xw), axis=1)],
+            # the sum and the max in one reduction: one pass through shared memory and its barriers where two took
+            # theirs (H100, FP8 row scales, us: 1024 x 131072 184.96 -> 153.64, 2048 x 65536 156.43 -> 146.18,
+            # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes; NOTES.md v25)
+            part, pmx = gl.reduce((x * x, gl.abs(xw)), 1, _sum_max)
+            ss, mx = gl.inline_asm_elementwise(EXCHANGE, "=f,=f,f,f", [part, pmx],
                                                dtype=(gl.float32, gl.float32), is_pure=False, pack=1)
         else:
             ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)

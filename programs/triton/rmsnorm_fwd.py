@@ -169,7 +169,9 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # FP8 output (NOTES.md v25): x read once where the looped kernel read it twice. A row max needs the weight
         # beside x before the exchange: at 64 elements a thread that spills under the cap (ptxas: 316 bytes), so FP8
         # row scales leave the registers uncapped (H100, FP8 row scales, us: 1024 x 262144 310.7 uncapped, 577.3
-        # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7).
+        # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7;
+        # 298.9 uncapped with the joint reduction of rmsnorm_cluster, whose 66 registers at 4 warps ran level with
+        # a cap of 64).
         chunk = max(CLUSTER_CHUNK, n // rmsnorm_cluster.MAX_CLUSTER)
         warps = min(CLUSTER_WARPS, chunk // 1024)
         capped = chunk > 1024 * warps and not row_max

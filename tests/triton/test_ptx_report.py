@@ -184,7 +184,8 @@ def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, war
     loads 16 bytes at a time and spills nothing; 32 elements a thread fit 64 registers uncapped, 64 elements a thread
     (N = 262144: x staged through the exchange) the default's cap of 64 (4 CTAs of 8 warps a SM). FP8 row scales at
     64 elements a thread hold the weight beside x for the row max: uncapped (fwd_config: under the cap they spilled),
-    within 128 registers, so that two CTAs of 8 warps share an SM."""
+    within 128 registers, so that two CTAs of 8 warps share an SM; at 32 a thread their joint sum-and-max reduction
+    takes a few registers past 64 uncapped (level with a cap of 64, NOTES.md v25)."""
     r = _compiled_json(
         "import json, dataclasses; from programs.triton import ptx_report as p; "
         f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, out_mode={out_mode}))))"
@@ -192,7 +193,7 @@ def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, war
     assert r["spill_bytes"] == 0, r
     assert r["async_sends"] == 1, r
     assert r["wide_loads"] >= 4, r  # x and the weight: 16-byte loads (fewer where masked)
-    assert r["registers"] <= (128 if chunk // (32 * warps) > 32 and out_mode == 1 else 64), r
+    assert r["registers"] <= ((128 if chunk // (32 * warps) > 32 else 72) if out_mode == 1 else 64), r
 
 
 @pytest.mark.parametrize("kernel", ["rows", "looped", "async"])
