@@ -155,6 +155,17 @@ if GLUON:
         return s
 
     @gluon.jit
+    def _opaque(xs):
+        """An opaque copy of the 16-bit x: converting it again is not merged with an earlier conversion, so x is not
+        held as fp32 in between."""
+        return gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
+
+    @gluon.jit
+    def _row_store(P, row, kk, v):
+        """v [K] (one value a CTA, all equal) at P[row], written by the cluster's first CTA."""
+        gl.store(P + row + kk * 0, v, mask=kk == 0)
+
+    @gluon.jit
     def _sum_max(a0, a1, b0, b1):  # combine of the (sum of squares, max|x*w|) reduction
         return a0 + b0, gl.maximum(a1, b1)
 
@@ -163,10 +174,9 @@ if GLUON:
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
                             EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
-                            OUT_MODE: gl.constexpr = 0):
-        # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both take the row
-        # max, exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
-        NEED_MAX: gl.constexpr = OUT_MODE == 1 or OUT_MODE == 3
+                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False):
+        # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
+        # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
         row = gl.program_id(0).to(gl.int64)  # the cluster's index: one row a cluster
         kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
         gl.inline_asm_elementwise(ARRIVE, "=r,r", [kk], dtype=gl.int32, is_pure=False, pack=1)
@@ -198,10 +208,9 @@ if GLUON:
                 wr = _piece(W, offs, ok)
         if NEED_MAX:
             xw = x
-            if IDENT:  # from an opaque copy of the 16-bit x, converted again: x as fp32 then dies with the sum
-                # instead of being held beside the weight (32 elements a thread: 96 registers against 64)
-                xw = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
-                xw = xw.to(gl.float32)
+            if IDENT:  # x as fp32 then dies with the sum instead of being held beside the weight (32 elements a
+                # thread: 96 registers against 64)
+                xw = _opaque(xs).to(gl.float32)
             if HAS_W:  # as loaded for staging (the compiler merges the two global loads: 8 wide loads at 32 a thread,
                 # x's and the weight's, ptx_report), not from ws: that load would be merged with the one after the
                 # exchange, the weight then held across it
@@ -215,21 +224,18 @@ if GLUON:
         else:
             ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
-        first = kk == 0  # one CTA of the cluster writes the row's values
         if STORE_RSIG:
-            gl.store(RSIG + row + kk * 0, rs, mask=first)
+            _row_store(RSIG, row, kk, rs)
         if OUT_MODE == 3:
-            gl.store(SC + row + kk * 0, mx * rs, mask=first)
+            _row_store(SC, row, kk, mx * rs)
         else:
             if X_STAGED:
                 xs = xsm.load(LAYOUT)
-            elif IDENT:
-                # an opaque copy of the 16-bit x, ordered after the exchange: converting xs again would otherwise be
-                # merged with the conversion above, and x held as fp32 across the exchange
-                xs = gl.inline_asm_elementwise(IDENTITY, "=r,r", [xs], dtype=xs.dtype, is_pure=False, pack=2)
+            elif IDENT:  # ordered after the exchange: x not held as fp32 across it
+                xs = _opaque(xs)
             if OUT_MODE == 1:
                 scale = gl.minimum(mx * rs, scale_ub) / fp8_max
-                gl.store(SC + row + kk * 0, scale, mask=first)
+                _row_store(SC, row, kk, scale)
             elif OUT_MODE == 2:
                 scale = gl.load(SCALE_IN + kk * 0)
             v = xs.to(gl.float32) * rs[:, None]
@@ -279,7 +285,7 @@ def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, stor
     return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k),
                 ARRIVE=arrive_asm(k, 2 if with_max else 1), EXCHANGE=exchange_asm(k, with_max), IDENT=x_size == 2,
                 X_STAGED=x_staged(chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
-                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode)
+                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max)
 
 
 def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:

@@ -1032,6 +1032,7 @@ def rmsnorm_fwd(
     mode = _out_mode(out_dtype, scale_mode, scale)
     dynamic_tensor_scale = mode == OUT_FP8_STATIC and scale is None
     fmax = fp8mod.fp8_format(out_dtype).max if mode != OUT_CAST else 1.0
+    ub = min(scale_ub, 3.0e38)  # scale_ub as the kernels take it: a finite float32
 
     y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     rsig = torch.empty(m, dtype=torch.float32, device=x.device) if return_rsigma else None
@@ -1095,7 +1096,7 @@ def rmsnorm_fwd(
             stats if stats is not None else dummy, stats.stride(0) if stats is not None else 0,
             stats.shape[0] if stats is not None else 0,
             scale_in if scale_in is not None else dummy,
-            m, n, 1.0 / hidden, eps, float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax),
+            m, n, 1.0 / hidden, eps, float(weight_offset), float(ub), float(fmax),
         )
         flags = dict(
             HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=r_t is not None, HAS_STATS=stats is not None,
@@ -1141,7 +1142,7 @@ def rmsnorm_fwd(
         elif cfg.kernel == "cluster":
             rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
                                    weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy, out_mode, sc_t,
-                                   scale_in, min(scale_ub, 3.0e38), fmax)
+                                   scale_in, ub, fmax)
         elif cfg.kernel == "async":
             rmsnorm_async.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
                                  weight_offset, cfg.block_m, cfg.num_warps, pdl)
@@ -1152,7 +1153,7 @@ def rmsnorm_fwd(
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale
         amax = torch.empty(m, dtype=torch.float32, device=x.device)
         launch(x2, OUT_AMAX, y2, amax, None, return_rsigma, rsig, ro2, r2)
-        sc = (torch.clamp(amax.amax(), max=min(scale_ub, 3.0e38)) / fmax).reshape(1)
+        sc = (torch.clamp(amax.amax(), max=ub) / fmax).reshape(1)
         # pass 2 normalizes residual_out (the rounded sum written by pass 1) when there is a residual
         launch(ro2 if ro2 is not None else x2, OUT_FP8_STATIC, y2, None, sc, False, None, None, None)
     else:

@@ -278,8 +278,7 @@ def test_cluster_fp8_forward_matches_float64_and_the_looped_kernel(case):
     assert looped.kernel != "cluster"
     for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
         for mode in modes:
-            args = dict(epsilon=1e-6, bias=b, dtype=fmt, return_rsigma=True, **kw)
-            args.update(scale_mode="row") if mode == "row" else args.update(scale_mode="tensor")
+            args = dict(epsilon=1e-6, bias=b, dtype=fmt, return_rsigma=True, scale_mode="row" if mode == "row" else "tensor", **kw)
             if mode == "static":
                 args["scale"] = given
             if cfg is None:
