@@ -171,15 +171,16 @@ def _gluon_report(name: str, fn, consts: dict, num_warps: int, maxnreg: int = 0,
 
 
 def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, maxnreg: int = 0,
-                bias: bool = False, out_mode: int = rmsnorm_fwd.OUT_CAST) -> Report:
-    """The cluster forward with a weight (and a bias if asked); out_mode FP8 (rmsnorm_fwd.OUT_*): e4m3 output."""
+                bias: bool = False, out_mode: int = rmsnorm_fwd.OUT_CAST, busy: bool = True) -> Report:
+    """The cluster forward with a weight (and a bias if asked); out_mode FP8 (rmsnorm_fwd.OUT_*): e4m3 output; busy
+    as rmsnorm_cluster.x_staged takes it (False: too few CTAs to stage x)."""
     from programs.triton import rmsnorm_cluster as rc
 
-    consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, out_mode=out_mode)
+    consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)
     fn = rc._fwd_cluster_kernel
     sig = _fwd_signature(fn, out_mode in (rmsnorm_fwd.OUT_FP8_ROW, rmsnorm_fwd.OUT_FP8_STATIC))
     return _gluon_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}"
-                         f" out_mode={out_mode}", fn, consts, num_warps, maxnreg, consts["K"], sig)
+                         f" out_mode={out_mode}{'' if busy else ' not busy'}", fn, consts, num_warps, maxnreg, consts["K"], sig)
 
 
 def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
@@ -286,9 +287,10 @@ def default_reports() -> list[Report]:
         fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
-        fwd_cluster(65536, f.CLUSTER_CHUNK, f.CLUSTER_CHUNK // 1024),
-        fwd_cluster(262144, 16384, f.CLUSTER_WARPS, maxnreg=f.CLUSTER_MAXNREG),
-        fwd_cluster(262144, 16384, f.CLUSTER_WARPS, out_mode=rmsnorm_fwd.OUT_FP8_ROW),
+        fwd_cluster(65536, 4096, 4),
+        fwd_cluster(131072, 8192, 4, maxnreg=f.CLUSTER_MAXNREG),
+        fwd_cluster(262144, 16384, 8, maxnreg=f.CLUSTER_MAXNREG),
+        fwd_cluster(65536, 16384, 8, out_mode=rmsnorm_fwd.OUT_FP8_ROW),
         fwd_async(4096, 1, 4096 // 1024),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
         fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),

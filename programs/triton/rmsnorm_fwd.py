@@ -84,11 +84,13 @@ TWO_PASS_MIN_M, TWO_PASS_MIN_ELEMENTS = 8192, 1 << 24
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 
 # cluster kernel default (rmsnorm_cluster.py): rows of a power of two in this range (the longest: 16-bit only),
-# CLUSTER_CHUNK columns a CTA (more past 16 CTAs a row), 32 elements a thread up to CLUSTER_WARPS warps, past them
-# more elements a thread under a cap of CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM)
-CLUSTER_N, CLUSTER_CHUNK, CLUSTER_WARPS, CLUSTER_MAXNREG = (32768, 262144), 4096, 8, 64
-# cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes
-ASYNC_N = (4096, 8192)
+# CLUSTER_PER_THREAD elements a thread at 4 warps or more (16 CTAs a row at most), twice that for 16-bit x in rows past
+# 65536 columns and in tensors of >= CLUSTER_WIDE_MIN_ELEMENTS elements at N = 65536 or into FP8, under a cap of
+# CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM) unless the row max is taken
+CLUSTER_N, CLUSTER_PER_THREAD, CLUSTER_WIDE_MIN_ELEMENTS, CLUSTER_MAXNREG = (32768, 262144), 32, 1 << 25, 64
+# cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes,
+# and below ASYNC_MAX_M rows where the two-pass launch also serves
+ASYNC_N, ASYNC_MAX_M = (4096, 8192), 16384
 
 
 class RMSNormOutput(NamedTuple):
@@ -172,10 +174,23 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7;
         # 298.9 uncapped with the joint reduction of rmsnorm_cluster, whose 66 registers at 4 warps ran level with
         # a cap of 64).
-        chunk = max(CLUSTER_CHUNK, n // rmsnorm_cluster.MAX_CLUSTER)
-        warps = min(CLUSTER_WARPS, chunk // 1024)
-        capped = chunk > 1024 * warps and not row_max
-        return FwdConfig("cluster", warps, chunk=chunk, maxnreg=CLUSTER_MAXNREG if capped else 0)
+        # 64 elements a thread (x staged through the exchange, capped; chunk 8192 at 4 warps where 16 CTAs a row
+        # allow) for rows past 65536 columns, and in tensors of >= 32M elements at N = 65536 or into FP8 (H200, 64 x
+        # 65536 into FP8: row scales 7.31 against 6.99, given scale 6.65 against 6.51); FP8 row scales at 8 warps,
+        # uncapped (NOTES.md v26, us, H200 / H100, against the 32-a-thread launch in the same run):
+        # 1024 x 131072 134.7 / 179.9 against 143.7 / 180.5, 2048 x 65536 133.0 / 179.6 against 134.9 / 178.8 (512
+        # x 65536 35.7 / 46.9 against 36.7 / 46.8; 64 x 65536 lost 2% / 12%, 4096 x 32768 2% / 1%); FP8 given scale
+        # 2048 x 65536 105.8 / 135.1 against 120.1 / 142.7, 4096 x 32768 102.6 / 134.5 against 113.0 / 136.9; FP8
+        # row scales 2048 x 65536 126.2 / 142.2 against 136.1 / 146.3, 4096 x 32768 114.3 / 136.4 against 122.6 /
+        # 138.0, 1024 x 131072 132.5 / 147.0 against 144.8 / 153.3. Not with a bias (unmeasured; x is not staged
+        # beside one) nor fp32 rows.
+        wide = n == CLUSTER_N[1] or not bias and (
+            n > WIDE_CHUNK_N or m * n >= CLUSTER_WIDE_MIN_ELEMENTS and (fused or n == WIDE_CHUNK_N))
+        per_thread = 2 * CLUSTER_PER_THREAD if words_ok and wide else CLUSTER_PER_THREAD
+        least = (8 if row_max and per_thread > CLUSTER_PER_THREAD else 4) * 32 * per_thread
+        chunk = max(least, n // rmsnorm_cluster.MAX_CLUSTER)
+        capped = per_thread > CLUSTER_PER_THREAD and not row_max
+        return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=CLUSTER_MAXNREG if capped else 0)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
@@ -189,13 +204,20 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             # 306.2, 2048 x 81920 182.3 against 201.1; 4 stages at 16 chunks 309.3, at 24 216.6 against 214.7)
             cfg = replace(cfg, words=True, stages=4 if triton.cdiv(n, cfg.chunk) >= 32 else 3)
         return cfg
-    if (async_ok and words_ok and not (fused or bias) and ASYNC_N[0] <= n <= ASYNC_N[1] and n & (n - 1) == 0
-            and m > 4 * sms):
+    plain_words = words_ok and not (fused or bias) and n & (n - 1) == 0
+    two_pass = (plain_words and TWO_PASS_N[0] <= n <= TWO_PASS_N[1] and m >= TWO_PASS_MIN_M
+                and m * n >= TWO_PASS_MIN_ELEMENTS)
+    if (async_ok and plain_words and ASYNC_N[0] <= n <= ASYNC_N[1] and m > 4 * sms
+            and not (two_pass and m >= ASYNC_MAX_M)):
         # whole rows, x moved by cp.async, 32 elements a thread (H100, NOTES.md v20, us, medians of 3 alternations
         # against the launch this function gave before): 4096 x 4096 24.90 against 25.08, 2048 x 4096 10.76 against
         # 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x 8192 11.03 against 11.51, 4096 x 8192
-        # 47.30 against 47.63; level at 16384 x 8192 and 32768 x 4096 (180.1 against 179.8); at 4096 x 16384 the
-        # rows kernel stays (level); decode sizes keep their launches (not measured); a bias: not measured.
+        # 47.30 against 47.63; at 4096 x 16384 the rows kernel stays (level); decode sizes keep their launches (not
+        # measured); a bias: not measured. From 16384 rows the two-pass launch (below) runs level on H100 and faster
+        # on H200 (NOTES.md v26, us, H200 / H100: 32768 x 4096 128.0 / 178.6 against 132.2 / 179.3, 16384 x 8192
+        # 128.9 / 178.5 against 131.1 / 179.2, 65536 x 4096 250.6 / 355.1 against 260.4 / 356.4, 16384 x 4096 65.4 /
+        # 90.6 against 65.8 / 90.8; at 8192 rows cp.async stays: 8192 x 8192 65.7 / 90.7 against 66.3 / 90.6,
+        # 8192 x 4096 33.6 / 45.5 against 34.1 / 46.9).
         return FwdConfig("async", n // 1024, block_m=1)
     if n <= MAX_ROWS_N:
         block_n = triton.next_power_of_2(n)
@@ -206,8 +228,7 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             return FwdConfig("rows", 8, block_m=1, chunk=DECODE_SLICE)
         if m <= 4 * sms:  # decode-sized: one row per program, one 16-byte load per thread (latency-bound)
             return FwdConfig("rows", min(32, max(4, block_n // 256)), block_m=1)
-        if (words_ok and not (fused or bias) and TWO_PASS_N[0] <= n <= TWO_PASS_N[1] and n == block_n
-                and m >= TWO_PASS_MIN_M and m * n >= TWO_PASS_MIN_ELEMENTS):
+        if two_pass:
             # a row a program in two halves, one 16-byte load a thread each: summed, then re-read from L1/L2 to scale
             # and store, 32 registers so 2048 threads fill the SM. H200 (NOTES.md v17, us, against the rows launch in
             # the same run): 16384 x 8192 128.4 against 131.5, 8192 x 8192 66.3 against 67.1, 32768 x 4096 127.4

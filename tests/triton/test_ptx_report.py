@@ -171,24 +171,29 @@ def test_async_forward_compiles_to_16_byte_async_copies_and_no_spill(n, block_m,
     assert r["wide_loads"] >= 1, r  # the weight in 16-byte loads
 
 
-CLUSTER_LAUNCHES = [(65536, 4096, 4, 0, 0), (131072, 8192, 8, 0, 0), (40000, 4096, 4, 0, 0), (262144, 16384, 8, 64, 0),
-                    (65536, 4096, 4, 0, 1), (131072, 8192, 8, 0, 1), (262144, 16384, 8, 0, 1),
-                    (262144, 16384, 8, 64, 2), (262144, 16384, 8, 64, 3), (65536, 4096, 4, 0, 3)]
+CLUSTER_LAUNCHES = [  # (n, chunk, warps, maxnreg, out_mode, busy): fwd_config's cluster launches
+    (65536, 4096, 4, 0, 0, True), (131072, 8192, 8, 0, 0, True), (40000, 4096, 4, 0, 0, True),
+    (65536, 8192, 4, 64, 0, True), (131072, 8192, 4, 64, 0, True), (262144, 16384, 8, 64, 0, True),
+    (262144, 16384, 8, 64, 0, False), (65536, 4096, 4, 0, 1, True), (32768, 16384, 8, 0, 1, True),
+    (131072, 16384, 8, 0, 1, True), (262144, 16384, 8, 0, 1, True), (65536, 8192, 4, 64, 2, True),
+    (65536, 8192, 4, 64, 2, False), (262144, 16384, 8, 64, 2, True), (65536, 8192, 4, 64, 3, True),
+    (262144, 16384, 8, 64, 3, True), (65536, 4096, 4, 0, 3, True)]
 
 
-@pytest.mark.parametrize("n, chunk, warps, maxnreg, out_mode", CLUSTER_LAUNCHES,
-                         ids=["-".join(map(str, c)) for c in CLUSTER_LAUNCHES])
-def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, warps, maxnreg, out_mode):
+@pytest.mark.parametrize("n, chunk, warps, maxnreg, out_mode, busy", CLUSTER_LAUNCHES,
+                         ids=["-".join(map(str, c[:5])) + ("" if c[5] else "-idle") for c in CLUSTER_LAUNCHES])
+def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, warps, maxnreg, out_mode, busy):
     """The cluster forward's inline PTX (mbarrier, st.async into the peers, the voted wait) goes through ptxas for
     sm_90a; each CTA sends its partial once (with the FP8 row max beside it: out_mode 1 and 3, one 8-byte send),
     loads 16 bytes at a time and spills nothing; 32 elements a thread fit 64 registers uncapped, 64 elements a thread
-    (N = 262144: x staged through the exchange) the default's cap of 64 (4 CTAs of 8 warps a SM). FP8 row scales at
-    64 elements a thread hold the weight beside x for the row max: uncapped (fwd_config: under the cap they spilled),
-    within 128 registers, so that two CTAs of 8 warps share an SM; at 32 a thread their joint sum-and-max reduction
-    takes a few registers past 64 uncapped (level with a cap of 64, NOTES.md v25)."""
+    (x staged through the exchange, or held in registers where too few CTAs run to stage it) the default's cap of 64.
+    FP8 row scales at 64 elements a thread hold the weight beside x for the row max: uncapped (fwd_config: under the
+    cap they spilled), within 128 registers, so that two CTAs of 8 warps share an SM; at 32 a thread their joint
+    sum-and-max reduction takes a few registers past 64 uncapped (level with a cap of 64, NOTES.md v25)."""
     r = _compiled_json(
         "import json, dataclasses; from programs.triton import ptx_report as p; "
-        f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, out_mode={out_mode}))))"
+        f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, "
+        f"out_mode={out_mode}, busy={busy}))))"
     )
     assert r["spill_bytes"] == 0, r
     assert r["async_sends"] == 1, r

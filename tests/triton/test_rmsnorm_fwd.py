@@ -414,24 +414,35 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); 16-bit rows of 262144: 64 elements a thread
     # under a cap of 64 registers (v20); not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
     # has ruled out a residual and distributed stats, v25); with FP8 row scales rows of 262144 leave the registers
-    # uncapped (the weight beside x for the row max spilled under the cap)
+    # uncapped (the weight beside x for the row max spilled under the cap). 16-bit x without a bias: 64 elements a
+    # thread past 65536 columns, and from 32M elements at 65536 or into FP8 (v26); FP8 row scales at 8 warps.
     cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
-    assert cl(2048, 65536) == FwdConfig("cluster", 4, chunk=4096)
-    assert cl(4096, 32768) == FwdConfig("cluster", 4, chunk=4096)
-    assert cl(1, 131072) == FwdConfig("cluster", 8, chunk=8192)
-    assert cl(1024, 262144, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
+    assert cl(2048, 65536) == cl(511, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(2048, 65536, words_ok=True) == cl(512, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
+    assert cl(2048, 65536, words_ok=True, bias=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(4096, 32768) == cl(65536, 32768, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(1, 131072) == cl(1, 131072, words_ok=True, bias=True) == FwdConfig("cluster", 8, chunk=8192)
+    assert cl(1, 131072, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
+    assert cl(1024, 262144, words_ok=True) == cl(1024, 262144, words_ok=True, bias=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
     assert cl(2048, 65536, bias=True).kernel == "cluster"
     assert cl(2048, 65536, fused=True) == cl(2048, 65536, fused=True, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(1024, 32768, fused=True, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
+    assert cl(1024, 32768, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
+    assert cl(1023, 32768, fused=True, words_ok=True) == cl(1023, 32768, fused=True, words_ok=True, row_max=True)
+    assert cl(1023, 32768, fused=True, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert cl(1, 131072, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
     assert cl(1024, 262144, fused=True, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
     assert cl(1024, 262144, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
     assert fwd_mod.fwd_config(2048, 65536, gpu, fused=True).kernel == "looped"
     assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
     assert cl(1024, 524288, words_ok=True).kernel == "split"
     # where cp.async runs: plain 16-bit rows of 4096 and 8192 columns past decode sizes take whole rows with x moved
-    # into shared memory, 32 elements a thread (v20); not with a bias, fused, fp32 rows, other widths or decode rows
+    # into shared memory, 32 elements a thread (v20); not with a bias, fused, fp32 rows, other widths or decode rows;
+    # from 16384 rows the two-pass launch takes tensors it serves (v26)
     asy = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, async_ok=True, **{"words_ok": True, **kw})
     assert asy(4096, 4096) == FwdConfig("async", 4, block_m=1)
-    assert asy(32768, 8192) == FwdConfig("async", 8, block_m=1)
+    assert asy(16383, 8192) == FwdConfig("async", 8, block_m=1)
+    assert asy(16384, 8192) == FwdConfig("looped", 16, chunk=4096, programs=16384, reverse=False, maxnreg=32)
     assert asy(4096, 4096, bias=True).kernel == asy(4096, 4096, fused=True).kernel == "rows"
     assert asy(4096, 4096, words_ok=False).kernel == asy(4096, 16384).kernel == asy(4096, 2048).kernel == "rows"
     assert asy(32, 8192).kernel == asy(528, 4096).kernel == "rows" and asy(529, 4096).kernel == "async"
