@@ -1,21 +1,15 @@
-"""The runner's logger: loguru, as everywhere in the project, or the standard library's where loguru is not installed
-(the GPU image has torch, triton, numpy, matplotlib and tqdm, but no loguru), so a parity run never fails on it."""
+"""The runner's logger (programs.log's) and its verbosity."""
 
-try:
-    from loguru import logger
-except ImportError:
-    import logging
-
-    logger = logging.getLogger("programs.parity")
+from programs.log import STDLIB, logger
 
 
 def configure(verbose: bool) -> None:
     import sys
 
-    if hasattr(logger, "remove"):
-        logger.remove()
-        logger.add(sys.stderr, level="DEBUG" if verbose else "WARNING")
-    else:
+    if STDLIB:
         import logging
 
         logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr)
+    else:
+        logger.remove()
+        logger.add(sys.stderr, level="DEBUG" if verbose else "WARNING")

@@ -25,13 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-try:
-    from loguru import logger
-except ImportError:  # the GPU hosts' image has no loguru
+from programs.log import STDLIB, logger  # noqa: E402
+
+if STDLIB:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    logger = logging.getLogger("bench_allreduce")
 
 from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, PUSH_PROGRAMS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
 from programs.triton.benchmark import on_capture_stream, pin_launch_state  # noqa: E402

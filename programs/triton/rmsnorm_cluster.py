@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from programs.log import logger
 from programs.triton.checks import TritonRuleError
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW
 
@@ -319,11 +320,33 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
     rmsnorm_fwd takes them. rmsnorm_fwd validates the inputs, and the launch shape by check, before any device work."""
     consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None,
                        x2.element_size(), busy, out_mode)
-    cap = {"maxnreg": maxnreg} if maxnreg else {}
+    key = (n, chunk, num_warps, maxnreg, out_mode, x2.dtype, y2.dtype, element_size(weight), element_size(bias),
+           rsigma is not None, busy)
+    cap = register_cap(key, maxnreg)
     dummy = x2
-    _fwd_cluster_kernel[(x2.shape[0],)](
+    compiled = _fwd_cluster_kernel[(x2.shape[0],)](
         x2, x2.stride(0), y2, y2.stride(0),
         *(t if t is not None else dummy for t in (weight, bias, rsigma, sc, scale_in)),
         n, inv_n, eps, float(weight_offset), float(scale_ub), float(fp8_max),
-        **consts, num_warps=num_warps, num_ctas=consts["K"], **cap,
+        **consts, num_warps=num_warps, num_ctas=consts["K"], **({"maxnreg": cap} if cap else {}),
     )
+    note_spills(key, cap, getattr(compiled, "n_spills", 0))
+
+
+# Launches (launch's key) whose register cap the compiler met only by spilling. A cap is there for occupancy (CTAs an
+# SM); how many registers the code needs depends on the compiler: the FP8 row-scale launch fits 80 under Triton 3.6
+# with either CUDA 12.8's ptxas or CUDA 13.0's (which torch.compile puts in TRITON_PTXAS_PATH), but Triton 3.8 spills
+# 144-160 bytes there. Spilled code ran slower than uncapped code in every case measured (NOTES.md v26), so a cap
+# that spilled is dropped for that launch from the next call on.
+_SPILLED: set = set()
+
+
+def register_cap(key: tuple, maxnreg: int) -> int:
+    """The cap to compile launch `key` with: maxnreg, or 0 (the compiler's choice) once that cap has spilled."""
+    return 0 if key in _SPILLED else maxnreg
+
+
+def note_spills(key: tuple, cap: int, spill_bytes: int) -> None:
+    if cap and spill_bytes:
+        _SPILLED.add(key)
+        logger.debug(f"cluster launch {key}: {spill_bytes} bytes spilled under a cap of {cap} registers; uncapped from now on")

@@ -86,8 +86,9 @@ SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 # cluster kernel default (rmsnorm_cluster.py): rows of a power of two in this range (the longest: 16-bit only),
 # CLUSTER_PER_THREAD elements a thread at 4 warps or more (16 CTAs a row at most), twice that for 16-bit x in rows past
 # 65536 columns and in tensors of >= CLUSTER_WIDE_MIN_ELEMENTS elements at N = 65536 or into FP8, under a cap of
-# CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM) unless the row max is taken
-CLUSTER_N, CLUSTER_PER_THREAD, CLUSTER_WIDE_MIN_ELEMENTS, CLUSTER_MAXNREG = (32768, 262144), 32, 1 << 25, 64
+# CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM), or CLUSTER_ROW_MAX_MAXNREG where the row max is taken (3)
+CLUSTER_N, CLUSTER_PER_THREAD, CLUSTER_WIDE_MIN_ELEMENTS = (32768, 262144), 32, 1 << 25
+CLUSTER_MAXNREG, CLUSTER_ROW_MAX_MAXNREG = 64, 80
 # cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes,
 # and below ASYNC_MAX_M rows where the two-pass launch also serves
 ASYNC_N, ASYNC_MAX_M = (4096, 8192), 16384
@@ -169,15 +170,15 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # 1024 x 262144 360.5 against the split kernel's 375 and QuACK's 360.3, 512 x 262144 182.5 against 189.9
         # (v20).
         # FP8 output (NOTES.md v25): x read once where the looped kernel read it twice. A row max needs the weight
-        # beside x before the exchange: at 64 elements a thread that spills under the cap (ptxas: 316 bytes), so FP8
-        # row scales leave the registers uncapped (H100, FP8 row scales, us: 1024 x 262144 310.7 uncapped, 577.3
+        # beside x before the exchange: at 64 elements a thread that spills under the cap of 64 (ptxas: 316 bytes), so
+        # FP8 row scales take a looser cap (below; H100, FP8 row scales, us: 1024 x 262144 310.7 uncapped, 577.3
         # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7;
         # 298.9 uncapped with the joint reduction of rmsnorm_cluster, whose 66 registers at 4 warps ran level with
         # a cap of 64).
         # 64 elements a thread (x staged through the exchange, capped; chunk 8192 at 4 warps where 16 CTAs a row
         # allow) for rows past 65536 columns, and in tensors of >= 32M elements at N = 65536 or into FP8 (H200, 64 x
-        # 65536 into FP8: row scales 7.31 against 6.99, given scale 6.65 against 6.51); FP8 row scales at 8 warps,
-        # uncapped (NOTES.md v26, us, H200 / H100, against the 32-a-thread launch in the same run):
+        # 65536 into FP8: row scales 7.31 against 6.99, given scale 6.65 against 6.51); FP8 row scales at 8 warps
+        # (NOTES.md v26, us, H200 / H100, against the 32-a-thread launch in the same run, uncapped):
         # 1024 x 131072 134.7 / 179.9 against 143.7 / 180.5, 2048 x 65536 133.0 / 179.6 against 134.9 / 178.8 (512
         # x 65536 35.7 / 46.9 against 36.7 / 46.8; 64 x 65536 lost 2% / 12%, 4096 x 32768 2% / 1%); FP8 given scale
         # 2048 x 65536 105.8 / 135.1 against 120.1 / 142.7, 4096 x 32768 102.6 / 134.5 against 113.0 / 136.9; FP8
@@ -189,8 +190,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         per_thread = 2 * CLUSTER_PER_THREAD if words_ok and wide else CLUSTER_PER_THREAD
         least = (8 if row_max and per_thread > CLUSTER_PER_THREAD else 4) * 32 * per_thread
         chunk = max(least, n // rmsnorm_cluster.MAX_CLUSTER)
-        capped = per_thread > CLUSTER_PER_THREAD and not row_max
-        return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=CLUSTER_MAXNREG if capped else 0)
+        # FP8 row scales at 64 elements a thread: capped at 80, 3 CTAs of 8 warps a SM. Uncapped, Triton 3.6 took 80
+        # with its own ptxas (CUDA 12.8) but 88 with torch's (CUDA 13.0, set by any torch.compile in the process),
+        # 2 CTAs a SM (H100, us, 80 / 88 registers: 2048 x 65536 141.8 / 173.9, 1024 x 262144 297.3 / 404.6; under
+        # torch's ptxas capped at 80: 146.5, 304.2, no spill; NOTES.md v26). rmsnorm_cluster drops a cap that spills.
+        maxnreg = 0
+        if per_thread > CLUSTER_PER_THREAD:
+            maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG
+        return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=maxnreg)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants

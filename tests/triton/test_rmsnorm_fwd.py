@@ -413,9 +413,10 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
     # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); 16-bit rows of 262144: 64 elements a thread
     # under a cap of 64 registers (v20); not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
-    # has ruled out a residual and distributed stats, v25); with FP8 row scales rows of 262144 leave the registers
-    # uncapped (the weight beside x for the row max spilled under the cap). 16-bit x without a bias: 64 elements a
-    # thread past 65536 columns, and from 32M elements at 65536 or into FP8 (v26); FP8 row scales at 8 warps.
+    # has ruled out a residual and distributed stats, v25); with FP8 row scales rows of 262144 take a looser cap (the
+    # weight beside x for the row max spilled under the cap of 64). 16-bit x without a bias: 64 elements a
+    # thread past 65536 columns, and from 32M elements at 65536 or into FP8 (v26); FP8 row scales at 8 warps, capped
+    # at 80 registers (3 CTAs a SM).
     cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
     assert cl(2048, 65536) == cl(511, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(2048, 65536, words_ok=True) == cl(512, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
@@ -427,12 +428,12 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert cl(2048, 65536, bias=True).kernel == "cluster"
     assert cl(2048, 65536, fused=True) == cl(2048, 65536, fused=True, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(1024, 32768, fused=True, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
-    assert cl(1024, 32768, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
+    assert cl(1024, 32768, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=80)
     assert cl(1023, 32768, fused=True, words_ok=True) == cl(1023, 32768, fused=True, words_ok=True, row_max=True)
     assert cl(1023, 32768, fused=True, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
-    assert cl(1, 131072, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
+    assert cl(1, 131072, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=80)
     assert cl(1024, 262144, fused=True, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
-    assert cl(1024, 262144, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384)
+    assert cl(1024, 262144, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=80)
     assert fwd_mod.fwd_config(2048, 65536, gpu, fused=True).kernel == "looped"
     assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
     assert cl(1024, 524288, words_ok=True).kernel == "split"
@@ -605,6 +606,22 @@ def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
     with pytest.raises(Chosen):
         rmsnorm_fwd(x, rand(64, dtype=torch.bfloat16, seed=37), **kw)
     assert (seen["cluster_ok"], seen["row_max"]) == want
+
+
+def test_cluster_register_cap_dropped_once_it_spilled(monkeypatch):
+    """A cluster launch's register cap asks for occupancy; where the compiler at hand meets it only by spilling (Triton
+    3.8's code for FP8 row scales needs more than the 80 registers that Triton 3.6's fits), the launch compiles
+    uncapped from the next call on, for that launch only; a cap without spills stays."""
+    from programs.triton import rmsnorm_cluster as rc
+
+    monkeypatch.setattr(rc, "_SPILLED", set())
+    row, plain = (65536, 16384, 8, 80, 1), (65536, 8192, 4, 64, 0)
+    assert rc.register_cap(row, 80) == 80 and rc.register_cap(plain, 64) == 64
+    rc.note_spills(plain, 64, 0)
+    rc.note_spills(row, 0, 96)  # an uncapped compile's spills drop nothing
+    assert rc.register_cap(row, 80) == 80 and rc.register_cap(plain, 64) == 64
+    rc.note_spills(row, 80, 160)
+    assert rc.register_cap(row, 80) == 0 and rc.register_cap(plain, 64) == 64
 
 
 def test_async_launch_shape_rules(monkeypatch):
