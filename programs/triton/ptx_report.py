@@ -50,11 +50,13 @@ class Report:
     l2_prefetches: int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (rmsnorm_bwd.l2_prefetch)
     async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
     async_copies: int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
+    barriers: int  # bar.sync / barrier.sync: a CTA-wide wait, two for each reduction through shared memory
 
 
 # cp.async.cg / .ca (not .commit_group / .wait_group): a 4-16 byte copy from global into shared memory, what
 # Report.async_copies counts and one of the global accesses PdlReport.wait_first orders
 ASYNC_COPY = re.compile(r"\bcp\.async\.c[ag]\b")
+BARRIER = re.compile(r"\bbar(rier)?\.sync\b")
 
 
 def ptxas() -> str:
@@ -104,7 +106,8 @@ def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, n
                   sum("fence." in ln or "membar." in ln for ln in lines),
                   sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines),
                   sum("st.async" in ln for ln in lines),
-                  sum(ASYNC_COPY.search(ln) is not None for ln in lines))
+                  sum(ASYNC_COPY.search(ln) is not None for ln in lines),
+                  sum(BARRIER.search(ln) is not None for ln in lines))
 
 
 def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
@@ -135,13 +138,15 @@ def _cap(maxnreg: int) -> str:
     return f" maxnreg={maxnreg}" if maxnreg else ""
 
 
-def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0, store_rsigma: bool = False) -> Report:
+def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0, store_rsigma: bool = False,
+             out_mode: int = rmsnorm_fwd.OUT_CAST, joint_max: bool = False) -> Report:
     """The register-resident forward as the plain call launches it (bf16 in and out, a weight; rsigma stored as the
-    autograd forward asks)."""
+    autograd forward asks); out_mode FP8: e4m3 output, joint_max as the launch sets JOINT_MAX."""
     fn = rmsnorm_fwd._fwd_rows_kernel
-    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, **_fwd_flags(rmsnorm_fwd.OUT_CAST, store_rsigma))
+    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, JOINT_MAX=joint_max, **_fwd_flags(out_mode, store_rsigma))
     return compile_report(f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
-                          f"{' rsigma' if store_rsigma else ''}", fn, _fwd_signature(fn, False), consts, num_warps, maxnreg)
+                          f"{' rsigma' if store_rsigma else ''} out_mode={out_mode}{' joint' if joint_max else ''}", fn,
+                          _fwd_signature(fn, out_mode != rmsnorm_fwd.OUT_CAST), consts, num_warps, maxnreg)
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:

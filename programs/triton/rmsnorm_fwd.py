@@ -72,6 +72,8 @@ LOOPED_MAXNREG = 64
 # The looped kernel's words stats pass (FwdConfig.words) holds the whole row, N / 2 words over 32 warps: 32 registers a
 # thread at N = WIDE_CHUNK_N; its normalize pass reads WORDS_CHUNK columns a step.
 WORDS_CHUNK = 16384
+# The rows kernel takes FP8 row scales' max in the sum's reduction at up to this many elements a thread (decode sizes)
+JOINT_MAX_PER_THREAD = 8
 # Decode rows (M <= DECODE_SLICED_M, N <= 8192) are cut into DECODE_SLICE-column programs; every program re-reads
 # its whole row from L2 for the sum, which more rows or longer rows would make the bottleneck (not measured past them).
 DECODE_SLICED_M, DECODE_SLICE = 128, 2048
@@ -513,6 +515,11 @@ def split_reduce_from(word, XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.cons
 
 
 @triton.jit
+def _sum_max(a0, a1, b0, b1):  # combine of the (sum of squares, max|h*w|) reduction
+    return a0 + b0, tl.maximum(a1, b1)
+
+
+@triton.jit
 def _fwd_rows_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
     W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
@@ -521,6 +528,7 @@ def _fwd_rows_kernel(
     HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
     STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr, PDL: tl.constexpr = False,
+    JOINT_MAX: tl.constexpr = False,
 ):
     if PDL:
         dependent_launch()
@@ -553,10 +561,20 @@ def _fwd_rows_kernel(
         hf = tl.load(X + r64 * stride_x + full[None, :], mask=fmask, other=0.0).to(tl.float32)
         if HAS_RES:
             hf = residual_sum(hf, R, stride_r, RO, r64, full, fmask).to(tl.float32)
+    # FP8 row scales of whole rows without a bias, JOINT_MAX (launches of <= 8 elements a thread: decode sizes):
+    # max|y| = rs * max|h * w| (rs > 0), so the max comes from the same reduction as the sum of squares instead of a
+    # second one after it, each with its shared-memory pass and barriers (as the cluster kernel). At 16 elements a
+    # thread the registers it holds cost more than the barriers it saves (NOTES.md v26).
+    JOINT: tl.constexpr = JOINT_MAX and NEED_AMAX and SLICES == 1 and not (HAS_B or HAS_STATS)
     if HAS_STATS:
         ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
     elif SLICES > 1:
         ss = tl.sum(hf * hf, axis=1)
+    elif JOINT:
+        hw = h
+        if HAS_W:
+            hw = h * w[None, :]
+        ss, hwmax = tl.reduce((h * h, tl.abs(hw)), 1, _sum_max)
     else:
         ss = tl.sum(h * h, axis=1)
     rs = tl.rsqrt(ss * inv_n + eps)
@@ -579,6 +597,8 @@ def _fwd_rows_kernel(
             if HAS_B:
                 vf += tl.load(B + full, mask=full_ok, other=0.0).to(tl.float32)[None, :]
             amax = tl.max(tl.where(fmask, tl.abs(vf), 0.0), axis=1)
+        elif JOINT:
+            amax = rs * hwmax  # masked columns are 0 in h
         else:
             amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
     _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, row_ok & first, scale_ub, fp8_max,
@@ -1140,7 +1160,8 @@ def rmsnorm_fwd(
             slices = row_n // block_n
             grid = (triton.cdiv(m, cfg.block_m) * slices,)
             _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=block_n, SLICES=slices, num_warps=cfg.num_warps,
-                                   PDL=pdl, **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl), **flags)
+                                   PDL=pdl, JOINT_MAX=cfg.block_m * block_n <= JOINT_MAX_PER_THREAD * 32 * cfg.num_warps,
+                                   **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl), **flags)
         elif cfg.kernel == "looped":
             grid = (min(m, cfg.programs or sm_count(x.device)),)
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):

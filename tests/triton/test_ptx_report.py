@@ -64,6 +64,21 @@ def test_capped_rows_forward_fills_the_sm_without_spilling():
     assert all(0 < r[3] <= 32 and r[4] == 0 for r in rows), rows
 
 
+@pytest.mark.parametrize("block_n, warps", [(8192, 32), (2048, 8), (512, 4)], ids=["8192-32w", "2048-8w", "512-4w"])
+def test_decode_fp8_row_scales_take_the_max_in_the_sum_reduction(block_n, warps):
+    """Decode launches of the rows forward (<= 8 elements a thread, JOINT_MAX) with FP8 row scales reduce the sum of
+    squares and max|x*w| together: fewer CTA barriers than the two reductions one after the other (H200, 1 x 8192:
+    2.04 against 2.29 us, NOTES.md v26), no spill; these launches are within JOINT_MAX_PER_THREAD."""
+    r = _compiled_json(
+        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
+        f"rs = [p.fwd_rows({block_n}, {warps}, 1, out_mode=f.OUT_FP8_ROW, joint_max=j) for j in (False, True)]; "
+        "print(json.dumps([[x.barriers, x.spill_bytes] for x in rs] + [f.JOINT_MAX_PER_THREAD]))"
+    )
+    (two, _), (one, spill), per_thread = r
+    assert one < two and spill == 0, r
+    assert block_n // (32 * warps) <= per_thread
+
+
 def test_streaming_rows_backward_prefetches_into_l2_without_spilling():
     """8192 < N <= 16384 (rmsnorm_bwd.STREAM_ROWS_N): the rows backward holds nothing ahead in registers and asks the
     L2 for the next row's x and dy, two bulk prefetches; at 32 warps it must fit 64 registers with no spill (the
