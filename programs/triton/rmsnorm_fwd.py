@@ -72,6 +72,9 @@ LOOPED_MAXNREG = 64
 # The looped kernel's words stats pass (FwdConfig.words) holds the whole row, N / 2 words over 32 warps: 32 registers a
 # thread at N = WIDE_CHUNK_N; its normalize pass reads WORDS_CHUNK columns a step.
 WORDS_CHUNK = 16384
+# Elements a program of the rows kernel for the fused variants (FP8 output, a residual, distributed stats) past
+# decode sizes, rows of 1024 to 8192 columns (fwd_config)
+FUSED_ROWS_TILE = 2048
 # The rows kernel takes FP8 row scales' max in the sum's reduction at up to this many elements a thread (decode sizes)
 JOINT_MAX_PER_THREAD = 8
 # Decode rows (M <= DECODE_SLICED_M, N <= 8192) are cut into DECODE_SLICE-column programs; every program re-reads
@@ -246,6 +249,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             # are not a power of two (the half-empty last chunk: 16384 x 5120 -19%) and N = 16384 (-7%).
             return FwdConfig("looped", n // 512, chunk=n // 2, programs=m, reverse=False, maxnreg=32)
         block_m = max(1, min(8192 // block_n, triton.next_power_of_2(max(1, m // (4 * sms)))))
+        if fused and block_n >= 1024:
+            # the fused variants in tiles of FUSED_ROWS_TILE elements (a row a program from 2048 columns), 4-8 warps
+            # at 16 elements a thread, where the plain kernel's 8192 took 16 warps (NOTES.md v26, us, H200 / H100,
+            # against the 8192-element tile in the same run): FP8 row scales 32768 x 4096 124.8 / 139.8 against
+            # 140.0 / 149.6, 65536 x 2048 121.2 / 134.6 against 134.2 / 147.3, 65536 x 1024 60.2 / 68.5 against 71.4
+            # / 76.6; a given scale 110.9 / 134.5 against 114.7 / 137.3 (32768 x 4096); a residual 197.4 / 272.7
+            # against 202.6 / 273.9 (65536 x 2048); distributed stats (H100) 46.6 against 48.0 (16384 x 2048)
+            block_m = min(block_m, max(1, FUSED_ROWS_TILE // block_n))
         num_warps = min(32, max(4, block_m * block_n // 512))
         # A full SM (2048 threads: two 32-warp or four 16-warp programs) needs <= 32 registers a thread. At 16
         # elements a thread the compilers take 38-40 (Triton 3.8 at N = 16384: one program per SM, 4096 x 16384 88.7

@@ -459,6 +459,14 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(4096, 16384, gpu, fused=True).maxnreg == 0
     assert fwd_mod.fwd_config(65536, 1024, gpu).maxnreg == 0
     assert fwd_mod.fwd_config(4096, 32768, gpu).maxnreg == 0
+    # the fused variants past decode sizes: tiles of 2048 elements, a row a program from 2048 columns (v26); the plain
+    # kernel with a bias keeps 8192-element tiles; rows under 1024 columns keep theirs
+    fz = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, fused=True, **kw)
+    assert fz(32768, 4096) == fz(32768, 4096, row_max=True) == FwdConfig("rows", 8, block_m=1)
+    assert fz(65536, 2048) == FwdConfig("rows", 4, block_m=1) and fz(65536, 1024) == FwdConfig("rows", 4, block_m=2)
+    assert fz(8192, 8192) == FwdConfig("rows", 16, block_m=1)
+    assert fz(65536, 512) == FwdConfig("rows", 16, block_m=16)
+    assert fwd_mod.fwd_config(32768, 4096, gpu, bias=True) == FwdConfig("rows", 16, block_m=2)
     # tall tensors of plain 16-bit rows of 1024..8192 columns: a row a program in two halves (H200 and H100, NOTES.md
     # v17); not for fewer rows or elements, other widths, fp32 or odd strides (words_ok False), a bias or fused variants
     two = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, words_ok=True, **kw)
