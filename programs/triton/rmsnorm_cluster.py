@@ -336,8 +336,10 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
 # Launches (launch's key) whose register cap the compiler met only by spilling. A cap is there for occupancy (CTAs an
 # SM); how many registers the code needs depends on the compiler: the FP8 row-scale launch fits 80 under Triton 3.6
 # with either CUDA 12.8's ptxas or CUDA 13.0's (which torch.compile puts in TRITON_PTXAS_PATH), but Triton 3.8 spills
-# 144-160 bytes there. Spilled code ran slower than uncapped code in every case measured (NOTES.md v26), so a cap
-# that spilled is dropped for that launch from the next call on.
+# 144-160 bytes there. Whether spilled code at the higher occupancy beats unspilled code at the lower one varied
+# (NOTES.md v26, H100, CUDA 13.0's ptxas: 68-76 bytes spilled at 3 CTAs a SM ran level with or up to 7% faster than
+# 88 registers at 2; 228-264 bytes at 4 ran 1.3-2x slower than either), so a cap stays only where it costs no spill
+# and is dropped for that launch from the next call on otherwise. Not timed under Triton 3.8 (no such GPU here).
 _SPILLED: set = set()
 
 
