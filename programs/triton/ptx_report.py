@@ -60,10 +60,9 @@ BARRIER = re.compile(r"\bbar(rier)?\.sync\b")
 
 
 def ptxas() -> str:
-    """The ptxas Triton compiles with: TRITON_PTXAS_PATH where set (torch.compile sets it to torch's own, whose PTX
-    ISA the bundled one may not read), else the one bundled with Triton."""
-    return os.environ.get("TRITON_PTXAS_PATH") or os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
-                                                               "bin", "ptxas")
+    """The ptxas Triton compiles with (its knob: TRITON_PTXAS_PATH where that runs, which torch.compile sets to
+    torch's own, whose PTX ISA the bundled one may not read; else the one bundled with Triton)."""
+    return triton.knobs.nvidia.ptxas.path
 
 
 def _signature(fn, pointers: dict[str, str], floats: tuple[str, ...]) -> dict[str, str]:

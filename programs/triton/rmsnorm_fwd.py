@@ -193,8 +193,8 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         wide = n == CLUSTER_N[1] or not bias and (
             n > WIDE_CHUNK_N or m * n >= CLUSTER_WIDE_MIN_ELEMENTS and (fused or n == WIDE_CHUNK_N))
         per_thread = 2 * CLUSTER_PER_THREAD if words_ok and wide else CLUSTER_PER_THREAD
-        least = (8 if row_max and per_thread > CLUSTER_PER_THREAD else 4) * 32 * per_thread
-        chunk = max(least, n // rmsnorm_cluster.MAX_CLUSTER)
+        min_warps = 8 if row_max and per_thread > CLUSTER_PER_THREAD else 4
+        chunk = max(min_warps * 32 * per_thread, n // rmsnorm_cluster.MAX_CLUSTER)
         # FP8 row scales at 64 elements a thread: capped at 80, 3 CTAs of 8 warps a SM. Uncapped, Triton 3.6 took 80
         # with its own ptxas (CUDA 12.8) but 88 with torch's (CUDA 13.0, set by any torch.compile in the process),
         # 2 CTAs a SM (H100, us, 80 / 88 registers: 2048 x 65536 141.8 / 173.9, 1024 x 262144 297.3 / 404.6; under

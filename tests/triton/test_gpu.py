@@ -247,7 +247,7 @@ def test_cluster_forward_matches_float64(case):
 
 CLUSTER_FP8 = {  # (M, N), x dtype, options, launch (None: the default, which must be the cluster kernel)
     "2048x65536-default": ((2048, 65536), torch.bfloat16, {}, None),
-    "48x262144-default": ((48, 262144), torch.bfloat16, {}, None),  # row scales: 16 warps, 32 elements a thread
+    "48x262144-default": ((48, 262144), torch.bfloat16, {}, None),  # row scales: 8 warps, 64 elements a thread
     "8x262144-few-rows": ((8, 262144), torch.bfloat16, {}, None),
     "7x131072-zero-centered-scale-ub": ((7, 131072), torch.bfloat16, {"weight_offset": 1.0, "scale_ub": 2.0}, None),
     "33x40000-masked-fp16": ((33, 40000), torch.float16, {}, FwdConfig("cluster", 4, chunk=4096)),
