@@ -213,10 +213,19 @@ GLOBAL_ACCESS = re.compile(rf"\b(ld|st|atom|red)\.global|{ASYNC_COPY.pattern}")
 
 
 def pdl(kernel: str, enabled: bool = True) -> PdlReport:
-    """The rows, looped or cp.async forward ("rows", "looped", "async") compiled as rmsnorm_fwd launches it with
-    enable_pdl on (or off): a bf16 row of 4096-8192 columns with a weight."""
+    """The rows, looped, cp.async or cluster forward ("rows", "looped", "async", "cluster") compiled as rmsnorm_fwd
+    launches it with enable_pdl on (or off): a bf16 row of 4096-8192 columns with a weight (65536 in 8 CTAs of 8192
+    for the cluster kernel, rsigma stored)."""
     f, flags = rmsnorm_fwd, _fwd_flags(rmsnorm_fwd.OUT_CAST)
-    if kernel == "async":
+    num_ctas = 1
+    if kernel == "cluster":
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from programs.triton import rmsnorm_cluster as rc
+
+        fn, consts, source_type = rc._fwd_cluster_kernel, rc.constants(65536, 8192, 4, 2, 0, True), GluonASTSource
+        sig, num_ctas = _fwd_signature(fn, False), consts["K"]
+    elif kernel == "async":
         from triton.experimental.gluon._runtime import GluonASTSource
 
         from programs.triton import rmsnorm_async as ra
@@ -229,7 +238,8 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
             "looped": (f._fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags)),
         }[kernel]
         sig, source_type = _fwd_signature(fn, False), ASTSource
-    compiled = _compile(fn, sig, {**consts, "PDL": enabled}, 4, source_type=source_type, launch_pdl=enabled)
+    compiled = _compile(fn, sig, {**consts, "PDL": enabled}, 4, num_ctas=num_ctas, source_type=source_type,
+                        launch_pdl=enabled)
     lines = compiled.asm["ptx"].splitlines()
     waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]
     accesses = [i for i, ln in enumerate(lines) if GLOBAL_ACCESS.search(ln)]

@@ -20,6 +20,7 @@ x itself, the weight then loaded during the exchange) and x stays 16-bit, so tha
 FP8 output (x normalized as given: no residual or distributed stats): with one given scale, or with a scale a row
 (MAX's allreduce_rmsnorm_fp8 rule, fp8.py), whose row max rides the same exchange: each CTA sends its max|x*w| beside
 its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
+Launched with PDL where rmsnorm_fwd's enable_pdl says so, as the rows kernels are.
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 """
@@ -35,6 +36,7 @@ from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW
 try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
 except ImportError:  # pragma: no cover - older Triton
@@ -175,9 +177,16 @@ if GLUON:
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
                             EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
-                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False):
+                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False, PDL: gl.constexpr = False):
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
         # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
+        # PDL: rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
+        # call's clusters then start as this grid's finish instead of after its last (H200, us, with / without:
+        # 4096 x 32768 128.7 / 129.7, 2048 x 65536 132.8 / 133.2, 64 x 65536 6.39 / 6.58, 8 x 262144 5.00 / 5.16;
+        # FP8 row scales level; NOTES.md v27)
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         row = gl.program_id(0).to(gl.int64)  # the cluster's index: one row a cluster
         kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
         gl.inline_asm_elementwise(ARRIVE, "=r,r", [kk], dtype=gl.int32, is_pure=False, pack=1)
@@ -313,7 +322,8 @@ def element_size(t) -> int:
 
 def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
            weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0, busy: bool = True,
-           out_mode: int = OUT_CAST, sc=None, scale_in=None, scale_ub: float = 3.0e38, fp8_max: float = 1.0) -> None:
+           out_mode: int = OUT_CAST, sc=None, scale_in=None, scale_ub: float = 3.0e38, fp8_max: float = 1.0,
+           pdl: bool = False) -> None:
     """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each, at most maxnreg
     registers a thread (0: ptxas decides); busy: at least two CTAs for every SM (x_staged). out_mode (fp8.OUT_*) with
     sc (float32 [M]: the row scales, or the row maxima), scale_in (the one given scale), scale_ub and fp8_max as
@@ -328,7 +338,8 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
         x2, x2.stride(0), y2, y2.stride(0),
         *(t if t is not None else dummy for t in (weight, bias, rsigma, sc, scale_in)),
         n, inv_n, eps, float(weight_offset), float(scale_ub), float(fp8_max),
-        **consts, num_warps=num_warps, num_ctas=consts["K"], **({"maxnreg": cap} if cap else {}),
+        **consts, PDL=pdl, num_warps=num_warps, num_ctas=consts["K"], **({"maxnreg": cap} if cap else {}),
+        **({"launch_pdl": True} if pdl else {}),
     )
     note_spills(key, cap, getattr(compiled, "n_spills", 0))
 

@@ -16,11 +16,12 @@ Launcher (reusable entry point, also for a fused all-reduce + RMSNorm + FP8 buil
     rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
     stats     float32 [W, M] per-shard sums of squares (distributed post): summed in rank order, divided by hidden_size
               (default N), instead of the sum over x's own row.
-    enable_pdl programmatic dependent launch of the rows, looped and cp.async kernels (None: wherever it runs, Hopper
-              and later): each CTA first waits for the previous kernel in the stream to finish (griddepcontrol.wait,
-              before any load or store), then lets the next kernel's CTAs launch as this grid's free their SMs, so
-              back-to-back PDL kernels overlap one's launch with the other's tail. The split and cluster launches,
-              whose grids must be co-resident, launch plainly.
+    enable_pdl programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
+              Hopper and later): each CTA first waits for the previous kernel in the stream to finish
+              (griddepcontrol.wait, before any load or store), then lets the next kernel's CTAs launch as this grid's
+              free their SMs, so back-to-back PDL kernels overlap one's launch with the other's tail. The split
+              launch, whose programs must all be resident at once (they wait on each other through global memory),
+              launches plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
 
 Kernels: `_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y);
 at decode sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
@@ -1202,7 +1203,7 @@ def rmsnorm_fwd(
         elif cfg.kernel == "cluster":
             rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
                                    weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy, out_mode, sc_t,
-                                   scale_in, ub, fmax)
+                                   scale_in, ub, fmax, pdl)
         elif cfg.kernel == "async":
             rmsnorm_async.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
                                  weight_offset, cfg.block_m, cfg.num_warps, pdl)

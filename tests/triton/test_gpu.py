@@ -332,6 +332,8 @@ PDL = {  # (M, N), options of the chain's last call, the kernel the default laun
     "8192x8192-async": ((8192, 8192), {}, "async"),
     "8193x2048-two-pass": ((8193, 2048), {}, "looped"),
     "64x40000-words": ((64, 40000), {}, "looped"),
+    "64x65536-cluster": ((64, 65536), {}, "cluster"),
+    "512x131072-cluster-fp8-row": ((512, 131072), {"dtype": torch.float8_e4m3fn}, "cluster"),
 }
 
 
