@@ -12,11 +12,12 @@ total footprint is at least 3x the L2 (so neither launch overhead nor the cache 
 time per call = median replay time / calls per graph. The single-GPU tables run every contender once, untimed (all
 compiles done before any timing: a torch.compile run made every later contender faster, NOTES.md v24), then time
 each once a round, in 3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours
-launches with PDL (Hopper: back-to-back calls overlap) a second forward table gives ours launched plainly, as the
-peers are, and every timing starts in one launch state: on H100, graph replays ran 0.3 us a kernel faster (1 x 8192
-copy 1.34 against 1.70 us, same bits) when the last eager launches on the stream had included a PDL launch than
-after several plain ones, so each contender's number hung on its predecessor's launches (NOTES.md v22-v23); a tiny
-eager PDL launch right before the timed replays (`pin_launch_state`) gives every contender the faster state.
+launches with PDL (Hopper: back-to-back calls overlap) a second forward and a second backward table give ours
+launched plainly, as the peers are, and every timing starts in one launch state: on H100, graph replays ran 0.3 us
+a kernel faster (1 x 8192 copy 1.34 against 1.70 us, same bits) when the last eager launches on the stream had
+included a PDL launch than after several plain ones, so each contender's number hung on its predecessor's
+launches (NOTES.md v22-v23); a tiny eager PDL launch right before the timed replays (`pin_launch_state`) gives every
+contender the faster state.
 GB/s counts the fewest bytes: forward reads x and writes y; backward reads x and dy and writes dx. `copy` is the
 faster of dst.copy_(x) (same shape) and a flat copy of the same bytes per call, timed the same way.
 Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
@@ -278,6 +279,8 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
             "copy": lambda i: (lambda: dsts[i].copy_(srcs[i])),
             "ours": lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])),
         }
+        if pdl:
+            runs["ours_nopdl"] = lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], enable_pdl=False))
         if "eager" in wanted:
             runs["eager"] = autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS), xs, w, dys)
         if "compile" in wanted:
@@ -294,12 +297,14 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
     names = [p for p in ("eager", "compile") if p in wanted] + [p for p in ("liger", "quack") if p in peers]
     print(f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs")
     if pdl:
-        print("# ours forward launched with PDL (its default here): back-to-back calls overlap one's launch with the other's tail; copy and peers launch plainly")
+        print("# ours launched with PDL (its default here, forward and backward): back-to-back calls overlap one's launch with the other's tail; copy and peers launch plainly")
         print("# every timing starts right after one eager PDL launch (pin_launch_state): graph replays then run in the faster of two launch states seen on H100")
     tables = [("FORWARD (read x + write y)", fwd_rows, "ours", True)]
     if pdl:
         tables.append(("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl", False))
     tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours", False))
+    if pdl:
+        tables.append(("BACKWARD, ours without PDL (enable_pdl=False)", bwd_rows, "ours_nopdl", False))
     for title, rows, ours, fp8_col in tables:
         print(f"\n## {title}")
         head = ["M x N", "copy GB/s", "ours us", "ours GB/s", "% of copy"] + [f"vs {p}" for p in names]

@@ -215,7 +215,8 @@ GLOBAL_ACCESS = re.compile(rf"\b(ld|st|atom|red)\.global|{ASYNC_COPY.pattern}")
 def pdl(kernel: str, enabled: bool = True) -> PdlReport:
     """The rows, looped, cp.async or cluster forward ("rows", "looped", "async", "cluster") compiled as rmsnorm_fwd
     launches it with enable_pdl on (or off): a bf16 row of 4096-8192 columns with a weight (65536 in 8 CTAs of 8192
-    for the cluster kernel, rsigma stored)."""
+    for the cluster kernel, rsigma stored); or the backward's rows or decode kernel or the partials' sum ("bwd_rows",
+    "bwd_decode", "sum_partials") as rmsnorm_bwd launches it, with dweight, dbias and dresidual."""
     f, flags = rmsnorm_fwd, _fwd_flags(rmsnorm_fwd.OUT_CAST)
     num_ctas = 1
     if kernel == "cluster":
@@ -232,6 +233,15 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
 
         fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
         sig = _gluon_signature(fn)
+    elif kernel.startswith("bwd") or kernel == "sum_partials":
+        b, bflags = rmsnorm_bwd, dict(HAS_W=True, NEED_DB=True, HAS_DRES=True)
+        fn, consts = {
+            "bwd_rows": (b._bwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=4096, STREAM=False, L2_AHEAD=0, **bflags)),
+            "bwd_decode": (b._bwd_decode_kernel, dict(BLOCK_M=1, BLOCK_N=8192, COLS=128, **bflags)),
+            "sum_partials": (b._sum_partials_kernel, dict(BLOCK_G=32, BLOCK=128)),
+        }[kernel]
+        sig = _bwd_signature(fn) if kernel != "sum_partials" else _signature(fn, {"P": "*fp32", "OUT": "*bf16"}, ())
+        source_type = ASTSource
     else:
         fn, consts = {
             "rows": (f._fwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=8192, SLICES=1, **flags)),
@@ -243,7 +253,7 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
     lines = compiled.asm["ptx"].splitlines()
     waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]
     accesses = [i for i, ln in enumerate(lines) if GLOBAL_ACCESS.search(ln)]
-    return PdlReport(f"fwd {kernel} pdl={enabled}", bool(compiled.metadata.launch_pdl), len(waits),
+    return PdlReport(f"{kernel} pdl={enabled}", bool(compiled.metadata.launch_pdl), len(waits),
                      sum("griddepcontrol.launch_dependents" in ln for ln in lines),
                      bool(waits) and bool(accesses) and waits[0] < accesses[0])
 

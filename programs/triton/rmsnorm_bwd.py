@@ -1,7 +1,7 @@
 """RMSNorm backward in Triton: dx (+ dresidual), dgamma and dbias from the saved rsigma, dgamma deterministic.
 
-    rmsnorm_bwd(dy, h, weight, rsigma, *, weight_offset=0.0, dresidual=None, need_bias_grad=False, config=None)
-        -> (dx, dweight | None, dbias | None)
+    rmsnorm_bwd(dy, h, weight, rsigma, *, weight_offset=0.0, dresidual=None, need_bias_grad=False, config=None,
+                enable_pdl=None) -> (dx, dweight | None, dbias | None)
 
 With xhat = h * rs, g = dy * (w + weight_offset) and c = mean(xhat * g) over the row:
     dx = rs * (g - xhat * c) (+ dresidual, the gradient reaching residual_out), dweight = sum_rows dy * xhat,
@@ -14,6 +14,9 @@ With one program (M <= BLOCK_M of the rows kernel) its row is the sum: it is sto
 kernel is not launched (two launches took 4.5 us at 1 x 8192, NOTES.md v6). Decode-sized inputs (M <= DECODE_M) take
 `_bwd_decode_kernel` by default: one launch whose first M programs write dx row by row while the others sum dweight /
 dbias over all rows for their columns, final in one fixed order (NOTES.md v10).
+enable_pdl as rmsnorm_fwd takes it: the rows and decode kernels and the partials' sum launch with programmatic
+dependent launch (each waits for the kernel before it, then lets the next one launch); the split kernel, whose
+programs must all be resident at once, and the interpreter's two-kernel path launch plainly.
 
 Kernels: `_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next
 tile's loads issued before the current tile is reduced. Up to STREAM_ROWS_N it streams instead: one row at a time
@@ -34,13 +37,16 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
+    dependent_launch,
     dram_gbps_per_sm,
     launch_options,
     load_rows,
     load_words,
+    resolve_pdl,
     sm_count,
     split_program,
     split_publish,
@@ -177,8 +183,13 @@ def _bwd_rows_kernel(
     M, N, inv_n, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
-    STREAM: tl.constexpr, L2_AHEAD: tl.constexpr,
+    STREAM: tl.constexpr, L2_AHEAD: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    # PDL: the next kernel (the partials' sum) may launch only once this grid is done with its rows: this grid is
+    # one CTA an SM, and a launch at its start, as the forwards trigger, put the sum's CTAs, then the next
+    # backward's, beside it: 51.3 us against 33.4 launched plainly (H200, 4096 x 4096, NOTES.md v27)
+    if PDL:
+        gdc_wait()
     # Persistent: one CTA per SM is all the registers allow (x, dy and the dweight accumulator), so the next tile's
     # loads are issued before the current tile is reduced: DRAM stays busy through the reduction and the stores.
     # STREAM (8192 < N <= 16384): that look-ahead beside a held weight spills at 32 warps (ptxas: 176 bytes), so the
@@ -235,6 +246,8 @@ def _bwd_rows_kernel(
             db += dy
         _store_rows_dx(xhat, dy, w, rs, inv_n, DX, stride_dx, DRES, stride_dres, r64, cols, mask, HAS_W, HAS_DRES)
     _store_partials(DWP, DBP, pid, N, cols, col_ok, tl.sum(dw, axis=0), tl.sum(db, axis=0), HAS_W, NEED_DB)
+    if PDL:
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -242,8 +255,10 @@ def _bwd_decode_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DW, DB,
     M, N, inv_n, w_off,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
+    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:
+        dependent_launch()
     # Few rows (M <= BLOCK_M): programs 0..M-1 each take a whole row's dx; the programs after them each take COLS
     # columns of dweight / dbias over all rows (dweight = sum_rows dy * h * rs needs no row dot), final in their
     # dtype. The two halves do not depend on each other, so one launch does it all: no partials, no second kernel.
@@ -494,11 +509,13 @@ def _bwd_split_words_kernel(
 
 
 @triton.jit
-def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr):
+def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """OUT[n] = sum over g of P[g, n]: BLOCK_G partial rows per step, summed by a fixed tree, steps in order.
 
     A fixed order either way (same bits every run); BLOCK_G rows per load keep ~G/BLOCK_G dependent L2 round trips
     instead of G (one row at a time cost ~30 us per backward on H200 at G = 132)."""
+    if PDL:  # P is the kernel before's output
+        dependent_launch()
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < N
     rg = tl.arange(0, BLOCK_G)
@@ -525,13 +542,13 @@ def words_fit(h2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, weight, ne
             and wordable_weight(weight))
 
 
-def _reduce(partials: torch.Tensor, dtype) -> torch.Tensor:
+def _reduce(partials: torch.Tensor, dtype, pdl: bool = False) -> torch.Tensor:
     g, n = partials.shape
     out = torch.empty(n, dtype=dtype, device=partials.device)
     block = min(128, triton.next_power_of_2(n))
     block_g = min(32, triton.next_power_of_2(g))
     _sum_partials_kernel[(triton.cdiv(n, block),)](
-        partials, out, g, n, BLOCK_G=block_g, BLOCK=block, num_warps=4
+        partials, out, g, n, BLOCK_G=block_g, BLOCK=block, PDL=pdl, num_warps=4, **launch_options(partials.device, pdl=pdl)
     )
     return out
 
@@ -547,6 +564,7 @@ def rmsnorm_bwd(
     need_bias_grad: bool = False,
     bias_dtype: torch.dtype | None = None,
     config: BwdConfig | None = None,
+    enable_pdl: bool | None = None,
 ):
     """(dx, dweight, dbias) of RMSNorm (module docstring). dx has h's dtype, dweight weight's, dbias bias_dtype."""
     check_activation(h, "h")
@@ -559,6 +577,7 @@ def rmsnorm_bwd(
     if rsigma.dtype != torch.float32 or rsigma.numel() != m or rsigma.device != h.device or (m > 1 and rsigma.stride(-1) != 1):
         raise TritonRuleError("rsigma.shape", f"rsigma must be the forward's contiguous float32 [{m}]", (tuple(rsigma.shape), rsigma.dtype), "rmsnorm_fwd(..., return_rsigma=True).rsigma")
     rsig = rsigma.reshape(m)
+    pdl = resolve_pdl(h.device, enable_pdl)
     dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
     dx2 = dx.view(-1, n)
     dr2 = as_rows(dresidual, "dresidual") if dresidual is not None else None
@@ -599,13 +618,13 @@ def rmsnorm_bwd(
             _bwd_rows_kernel[(groups,)](
                 *args,
                 BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), STREAM=cfg.stream, L2_AHEAD=cfg.l2_ahead,
-                num_warps=cfg.num_warps, **common,
+                PDL=pdl, num_warps=cfg.num_warps, **launch_options(h.device, pdl=pdl), **common,
             )
         elif cfg.kernel == "decode":
             _bwd_decode_kernel[(m + triton.cdiv(n, cfg.block_n),)](
                 *args,
                 BLOCK_M=triton.next_power_of_2(m), BLOCK_N=triton.next_power_of_2(n), COLS=cfg.block_n,
-                num_warps=cfg.num_warps, **common,
+                PDL=pdl, num_warps=cfg.num_warps, **launch_options(h.device, pdl=pdl), **common,
             )
         elif cfg.kernel == "cols":
             c = torch.empty(m, dtype=torch.float32, device=h.device)
@@ -637,6 +656,6 @@ def rmsnorm_bwd(
             dbp.zero_()
     if final:
         return dx, dwp, dbp
-    dw = _reduce(dwp, weight.dtype) if weight is not None else None
-    db = _reduce(dbp, db_dtype) if need_bias_grad else None
+    dw = _reduce(dwp, weight.dtype, pdl) if weight is not None else None
+    db = _reduce(dbp, db_dtype, pdl) if need_bias_grad else None
     return dx, dw, db

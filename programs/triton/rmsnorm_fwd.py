@@ -979,6 +979,14 @@ def pdl_supported(device) -> bool:
     return _PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def resolve_pdl(device, enable_pdl: bool | None) -> bool:
+    """Whether to launch with PDL: enable_pdl, or (None) wherever it runs; True where it cannot run is refused."""
+    supported = pdl_supported(device)
+    if enable_pdl and not supported:
+        raise TritonRuleError("enable_pdl.device", "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose launcher has launch_pdl", f"device {device}, Triton launch_pdl {_PDL}", "enable_pdl=None (on where supported) or False")
+    return supported if enable_pdl is None else bool(enable_pdl)
+
+
 def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device, exchange: bool = True) -> tuple[int, int, int]:
     """(splits, exchange row width, lanes) of a split launch: splits programs per row block, lanes row blocks in
     flight, splits * lanes <= programs (all resident together, or the exchange would wait forever)."""
@@ -1076,10 +1084,7 @@ def rmsnorm_fwd(
     hidden = n if hidden_size is None else int(hidden_size)
     if hidden < n:
         raise TritonRuleError("hidden_size.range", f"hidden_size must be >= the local width {n}", hidden_size, "hidden_size = the global hidden dim")
-    pdl = pdl_supported(x.device)
-    if enable_pdl and not pdl:
-        raise TritonRuleError("enable_pdl.device", "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose launcher has launch_pdl", f"device {x.device}, Triton launch_pdl {_PDL}", "enable_pdl=None (on where supported) or False")
-    pdl = pdl if enable_pdl is None else bool(enable_pdl)
+    pdl = resolve_pdl(x.device, enable_pdl)
 
     x2 = as_rows(x)
     m = x2.shape[0]

@@ -382,6 +382,53 @@ def test_pdl_chain_in_a_graph_matches_plain_launches(case):
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
 
 
+BWD_PDL = {  # (M, N), the kernel the default launches
+    "8x8192-decode": ((8, 8192), "decode"),
+    "4096x4096-rows": ((4096, 4096), "rows"),
+    "700x16384-stream": ((700, 16384), "rows"),
+    "256x65536-split": ((256, 65536), "split"),
+}
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", list(BWD_PDL))
+def test_pdl_backward_chain_in_a_graph_matches_plain_launches(case):
+    """Backwards launched with PDL (the rows or decode kernel, then the partials' sum) read what the kernel before
+    them wrote: a copy into dy (launched plainly), then each backward takes the one before's dx as its dy; captured
+    in one graph and replayed on new data, dx, dweight and dbias equal, bit for bit, the same chain launched
+    without PDL."""
+    if not fwd_module.pdl_supported(torch.device("cuda")):
+        pytest.skip("PDL needs compute capability >= 9 and Triton's launch_pdl")
+    (m, n), kernel = BWD_PDL[case]
+    x, w, dy0 = rand(m, n, seed=80), rand(n, seed=81), rand(m, n, seed=82)
+    rs = rmsnorm_fwd(x, w, epsilon=1e-6, return_rsigma=True).rsigma
+    assert bwd_module.bwd_config(m, n, x.device, bwd_module.l2_prefetchable(x, dy0),
+                                 bwd_module.words_fit(x, dy0, x, w, True, None)).kernel == kernel
+
+    def chain(dy, pdl):
+        outs = []
+        for _ in range(3):
+            dx, dw, db = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, enable_pdl=pdl)
+            outs += [dx, dw, db]
+            dy = dx
+        return outs
+
+    buf = torch.empty_like(dy0)
+    chain(dy0, True)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        buf.copy_(dy0)
+        outs = chain(buf, True)
+    for seed in (83, 84):
+        dy0.copy_(rand(m, n, seed=seed))
+        g.replay()
+        expected = chain(dy0, False)
+        torch.cuda.synchronize()
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
+
+
 @pytest.mark.requires_cuda
 def test_cluster_forward_under_cuda_graph_replay():
     """Captured once, replayed on new data: each replay re-initializes the mbarriers (phase 0 again)."""

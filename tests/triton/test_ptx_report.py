@@ -216,11 +216,12 @@ def test_cluster_forward_compiles_with_one_async_send_and_no_spill(n, chunk, war
     assert r["registers"] <= ((128 if chunk // (32 * warps) > 32 else 72) if out_mode == 1 else 64), r
 
 
-@pytest.mark.parametrize("kernel", ["rows", "looped", "async", "cluster"])
-def test_pdl_forwards_wait_before_touching_global_memory(kernel):
-    """With enable_pdl the rows, looped, cp.async and cluster forwards are launched with the PDL attribute and wait
-    for the previous kernel (griddepcontrol.wait) before their first global load, store or async copy, the weight's
-    included; then trigger the next kernel's launch. Without it, none of this."""
+@pytest.mark.parametrize("kernel", ["rows", "looped", "async", "cluster", "bwd_rows", "bwd_decode", "sum_partials"])
+def test_pdl_kernels_wait_before_touching_global_memory(kernel):
+    """With enable_pdl the rows, looped, cp.async and cluster forwards, and the backward's rows and decode kernels and
+    its partials' sum, are launched with the PDL attribute and wait for the previous kernel (griddepcontrol.wait)
+    before their first global load, store or async copy, the weight's included; then trigger the next kernel's
+    launch. Without it, none of this."""
     on, off = _compiled_json(
         "import json, dataclasses; from programs.triton import ptx_report as p; "
         f"print(json.dumps([dataclasses.asdict(p.pdl({kernel!r}, e)) for e in (True, False)]))"

@@ -71,6 +71,18 @@ def test_l2_look_ahead_needs_cuda_and_rows_a_bulk_prefetch_can_take():
     assert not bwd_module.l2_prefetchable(wide[:, 1:61])  # rows start 4 bytes past a 16-byte boundary
 
 
+def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
+    """enable_pdl=True on a CPU tensor (no griddepcontrol) is refused before any work, as the forward refuses it;
+    False gives the default's bits."""
+    x, dy, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
+    with pytest.raises(TritonRuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
+        rmsnorm_bwd(dy, x, w, rs, enable_pdl=True)
+    plain = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, enable_pdl=False)
+    for got, want in zip(plain, rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)):
+        assert torch.equal(got, want)
+
+
 def test_decode_kernel_refuses_more_rows_than_it_holds():
     x, dy, w = rand(DECODE_M + 1, 64, seed=7), rand(DECODE_M + 1, 64, seed=8), rand(64, seed=9)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
@@ -122,7 +134,7 @@ def test_partial_sum_kernel_only_with_several_programs(rows, reduces, monkeypatc
     float64, dbias in the asked dtype."""
     calls = []
     real = bwd_module._reduce
-    monkeypatch.setattr(bwd_module, "_reduce", lambda p, dtype: calls.append(p.shape) or real(p, dtype))
+    monkeypatch.setattr(bwd_module, "_reduce", lambda p, dtype, pdl=False: calls.append(p.shape) or real(p, dtype, pdl))
     x, dy = rand(rows, 67, dtype=torch.bfloat16, seed=10), rand(rows, 67, dtype=torch.bfloat16, seed=11)
     w, b = rand(67, dtype=torch.bfloat16, seed=12), rand(67, dtype=torch.bfloat16, seed=13)
     rs = rmsnorm_fwd(x, w, epsilon=1e-5, bias=b, return_rsigma=True).rsigma
