@@ -643,14 +643,15 @@ def _looped_cast(v, recip, fp8_max, Y_DTYPE: tl.constexpr, OUT_MODE: tl.constexp
 
 @triton.jit
 def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off, fp8_max, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                      OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
+                      OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+                      Y_EVICT: tl.constexpr):
     """The looped kernel's normalize pass at columns c of one row: h re-read from L2 (the last read: evict_first),
-    scaled, cast, stored."""
+    scaled, cast, stored (with Y_EVICT as the store's eviction policy)."""
     ok = c < N
     h = tl.load(hrow + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
     v = _looped_scaled(h, W, B, c, ok, rs, w_off, HAS_W, HAS_B)
     y = _looped_cast(v, recip, fp8_max, yrow.dtype.element_ty, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
-    tl.store(yrow + c, y, mask=ok, eviction_policy="evict_first")
+    tl.store(yrow + c, y, mask=ok, eviction_policy=Y_EVICT)
 
 
 @triton.jit
@@ -765,14 +766,17 @@ def _fwd_looped_kernel(
             elif OUT_MODE == 2:
                 recip = fp8_recip(tl.load(SCALE_IN))
             yrow = Y + r64 * stride_y
+            # y stored evict_first where the normalize pass runs last chunk first (long rows: what the L2 holds of the
+            # row is read back from its end, and y should not push it out); in order (the two-pass launch of rows up
+            # to 8192, read back right after the sum) without a hint: 0.5% faster at 16384 x 8192 (H200, NOTES.md v27)
             if REVERSE:
                 for j in range(n_chunks):
                     _looped_out_chunk(hrow, yrow, W, B, HEAD + (n_chunks - 1 - j) * CHUNK + cols, N, rs, recip, w_off,
-                                      fp8_max, HAS_W, HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                                      fp8_max, HAS_W, HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB, "evict_first")
             else:
                 for c0 in tl.range(HEAD, N, CHUNK):
                     _looped_out_chunk(hrow, yrow, W, B, c0 + cols, N, rs, recip, w_off, fp8_max, HAS_W, HAS_B,
-                                      OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+                                      OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB, "")
             if HEAD > 0:
                 vh = _looped_scaled(hh, W, B, hc, None, rs, w_off, HAS_W, HAS_B)
                 tl.store(yrow + hc, _looped_cast(vh, recip, fp8_max, Y.dtype.element_ty, OUT_MODE, Y_DROP, Y_MIN_NORMAL,
