@@ -72,9 +72,8 @@ if GLUON:
                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                           EVEN_N: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
                           PDL: gl.constexpr = False):
-        if PDL:  # rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function)
+        if PDL:  # wait for the previous kernel's writes (rmsnorm_fwd.dependent_launch's first step)
             gdc_wait()
-            gdc_launch_dependents()
         rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, LAYOUT))
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, LAYOUT))
         r64 = rows.to(gl.int64)[:, None]
@@ -90,6 +89,14 @@ if GLUON:
         if HAS_B:
             b = gl.load(B + cols, mask=col_ok, other=0.0)
         cp.wait_group(0)
+        if PDL:
+            # the next kernel may launch once every CTA's x has landed, not as soon as every CTA has started: its
+            # waiting CTAs then take the SMs' free slots later (us, 7 rounds, trigger here / at the start; H100, two
+            # runs: 4096 x 4096 23.90-23.92 / 24.00-24.01, 2048 x 4096 10.07-10.08 / 10.18-10.28, 8192 x 4096
+            # 46.32-46.33 / 46.47-46.56; H200: 17.41 / 17.54, 8.55 / 8.74, 34.20 / 34.37, 8192 x 8192 66.19 /
+            # 66.50; NOTES.md v27). The two-pass forward measured the other way (H200, 16384 x 8192: 128.39 with
+            # its trigger after the sum against 127.78 at the start), so it keeps its trigger at the start.
+            gdc_launch_dependents()
         # each thread reads back the bytes it copied (the same layout): no barrier needed between them. The columns
         # past N are zeroed here rather than trusted to the masked copy (whether it zero-fills is the lowering's
         # business; CTAs of earlier launches left their bytes in this shared memory)
