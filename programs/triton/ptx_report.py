@@ -206,6 +206,8 @@ class PdlReport:
     waits: int  # griddepcontrol.wait: the previous kernel's writes visible from here on
     triggers: int  # griddepcontrol.launch_dependents
     wait_first: bool  # the wait precedes every global load, store, atomic and async copy of the PTX
+    trigger_at: str  # where the trigger sits: "start" (before any global access), "end" (after the last global
+    # store), "after_async_wait" (after the wait for the async copies), else "middle"; "" without a trigger
 
 
 # PTX that touches global memory: what must not run before the previous kernel's writes are visible
@@ -252,10 +254,23 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
                         launch_pdl=enabled)
     lines = compiled.asm["ptx"].splitlines()
     waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]
+    triggers = [i for i, ln in enumerate(lines) if "griddepcontrol.launch_dependents" in ln]
     accesses = [i for i, ln in enumerate(lines) if GLOBAL_ACCESS.search(ln)]
-    return PdlReport(f"{kernel} pdl={enabled}", bool(compiled.metadata.launch_pdl), len(waits),
-                     sum("griddepcontrol.launch_dependents" in ln for ln in lines),
-                     bool(waits) and bool(accesses) and waits[0] < accesses[0])
+    stores = [i for i, ln in enumerate(lines) if re.search(r"\bst\.global", ln)]
+    async_waits = [i for i, ln in enumerate(lines) if "cp.async.wait_group" in ln]
+    trigger_at = ""
+    if triggers:
+        t = triggers[0]
+        if accesses and t < accesses[0]:
+            trigger_at = "start"
+        elif stores and t > stores[-1]:
+            trigger_at = "end"
+        elif async_waits and t > async_waits[0] and not any(async_waits[0] < i < t for i in accesses):
+            trigger_at = "after_async_wait"
+        else:
+            trigger_at = "middle"
+    return PdlReport(f"{kernel} pdl={enabled}", bool(compiled.metadata.launch_pdl), len(waits), len(triggers),
+                     bool(waits) and bool(accesses) and waits[0] < accesses[0], trigger_at)
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
