@@ -181,7 +181,8 @@ if GLUON:
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
         # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
         # PDL: rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
-        # call's clusters then start as this grid's finish instead of after its last (H200, us, with / without:
+        # call's clusters are launched while this grid runs and wait on the SMs for its end: its launch latency is
+        # hidden, not this grid's drain (H200, us, with / without:
         # 4096 x 32768 128.7 / 129.7, 2048 x 65536 132.8 / 133.2, 64 x 65536 6.39 / 6.58, 8 x 262144 5.00 / 5.16;
         # FP8 row scales level; NOTES.md v27)
         if PDL:
