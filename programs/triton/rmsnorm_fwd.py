@@ -95,6 +95,9 @@ SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 # CLUSTER_MAXNREG registers (4 CTAs of 8 warps a SM), or CLUSTER_ROW_MAX_MAXNREG where the row max is taken (3)
 CLUSTER_N, CLUSTER_PER_THREAD, CLUSTER_WIDE_MIN_ELEMENTS = (32768, 262144), 32, 1 << 25
 CLUSTER_MAXNREG, CLUSTER_ROW_MAX_MAXNREG = 64, 80
+# FP8 output of 16-bit x as given, rows of these widths in tensors of >= FP8_CLUSTER_MIN_ELEMENTS: a row over the two
+# CTAs of a cluster (fwd_config)
+FP8_CLUSTER_N, FP8_CLUSTER_MIN_ELEMENTS = (8192, 16384), 1 << 23
 # cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes,
 # and below ASYNC_MAX_M rows where the two-pass launch also serves
 ASYNC_N, ASYNC_MAX_M = (4096, 8192), 16384
@@ -200,6 +203,26 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # with its own ptxas (CUDA 12.8) but 88 with torch's (CUDA 13.0, set by any torch.compile in the process),
         # 2 CTAs a SM (H100, us, 80 / 88 registers: 2048 x 65536 141.8 / 173.9, 1024 x 262144 297.3 / 404.6; under
         # torch's ptxas capped at 80: 146.5, 304.2, no spill; NOTES.md v26). rmsnorm_cluster drops a cap that spills.
+        maxnreg = 0
+        if per_thread > CLUSTER_PER_THREAD:
+            maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG
+        return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=maxnreg)
+    if (cluster_ok and fused and words_ok and not bias and n in FP8_CLUSTER_N
+            and m * n >= FP8_CLUSTER_MIN_ELEMENTS):
+        # FP8 output (fused with cluster_ok: x as given, no residual or stats) at 8192 or 16384 columns: a row over two
+        # CTAs, where the rows kernel held it in one of 16-32 warps and reduced it twice (the row max after the sum).
+        # us, H200 / H100, against the rows kernel in the same run (NOTES.md v27): row scales 16384 x 8192 111.8 /
+        # 132.9 against 135.1 / 148.9, 8192 x 16384 106.7 / 134.5 against 145.3 / 152.1, 1024 x 8192 9.18 / 10.08
+        # against 11.18 / 11.96; a given scale 100.8 / 132.6 against 118.3 / 141.6 and 102.0 / 134.8 against 121.0 /
+        # 139.2; a dynamic one 192.9 / 238.0 against 216.6 / 248.0 and 172.9 / 231.2 against 260.7 / 290.2. Below
+        # 8M elements the dynamic scale lost (128 x 16384: 11.62 / 11.97 against 10.77 / 11.34). bf16 output: level
+        # (16384 x 8192 130.1 / 179.7 against 127.4 / 179.4), not taken. At 16384 columns 64 elements a thread (x
+        # staged, capped) with row scales, and from CLUSTER_WIDE_MIN_ELEMENTS with a tensor scale (H200 8192 x 16384
+        # 101.1 against 104.3 at 32 a thread; 2048 x 16384 29.5 against 28.8).
+        chunk = n // 2
+        per_thread = CLUSTER_PER_THREAD
+        if n == FP8_CLUSTER_N[1] and (row_max or m * n >= CLUSTER_WIDE_MIN_ELEMENTS):
+            per_thread = 2 * CLUSTER_PER_THREAD
         maxnreg = 0
         if per_thread > CLUSTER_PER_THREAD:
             maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG

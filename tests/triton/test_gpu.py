@@ -253,6 +253,9 @@ CLUSTER_FP8 = {  # (M, N), x dtype, options, launch (None: the default, which mu
     "33x40000-masked-fp16": ((33, 40000), torch.float16, {}, FwdConfig("cluster", 4, chunk=4096)),
     "5x65536-fp32-no-weight": ((5, 65536), torch.float32, {"weight": None}, None),
     "6x262144-bias-static-only": ((6, 262144), torch.bfloat16, {"bias": True, "modes": ("static",)}, None),
+    "1024x8192-default": ((1024, 8192), torch.bfloat16, {}, None),  # two CTAs a row, 32 elements a thread
+    "2048x16384-default": ((2048, 16384), torch.bfloat16, {}, None),  # 64 a thread (x staged for a tensor scale)
+    "512x16384-default": ((512, 16384), torch.bfloat16, {}, None),  # 64 a thread for row scales, 32 for a tensor scale
 }
 
 

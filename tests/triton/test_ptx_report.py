@@ -192,7 +192,9 @@ CLUSTER_LAUNCHES = [  # (n, chunk, warps, maxnreg, out_mode, busy): fwd_config's
     (262144, 16384, 8, 64, 0, False), (65536, 4096, 4, 0, 1, True), (32768, 16384, 8, 0, 1, True),
     (131072, 16384, 8, 0, 1, True), (262144, 16384, 8, 0, 1, True), (65536, 8192, 4, 64, 2, True),
     (65536, 8192, 4, 64, 2, False), (262144, 16384, 8, 64, 2, True), (65536, 8192, 4, 64, 3, True),
-    (262144, 16384, 8, 64, 3, True), (65536, 4096, 4, 0, 3, True)]
+    (262144, 16384, 8, 64, 3, True), (65536, 4096, 4, 0, 3, True),
+    (8192, 4096, 4, 0, 1, True), (8192, 4096, 4, 0, 2, True), (16384, 8192, 4, 0, 1, True),
+    (16384, 8192, 8, 0, 2, True), (16384, 8192, 4, 64, 2, True)]
 
 
 @pytest.mark.parametrize("n, chunk, warps, maxnreg, out_mode, busy", CLUSTER_LAUNCHES,

@@ -436,6 +436,18 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert cl(1024, 262144, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=80)
     assert fwd_mod.fwd_config(2048, 65536, gpu, fused=True).kernel == "looped"
     assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
+    # FP8 output at 8192 and 16384 columns from 8M elements: a row over two CTAs (v27); 64 elements a thread at 16384
+    # with row scales (capped at 80) and from 32M elements with a tensor scale (capped at 64); not bf16 output, a
+    # bias, fp32 rows or smaller tensors
+    f8 = lambda m, n, **kw: cl(m, n, fused=True, **{"words_ok": True, **kw})
+    assert f8(1024, 8192) == f8(16384, 8192) == f8(1024, 8192, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert f8(512, 16384, row_max=True) == f8(8192, 16384, row_max=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=80)
+    assert f8(512, 16384) == f8(2047, 16384) == FwdConfig("cluster", 8, chunk=8192)
+    assert f8(2048, 16384) == f8(8192, 16384) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
+    assert f8(1023, 8192).kernel == f8(511, 16384).kernel == f8(1024, 4096 * 2 + 2).kernel == "rows"
+    assert f8(4096, 8192, bias=True).kernel == f8(4096, 8192, words_ok=False).kernel == "rows"
+    assert cl(4096, 8192, words_ok=True).kernel != "cluster"
+    assert fwd_mod.fwd_config(4096, 8192, gpu, fused=True, words_ok=True).kernel == "rows"
     assert cl(1024, 524288, words_ok=True).kernel == "split"
     # where cp.async runs: plain 16-bit rows of 4096 and 8192 columns past decode sizes take whole rows with x moved
     # into shared memory, 32 elements a thread (v20); not with a bias, fused, fp32 rows, other widths or decode rows;
