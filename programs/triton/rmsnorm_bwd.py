@@ -41,6 +41,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.rmsnorm_fwd import (
+    LEAN_DRAM_GBPS_PER_SM,
     dependent_launch,
     dram_gbps_per_sm,
     launch_options,
@@ -67,7 +68,6 @@ MAX_ROWS_N = 8192  # x, dy, their prefetched successors and the dweight accumula
 STREAM_ROWS_N = 16384  # up to here the rows kernel streams (BwdConfig.stream): no register look-ahead, L2 prefetch
 DECODE_M = 32  # the decode kernel's column programs hold all rows of their columns
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 16  # longer rows: columns per program of the split kernel (H200 sweep, NOTES.md v6)
-LEAN_DRAM_GBPS_PER_SM = 30  # below this (dram_gbps_per_sm: H100 SXM 25.4, H200 36.5) the rows kernel takes 8 warps
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,9 @@ CLUSTER_MAXNREG, CLUSTER_ROW_MAX_MAXNREG = 64, 80
 # FP8 output of 16-bit x as given, rows of these widths in tensors of >= FP8_CLUSTER_MIN_ELEMENTS: a row over the two
 # CTAs of a cluster (fwd_config)
 FP8_CLUSTER_N, FP8_CLUSTER_MIN_ELEMENTS = (8192, 16384), 1 << 23
+# below this DRAM bandwidth per SM (dram_gbps_per_sm: H100 SXM 25.4, H200 36.5) fewer bytes in flight keep up: the
+# backward's rows kernel takes 8 warps, and the FP8 rows forward keeps 16 elements a thread at rows under 4096 columns
+LEAN_DRAM_GBPS_PER_SM = 30
 # cp.async rows kernel default (rmsnorm_async.py): plain 16-bit rows of a power of two in this range, past decode sizes,
 # and below ASYNC_MAX_M rows where the two-pass launch also serves
 ASYNC_N, ASYNC_MAX_M = (4096, 8192), 16384
@@ -148,6 +151,12 @@ def dram_gbps_per_sm(device) -> float | None:
     if not bus or not clock_khz:
         return None
     return 2 * bus / 8 * clock_khz * 1e3 / p.multi_processor_count / 1e9
+
+
+def lean_dram(device) -> bool:
+    """Whether the device has less DRAM bandwidth per SM than LEAN_DRAM_GBPS_PER_SM (False where unknown)."""
+    gbps = dram_gbps_per_sm(device)
+    return gbps is not None and gbps < LEAN_DRAM_GBPS_PER_SM
 
 
 def split_default(device) -> FwdConfig:
@@ -282,6 +291,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             # against 202.6 / 273.9 (65536 x 2048); distributed stats (H100) 46.6 against 48.0 (16384 x 2048)
             block_m = min(block_m, max(1, FUSED_ROWS_TILE // block_n))
         num_warps = min(32, max(4, block_m * block_n // 512))
+        if fused and words_ok and block_n >= 1024 and (block_n >= 4096 or not lean_dram(device)):
+            # FP8 output of 16-bit x as given (fused with words_ok): 32 elements a thread (NOTES.md v27, us, H200 /
+            # H100, against 16 in the same run): row scales 32768 x 4096 108.9 / 133.3 against 125.0 / 139.9, 4096 x
+            # 4096 16.6 / 19.1 against 18.9 / 20.4, 600 x 8192 7.34 / 7.57 against 8.16 / 8.43; a given scale 101.7 /
+            # 133.0 against 111.0 / 134.5; a dynamic one 184.6 / 232.2 against 204.6 / 236.5. Under 4096 columns on
+            # H200 only (65536 x 2048 108.1 against 121.9, 65536 x 1024 55.0 against 60.2); H100 there level or
+            # slower (4096 x 1024 6.52 against 6.10). A residual beside FP8 output: level (not taken).
+            num_warps = block_m * block_n // 1024
         # A full SM (2048 threads: two 32-warp or four 16-warp programs) needs <= 32 registers a thread. At 16
         # elements a thread the compilers take 38-40 (Triton 3.8 at N = 16384: one program per SM, 4096 x 16384 88.7
         # us against 67.5; both versions at N = 8192: three per SM, 2048 x 8192 20.3 us against 19.5; H200, NOTES.md

@@ -79,6 +79,21 @@ def test_decode_fp8_row_scales_take_the_max_in_the_sum_reduction(block_n, warps)
     assert block_n // (32 * warps) <= per_thread
 
 
+def test_fp8_rows_forward_at_32_elements_a_thread_spills_nothing():
+    """fwd_config's FP8 rows launches of 16-bit x as given take 32 elements a thread (NOTES.md v27): row scales (the
+    sum, then the row max) and a given scale at 1024-8192 columns compile without a spill."""
+    r = _compiled_json(
+        "import json, torch; from programs.triton import ptx_report as p, rmsnorm_fwd as f; f.sm_count = lambda d: 132; "
+        "f.dram_gbps_per_sm = lambda d: 36.5; "
+        "cs = [(n, f.fwd_config(m, n, torch.device('cuda'), fused=True, words_ok=True)) for m, n in "
+        "((600, 8192), (32768, 4096), (65536, 2048), (65536, 1024))]; "
+        "print(json.dumps([[n, c.num_warps, c.block_m, x.spill_bytes] for n, c in cs for x in "
+        "(p.fwd_rows(n, c.num_warps, c.block_m, out_mode=o) for o in (f.OUT_FP8_ROW, f.OUT_FP8_STATIC))]))"
+    )
+    assert [x[:3] for x in r] == [[8192, 8, 1]] * 2 + [[4096, 4, 1]] * 2 + [[2048, 2, 1]] * 2 + [[1024, 2, 2]] * 2, r
+    assert all(x[3] == 0 for x in r), r
+
+
 def test_streaming_rows_backward_prefetches_into_l2_without_spilling():
     """8192 < N <= 16384 (rmsnorm_bwd.STREAM_ROWS_N): the rows backward holds nothing ahead in registers and asks the
     L2 for the next row's x and dy, two bulk prefetches; at 32 warps it must fit 64 registers with no spill (the

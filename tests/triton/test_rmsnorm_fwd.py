@@ -407,6 +407,7 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
     monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
     monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 36.5)  # H200 (H100: below)
+    monkeypatch.setattr(fwd_mod, "dram_gbps_per_sm", lambda device: 36.5)
     gpu = torch.device("cuda")
     assert fwd_mod.fwd_config(1024, 262144, gpu).kernel == "split"
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
@@ -479,6 +480,17 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fz(8192, 8192) == FwdConfig("rows", 16, block_m=1)
     assert fz(65536, 512) == FwdConfig("rows", 16, block_m=16)
     assert fwd_mod.fwd_config(32768, 4096, gpu, bias=True) == FwdConfig("rows", 16, block_m=2)
+    # FP8 output of 16-bit x as given (fused with words_ok): 32 elements a thread (v27); under 4096 columns only where
+    # DRAM per SM is not lean (H200 here; on H100 16 a thread); a residual or distributed stats (words_ok False) keep 16
+    f8 = lambda m, n, **kw: fz(m, n, words_ok=True, **kw)
+    assert f8(32768, 4096) == f8(32768, 4096, row_max=True) == FwdConfig("rows", 4, block_m=1)
+    assert f8(600, 8192) == FwdConfig("rows", 8, block_m=1)
+    assert f8(65536, 2048) == FwdConfig("rows", 2, block_m=1) and f8(65536, 1024) == FwdConfig("rows", 2, block_m=2)
+    assert f8(65536, 512) == fz(65536, 512)
+    monkeypatch.setattr(fwd_mod, "dram_gbps_per_sm", lambda device: 25.4)  # H100
+    assert f8(32768, 4096) == FwdConfig("rows", 4, block_m=1) and f8(65536, 2048) == fz(65536, 2048)
+    assert f8(65536, 1024) == fz(65536, 1024) == FwdConfig("rows", 4, block_m=2)
+    monkeypatch.setattr(fwd_mod, "dram_gbps_per_sm", lambda device: 36.5)
     # tall tensors of plain 16-bit rows of 1024..8192 columns: a row a program in two halves (H200 and H100, NOTES.md
     # v17); not for fewer rows or elements, other widths, fp32 or odd strides (words_ok False), a bias or fused variants
     two = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, words_ok=True, **kw)
