@@ -291,8 +291,9 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             # against 202.6 / 273.9 (65536 x 2048); distributed stats (H100) 46.6 against 48.0 (16384 x 2048)
             block_m = min(block_m, max(1, FUSED_ROWS_TILE // block_n))
         num_warps = min(32, max(4, block_m * block_n // 512))
-        if fused and words_ok and block_n >= 1024 and (block_n >= 4096 or not lean_dram(device)):
-            # FP8 output of 16-bit x as given (fused with words_ok): 32 elements a thread (NOTES.md v27, us, H200 /
+        if fused and words_ok and not bias and block_n >= 1024 and (block_n >= 4096 or not lean_dram(device)):
+            # FP8 output of 16-bit x as given (fused with words_ok), no bias (not measured with one): 32 elements a
+            # thread (NOTES.md v27, us, H200 /
             # H100, against 16 in the same run): row scales 32768 x 4096 108.9 / 133.3 against 125.0 / 139.9, 4096 x
             # 4096 16.6 / 19.1 against 18.9 / 20.4, 600 x 8192 7.34 / 7.57 against 8.16 / 8.43; a given scale 101.7 /
             # 133.0 against 111.0 / 134.5; a dynamic one 184.6 / 232.2 against 204.6 / 236.5. Under 4096 columns on

@@ -486,7 +486,7 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert f8(32768, 4096) == f8(32768, 4096, row_max=True) == FwdConfig("rows", 4, block_m=1)
     assert f8(600, 8192) == FwdConfig("rows", 8, block_m=1)
     assert f8(65536, 2048) == FwdConfig("rows", 2, block_m=1) and f8(65536, 1024) == FwdConfig("rows", 2, block_m=2)
-    assert f8(65536, 512) == fz(65536, 512)
+    assert f8(65536, 512) == fz(65536, 512) and f8(32768, 4096, bias=True) == fz(32768, 4096, bias=True)
     monkeypatch.setattr(fwd_mod, "dram_gbps_per_sm", lambda device: 25.4)  # H100
     assert f8(32768, 4096) == FwdConfig("rows", 4, block_m=1) and f8(65536, 2048) == fz(65536, 2048)
     assert f8(65536, 1024) == fz(65536, 1024) == FwdConfig("rows", 4, block_m=2)
