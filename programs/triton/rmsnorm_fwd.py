@@ -159,6 +159,15 @@ def lean_dram(device) -> bool:
     return gbps is not None and gbps < LEAN_DRAM_GBPS_PER_SM
 
 
+def _cluster_launch(chunk: int, per_thread: int, row_max: bool) -> FwdConfig:
+    """A cluster launch of chunk columns a CTA at per_thread elements a thread: past CLUSTER_PER_THREAD (x staged
+    through the exchange, or the weight beside x for a row max) under a register cap, for CTAs an SM."""
+    maxnreg = 0
+    if per_thread > CLUSTER_PER_THREAD:
+        maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG
+    return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=maxnreg)
+
+
 def split_default(device) -> FwdConfig:
     return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=SPLIT_PER_SM * sm_count(device),
                      maxnreg=SPLIT_MAXNREG)
@@ -176,6 +185,9 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
     no bias beside a row max); async_ok: the cp.async rows kernel can run here and copy x (rmsnorm_async.supported
     and aligned). row_max: FP8 row scales (each row's max|y| taken)."""
     sms = sm_count(device)
+    # fused with words_ok (x's own 16-bit rows: no residual or distributed stats) is FP8 output of x as given; the
+    # launches below measured for it were measured without a bias
+    fp8_of_x = fused and words_ok and not bias
     if cluster_ok and CLUSTER_N[0] <= n <= CLUSTER_N[1] and n & (n - 1) == 0 and (n < CLUSTER_N[1] or words_ok):
         # a row a cluster of up to 16 CTAs, 32 elements a thread (H100, NOTES.md v19, us, against the launch this
         # function gave before in the same run; copy of the same bytes in brackets): 2048 x 65536 179.5 against 190.1
@@ -212,15 +224,10 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # with its own ptxas (CUDA 12.8) but 88 with torch's (CUDA 13.0, set by any torch.compile in the process),
         # 2 CTAs a SM (H100, us, 80 / 88 registers: 2048 x 65536 141.8 / 173.9, 1024 x 262144 297.3 / 404.6; under
         # torch's ptxas capped at 80: 146.5, 304.2, no spill; NOTES.md v26). rmsnorm_cluster drops a cap that spills.
-        maxnreg = 0
-        if per_thread > CLUSTER_PER_THREAD:
-            maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG
-        return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=maxnreg)
-    if (cluster_ok and fused and words_ok and not bias and n in FP8_CLUSTER_N
-            and m * n >= FP8_CLUSTER_MIN_ELEMENTS):
-        # FP8 output (fused with cluster_ok: x as given, no residual or stats) at 8192 or 16384 columns: a row over two
-        # CTAs, where the rows kernel held it in one of 16-32 warps and reduced it twice (the row max after the sum).
-        # us, H200 / H100, against the rows kernel in the same run (NOTES.md v27): row scales 16384 x 8192 111.8 /
+        return _cluster_launch(chunk, per_thread, row_max)
+    if cluster_ok and fp8_of_x and n in FP8_CLUSTER_N and m * n >= FP8_CLUSTER_MIN_ELEMENTS:
+        # FP8 output at 8192 or 16384 columns: a row over two CTAs, where the rows kernel held it in one of 16-32
+        # warps and reduced it twice (the row max after the sum). us, H200 / H100, against the rows kernel in the same run (NOTES.md v27): row scales 16384 x 8192 111.8 /
         # 132.9 against 135.1 / 148.9, 8192 x 16384 106.7 / 134.5 against 145.3 / 152.1, 1024 x 8192 9.18 / 10.08
         # against 11.18 / 11.96; a given scale 100.8 / 132.6 against 118.3 / 141.6 and 102.0 / 134.8 against 121.0 /
         # 139.2; a dynamic one 192.9 / 238.0 against 216.6 / 248.0 and 172.9 / 231.2 against 260.7 / 290.2. Below
@@ -228,14 +235,8 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # (16384 x 8192 130.1 / 179.7 against 127.4 / 179.4), not taken. At 16384 columns 64 elements a thread (x
         # staged, capped) with row scales, and from CLUSTER_WIDE_MIN_ELEMENTS with a tensor scale (H200 8192 x 16384
         # 101.1 against 104.3 at 32 a thread; 2048 x 16384 29.5 against 28.8).
-        chunk = n // 2
-        per_thread = CLUSTER_PER_THREAD
-        if n == FP8_CLUSTER_N[1] and (row_max or m * n >= CLUSTER_WIDE_MIN_ELEMENTS):
-            per_thread = 2 * CLUSTER_PER_THREAD
-        maxnreg = 0
-        if per_thread > CLUSTER_PER_THREAD:
-            maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG
-        return FwdConfig("cluster", chunk // (32 * per_thread), chunk=chunk, maxnreg=maxnreg)
+        wide = n == FP8_CLUSTER_N[1] and (row_max or m * n >= CLUSTER_WIDE_MIN_ELEMENTS)
+        return _cluster_launch(n // 2, 2 * CLUSTER_PER_THREAD if wide else CLUSTER_PER_THREAD, row_max)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
         # H200, 1024 x 262144 (NOTES.md v9): 292.8 us against the looped kernel's 386.3 us in the same run. At
         # N = 65536 the looped kernel stays (144.3 us against the split kernel's best 145.3 us); the fused variants
@@ -291,14 +292,13 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             # against 202.6 / 273.9 (65536 x 2048); distributed stats (H100) 46.6 against 48.0 (16384 x 2048)
             block_m = min(block_m, max(1, FUSED_ROWS_TILE // block_n))
         num_warps = min(32, max(4, block_m * block_n // 512))
-        if fused and words_ok and not bias and block_n >= 1024 and (block_n >= 4096 or not lean_dram(device)):
-            # FP8 output of 16-bit x as given (fused with words_ok), no bias (not measured with one): 32 elements a
-            # thread (NOTES.md v27, us, H200 /
-            # H100, against 16 in the same run): row scales 32768 x 4096 108.9 / 133.3 against 125.0 / 139.9, 4096 x
-            # 4096 16.6 / 19.1 against 18.9 / 20.4, 600 x 8192 7.34 / 7.57 against 8.16 / 8.43; a given scale 101.7 /
-            # 133.0 against 111.0 / 134.5; a dynamic one 184.6 / 232.2 against 204.6 / 236.5. Under 4096 columns on
-            # H200 only (65536 x 2048 108.1 against 121.9, 65536 x 1024 55.0 against 60.2); H100 there level or
-            # slower (4096 x 1024 6.52 against 6.10). A residual beside FP8 output: level (not taken).
+        if fp8_of_x and block_n >= 1024 and (block_n >= 4096 or not lean_dram(device)):
+            # FP8 output: 32 elements a thread (NOTES.md v27, us, H200 / H100, against 16 in the same run): row scales
+            # 32768 x 4096 108.9 / 133.3 against 125.0 / 139.9, 4096 x 4096 16.6 / 19.1 against 18.9 / 20.4, 600 x
+            # 8192 7.34 / 7.57 against 8.16 / 8.43; a given scale 101.7 / 133.0 against 111.0 / 134.5; a dynamic one
+            # 184.6 / 232.2 against 204.6 / 236.5. Under 4096 columns on H200 only (65536 x 2048 108.1 against 121.9,
+            # 65536 x 1024 55.0 against 60.2); H100 there level or slower (4096 x 1024 6.52 against 6.10). A
+            # residual beside FP8 output: level (not taken).
             num_warps = block_m * block_n // 1024
         # A full SM (2048 threads: two 32-warp or four 16-warp programs) needs <= 32 registers a thread. At 16
         # elements a thread the compilers take 38-40 (Triton 3.8 at N = 16384: one program per SM, 4096 x 16384 88.7

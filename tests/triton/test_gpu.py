@@ -352,6 +352,27 @@ def pdl_chain(x, w, r, kw, pdl: bool) -> list:
     return outs
 
 
+def assert_graph_chain_matches_plain(chain, src, seeds) -> None:
+    """chain(input, pdl) -> outputs, its first kernel reading input: launched with PDL and captured in one graph after
+    a plain copy into its input buffer, then replayed on new data in src (rand of src's shape, each seed); every
+    output equals, bit for bit, the same chain launched without PDL on that data."""
+    buf = torch.empty_like(src)
+    chain(src, True)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        buf.copy_(src)
+        outs = chain(buf, True)
+    for seed in seeds:
+        src.copy_(rand(*src.shape, dtype=src.dtype, seed=seed))
+        g.replay()
+        expected = chain(src, False)
+        torch.cuda.synchronize()
+        assert len(outs) == len(expected)
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
+
+
 @pytest.mark.requires_cuda
 @pytest.mark.parametrize("case", list(PDL))
 def test_pdl_chain_in_a_graph_matches_plain_launches(case):
@@ -368,21 +389,7 @@ def test_pdl_chain_in_a_graph_matches_plain_launches(case):
     words = fwd_module.wordable_rows(x)
     assert fwd_module.fwd_config(m, n, x.device, fused=r is not None, words_ok=words and r is None,
                                  async_ok=True, cluster_ok=True).kernel == kernel
-    buf = torch.empty_like(x)
-    pdl_chain(x, w, r, kw, True)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        buf.copy_(x)
-        outs = pdl_chain(buf, w, r, kw, True)
-    for seed in (73, 74, 75):
-        x.copy_(rand(m, n, seed=seed))
-        g.replay()
-        expected = pdl_chain(x, w, r, kw, False)
-        torch.cuda.synchronize()
-        assert len(outs) == len(expected)
-        for i, (got, want) in enumerate(zip(outs, expected)):
-            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
+    assert_graph_chain_matches_plain(lambda src, pdl: pdl_chain(src, w, r, kw, pdl), x, (73, 74, 75))
 
 
 BWD_PDL = {  # (M, N), the kernel the default launches
@@ -416,20 +423,7 @@ def test_pdl_backward_chain_in_a_graph_matches_plain_launches(case):
             dy = dx
         return outs
 
-    buf = torch.empty_like(dy0)
-    chain(dy0, True)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        buf.copy_(dy0)
-        outs = chain(buf, True)
-    for seed in (83, 84):
-        dy0.copy_(rand(m, n, seed=seed))
-        g.replay()
-        expected = chain(dy0, False)
-        torch.cuda.synchronize()
-        for i, (got, want) in enumerate(zip(outs, expected)):
-            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
+    assert_graph_chain_matches_plain(chain, dy0, (83, 84))
 
 
 @pytest.mark.requires_cuda
