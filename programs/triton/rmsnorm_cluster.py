@@ -15,8 +15,8 @@ mbarrier, 180-181 us.
 The tensors are laid out [K, CHUNK] with the K axis split over the cluster (the layout's CGA bases), so every CTA
 loads, reduces and stores only its own piece; the exchange takes the [K] vector of partials (one element a CTA).
 What is needed only after the exchange waits in shared memory (the bias, and the weight; at 64 elements a thread
-x itself, the weight then loaded during the exchange) and x stays 16-bit, so that a CTA of 64 elements a thread fits
-64 registers and 4 CTAs share an SM (N = 262144).
+in a row of 16 CTAs x itself, the weight then loaded during the exchange) and x stays 16-bit, so that a CTA of 64
+elements a thread fits 64 registers and 4 CTAs share an SM (N = 262144).
 FP8 output (x normalized as given: no residual or distributed stats): with one given scale, or with a scale a row
 (MAX's allreduce_rmsnorm_fp8 rule, fp8.py), whose row max rides the same exchange: each CTA sends its max|x*w| beside
 its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
@@ -270,20 +270,29 @@ def row_max(out_mode: int) -> bool:
     return out_mode in (OUT_FP8_ROW, OUT_AMAX)
 
 
-def x_staged(chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True, out_mode: int = OUT_CAST) -> bool:
+X_STAGED_MIN_CTAS = 16  # CTAs a row from which x waits in shared memory through the exchange (x_staged)
+
+
+def x_staged(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True,
+             out_mode: int = OUT_CAST) -> bool:
     """Whether x waits in shared memory through the exchange while the weight is loaded: at 64 elements a thread,
     with a weight of at most 16 bits (an fp32 weight in registers would take all 64 of them), no bias, and busy: at
     least two CTAs for every SM, so that others run while one waits (H100, NOTES.md v20, us, against the weight and
     bias staged: 1024 x 262144 with a bias 435.2 against 425.4; 8 x 262144, 128 CTAs, 6.58 against 6.24; 64 x
-    262144 27.3 against 27.7). Not where the row max is taken: max|x*w| needs the weight beside x before the
-    exchange, so the weight waits in shared memory and x in registers."""
-    return chunk // (32 * num_warps) > 32 and w_size <= 2 and b_size == 0 and busy and not row_max(out_mode)
+    262144 27.3 against 27.7). Only in rows of X_STAGED_MIN_CTAS: the weight's L2 latency hides behind the wait for
+    16 peers, not for 8 or fewer, where the weight staged before x's loads ran faster on H200 (NOTES.md v28, us, x
+    staged / the weight staged, H200 then H100: 2048 x 65536 131.9 / 130.2, 179.5 / 180.1; FP8 given scale 2048 x
+    65536 104.5 / 100.0, 135.1 / 134.9; 8192 x 16384 101.9 / 97.4, 134.8 / 134.6; 16 CTAs, 1024 x 131072 132.3 /
+    136.6, 180.2 / 181.9; 512 x 262144 134.8 / 155.6, 181.4 / 188.1). Not where the row max is taken: max|x*w|
+    needs the weight beside x before the exchange, so the weight waits in shared memory and x in registers."""
+    return (chunk // (32 * num_warps) > 32 and cluster_size(n, chunk) >= X_STAGED_MIN_CTAS and w_size <= 2
+            and b_size == 0 and busy and not row_max(out_mode))
 
 
-def shared_bytes(chunk: int, num_warps: int, x_size: int, w_size: int, b_size: int, busy: bool = True,
+def shared_bytes(n: int, chunk: int, num_warps: int, x_size: int, w_size: int, b_size: int, busy: bool = True,
                  out_mode: int = OUT_CAST) -> int:
     """A CTA's staging buffers: the bias, and x or the weight (x_staged), element sizes in bytes (0: absent)."""
-    staged = x_size if x_staged(chunk, num_warps, w_size, b_size, busy, out_mode) else w_size
+    staged = x_size if x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode) else w_size
     return chunk * (staged + b_size)
 
 
@@ -295,7 +304,7 @@ def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, stor
     k, with_max = cluster_size(n, chunk), row_max(out_mode)
     return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k),
                 ARRIVE=arrive_asm(k, 2 if with_max else 1), EXCHANGE=exchange_asm(k, with_max), IDENT=x_size == 2,
-                X_STAGED=x_staged(chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
+                X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
                 HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max)
 
 

@@ -160,8 +160,9 @@ def lean_dram(device) -> bool:
 
 
 def _cluster_launch(chunk: int, per_thread: int, row_max: bool) -> FwdConfig:
-    """A cluster launch of chunk columns a CTA at per_thread elements a thread: past CLUSTER_PER_THREAD (x staged
-    through the exchange, or the weight beside x for a row max) under a register cap, for CTAs an SM."""
+    """A cluster launch of chunk columns a CTA at per_thread elements a thread: past CLUSTER_PER_THREAD (x or the
+    weight staged through the exchange, rmsnorm_cluster.x_staged, or the weight beside x for a row max) under a
+    register cap, for CTAs an SM."""
     maxnreg = 0
     if per_thread > CLUSTER_PER_THREAD:
         maxnreg = CLUSTER_ROW_MAX_MAXNREG if row_max else CLUSTER_MAXNREG
@@ -205,7 +206,7 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7;
         # 298.9 uncapped with the joint reduction of rmsnorm_cluster, whose 66 registers at 4 warps ran level with
         # a cap of 64).
-        # 64 elements a thread (x staged through the exchange, capped; chunk 8192 at 4 warps where 16 CTAs a row
+        # 64 elements a thread (x or the weight staged through the exchange, capped; chunk 8192 at 4 warps where 16 CTAs a row
         # allow) for rows past 65536 columns, and in tensors of >= 32M elements at N = 65536 or into FP8 (H200, 64 x
         # 65536 into FP8: row scales 7.31 against 6.99, given scale 6.65 against 6.51); FP8 row scales at 8 warps
         # (NOTES.md v26, us, H200 / H100, against the 32-a-thread launch in the same run, uncapped):
@@ -1185,7 +1186,7 @@ def rmsnorm_fwd(
         sizes = [rmsnorm_cluster.element_size(v) for v in (weight, bias)]
         busy = m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
         # the widest of the call's passes (a dynamic tensor scale: the row max, then the FP8 output)
-        staged = max(rmsnorm_cluster.shared_bytes(cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy, om)
+        staged = max(rmsnorm_cluster.shared_bytes(n, cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy, om)
                      for om in ((OUT_AMAX, OUT_FP8_STATIC) if dynamic_tensor_scale else (mode,)))
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
     if cfg.kernel == "async":

@@ -207,6 +207,7 @@ CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must b
     "33x40000-masked": ((33, 40000), torch.bfloat16, {}, FwdConfig("cluster", 4, chunk=4096)),
     "3x65536-bf16-to-fp32": ((3, 65536), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("cluster", 8, chunk=8192)),
     "48x262144-bf16-default": ((48, 262144), torch.bfloat16, {}, None),  # x staged through the exchange
+    "40x65536-bf16-64-a-thread": ((40, 65536), torch.bfloat16, {}, FwdConfig("cluster", 4, chunk=8192, maxnreg=64)),  # 8 CTAs a row: the weight staged
     "8x262144-bf16-few-rows": ((8, 262144), torch.bfloat16, {}, None),  # 128 CTAs: the weight staged instead
     "6x262144-fp16-bias": ((6, 262144), torch.float16, {"bias": True}, None),
     "4x262144-fp32-weight": ((4, 262144), torch.bfloat16, {"weight": "fp32"}, FwdConfig("cluster", 8, chunk=16384, maxnreg=64)),
@@ -254,7 +255,7 @@ CLUSTER_FP8 = {  # (M, N), x dtype, options, launch (None: the default, which mu
     "5x65536-fp32-no-weight": ((5, 65536), torch.float32, {"weight": None}, None),
     "6x262144-bias-static-only": ((6, 262144), torch.bfloat16, {"bias": True, "modes": ("static",)}, None),
     "1024x8192-default": ((1024, 8192), torch.bfloat16, {}, None),  # two CTAs a row, 32 elements a thread
-    "2048x16384-default": ((2048, 16384), torch.bfloat16, {}, None),  # 64 a thread (x staged for a tensor scale)
+    "2048x16384-default": ((2048, 16384), torch.bfloat16, {}, None),  # 64 a thread, the weight staged
     "512x16384-default": ((512, 16384), torch.bfloat16, {}, None),  # 64 a thread for row scales, 32 for a tensor scale
 }
 

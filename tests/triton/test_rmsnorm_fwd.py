@@ -696,12 +696,14 @@ def test_cluster_launch_shape_rules(monkeypatch):
     with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
         rc.check(4096, 4096, 4, torch.device("cpu"))
     assert rc.check(40000, 4096, 4, torch.device("cpu")) == 16  # the last CTAs masked
-    # the bias and the weight (at 64 elements a thread, a 16-bit weight and no bias: x) wait in shared memory: 16384
-    # columns of an fp32 weight and bias take 128 KB, 65536 more than a CTA has
-    assert rc.x_staged(16384, 8, 2, 0) and rc.x_staged(16384, 8, 0, 0)
-    assert not (rc.x_staged(16384, 8, 4, 0) or rc.x_staged(16384, 8, 2, 2) or rc.x_staged(8192, 8, 2, 0)
-                or rc.x_staged(16384, 8, 2, 0, busy=False))
-    assert rc.shared_bytes(16384, 8, 2, 4, 4) == 16384 * 8 and rc.shared_bytes(16384, 8, 4, 2, 0) == 16384 * 4
-    assert rc.check(262144, 16384, 8, torch.device("cpu"), rc.shared_bytes(16384, 8, 2, 4, 4)) == 16
+    # the bias and the weight (at 64 elements a thread in a row of 16 CTAs, a 16-bit weight and no bias: x) wait in
+    # shared memory: 16384 columns of an fp32 weight and bias take 128 KB, 65536 more than a CTA has
+    assert rc.x_staged(262144, 16384, 8, 2, 0) and rc.x_staged(262144, 16384, 8, 0, 0)
+    assert rc.x_staged(131072, 8192, 4, 2, 0) and not rc.x_staged(65536, 8192, 4, 2, 0)  # 16 CTAs a row, not 8
+    assert not (rc.x_staged(262144, 16384, 8, 4, 0) or rc.x_staged(262144, 16384, 8, 2, 2)
+                or rc.x_staged(131072, 8192, 8, 2, 0) or rc.x_staged(262144, 16384, 8, 2, 0, busy=False))
+    assert rc.shared_bytes(262144, 16384, 8, 2, 4, 4) == 16384 * 8
+    assert rc.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and rc.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
+    assert rc.check(262144, 16384, 8, torch.device("cpu"), rc.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
     with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"):
-        rc.check(131072, 65536, 16, torch.device("cpu"), rc.shared_bytes(65536, 16, 2, 4, 4))
+        rc.check(131072, 65536, 16, torch.device("cpu"), rc.shared_bytes(131072, 65536, 16, 2, 4, 4))
