@@ -700,6 +700,7 @@ def test_cluster_launch_shape_rules(monkeypatch):
     # shared memory: 16384 columns of an fp32 weight and bias take 128 KB, 65536 more than a CTA has
     assert rc.x_staged(262144, 16384, 8, 2, 0) and rc.x_staged(262144, 16384, 8, 0, 0)
     assert rc.x_staged(131072, 8192, 4, 2, 0) and not rc.x_staged(65536, 8192, 4, 2, 0)  # 16 CTAs a row, not 8
+    assert not any(rc.x_staged(262144, 16384, 8, 2, 0, out_mode=om) for om in (fwd_mod.OUT_FP8_STATIC, fwd_mod.OUT_FP8_ROW, fwd_mod.OUT_AMAX))
     assert not (rc.x_staged(262144, 16384, 8, 4, 0) or rc.x_staged(262144, 16384, 8, 2, 2)
                 or rc.x_staged(131072, 8192, 8, 2, 0) or rc.x_staged(262144, 16384, 8, 2, 0, busy=False))
     assert rc.shared_bytes(262144, 16384, 8, 2, 4, 4) == 16384 * 8
