@@ -284,8 +284,9 @@ def x_staged(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, busy:
     staged / the weight staged, H200 then H100: 2048 x 65536 131.9 / 130.2, 179.5 / 180.1; FP8 given scale 2048 x
     65536 104.5 / 100.0, 135.1 / 134.9; 8192 x 16384 101.9 / 97.4, 134.8 / 134.6; 16 CTAs, 1024 x 131072 132.3 /
     136.6, 180.2 / 181.9; 512 x 262144 134.8 / 155.6, 181.4 / 188.1). Only into a float output: into FP8 with a
-    given scale the weight staged ran faster at 16 CTAs too (512 x 262144 127.3 / 122.2, 142.1 / 139.8; 1024 x
-    131072 114.5 / 113.9, 136.7 / 137.8), and a row max needs the weight beside x before the exchange, so the weight
+    tensor scale the weight staged ran faster at 16 CTAs too, but for 1024 x 131072 on H100 (given scale 512 x
+    262144 126.9 / 122.2, 142.6 / 139.3; 1024 x 131072 114.5 / 113.9, 135.8 / 138.2; dynamic 1024 x 262144 395.3 /
+    387.7, 455.7 / 453.1), and a row max needs the weight beside x before the exchange, so the weight
     waits in shared memory and x in registers."""
     return (chunk // (32 * num_warps) > 32 and cluster_size(n, chunk) >= X_STAGED_MIN_CTAS and w_size <= 2
             and b_size == 0 and busy and out_mode == OUT_CAST)
