@@ -169,6 +169,15 @@ if GLUON:
         gl.store(P + row + kk * 0, v, mask=kk == 0)
 
     @gluon.jit
+    def _gamma(w, w_off, HAS_OFF: gl.constexpr):
+        """The weight as multiplied, w + weight_offset in fp32; the add left out where the offset is 0 (HAS_OFF False:
+        one instruction an element fewer)."""
+        g = w.to(gl.float32)
+        if HAS_OFF:
+            g = g + w_off
+        return g
+
+    @gluon.jit
     def _sum_max(a0, a1, b0, b1):  # combine of the (sum of squares, max|x*w|) reduction
         return a0 + b0, gl.maximum(a1, b1)
 
@@ -177,7 +186,8 @@ if GLUON:
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
                             EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
-                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False, PDL: gl.constexpr = False):
+                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False, PDL: gl.constexpr = False,
+                            HAS_OFF: gl.constexpr = True):
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
         # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
         # PDL: rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
@@ -225,7 +235,7 @@ if GLUON:
             if HAS_W:  # as loaded for staging (the compiler merges the two global loads: 8 wide loads at 32 a thread,
                 # x's and the weight's, ptx_report), not from ws: that load would be merged with the one after the
                 # exchange, the weight then held across it
-                xw = xw * (_piece(W, offs, ok).to(gl.float32) + w_off)
+                xw = xw * _gamma(_piece(W, offs, ok), w_off, HAS_OFF)
             # the sum and the max in one reduction: one pass through shared memory and its barriers where two took
             # theirs (H100, FP8 row scales, us: 1024 x 131072 184.96 -> 153.64, 2048 x 65536 156.43 -> 146.18,
             # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes; NOTES.md v25)
@@ -255,7 +265,7 @@ if GLUON:
                     wv = wr
                 else:
                     wv = ws.load(LAYOUT)
-                v = v * (wv.to(gl.float32) + w_off)
+                v = v * _gamma(wv, w_off, HAS_OFF)
             if HAS_B:
                 v = v + bs.load(LAYOUT).to(gl.float32)
             if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a
@@ -300,7 +310,7 @@ def shared_bytes(n: int, chunk: int, num_warps: int, x_size: int, w_size: int, b
 
 
 def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, store_rsigma: bool,
-              x_size: int = 2, busy: bool = True, out_mode: int = OUT_CAST) -> dict:
+              x_size: int = 2, busy: bool = True, out_mode: int = OUT_CAST, weight_offset: float = 0.0) -> dict:
     """The kernel's constexpr arguments for a row of n in chunk-column pieces; x, weight and bias element sizes in
     bytes (0: no weight or bias), busy as x_staged takes it, out_mode as fp8.OUT_*; as launched and as ptx_report
     compiles it."""
@@ -308,7 +318,8 @@ def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, stor
     return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k),
                 ARRIVE=arrive_asm(k, 2 if with_max else 1), EXCHANGE=exchange_asm(k, with_max), IDENT=x_size == 2,
                 X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
-                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max)
+                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max,
+                HAS_OFF=weight_offset != 0)
 
 
 def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
@@ -342,9 +353,9 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
     sc (float32 [M]: the row scales, or the row maxima), scale_in (the one given scale), scale_ub and fp8_max as
     rmsnorm_fwd takes them. rmsnorm_fwd validates the inputs, and the launch shape by check, before any device work."""
     consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None,
-                       x2.element_size(), busy, out_mode)
+                       x2.element_size(), busy, out_mode, weight_offset)
     key = (n, chunk, num_warps, maxnreg, out_mode, x2.dtype, y2.dtype, element_size(weight), element_size(bias),
-           rsigma is not None, busy)
+           rsigma is not None, busy, weight_offset != 0)
     cap = register_cap(key, maxnreg)
     dummy = x2
     compiled = _fwd_cluster_kernel[(x2.shape[0],)](
@@ -362,8 +373,12 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
 # with either CUDA 12.8's ptxas or CUDA 13.0's (which torch.compile puts in TRITON_PTXAS_PATH), but Triton 3.8 spills
 # 144-160 bytes there. Whether spilled code at the higher occupancy beats unspilled code at the lower one varied
 # (NOTES.md v26, H100, CUDA 13.0's ptxas: 68-76 bytes spilled at 3 CTAs a SM ran level with or up to 7% faster than
-# 88 registers at 2; 228-264 bytes at 4 ran 1.3-2x slower than either), so a cap stays only where it costs no spill
-# and is dropped for that launch from the next call on otherwise. Not timed under Triton 3.8 (no such GPU here).
+# 88 registers at 2; 228-264 bytes at 4 ran 1.3-2x slower than either), so a cap stays only where it costs at most
+# SPILL_OK_BYTES (a few registers stored once, well under the 68 that ran level) and is dropped for that launch from the
+# next call on otherwise. Triton 3.8 spills 4-16 bytes under the cap of 64 where the weight is staged at 64 elements a
+# thread without a weight offset (Triton 3.6: none, or 2 bytes with few rows). Not timed under Triton 3.8 (no such
+# GPU here).
+SPILL_OK_BYTES = 16
 _SPILLED: set = set()
 
 
@@ -373,6 +388,6 @@ def register_cap(key: tuple, maxnreg: int) -> int:
 
 
 def note_spills(key: tuple, cap: int, spill_bytes: int) -> None:
-    if cap and spill_bytes:
+    if cap and spill_bytes > SPILL_OK_BYTES:
         _SPILLED.add(key)
         logger.debug(f"cluster launch {key}: {spill_bytes} bytes spilled under a cap of {cap} registers; uncapped from now on")
