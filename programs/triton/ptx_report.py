@@ -81,6 +81,8 @@ def _divisibility(fn, signature: dict[str, str]) -> dict:
 
 def _compile(fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0, num_ctas: int = 1,
              source_type=ASTSource, **options):
+    if signature.get("w_off") == "constexpr" and "w_off" not in constexprs:
+        constexprs = {**constexprs, "w_off": 0.0}  # the weight offset as the usual call passes it
     source = source_type(fn, signature, constexprs, _divisibility(fn, signature))
     options.update(num_warps=num_warps, num_ctas=num_ctas, **({"maxnreg": maxnreg} if maxnreg else {}))
     return triton.compile(source, target=TARGET, options=options)

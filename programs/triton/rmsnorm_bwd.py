@@ -180,7 +180,7 @@ def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr,
 @triton.jit
 def _bwd_rows_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off,
+    M, N, inv_n, w_off: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
     STREAM: tl.constexpr, L2_AHEAD: tl.constexpr, PDL: tl.constexpr = False,
@@ -253,7 +253,7 @@ def _bwd_rows_kernel(
 @triton.jit
 def _bwd_decode_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DW, DB,
-    M, N, inv_n, w_off,
+    M, N, inv_n, w_off: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, PDL: tl.constexpr = False,
 ):
@@ -289,7 +289,7 @@ def _bwd_decode_kernel(
 
 
 @triton.jit
-def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_off, HAS_W: tl.constexpr, CHUNK: tl.constexpr):
+def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_off: tl.constexpr, HAS_W: tl.constexpr, CHUNK: tl.constexpr):
     """c[row] = mean(xhat * dy * w~) over the row."""
     row = tl.program_id(0)
     r64 = row.to(tl.int64)
@@ -309,7 +309,7 @@ def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_of
 @triton.jit
 def _bwd_cols_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, C, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, w_off,
+    M, N, w_off: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
 ):
@@ -356,7 +356,7 @@ def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, g, XW: tl.constexpr
 @triton.jit
 def _bwd_split_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off, XDOT,
+    M, N, inv_n, w_off: tl.constexpr, XDOT,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
     HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
 ):
@@ -432,7 +432,7 @@ def _words_split_publish(hw, dyw, rs, rows, w_lo, w_hi, XDOT, g, M, XW: tl.const
 @triton.jit
 def _bwd_split_words_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off, XDOT,
+    M, N, inv_n, w_off: tl.constexpr, XDOT,
     SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr,
     HAS_W: tl.constexpr,
 ):

@@ -169,11 +169,10 @@ if GLUON:
         gl.store(P + row + kk * 0, v, mask=kk == 0)
 
     @gluon.jit
-    def _gamma(w, w_off, HAS_OFF: gl.constexpr):
-        """The weight as multiplied, w + weight_offset in fp32; the add left out where the offset is 0 (HAS_OFF False:
-        one instruction an element fewer)."""
+    def _gamma(w, w_off: gl.constexpr):
+        """The weight as multiplied, w + weight_offset in fp32 (rmsnorm_fwd.plus_offset: no add at offset 0)."""
         g = w.to(gl.float32)
-        if HAS_OFF:
+        if w_off != 0:
             g = g + w_off
         return g
 
@@ -182,12 +181,11 @@ if GLUON:
         return a0 + b0, gl.maximum(a1, b1)
 
     @gluon.jit
-    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off, scale_ub, fp8_max,
+    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off: gl.constexpr, scale_ub, fp8_max,
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
                             EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
-                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False, PDL: gl.constexpr = False,
-                            HAS_OFF: gl.constexpr = True):
+                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False, PDL: gl.constexpr = False):
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
         # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
         # PDL: rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
@@ -235,7 +233,7 @@ if GLUON:
             if HAS_W:  # as loaded for staging (the compiler merges the two global loads: 8 wide loads at 32 a thread,
                 # x's and the weight's, ptx_report), not from ws: that load would be merged with the one after the
                 # exchange, the weight then held across it
-                xw = xw * _gamma(_piece(W, offs, ok), w_off, HAS_OFF)
+                xw = xw * _gamma(_piece(W, offs, ok), w_off)
             # the sum and the max in one reduction: one pass through shared memory and its barriers where two took
             # theirs (H100, FP8 row scales, us: 1024 x 131072 184.96 -> 153.64, 2048 x 65536 156.43 -> 146.18,
             # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes; NOTES.md v25)
@@ -265,7 +263,7 @@ if GLUON:
                     wv = wr
                 else:
                     wv = ws.load(LAYOUT)
-                v = v * _gamma(wv, w_off, HAS_OFF)
+                v = v * _gamma(wv, w_off)
             if HAS_B:
                 v = v + bs.load(LAYOUT).to(gl.float32)
             if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a
@@ -310,7 +308,7 @@ def shared_bytes(n: int, chunk: int, num_warps: int, x_size: int, w_size: int, b
 
 
 def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, store_rsigma: bool,
-              x_size: int = 2, busy: bool = True, out_mode: int = OUT_CAST, weight_offset: float = 0.0) -> dict:
+              x_size: int = 2, busy: bool = True, out_mode: int = OUT_CAST) -> dict:
     """The kernel's constexpr arguments for a row of n in chunk-column pieces; x, weight and bias element sizes in
     bytes (0: no weight or bias), busy as x_staged takes it, out_mode as fp8.OUT_*; as launched and as ptx_report
     compiles it."""
@@ -318,8 +316,7 @@ def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, stor
     return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k),
                 ARRIVE=arrive_asm(k, 2 if with_max else 1), EXCHANGE=exchange_asm(k, with_max), IDENT=x_size == 2,
                 X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
-                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max,
-                HAS_OFF=weight_offset != 0)
+                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max)
 
 
 def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
@@ -353,9 +350,9 @@ def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv
     sc (float32 [M]: the row scales, or the row maxima), scale_in (the one given scale), scale_ub and fp8_max as
     rmsnorm_fwd takes them. rmsnorm_fwd validates the inputs, and the launch shape by check, before any device work."""
     consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None,
-                       x2.element_size(), busy, out_mode, weight_offset)
+                       x2.element_size(), busy, out_mode)
     key = (n, chunk, num_warps, maxnreg, out_mode, x2.dtype, y2.dtype, element_size(weight), element_size(bias),
-           rsigma is not None, busy, weight_offset != 0)
+           rsigma is not None, busy, float(weight_offset))
     cap = register_cap(key, maxnreg)
     dummy = x2
     compiled = _fwd_cluster_kernel[(x2.shape[0],)](

@@ -105,7 +105,7 @@ def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, 
 
 
 @triton.jit
-def _weight_factor(W, cols, col_ok, w_off, HAS_W: tl.constexpr):
+def _weight_factor(W, cols, col_ok, w_off: tl.constexpr, HAS_W: tl.constexpr):
     """(weight + weight_offset) in fp32, loaded once per program before any waiting (1.0 without a weight)."""
     wf = 1.0
     if HAS_W:
@@ -149,7 +149,7 @@ def one_stage_kernel(
     X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
     I0, I1, I2, I3, I4, I5, I6, I7,
     F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
-    T, TMAX, H, inv_h, eps, w_off, scale_ub, fp8_max,
+    T, TMAX, H, inv_h, eps, w_off: tl.constexpr, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
@@ -195,7 +195,7 @@ def two_stage_kernel(
     S0, S1, S2, S3, S4, S5, S6, S7,
     O0, O1, O2, O3, O4, O5, O6, O7,
     F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
-    T, TW, TMAX, H, inv_h, eps, w_off, scale_ub, fp8_max,
+    T, TW, TMAX, H, inv_h, eps, w_off: tl.constexpr, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
@@ -278,7 +278,7 @@ def _unpack_pair(d, XDT: tl.constexpr):
 def push_one_stage_kernel(
     X32, stride_x32, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
     B0, B1, B2, B3, B4, B5, B6, B7, CALLS,
-    T, TLL, H, H2, inv_h, eps, w_off, scale_ub, fp8_max,
+    T, TLL, H, H2, inv_h, eps, w_off: tl.constexpr, scale_ub, fp8_max,
     RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, PIECE: tl.constexpr, XDT: tl.constexpr,
     HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
     Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
