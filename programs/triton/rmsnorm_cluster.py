@@ -15,8 +15,8 @@ mbarrier, 180-181 us.
 The tensors are laid out [K, CHUNK] with the K axis split over the cluster (the layout's CGA bases), so every CTA
 loads, reduces and stores only its own piece; the exchange takes the [K] vector of partials (one element a CTA).
 What is needed only after the exchange waits in shared memory (the bias, and the weight; at 64 elements a thread
-in a row of 16 CTAs x itself, the weight then loaded during the exchange) and x stays 16-bit, so that a CTA of 64
-elements a thread fits 64 registers and 4 CTAs share an SM (N = 262144).
+in a row of 16 CTAs into a float output x itself, the weight then loaded during the exchange: x_staged) and x stays
+16-bit, so that a CTA of 64 elements a thread fits 64 registers and 4 CTAs share an SM (N = 262144).
 FP8 output (x normalized as given: no residual or distributed stats): with one given scale, or with a scale a row
 (MAX's allreduce_rmsnorm_fp8 rule, fp8.py), whose row max rides the same exchange: each CTA sends its max|x*w| beside
 its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
@@ -181,7 +181,8 @@ if GLUON:
         return a0 + b0, gl.maximum(a1, b1)
 
     @gluon.jit
-    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off: gl.constexpr, scale_ub, fp8_max,
+    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off: gl.constexpr,
+                            scale_ub, fp8_max,
                             K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
                             ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
                             EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
