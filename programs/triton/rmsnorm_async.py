@@ -25,6 +25,8 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+    from programs.triton.rmsnorm_cluster import weight_factor
+
 VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
 
 
@@ -106,10 +108,7 @@ if GLUON:
         rs = gl.rsqrt(gl.sum(x * x, axis=1) * inv_n + eps)
         v = x * rs[:, None]
         if HAS_W:
-            g = w.to(gl.float32)
-            if w_off != 0:  # rmsnorm_fwd.plus_offset's rule (a Gluon kernel cannot call it)
-                g = g + w_off
-            v = v * g[None, :]
+            v = v * weight_factor(w, w_off)[None, :]
         if HAS_B:
             v = v + b.to(gl.float32)[None, :]
         gl.store(Y + r64 * stride_y + cols[None, :], v.to(Y.dtype.element_ty), mask=ok)

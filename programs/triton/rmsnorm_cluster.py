@@ -169,8 +169,9 @@ if GLUON:
         gl.store(P + row + kk * 0, v, mask=kk == 0)
 
     @gluon.jit
-    def _gamma(w, w_off: gl.constexpr):
-        """The weight as multiplied, w + weight_offset in fp32 (rmsnorm_fwd.plus_offset: no add at offset 0)."""
+    def weight_factor(w, w_off: gl.constexpr):
+        """The weight as the Gluon forwards multiply by it, w + weight_offset in fp32: rmsnorm_fwd.plus_offset's rule
+        (no add at offset 0), which a Gluon kernel cannot call."""
         g = w.to(gl.float32)
         if w_off != 0:
             g = g + w_off
@@ -234,7 +235,7 @@ if GLUON:
             if HAS_W:  # as loaded for staging (the compiler merges the two global loads: 8 wide loads at 32 a thread,
                 # x's and the weight's, ptx_report), not from ws: that load would be merged with the one after the
                 # exchange, the weight then held across it
-                xw = xw * _gamma(_piece(W, offs, ok), w_off)
+                xw = xw * weight_factor(_piece(W, offs, ok), w_off)
             # the sum and the max in one reduction: one pass through shared memory and its barriers where two took
             # theirs (H100, FP8 row scales, us: 1024 x 131072 184.96 -> 153.64, 2048 x 65536 156.43 -> 146.18,
             # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes; NOTES.md v25)
@@ -264,7 +265,7 @@ if GLUON:
                     wv = wr
                 else:
                     wv = ws.load(LAYOUT)
-                v = v * _gamma(wv, w_off)
+                v = v * weight_factor(wv, w_off)
             if HAS_B:
                 v = v + bs.load(LAYOUT).to(gl.float32)
             if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a

@@ -206,10 +206,10 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # capped, 602.9 at 16 warps and 32 elements a thread, 385.2 at 16 warps capped; the looped kernel 466.7;
         # 298.9 uncapped with the joint reduction of rmsnorm_cluster, whose 66 registers at 4 warps ran level with
         # a cap of 64).
-        # 64 elements a thread (x or the weight staged through the exchange, capped; chunk 8192 at 4 warps where 16 CTAs a row
-        # allow) for rows past 65536 columns, and in tensors of >= 32M elements at N = 65536 or into FP8 (H200, 64 x
-        # 65536 into FP8: row scales 7.31 against 6.99, given scale 6.65 against 6.51); FP8 row scales at 8 warps
-        # (NOTES.md v26, us, H200 / H100, against the 32-a-thread launch in the same run, uncapped):
+        # 64 elements a thread (x or the weight staged through the exchange, capped; chunk 8192 at 4 warps where 16
+        # CTAs a row allow) for rows past 65536 columns, and in tensors of >= 32M elements at N = 65536 or into FP8
+        # (H200, 64 x 65536 into FP8: row scales 7.31 against 6.99, given scale 6.65 against 6.51); FP8 row scales at
+        # 8 warps (NOTES.md v26, us, H200 / H100, against the 32-a-thread launch in the same run, uncapped):
         # 1024 x 131072 134.7 / 179.9 against 143.7 / 180.5, 2048 x 65536 133.0 / 179.6 against 134.9 / 178.8 (512
         # x 65536 35.7 / 46.9 against 36.7 / 46.8; 64 x 65536 lost 2% / 12%, 4096 x 32768 2% / 1%); FP8 given scale
         # 2048 x 65536 105.8 / 135.1 against 120.1 / 142.7, 4096 x 32768 102.6 / 134.5 against 113.0 / 136.9; FP8
@@ -228,14 +228,14 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         return _cluster_launch(chunk, per_thread, row_max)
     if cluster_ok and fp8_of_x and n in FP8_CLUSTER_N and m * n >= FP8_CLUSTER_MIN_ELEMENTS:
         # FP8 output at 8192 or 16384 columns: a row over two CTAs, where the rows kernel held it in one of 16-32
-        # warps and reduced it twice (the row max after the sum). us, H200 / H100, against the rows kernel in the same run (NOTES.md v27): row scales 16384 x 8192 111.8 /
-        # 132.9 against 135.1 / 148.9, 8192 x 16384 106.7 / 134.5 against 145.3 / 152.1, 1024 x 8192 9.18 / 10.08
-        # against 11.18 / 11.96; a given scale 100.8 / 132.6 against 118.3 / 141.6 and 102.0 / 134.8 against 121.0 /
-        # 139.2; a dynamic one 192.9 / 238.0 against 216.6 / 248.0 and 172.9 / 231.2 against 260.7 / 290.2. Below
-        # 8M elements the dynamic scale lost (128 x 16384: 11.62 / 11.97 against 10.77 / 11.34). bf16 output: level
-        # (16384 x 8192 130.1 / 179.7 against 127.4 / 179.4), not taken. At 16384 columns 64 elements a thread (x
-        # staged, capped) with row scales, and from CLUSTER_WIDE_MIN_ELEMENTS with a tensor scale (H200 8192 x 16384
-        # 101.1 against 104.3 at 32 a thread; 2048 x 16384 29.5 against 28.8).
+        # warps and reduced it twice (the row max after the sum). us, H200 / H100, against the rows kernel in the same
+        # run (NOTES.md v27): row scales 16384 x 8192 111.8 / 132.9 against 135.1 / 148.9, 8192 x 16384 106.7 / 134.5
+        # against 145.3 / 152.1, 1024 x 8192 9.18 / 10.08 against 11.18 / 11.96; a given scale 100.8 / 132.6 against
+        # 118.3 / 141.6 and 102.0 / 134.8 against 121.0 / 139.2; a dynamic one 192.9 / 238.0 against 216.6 / 248.0
+        # and 172.9 / 231.2 against 260.7 / 290.2. Below 8M elements the dynamic scale lost (128 x 16384: 11.62 /
+        # 11.97 against 10.77 / 11.34). bf16 output: level (16384 x 8192 130.1 / 179.7 against 127.4 / 179.4), not
+        # taken. At 16384 columns 64 elements a thread (capped) with row scales, and from CLUSTER_WIDE_MIN_ELEMENTS
+        # with a tensor scale (H200 8192 x 16384 101.1 against 104.3 at 32 a thread; 2048 x 16384 29.5 against 28.8).
         wide = n == FP8_CLUSTER_N[1] and (row_max or m * n >= CLUSTER_WIDE_MIN_ELEMENTS)
         return _cluster_launch(n // 2, 2 * CLUSTER_PER_THREAD if wide else CLUSTER_PER_THREAD, row_max)
     if n > WIDE_CHUNK_N and not fused and split_ok and device.type == "cuda":
@@ -694,8 +694,8 @@ def _looped_cast(v, recip, fp8_max, Y_DTYPE: tl.constexpr, OUT_MODE: tl.constexp
 
 
 @triton.jit
-def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off: tl.constexpr, fp8_max, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                      OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off: tl.constexpr, fp8_max, HAS_W: tl.constexpr,
+                      HAS_B: tl.constexpr, OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
                       Y_EVICT: tl.constexpr):
     """The looped kernel's normalize pass at columns c of one row: h re-read from L2 (the last read: evict_first),
     scaled, cast, stored (with Y_EVICT as the store's eviction policy)."""
