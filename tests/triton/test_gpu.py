@@ -309,6 +309,7 @@ ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be 
     "33x4096-fp32-two-rows": ((33, 4096), torch.float32, {}, FwdConfig("async", 8, block_m=2)),
     "64x4096-strided-no-weight": ((64, 4096), torch.bfloat16, {"stride": 4160, "weight": None}, FwdConfig("async", 4, block_m=1)),
     "16x8192-bf16-to-fp32": ((16, 8192), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("async", 8, block_m=1)),
+    "512x4096-zero-centered": ((512, 4096), torch.bfloat16, {"weight_offset": 1.0}, FwdConfig("async", 4, block_m=1)),
 }
 
 
