@@ -33,12 +33,16 @@ def pytest_collection_modifyitems(config, items):
         if "requires_tt_hardware" in item.keywords and not tt_hardware_present():
             item.add_marker(pytest.mark.skip(reason="needs real Tenstorrent hardware: " + NO_TT))
         if "requires_cuda" in item.keywords and n_cuda == 0:
-            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; the same cases run on CPU under TRITON_INTERPRET=1"))
+            item.add_marker(
+                pytest.mark.skip(reason="needs a CUDA GPU; the same cases run on CPU under TRITON_INTERPRET=1")
+            )
         if "requires_multi_gpu" in item.keywords and n_cuda < 2:
             item.add_marker(pytest.mark.skip(reason=f"needs >= 2 CUDA GPUs, found {n_cuda}"))
         if "requires_neuron" in item.keywords and not have_neuron:
             item.add_marker(pytest.mark.skip(reason="needs the NKI toolchain (neuronxcc); the emulator cases cover CI"))
-        if ("device" in getattr(item, "fixturenames", ()) or "mesh_device" in getattr(item, "fixturenames", ())) and not have_tt:
+        if (
+            "device" in getattr(item, "fixturenames", ()) or "mesh_device" in getattr(item, "fixturenames", ())
+        ) and not have_tt:
             item.add_marker(pytest.mark.skip(reason=NO_TT))
 
 

@@ -101,13 +101,24 @@ def run_cases(hardware: bool, quick: bool) -> list[dict]:
         else:
             out, single, stats_shape = _emulate(x, w, n, plan.path, dtype)
         wall = time.perf_counter() - t0
-        golden = reference.golden_rms_norm(reference.quantize(x, dtype), reference.quantize(w, "bfloat16"), epsilon=EPSILON)
+        golden = reference.golden_rms_norm(
+            reference.quantize(x, dtype), reference.quantize(w, "bfloat16"), epsilon=EPSILON
+        )
         vs_golden = accuracy.compare(out, golden, dtype)
         vs_single = accuracy.compare(out, single.double(), dtype)
         rows.append(
-            dict(mesh=f"{mname} {mshape[0]}x{mshape[1]}", case=f"{case} {tokens}", dtype=dtype, n=n,
-                 shape=f"[1,1,{tokens},{HIDDEN}] -> {n} x {list(local)}", stats=stats_shape, plan=plan,
-                 golden=vs_golden, single=vs_single, wall=wall)
+            dict(
+                mesh=f"{mname} {mshape[0]}x{mshape[1]}",
+                case=f"{case} {tokens}",
+                dtype=dtype,
+                n=n,
+                shape=f"[1,1,{tokens},{HIDDEN}] -> {n} x {list(local)}",
+                stats=stats_shape,
+                plan=plan,
+                golden=vs_golden,
+                single=vs_single,
+                wall=wall,
+            )
         )
     if mesh_device is not None:
         from tt_rmsnorm.mesh import close_mesh
@@ -142,12 +153,17 @@ def print_report(rows, backend):
     print("-" * len(hdr))
     for r in rows:
         ok = r["golden"].passed and r["single"].passed
-        print(f"{r['mesh']:<14}{r['case']:<15}{r['dtype']:<11}{r['plan'].path:<13}{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}"
-              f"{r['golden'].max_ulp:>9.2f}{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}  {'PASS' if ok else 'FAIL'}")
-    tol = {d: accuracy.tolerance_for(d) for d in sorted({r['dtype'] for r in rows})}
+        print(
+            f"{r['mesh']:<14}{r['case']:<15}{r['dtype']:<11}{r['plan'].path:<13}{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}"
+            f"{r['golden'].max_ulp:>9.2f}{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}  {'PASS' if ok else 'FAIL'}"
+        )
+    tol = {d: accuracy.tolerance_for(d) for d in sorted({r["dtype"] for r in rows})}
     for d, t in tol.items():
-        print(f"  tolerance {d}: PCC >= {t.pcc_min}" + (f", max ULP <= {t.max_ulp}" if t.max_ulp is not None else "")
-              + (f", max abs <= {t.max_abs_rel:g} x max|y|" if t.max_abs_rel is not None else ""))
+        print(
+            f"  tolerance {d}: PCC >= {t.pcc_min}"
+            + (f", max ULP <= {t.max_ulp}" if t.max_ulp is not None else "")
+            + (f", max abs <= {t.max_abs_rel:g} x max|y|" if t.max_abs_rel is not None else "")
+        )
     return all(r["golden"].passed and r["single"].passed for r in rows)
 
 
@@ -155,7 +171,9 @@ def dry_run_section(quick: bool):
     """What real ttnn accepts on mock T3000 / Galaxy meshes (no kernel runs; shapes, dtypes and memory configs only)."""
     from tt_rmsnorm import mock_cluster
 
-    print("\nDry run through real ttnn 0.81.1 on mock clusters (validation + program factories; no kernels run, values are zeros)")
+    print(
+        "\nDry run through real ttnn 0.81.1 on mock clusters (validation + program factories; no kernels run, values are zeros)"
+    )
     systems = [s for s in ("t3k", "galaxy") if s in mock_cluster.DESCRIPTORS]
     for system in tqdm(systems, desc="mock systems", unit="mesh", file=sys.stdout):
         try:
@@ -168,10 +186,17 @@ def dry_run_section(quick: bool):
             seen.setdefault(r["case"], []).append(r)
         for case, rs in seen.items():
             r0 = rs[0]
-            same = all((r["output_shape"], r["dtype"], r["memory_config"]) == (r0["output_shape"], r0["dtype"], r0["memory_config"]) for r in rs)
-            tqdm.write(f"  mock {system} mesh {r0['mesh']}: {case}: input {list(r0['input_shape'])} -> {len(rs)} devices x "
-                  f"{list(r0['output_shape'])} {r0['dtype']} {r0['layout']} {r0['memory_config']}"
-                  + ("" if same else "  (devices differ!)") + "  ACCEPTED")
+            same = all(
+                (r["output_shape"], r["dtype"], r["memory_config"])
+                == (r0["output_shape"], r0["dtype"], r0["memory_config"])
+                for r in rs
+            )
+            tqdm.write(
+                f"  mock {system} mesh {r0['mesh']}: {case}: input {list(r0['input_shape'])} -> {len(rs)} devices x "
+                f"{list(r0['output_shape'])} {r0['dtype']} {r0['layout']} {r0['memory_config']}"
+                + ("" if same else "  (devices differ!)")
+                + "  ACCEPTED"
+            )
     mock_cluster.shutdown_workers()
 
 
@@ -192,8 +217,11 @@ def main(argv=None):
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     hardware = tt_hardware_present()
-    backend = ("ttnn on Tenstorrent hardware" if hardware else
-               "reference-model emulation of N devices (no Tenstorrent hardware found): numbers from tt_rmsnorm.reference")
+    backend = (
+        "ttnn on Tenstorrent hardware"
+        if hardware
+        else "reference-model emulation of N devices (no Tenstorrent hardware found): numbers from tt_rmsnorm.reference"
+    )
     print(f"tt_rmsnorm demo - {backend}")
     rows = run_cases(hardware, args.quick)
     ok = print_report(rows, backend)

@@ -134,9 +134,13 @@ def dtype_name(dtype) -> str:
         name = str(dtype).removeprefix("torch.")
     else:  # ttnn.DataType.BFLOAT16 and friends
         name = str(dtype).rsplit(".", 1)[-1].lower()
-    return {"bfloat8b": "bfloat8_b", "bf8_b": "bfloat8_b", "bf16": "bfloat16", "fp32": "float32", "half": "float16"}.get(
-        name, name
-    )
+    return {
+        "bfloat8b": "bfloat8_b",
+        "bf8_b": "bfloat8_b",
+        "bf16": "bfloat16",
+        "fp32": "float32",
+        "half": "float16",
+    }.get(name, name)
 
 
 def _f64(t) -> torch.Tensor:
@@ -203,7 +207,9 @@ class Report:
         return s + (" PASS" if self.passed else " FAIL: " + "; ".join(self.failures))
 
 
-def compare(actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_reference=None, cancelling: bool = False) -> Report:
+def compare(
+    actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_reference=None, cancelling: bool = False
+) -> Report:
     """All metrics of `actual` against the float64 `expected`, judged by the policy for `dtype` (the result's dtype).
 
     `ulp_reference`: the magnitude the error scales with, where it differs from the result's (y = x*r*w + bias: the

@@ -108,7 +108,9 @@ def sharded_memory_config(shape, grid: tuple[int, int], strategy: str = WIDTH):
     """L1 memory config sharding a (per-device) activation over `grid` = (x, y) cores, ROW_MAJOR orientation."""
     padded = tile_padded(tuple(shape))
     layout = ttnn.TensorMemoryLayout.WIDTH_SHARDED if strategy == WIDTH else ttnn.TensorMemoryLayout.BLOCK_SHARDED
-    spec = ttnn.ShardSpec(_grid_range(grid), list(_shard_shape(padded, grid, strategy)), ttnn.ShardOrientation.ROW_MAJOR)
+    spec = ttnn.ShardSpec(
+        _grid_range(grid), list(_shard_shape(padded, grid, strategy)), ttnn.ShardOrientation.ROW_MAJOR
+    )
     return ttnn.MemoryConfig(layout, ttnn.BufferType.L1, spec)
 
 
@@ -170,8 +172,11 @@ class NormPlan:
         if self.path == "sharded":
             pc = self.program_config
             grid = pc.compute_with_storage_grid_size
-            shard = ("input already sharded (kept)" if self.input_memory_config is None
-                     else f"input WIDTH_SHARDED L1 shard {list(self.input_memory_config.shard_spec.shape)}")
+            shard = (
+                "input already sharded (kept)"
+                if self.input_memory_config is None
+                else f"input WIDTH_SHARDED L1 shard {list(self.input_memory_config.shard_spec.shape)}"
+            )
             cfg = (
                 f"LayerNormShardedMultiCoreProgramConfig(grid={grid.x}x{grid.y}, block_w={pc.block_w}, "
                 f"block_h={pc.block_h}, subblock_w={pc.subblock_w}); {shard}; "
@@ -212,9 +217,14 @@ def plan(
         )
     cfg = compute_kernel_config
     if cfg is None:
-        fits = rules.pre_l1_bytes(TensorDesc(local_shape, dtype=dtype), _default_compute(fp32_dest_acc_en=True)) <= rules.L1_SIZE
+        fits = (
+            rules.pre_l1_bytes(TensorDesc(local_shape, dtype=dtype), _default_compute(fp32_dest_acc_en=True))
+            <= rules.L1_SIZE
+        )
         if not fits and dtype != ttnn.float32:  # FLOAT32 input needs fp32 accumulation whatever it costs
-            logger.warning(f"local width {local_shape[-1]} does not fit the interleaved pre with fp32_dest_acc_en: using bf16 accumulation")
+            logger.warning(
+                f"local width {local_shape[-1]} does not fit the interleaved pre with fp32_dest_acc_en: using bf16 accumulation"
+            )
         cfg = _default_compute(fp32_dest_acc_en=fits or dtype == ttnn.float32)
     return NormPlan(
         path=path,

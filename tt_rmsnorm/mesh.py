@@ -46,7 +46,12 @@ def resolve_cluster_axis(mesh_shape, cluster_axis=None) -> tuple[int | None, int
     mesh_shape = tuple(mesh_shape)
     if cluster_axis is not None:
         if cluster_axis not in (0, 1) or len(mesh_shape) != 2:
-            raise rules.RuleError("mesh.cluster_axis", f"cluster_axis must be 0 or 1 on a 2-D mesh {mesh_shape}", cluster_axis, "cluster_axis=1: the hidden dim sharded over mesh columns")
+            raise rules.RuleError(
+                "mesh.cluster_axis",
+                f"cluster_axis must be 0 or 1 on a 2-D mesh {mesh_shape}",
+                cluster_axis,
+                "cluster_axis=1: the hidden dim sharded over mesh columns",
+            )
         return cluster_axis, mesh_shape[cluster_axis]
     rows, cols = mesh_shape
     if rows > 1 and cols > 1:
@@ -80,11 +85,24 @@ def _check_local_width(hidden: int, n: int, what: str):
         )
 
 
-def prepare_weight(torch_weight, mesh_device, *, cluster_axis=None, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, memory_config=None):
+def prepare_weight(
+    torch_weight,
+    mesh_device,
+    *,
+    cluster_axis=None,
+    dtype=ttnn.bfloat16,
+    layout=ttnn.ROW_MAJOR_LAYOUT,
+    memory_config=None,
+):
     """Each device gets its contiguous slice of gamma, as tt-metal's models/common/rmsnorm.py does: ROW_MAJOR
     [1, 1, H/32, 32] sharded on dim 2 over the tensor-parallel axis (or TILE [1, 1, 1, H] sharded on dim 3)."""
     if dtype not in rules.GAMMA_DTYPES:
-        raise rules.RuleError("weight.dtype", "weight dtype must be bfloat16 or float32 for the distributed post", dtype, "dtype=ttnn.bfloat16")
+        raise rules.RuleError(
+            "weight.dtype",
+            "weight dtype must be bfloat16 or float32 for the distributed post",
+            dtype,
+            "dtype=ttnn.bfloat16",
+        )
     axis, n = resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
     w = torch.as_tensor(torch_weight).reshape(-1)
     _check_local_width(w.numel(), n, "weight")
@@ -93,7 +111,9 @@ def prepare_weight(torch_weight, mesh_device, *, cluster_axis=None, dtype=ttnn.b
     elif layout == ttnn.TILE_LAYOUT:
         w, dim = w.reshape(1, 1, 1, w.numel()), 3
     else:
-        raise rules.RuleError("weight.layout", "weight layout must be ROW_MAJOR or TILE", layout, "layout=ttnn.ROW_MAJOR_LAYOUT")
+        raise rules.RuleError(
+            "weight.layout", "weight layout must be ROW_MAJOR or TILE", layout, "layout=ttnn.ROW_MAJOR_LAYOUT"
+        )
     return ttnn.from_torch(
         w,
         dtype=dtype,
@@ -128,7 +148,9 @@ def gather_output(tt_tensor, mesh_device, *, cluster_axis=None) -> torch.Tensor:
     return torch.cat([ttnn.to_torch(shards[i]) for i in index[:n]], dim=-1)
 
 
-def plan_distributed_rms_norm(local_shape, mesh_shape, *, cluster_axis=None, compute_grid=(8, 8), **kw) -> configs.NormPlan:
+def plan_distributed_rms_norm(
+    local_shape, mesh_shape, *, cluster_axis=None, compute_grid=(8, 8), **kw
+) -> configs.NormPlan:
     """The configs `distributed_rms_norm` would use for a per-device shape, without a device."""
     _, n = resolve_cluster_axis(mesh_shape, cluster_axis)
     return configs.plan(local_shape, n, compute_grid=compute_grid, **kw)
@@ -157,13 +179,28 @@ def distributed_rms_norm(
     The output has x's memory config unless `memory_config` says otherwise.
     """
     if not isinstance(x, ttnn.Tensor):
-        raise rules.RuleError("input.ttnn_tensor", "x must be a ttnn mesh tensor", type(x).__name__, "tt_rmsnorm.shard_activation(torch_x, mesh_device)")
+        raise rules.RuleError(
+            "input.ttnn_tensor",
+            "x must be a ttnn mesh tensor",
+            type(x).__name__,
+            "tt_rmsnorm.shard_activation(torch_x, mesh_device)",
+        )
     if w is not None and not isinstance(w, ttnn.Tensor):
-        raise rules.RuleError("weight.ttnn_tensor", "w must be a prepared ttnn weight or None", type(w).__name__, "w = tt_rmsnorm.prepare_weight(torch_weight, mesh_device)")
+        raise rules.RuleError(
+            "weight.ttnn_tensor",
+            "w must be a prepared ttnn weight or None",
+            type(w).__name__,
+            "w = tt_rmsnorm.prepare_weight(torch_weight, mesh_device)",
+        )
     axis, n = resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
     xd = describe(x)
     if xd.is_sharded and sharded is False:
-        raise rules.RuleError("mesh.sharded_override", "x is already sharded; the interleaved path needs an interleaved input", "sharded=False", "ttnn.to_memory_config(x, ttnn.DRAM_MEMORY_CONFIG) first")
+        raise rules.RuleError(
+            "mesh.sharded_override",
+            "x is already sharded; the interleaved path needs an interleaved input",
+            "sharded=False",
+            "ttnn.to_memory_config(x, ttnn.DRAM_MEMORY_CONFIG) first",
+        )
     grid = mesh_device.compute_with_storage_grid_size()
     plan = configs.plan(
         xd.shape,
@@ -176,7 +213,11 @@ def distributed_rms_norm(
     )
     if plan.path == "sharded" and xd.is_sharded and program_config is None:
         plan = configs.NormPlan(
-            **{**plan.__dict__, "program_config": configs.program_config_from_shard_spec(xd.shard_spec, plan.compute_kernel_config), "input_memory_config": None}
+            **{
+                **plan.__dict__,
+                "program_config": configs.program_config_from_shard_spec(xd.shard_spec, plan.compute_kernel_config),
+                "input_memory_config": None,
+            }
         )
     logger.debug(f"distributed_rms_norm: mesh {tuple(mesh_device.shape)} axis {axis} n={n}; {plan.describe()}")
 

@@ -84,7 +84,11 @@ class WorkerCrashed(RuntimeError):
 
     def __init__(self, system: str, returncode, log_tail: str):
         self.system, self.returncode, self.log_tail = system, returncode, log_tail
-        how = f"signal {-returncode} ({signal.Signals(-returncode).name})" if returncode and returncode < 0 else f"exit {returncode}"
+        how = (
+            f"signal {-returncode} ({signal.Signals(-returncode).name})"
+            if returncode and returncode < 0
+            else f"exit {returncode}"
+        )
         super().__init__(f"mock {system} worker died with {how}; last output:\n{log_tail}")
 
 
@@ -251,8 +255,10 @@ def configure(system: str) -> None:
         raise MockClusterError(f"descriptor for {system} missing: {DESCRIPTORS[system]}")
     current = configured_system()
     if current not in (None, system) and "ttnn" in sys.modules:
-        raise MockClusterError(f"this process already uses the mock {current} (ttnn keeps one cluster per process); "
-                               f"use run_isolated({system!r}, ...) for another system")
+        raise MockClusterError(
+            f"this process already uses the mock {current} (ttnn keeps one cluster per process); "
+            f"use run_isolated({system!r}, ...) for another system"
+        )
     os.environ[MOCK_ENV] = str(DESCRIPTORS[system])
     if _private_cache is None:
         # A fresh JIT cache per process: stale artefacts in ~/.cache/tt-metal-cache (real or stand-in builds) are never
@@ -287,7 +293,7 @@ def _send(fd: int, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     data = struct.pack("<Q", len(data)) + data
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _read_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
@@ -384,7 +390,9 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
         tt_mesh.close_mesh(mesh)
 
 
-_WORKER_MAIN = "import sys; from tt_rmsnorm.mock_cluster import _serve; _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
+_WORKER_MAIN = (
+    "import sys; from tt_rmsnorm.mock_cluster import _serve; _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
+)
 
 
 class _Worker:
@@ -431,7 +439,9 @@ class _Worker:
         except WorkerTimeout:
             tail = self.log_tail()
             self.kill()
-            raise WorkerTimeout(f"mock {self.system} worker gave no answer in {timeout:.0f} s; killed. Log tail:\n{tail}")
+            raise WorkerTimeout(
+                f"mock {self.system} worker gave no answer in {timeout:.0f} s; killed. Log tail:\n{tail}"
+            )
         if reply is None:
             rc = self.proc.wait(timeout=30)
             tail = self.log_tail()
@@ -441,8 +451,17 @@ class _Worker:
 
     def call(self, fn, args, kwargs, timeout: float, mesh_shape=None):
         file = os.path.abspath(sys.modules[fn.__module__].__file__)
-        _send(self.to_child, {"op": "call", "file": file, "qualname": fn.__qualname__, "args": args, "kwargs": kwargs,
-                              "mesh_shape": mesh_shape})
+        _send(
+            self.to_child,
+            {
+                "op": "call",
+                "file": file,
+                "qualname": fn.__qualname__,
+                "args": args,
+                "kwargs": kwargs,
+                "mesh_shape": mesh_shape,
+            },
+        )
         return self._receive(timeout)
 
     def alive(self) -> bool:
@@ -486,8 +505,10 @@ def run_isolated(system: str, fn, *args, timeout: float = CALL_TIMEOUT_S, mesh_s
     the process died (the next call starts a fresh one), WorkerTimeout after `timeout` seconds (the worker is killed).
     """
     if os.environ.get(IN_WORKER_ENV):
-        raise MockClusterError("run_isolated called inside a mock-cluster worker (e.g. at import time of the module "
-                               "whose function runs there); call it from the test process only")
+        raise MockClusterError(
+            "run_isolated called inside a mock-cluster worker (e.g. at import time of the module "
+            "whose function runs there); call it from the test process only"
+        )
     worker = _workers.pop(system, None)
     if worker is None or not worker.alive():
         if worker is not None:
@@ -520,8 +541,14 @@ atexit.register(shutdown_workers)
 # (system, case, global activation shape, mode). Llama-70B hidden 8192: 1024 per device on T3000, 2048 on Galaxy columns.
 DRY_RUN_CASES = {
     "t3k": [("prefill_interleaved", (1, 1, 128, 8192), "interleaved"), ("decode_sharded", (1, 1, 32, 8192), "sharded")],
-    "galaxy": [("prefill_interleaved", (1, 1, 128, 8192), "interleaved"), ("decode_sharded", (1, 1, 32, 8192), "sharded")],
-    "n300": [("prefill_interleaved", (1, 1, 128, 8192), "interleaved"), ("decode_sharded", (1, 1, 32, 8192), "sharded")],
+    "galaxy": [
+        ("prefill_interleaved", (1, 1, 128, 8192), "interleaved"),
+        ("decode_sharded", (1, 1, 32, 8192), "sharded"),
+    ],
+    "n300": [
+        ("prefill_interleaved", (1, 1, 128, 8192), "interleaved"),
+        ("decode_sharded", (1, 1, 32, 8192), "sharded"),
+    ],
 }
 
 
@@ -529,8 +556,10 @@ def _memory_config_text(mc) -> str:
     text = f"{str(mc.memory_layout).rsplit('.', 1)[-1]} {str(mc.buffer_type).rsplit('.', 1)[-1]}"
     if mc.shard_spec is not None:
         box = mc.shard_spec.grid.bounding_box()
-        text += (f" shard {list(mc.shard_spec.shape)} on {mc.shard_spec.grid.num_cores()} cores "
-                 f"({box.start.x},{box.start.y})-({box.end.x},{box.end.y})")
+        text += (
+            f" shard {list(mc.shard_spec.shape)} on {mc.shard_spec.grid.num_cores()} cores "
+            f"({box.start.x},{box.start.y})-({box.end.x},{box.end.y})"
+        )
     return text
 
 
@@ -554,15 +583,30 @@ def _dry_run_in_worker(mesh, system: str, cases) -> list[dict]:
         tt_x = tt_mesh.shard_activation(x, mesh, cluster_axis=cluster_axis)
         tt_w = tt_mesh.prepare_weight(w, mesh, cluster_axis=cluster_axis)
         # decode: the output stays width-sharded in L1 where the sharded post wrote it (as tt-metal's decode keeps it)
-        y = tt_mesh.distributed_rms_norm(tt_x, tt_w, mesh, epsilon=1e-5, cluster_axis=cluster_axis,
-                                         sharded=(mode == "sharded"), memory_config=plan.input_memory_config)
+        y = tt_mesh.distributed_rms_norm(
+            tt_x,
+            tt_w,
+            mesh,
+            epsilon=1e-5,
+            cluster_axis=cluster_axis,
+            sharded=(mode == "sharded"),
+            memory_config=plan.input_memory_config,
+        )
         for i, t in enumerate(ttnn.get_device_tensors(y)):
-            rows_out.append({
-                "system": system, "mesh": "x".join(map(str, MESH_SHAPES[system])), "case": case, "device": i,
-                "input_shape": tuple(shape), "output_shape": tuple(t.shape), "dtype": str(t.dtype).rsplit(".", 1)[-1],
-                "layout": str(t.layout).rsplit(".", 1)[-1], "memory_config": _memory_config_text(t.memory_config()),
-                "plan": plan.describe(),
-            })
+            rows_out.append(
+                {
+                    "system": system,
+                    "mesh": "x".join(map(str, MESH_SHAPES[system])),
+                    "case": case,
+                    "device": i,
+                    "input_shape": tuple(shape),
+                    "output_shape": tuple(t.shape),
+                    "dtype": str(t.dtype).rsplit(".", 1)[-1],
+                    "layout": str(t.layout).rsplit(".", 1)[-1],
+                    "memory_config": _memory_config_text(t.memory_config()),
+                    "plan": plan.describe(),
+                }
+            )
     return rows_out
 
 
@@ -570,4 +614,3 @@ def dry_run(system: str, timeout: float = 300.0) -> list[dict]:
     """Run distributed_rms_norm through real ttnn on the mock `system` ("t3k", "galaxy", "n300") for an interleaved
     prefill and a sharded decode activation. One row per (case, device): what ttnn accepted and returned."""
     return run_isolated(system, _dry_run_in_worker, system, DRY_RUN_CASES[system], timeout=timeout)
-

@@ -28,8 +28,14 @@ def rms_norm_pre_all_gather(
     use_2d_core_grid=None,
 ):
     """Per-device stats: sum(x^2) per row (interleaved input) or E[x^2] (sharded input, decode)."""
-    kw = dict(dtype=dtype, residual_input_tensor=residual_input_tensor, compute_kernel_config=compute_kernel_config,
-              program_config=program_config, memory_config=memory_config, use_2d_core_grid=use_2d_core_grid)
+    kw = dict(
+        dtype=dtype,
+        residual_input_tensor=residual_input_tensor,
+        compute_kernel_config=compute_kernel_config,
+        program_config=program_config,
+        memory_config=memory_config,
+        use_2d_core_grid=use_2d_core_grid,
+    )
     path = rules.check_pre_all_gather(input_tensor, **kw)
     stats = ttnn.rms_norm_pre_all_gather(input_tensor, **_given(kw))
     mark_stats(stats, STATS_MEANS if path == "sharded" else STATS_SUMS)
@@ -38,7 +44,13 @@ def rms_norm_pre_all_gather(
 
 def all_gather(input_tensor, dim, *, cluster_axis=None, memory_config=None):
     """ttnn.all_gather over the input's mesh; gathered stats keep the kind of the stats they came from."""
-    rules.check_all_gather(input_tensor, dim, cluster_axis=cluster_axis, mesh_shape=tuple(input_tensor.device().shape), memory_config=memory_config)
+    rules.check_all_gather(
+        input_tensor,
+        dim,
+        cluster_axis=cluster_axis,
+        mesh_shape=tuple(input_tensor.device().shape),
+        memory_config=memory_config,
+    )
     out = ttnn.all_gather(input_tensor, dim, **_given(dict(cluster_axis=cluster_axis, memory_config=memory_config)))
     kind = stats_kind_of(input_tensor)
     if kind:
@@ -60,8 +72,15 @@ def rms_norm_post_all_gather(
     use_2d_core_grid=None,
 ):
     """Normalize the local slice with the gathered stats of every device on the gather axis."""
-    kw = dict(weight=weight, bias=bias, memory_config=memory_config, compute_kernel_config=compute_kernel_config,
-              program_config=program_config, dtype=dtype, use_2d_core_grid=use_2d_core_grid)
+    kw = dict(
+        weight=weight,
+        bias=bias,
+        memory_config=memory_config,
+        compute_kernel_config=compute_kernel_config,
+        program_config=program_config,
+        dtype=dtype,
+        use_2d_core_grid=use_2d_core_grid,
+    )
     rules.check_post_all_gather(input_tensor, stats, epsilon=epsilon, **kw)
     return ttnn.rms_norm_post_all_gather(input_tensor, stats, epsilon=epsilon, **_given(kw))
 
@@ -78,7 +97,13 @@ def rms_norm(
     compute_kernel_config=None,
 ):
     """Single-device RMSNorm: the reference the distributed composition must equal."""
-    kw = dict(weight=weight, bias=bias, residual_input_tensor=residual_input_tensor, memory_config=memory_config,
-              program_config=program_config, compute_kernel_config=compute_kernel_config)
+    kw = dict(
+        weight=weight,
+        bias=bias,
+        residual_input_tensor=residual_input_tensor,
+        memory_config=memory_config,
+        program_config=program_config,
+        compute_kernel_config=compute_kernel_config,
+    )
     rules.check_rms_norm(input_tensor, epsilon=epsilon, **kw)
     return ttnn.rms_norm(input_tensor, epsilon=epsilon, **_given(kw))

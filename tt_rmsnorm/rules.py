@@ -150,7 +150,9 @@ def _compute(cfg) -> _Compute:
 def max_subblock_w(cfg) -> int:
     """The dst-register limit on subblock_w (sharded factory `assert_subblock_compute_config_compatible`)."""
     c = _compute(cfg)
-    return {(False, False): 8, (True, False): 4, (False, True): 16, (True, True): 8}[(c.fp32_dest_acc_en, c.dst_full_sync_en)]
+    return {(False, False): 8, (True, False): 4, (False, True): 16, (True, True): 8}[
+        (c.fp32_dest_acc_en, c.dst_full_sync_en)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -169,7 +171,12 @@ def _check_on_device(t: TensorDesc, what: str):
 
 def _check_tile(t: TensorDesc, what: str):
     if t.layout != ttnn.TILE_LAYOUT:
-        _fail(f"{what}.layout", f"{what} tensor must be in TILE layout", _name(t.layout), f"ttnn.to_layout({what}, ttnn.TILE_LAYOUT)")
+        _fail(
+            f"{what}.layout",
+            f"{what} tensor must be in TILE layout",
+            _name(t.layout),
+            f"ttnn.to_layout({what}, ttnn.TILE_LAYOUT)",
+        )
 
 
 def _check_rank4(t: TensorDesc, op: str):
@@ -184,7 +191,12 @@ def _check_rank4(t: TensorDesc, op: str):
 
 def _check_dtype(t: TensorDesc, allowed, rule: str, what: str):
     if t.dtype not in allowed:
-        _fail(rule, f"{what} dtype must be one of {[_name(d) for d in allowed]}", _name(t.dtype), f"convert it, e.g. ttnn.typecast({what}, ttnn.bfloat16)")
+        _fail(
+            rule,
+            f"{what} dtype must be one of {[_name(d) for d in allowed]}",
+            _name(t.dtype),
+            f"convert it, e.g. ttnn.typecast({what}, ttnn.bfloat16)",
+        )
 
 
 def _check_not_height_sharded(t: TensorDesc, what: str):
@@ -217,7 +229,12 @@ def _check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
     _check_not_height_sharded(x, "input")
     _check_shard_grid_on_device(x, compute_grid, "input")
     if distributed and x.padded_shape[-2] != TILE:
-        _fail("sharded.height_32", "the sharded distributed path needs padded height 32 (decode: <= 32 rows)", f"padded height {x.padded_shape[-2]}", "use an interleaved input (prefill path) or at most 32 rows")
+        _fail(
+            "sharded.height_32",
+            "the sharded distributed path needs padded height 32 (decode: <= 32 rows)",
+            f"padded height {x.padded_shape[-2]}",
+            "use an interleaved input (prefill path) or at most 32 rows",
+        )
 
 
 def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, distributed: bool):
@@ -225,7 +242,12 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
     if pc.block_w < 1:
         _fail("program_config.block_w", "block_w must be >= 1", pc.block_w, "block_w = shard width / 32")
     if pc.subblock_w < 1 or pc.block_w % pc.subblock_w != 0:
-        _fail("program_config.subblock_w_divides", "block_w must be divisible by subblock_w", f"block_w={pc.block_w} subblock_w={pc.subblock_w}", "pick subblock_w as a divisor of block_w")
+        _fail(
+            "program_config.subblock_w_divides",
+            "block_w must be divisible by subblock_w",
+            f"block_w={pc.block_w} subblock_w={pc.subblock_w}",
+            "pick subblock_w as a divisor of block_w",
+        )
     limit = max_subblock_w(compute_kernel_config)
     if pc.subblock_w > limit:
         c = _compute(compute_kernel_config)
@@ -236,7 +258,12 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
             f"use the largest divisor of block_w <= {limit} (tt_rmsnorm.configs.sharded_program_config does)",
         )
     if pc.use_welford:
-        _fail("program_config.welford", "Welford is not supported for RMSNorm", "use_welford=True", "set use_welford=False")
+        _fail(
+            "program_config.welford",
+            "Welford is not supported for RMSNorm",
+            "use_welford=True",
+            "set use_welford=False",
+        )
     grid = pc.compute_with_storage_grid_size
     ex, ey = _bbox_extent(x.shard_spec)
     if ex > grid.x or ey > grid.y:
@@ -248,14 +275,29 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
         )
     shard_h, shard_w = x.shard_spec.shape
     if pc.block_h * TILE != shard_h:
-        _fail("program_config.block_h_shard", "block_h * 32 must equal the shard height", f"block_h={pc.block_h}, shard height {shard_h}", f"block_h={shard_h // TILE}")
+        _fail(
+            "program_config.block_h_shard",
+            "block_h * 32 must equal the shard height",
+            f"block_h={pc.block_h}, shard height {shard_h}",
+            f"block_h={shard_h // TILE}",
+        )
     if pc.block_w * TILE != shard_w:
-        _fail("program_config.block_w_shard", "block_w * 32 must equal the shard width", f"block_w={pc.block_w}, shard width {shard_w}", f"block_w={shard_w // TILE}")
+        _fail(
+            "program_config.block_w_shard",
+            "block_w * 32 must equal the shard width",
+            f"block_w={pc.block_w}, shard width {shard_w}",
+            f"block_w={shard_w // TILE}",
+        )
     mt, kt = x.physical_rows // TILE, x.padded_width // TILE
     if x.physical_rows == pc.block_h * TILE:  # the whole height in one block: 1-D multicast
         n = x.shard_spec.grid.num_cores()
         if pc.block_w != math.ceil(kt / n):
-            _fail("program_config.block_w_cores", "block_w must equal ceil(Wt / shard cores)", f"block_w={pc.block_w}, Wt={kt}, cores={n}", f"block_w={math.ceil(kt / n)}")
+            _fail(
+                "program_config.block_w_cores",
+                "block_w must equal ceil(Wt / shard cores)",
+                f"block_w={pc.block_w}, Wt={kt}, cores={n}",
+                f"block_w={math.ceil(kt / n)}",
+            )
     else:
         row_major = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
         across, down = (ex, ey) if row_major else (ey, ex)
@@ -274,7 +316,12 @@ def _check_interleaved_program_config(program_config, welford_rule: str, welford
     if program_config is None:
         return
     if _is_sharded_pc(program_config):
-        _fail("program_config.ignored", "a sharded program config on an interleaved input is silently ignored", "LayerNormShardedMultiCoreProgramConfig", "omit program_config or use ttnn.LayerNormDefaultProgramConfig()")
+        _fail(
+            "program_config.ignored",
+            "a sharded program config on an interleaved input is silently ignored",
+            "LayerNormShardedMultiCoreProgramConfig",
+            "omit program_config or use ttnn.LayerNormDefaultProgramConfig()",
+        )
     if program_config.use_welford:
         _fail(welford_rule, welford_message, "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
 
@@ -284,11 +331,26 @@ def _check_output_memory_config(x: TensorDesc, memory_config):
         return
     if x.is_sharded:
         if not memory_config.is_sharded() or memory_config.memory_layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
-            _fail("memory_config.sharded_output", "sharded inputs require a WIDTH/BLOCK-sharded output memory_config", _name(memory_config.memory_layout), "omit memory_config (the input's is used) or pass a sharded one")
+            _fail(
+                "memory_config.sharded_output",
+                "sharded inputs require a WIDTH/BLOCK-sharded output memory_config",
+                _name(memory_config.memory_layout),
+                "omit memory_config (the input's is used) or pass a sharded one",
+            )
         if memory_config.buffer_type != x.memory_config.buffer_type or memory_config.memory_layout != x.memory_layout:
-            _fail("memory_config.matches_input", "output and input buffer types and memory layouts must match", f"{_name(memory_config.buffer_type)}/{_name(memory_config.memory_layout)} vs input {_name(x.memory_config.buffer_type)}/{_name(x.memory_layout)}", "use the input's memory layout and buffer type")
+            _fail(
+                "memory_config.matches_input",
+                "output and input buffer types and memory layouts must match",
+                f"{_name(memory_config.buffer_type)}/{_name(memory_config.memory_layout)} vs input {_name(x.memory_config.buffer_type)}/{_name(x.memory_layout)}",
+                "use the input's memory layout and buffer type",
+            )
     elif memory_config.is_sharded():
-        _fail("memory_config.interleaved_output", "an interleaved input gives an interleaved output; a sharded memory_config is rejected", _name(memory_config.memory_layout), "use ttnn.DRAM_MEMORY_CONFIG or ttnn.L1_MEMORY_CONFIG, then reshard the result")
+        _fail(
+            "memory_config.interleaved_output",
+            "an interleaved input gives an interleaved output; a sharded memory_config is rejected",
+            _name(memory_config.memory_layout),
+            "use ttnn.DRAM_MEMORY_CONFIG or ttnn.L1_MEMORY_CONFIG, then reshard the result",
+        )
 
 
 def _check_residual(x: TensorDesc, residual: TensorDesc | None):
@@ -297,12 +359,27 @@ def _check_residual(x: TensorDesc, residual: TensorDesc | None):
     _check_on_device(residual, "residual")
     _check_tile(residual, "residual")
     if residual.shape != x.shape or residual.padded_shape != x.padded_shape:
-        _fail("residual.shape", "input and residual logical and padded shapes must match", f"residual {residual.shape}/{residual.padded_shape} vs input {x.shape}/{x.padded_shape}", "pass a residual of the input's shape")
+        _fail(
+            "residual.shape",
+            "input and residual logical and padded shapes must match",
+            f"residual {residual.shape}/{residual.padded_shape} vs input {x.shape}/{x.padded_shape}",
+            "pass a residual of the input's shape",
+        )
     if x.is_sharded:
         if not residual.is_sharded or residual.memory_config != x.memory_config:
-            _fail("residual.same_sharding", "with a sharded input the residual must be sharded with the same shard spec and memory config", _name(residual.memory_layout), "ttnn.to_memory_config(residual, x.memory_config())")
+            _fail(
+                "residual.same_sharding",
+                "with a sharded input the residual must be sharded with the same shard spec and memory config",
+                _name(residual.memory_layout),
+                "ttnn.to_memory_config(residual, x.memory_config())",
+            )
     elif residual.is_sharded:
-        _fail("residual.interleaved", "with an interleaved input the residual must be interleaved", _name(residual.memory_layout), "ttnn.to_memory_config(residual, ttnn.DRAM_MEMORY_CONFIG)")
+        _fail(
+            "residual.interleaved",
+            "with an interleaved input the residual must be interleaved",
+            _name(residual.memory_layout),
+            "ttnn.to_memory_config(residual, ttnn.DRAM_MEMORY_CONFIG)",
+        )
 
 
 def _check_fp32_needs_acc(tensors: dict, compute_kernel_config, op: str):
@@ -310,24 +387,44 @@ def _check_fp32_needs_acc(tensors: dict, compute_kernel_config, op: str):
         return
     for what, t in tensors.items():
         if t is not None and t.dtype == ttnn.float32:
-            _fail(f"{op}.fp32_needs_fp32_acc", f"the interleaved {op} with a FLOAT32 {what} requires fp32_dest_acc_en=True", f"{what} FLOAT32 with fp32_dest_acc_en=False", "pass compute_kernel_config=tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)")
+            _fail(
+                f"{op}.fp32_needs_fp32_acc",
+                f"the interleaved {op} with a FLOAT32 {what} requires fp32_dest_acc_en=True",
+                f"{what} FLOAT32 with fp32_dest_acc_en=False",
+                "pass compute_kernel_config=tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)",
+            )
 
 
 def _check_width_multiple_of_32(x: TensorDesc):
     if x.width % TILE:
-        _fail("distributed.width_multiple_of_32", "the per-device width must be a multiple of 32: the post divides sum(x^2) by the padded width", x.width, "shard the hidden dim so each device holds a multiple of 32 (pad the hidden size with zeros and the weight with ones)")
+        _fail(
+            "distributed.width_multiple_of_32",
+            "the per-device width must be a multiple of 32: the post divides sum(x^2) by the padded width",
+            x.width,
+            "shard the hidden dim so each device holds a multiple of 32 (pad the hidden size with zeros and the weight with ones)",
+        )
 
 
 def _check_bias_needs_weight(weight, bias):
     if bias is not None and weight is None:
-        _fail("bias.needs_weight", "bias without weight is silently dropped by ttnn's RMSNorm kernels", "bias given, weight None", "pass weight (ones if you only want the bias)")
+        _fail(
+            "bias.needs_weight",
+            "bias without weight is silently dropped by ttnn's RMSNorm kernels",
+            "bias given, weight None",
+            "pass weight (ones if you only want the bias)",
+        )
 
 
 def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
     if not use_2d_core_grid:
         return
     if sharded:
-        _fail("use_2d_core_grid.ignored", "use_2d_core_grid applies to the interleaved path only and is ignored for sharded inputs", True, "drop use_2d_core_grid")
+        _fail(
+            "use_2d_core_grid.ignored",
+            "use_2d_core_grid applies to the interleaved path only and is ignored for sharded inputs",
+            True,
+            "drop use_2d_core_grid",
+        )
     msg = "use_2d_core_grid=True has a known accuracy bug (tt-metal #35435: bad PCC at seq 128, hidden 8192); default is False"
     logger.warning(msg)
     warnings.warn(msg, AccuracyWarning, stacklevel=3)
@@ -341,17 +438,37 @@ def _check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
     if g.layout == ttnn.TILE_LAYOUT:
         if path == "interleaved_post":
             if g.width != x.width or g.padded_width != x.padded_width:
-                _fail(f"{what}.tile_width", f"a TILE {what} must have the input's last logical and padded dims", f"{what} {g.width}/{g.padded_width} vs input {x.width}/{x.padded_width}", f"{what} shape [1, 1, 1, {x.width}]")
+                _fail(
+                    f"{what}.tile_width",
+                    f"a TILE {what} must have the input's last logical and padded dims",
+                    f"{what} {g.width}/{g.padded_width} vs input {x.width}/{x.padded_width}",
+                    f"{what} shape [1, 1, 1, {x.width}]",
+                )
         elif g.padded_width != x.padded_width or g.width < x.width:
-            _fail(f"{what}.tile_width", f"a TILE {what} must have the input's padded width and at least its logical width", f"{what} {g.width}/{g.padded_width} vs input {x.width}/{x.padded_width}", f"{what} shape [1, 1, 1, {x.width}]")
+            _fail(
+                f"{what}.tile_width",
+                f"a TILE {what} must have the input's padded width and at least its logical width",
+                f"{what} {g.width}/{g.padded_width} vs input {x.width}/{x.padded_width}",
+                f"{what} shape [1, 1, 1, {x.width}]",
+            )
         if g.padded_shape[-2] != TILE:
-            _fail(f"{what}.tile_height", f"a TILE {what} must be one tile high (padded height 32)", g.padded_shape[-2], f"{what} shape [1, 1, 1, {x.width}]")
+            _fail(
+                f"{what}.tile_height",
+                f"a TILE {what} must be one tile high (padded height 32)",
+                g.padded_shape[-2],
+                f"{what} shape [1, 1, 1, {x.width}]",
+            )
         if path == "interleaved_post":
             _check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
     elif g.layout == ttnn.ROW_MAJOR_LAYOUT:
         volume = math.prod(g.padded_shape)
         if g.padded_width != TILE or volume // TILE != x.padded_width // TILE:
-            _fail(f"{what}.row_major_shape", f"a ROW_MAJOR {what} must be [1, 1, W/32, 32] for the input's padded width W", f"{what} {g.padded_shape} for W={x.padded_width}", f"{what}.reshape(1, 1, {x.padded_width // TILE}, 32) (tt_rmsnorm.prepare_weight does this)")
+            _fail(
+                f"{what}.row_major_shape",
+                f"a ROW_MAJOR {what} must be [1, 1, W/32, 32] for the input's padded width W",
+                f"{what} {g.padded_shape} for W={x.padded_width}",
+                f"{what}.reshape(1, 1, {x.padded_width // TILE}, 32) (tt_rmsnorm.prepare_weight does this)",
+            )
         _check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
 
 
@@ -360,7 +477,12 @@ def _check_gamma_beta(x, weight, bias, path):
     _check_gamma(x, weight, "weight", path)
     _check_gamma(x, bias, "bias", path)
     if path == "sharded" and weight is not None and bias is not None and weight.layout != bias.layout:
-        _fail("bias.same_layout", "weight and bias must have the same layout", f"{_name(weight.layout)} vs {_name(bias.layout)}", "prepare both the same way")
+        _fail(
+            "bias.same_layout",
+            "weight and bias must have the same layout",
+            f"{_name(weight.layout)} vs {_name(bias.layout)}",
+            "prepare both the same way",
+        )
 
 
 def _is_sharded_pc(pc) -> bool:
@@ -371,8 +493,13 @@ def _is_sharded_pc(pc) -> bool:
 # L1 budgets of the interleaved distributed factories (the whole local row sits in circular buffers on one core).
 
 
-def pre_l1_bytes(x: TensorDesc, compute_kernel_config=None, residual: TensorDesc | None = None, stats_dtype=ttnn.bfloat16,
-                 use_2d_core_grid: bool = False) -> int:
+def pre_l1_bytes(
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    stats_dtype=ttnn.bfloat16,
+    use_2d_core_grid: bool = False,
+) -> int:
     """L1 end address of the interleaved pre's circular buffers (layernorm_pre_all_gather_program_factory): the
     input double-buffered, x^2, a reduce scaler and the output; the 2-D factory double-buffers x^2 too and adds
     merge buffers. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
@@ -386,8 +513,16 @@ def pre_l1_bytes(x: TensorDesc, compute_kernel_config=None, residual: TensorDesc
     return L1_BASE + total
 
 
-def post_l1_bytes(x: TensorDesc, stats: TensorDesc, compute_kernel_config=None, weight=None, bias=None, out_dtype=None,
-                  use_2d_core_grid: bool = False, grid_y: int = DEFAULT_COMPUTE_GRID[1]) -> int:
+def post_l1_bytes(
+    x: TensorDesc,
+    stats: TensorDesc,
+    compute_kernel_config=None,
+    weight=None,
+    bias=None,
+    out_dtype=None,
+    use_2d_core_grid: bool = False,
+    grid_y: int = DEFAULT_COMPUTE_GRID[1],
+) -> int:
     """L1 end address of the interleaved post. 1-D: the whole row is buffered unless it exceeds 95% of L1, then it is
     streamed in short chunks; 2-D: each core buffers Wt / cores_y tiles (cores_y = the largest divisor of Wt <= grid.y).
     Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
@@ -457,14 +592,26 @@ def check_pre_all_gather(
     if x.is_sharded:
         _check_sharded_input(x, grid, distributed=True)
         if not _is_sharded_pc(program_config):
-            _fail("sharded.program_config", "a sharded input needs a LayerNormShardedMultiCoreProgramConfig", type(program_config).__name__, "tt_rmsnorm.configs.sharded_program_config(...)")
+            _fail(
+                "sharded.program_config",
+                "a sharded input needs a LayerNormShardedMultiCoreProgramConfig",
+                type(program_config).__name__,
+                "tt_rmsnorm.configs.sharded_program_config(...)",
+            )
         _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
         _check_output_memory_config(x, memory_config)
         if dtype not in (None, ttnn.bfloat16):
-            _fail("sharded_pre.dtype_ignored", "the sharded pre always writes bfloat16 stats", _name(dtype), "pass dtype=ttnn.bfloat16 (or omit it)")
+            _fail(
+                "sharded_pre.dtype_ignored",
+                "the sharded pre always writes bfloat16 stats",
+                _name(dtype),
+                "pass dtype=ttnn.bfloat16 (or omit it)",
+            )
         _check_residual(x, res)
         return "sharded"
-    _check_interleaved_program_config(program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather")
+    _check_interleaved_program_config(
+        program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather"
+    )
     _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
     _check_output_memory_config(x, memory_config)
     _check_residual(x, res)
@@ -494,11 +641,21 @@ def check_post_all_gather(
     _check_tile(x, "input")
     _check_dtype(x, PRE_INPUT_DTYPES, "post.input.dtype", "input")
     if s is None:
-        _fail("stats.present", "post_all_gather requires the gathered stats", None, "pass the all_gather output of rms_norm_pre_all_gather")
+        _fail(
+            "stats.present",
+            "post_all_gather requires the gathered stats",
+            None,
+            "pass the all_gather output of rms_norm_pre_all_gather",
+        )
     _check_on_device(s, "stats")
     _check_tile(s, "stats")
     if s.padded_width % TILE:
-        _fail("stats.width", "the stats' padded last dim must be a multiple of 32 (one tile per device)", s.padded_width, "gather the [.., 32]-wide per-device stats on dim 3")
+        _fail(
+            "stats.width",
+            "the stats' padded last dim must be a multiple of 32 (one tile per device)",
+            s.padded_width,
+            "gather the [.., 32]-wide per-device stats on dim 3",
+        )
     if epsilon is not None and epsilon < 0:
         _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")
     _check_width_multiple_of_32(x)
@@ -506,31 +663,87 @@ def check_post_all_gather(
     if x.is_sharded:
         _check_sharded_input(x, grid, distributed=True)
         if s.stats_kind == STATS_SUMS:
-            _fail("stats.kind_mismatch", "the sharded post averages per-device MEANS but these stats hold SUMS (from the interleaved pre)", STATS_SUMS, "run the sharded pre on the same sharded input (tt_rmsnorm.distributed_rms_norm does)")
+            _fail(
+                "stats.kind_mismatch",
+                "the sharded post averages per-device MEANS but these stats hold SUMS (from the interleaved pre)",
+                STATS_SUMS,
+                "run the sharded pre on the same sharded input (tt_rmsnorm.distributed_rms_norm does)",
+            )
         if not s.is_sharded:
-            _fail("stats.sharded", "the sharded post needs its stats sharded on one core", _name(s.memory_layout), "all_gather with memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)")
+            _fail(
+                "stats.sharded",
+                "the sharded post needs its stats sharded on one core",
+                _name(s.memory_layout),
+                "all_gather with memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
+            )
         if s.dtype != ttnn.bfloat16:
-            _fail("stats.bf16_sharded", "the sharded post supports only bfloat16 stats", _name(s.dtype), "gather the stats in bfloat16")
+            _fail(
+                "stats.bf16_sharded",
+                "the sharded post supports only bfloat16 stats",
+                _name(s.dtype),
+                "gather the stats in bfloat16",
+            )
         if not _is_sharded_pc(program_config):
-            _fail("sharded.program_config", "a sharded input needs a LayerNormShardedMultiCoreProgramConfig", type(program_config).__name__, "tt_rmsnorm.configs.sharded_program_config(...)")
+            _fail(
+                "sharded.program_config",
+                "a sharded input needs a LayerNormShardedMultiCoreProgramConfig",
+                type(program_config).__name__,
+                "tt_rmsnorm.configs.sharded_program_config(...)",
+            )
         if s.shard_spec.grid.num_cores() != 1:
-            _fail("stats.one_core", "with a sharded program config the stats must be sharded on exactly 1 core", f"{s.shard_spec.grid.num_cores()} cores", "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)")
+            _fail(
+                "stats.one_core",
+                "with a sharded program config the stats must be sharded on exactly 1 core",
+                f"{s.shard_spec.grid.num_cores()} cores",
+                "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
+            )
         if s.padded_shape[:-1] != x.padded_shape[:-1]:
-            _fail("stats.rows_match", "stats rows and batch dims must equal the input's", f"stats {s.padded_shape} vs input {x.padded_shape}", "gather the stats of this same input")
+            _fail(
+                "stats.rows_match",
+                "stats rows and batch dims must equal the input's",
+                f"stats {s.padded_shape} vs input {x.padded_shape}",
+                "gather the stats of this same input",
+            )
         _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
         if memory_config is not None and not memory_config.is_sharded():
-            _fail("memory_config.sharded_output", "sharded inputs require a sharded output memory_config", _name(memory_config.memory_layout), "omit memory_config (the input's is used)")
+            _fail(
+                "memory_config.sharded_output",
+                "sharded inputs require a sharded output memory_config",
+                _name(memory_config.memory_layout),
+                "omit memory_config (the input's is used)",
+            )
         _check_output_memory_config(x, memory_config)
-        if memory_config is not None and memory_config.shard_spec is not None and memory_config.shard_spec.shape[0] != x.shard_spec.shape[0]:
-            _fail("memory_config.shard_height", "the output shard height must equal the input shard height", f"{memory_config.shard_spec.shape[0]} vs {x.shard_spec.shape[0]}", "keep the input's shard height")
+        if (
+            memory_config is not None
+            and memory_config.shard_spec is not None
+            and memory_config.shard_spec.shape[0] != x.shard_spec.shape[0]
+        ):
+            _fail(
+                "memory_config.shard_height",
+                "the output shard height must equal the input shard height",
+                f"{memory_config.shard_spec.shape[0]} vs {x.shard_spec.shape[0]}",
+                "keep the input's shard height",
+            )
         _check_gamma_beta(x, w, b, "sharded")
         return "sharded"
     if s.stats_kind == STATS_MEANS:
-        _fail("stats.kind_mismatch", "the interleaved post expects per-device SUMS but these stats hold MEANS (from the sharded pre)", STATS_MEANS, "run the interleaved pre on an interleaved input, or use the sharded post")
+        _fail(
+            "stats.kind_mismatch",
+            "the interleaved post expects per-device SUMS but these stats hold MEANS (from the sharded pre)",
+            STATS_MEANS,
+            "run the interleaved pre on an interleaved input, or use the sharded post",
+        )
     _check_dtype(s, STATS_DTYPES, "stats.dtype", "stats")
     if s.padded_shape[:-1] != x.padded_shape[:-1]:
-        _fail("post.stats_dims", "stats and input padded dims 0, 1 and 2 must match", f"stats {s.padded_shape} vs input {x.padded_shape}", "gather the stats of this same input")
-    _check_interleaved_program_config(program_config, "post.welford", "RMS norm is not compatible with the Welford algorithm")
+        _fail(
+            "post.stats_dims",
+            "stats and input padded dims 0, 1 and 2 must match",
+            f"stats {s.padded_shape} vs input {x.padded_shape}",
+            "gather the stats of this same input",
+        )
+    _check_interleaved_program_config(
+        program_config, "post.welford", "RMS norm is not compatible with the Welford algorithm"
+    )
     _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
     # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
     _check_gamma_beta(x, w, b, "interleaved_post")
@@ -566,7 +779,12 @@ def check_rms_norm(
         path = "sharded"
     else:
         if program_config is not None and _is_sharded_pc(program_config):
-            _fail("rms_norm.sharded_config_interleaved", "a sharded program config needs a sharded input (ttnn fails with 'bad optional access')", "LayerNormShardedMultiCoreProgramConfig", "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config")
+            _fail(
+                "rms_norm.sharded_config_interleaved",
+                "a sharded program config needs a sharded input (ttnn fails with 'bad optional access')",
+                "LayerNormShardedMultiCoreProgramConfig",
+                "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config",
+            )
         _check_output_memory_config(x, memory_config)
         path = "interleaved"
     _check_residual(x, res)
@@ -579,18 +797,43 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
     x = describe(input_tensor)
     _check_on_device(x, "input")
     if not -x.rank <= dim < x.rank:
-        _fail("all_gather.dim", f"dim must be in [{-x.rank}, {x.rank}) for a rank-{x.rank} tensor", dim, "gather the stats on dim=3 (the last)")
+        _fail(
+            "all_gather.dim",
+            f"dim must be in [{-x.rank}, {x.rank}) for a rank-{x.rank} tensor",
+            dim,
+            "gather the stats on dim=3 (the last)",
+        )
     mesh_shape = tuple(mesh_shape)
     if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1:
-        _fail("all_gather.cluster_axis", "on a 2-D mesh the 1-D fabric needs cluster_axis", f"cluster_axis=None on mesh {mesh_shape}", "cluster_axis=1 gathers along mesh columns (Galaxy: the tensor-parallel axis)")
+        _fail(
+            "all_gather.cluster_axis",
+            "on a 2-D mesh the 1-D fabric needs cluster_axis",
+            f"cluster_axis=None on mesh {mesh_shape}",
+            "cluster_axis=1 gathers along mesh columns (Galaxy: the tensor-parallel axis)",
+        )
     if cluster_axis is None:
         n = math.prod(mesh_shape)
     else:
         if not isinstance(cluster_axis, int) or not 0 <= cluster_axis < len(mesh_shape):
-            _fail("all_gather.cluster_axis", f"cluster_axis must be an axis of the {len(mesh_shape)}-D mesh {mesh_shape}", cluster_axis, "cluster_axis=1 gathers along mesh columns (the tensor-parallel axis of 1xN and 8x4 meshes)")
+            _fail(
+                "all_gather.cluster_axis",
+                f"cluster_axis must be an axis of the {len(mesh_shape)}-D mesh {mesh_shape}",
+                cluster_axis,
+                "cluster_axis=1 gathers along mesh columns (the tensor-parallel axis of 1xN and 8x4 meshes)",
+            )
         n = mesh_shape[cluster_axis]
     if n < 2:
-        _fail("all_gather.num_devices", "all_gather needs more than one device along the gather axis", f"{n} device(s) on axis {cluster_axis} of mesh {mesh_shape}", "on one device skip the gather (tt_rmsnorm.distributed_rms_norm does); otherwise pick the axis the hidden dim is sharded over")
+        _fail(
+            "all_gather.num_devices",
+            "all_gather needs more than one device along the gather axis",
+            f"{n} device(s) on axis {cluster_axis} of mesh {mesh_shape}",
+            "on one device skip the gather (tt_rmsnorm.distributed_rms_norm does); otherwise pick the axis the hidden dim is sharded over",
+        )
     if x.is_sharded and memory_config is None:
-        _fail("all_gather.sharded_needs_memory_config", "a sharded input needs an explicit output memory_config", _name(x.memory_layout), "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)")
+        _fail(
+            "all_gather.sharded_needs_memory_config",
+            "a sharded input needs an explicit output memory_config",
+            _name(x.memory_layout),
+            "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
+        )
     return n

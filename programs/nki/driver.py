@@ -125,8 +125,10 @@ def run_rms_norm(x, weight=None, *, epsilon: float, num_devices: int = 1, dtype:
     k = kernels()
     label = toolchain()
     if num_devices == 1:
-        y = launch(k.rms_norm_kernel, x2, w2, float(epsilon)) if w2 is not None else launch(
-            k.rms_norm_unweighted_kernel, x2, float(epsilon)
+        y = (
+            launch(k.rms_norm_kernel, x2, w2, float(epsilon))
+            if w2 is not None
+            else launch(k.rms_norm_unweighted_kernel, x2, float(epsilon))
         )
     else:
         y = _distributed(k, x2, w2, float(epsilon), num_devices)

@@ -66,8 +66,13 @@ def _row_sum_of_squares(x, row0, ftile, n_chunks):
 def _reciprocal_rms(sum_sq, rows_valid, hidden_size, epsilon):
     """rsqrt(sum_sq / hidden_size + epsilon) in float32, one value per partition."""
     mean_sq = nisa.tensor_scalar(
-        sum_sq, op0=nl.multiply, operand0=1.0 / hidden_size, op1=nl.add, operand1=epsilon,
-        dtype=nl.float32, mask=rows_valid,
+        sum_sq,
+        op0=nl.multiply,
+        operand0=1.0 / hidden_size,
+        op1=nl.add,
+        operand1=epsilon,
+        dtype=nl.float32,
+        mask=rows_valid,
     )
     return nl.rsqrt(mean_sq, dtype=nl.float32, mask=rows_valid)
 

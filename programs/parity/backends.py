@@ -332,7 +332,9 @@ class TTNNMock(Backend):
         from tt_rmsnorm import mock_cluster
 
         system, mesh_shape = MOCK_SYSTEMS[case.num_devices]
-        call = lambda: mock_cluster.run_isolated(system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape)  # noqa: E731
+        call = lambda: mock_cluster.run_isolated(
+            system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape
+        )  # noqa: E731
         retried = ""
         try:
             got = call()
@@ -352,8 +354,10 @@ class TTNNMock(Backend):
             )
         mesh = "x".join(map(str, mesh_shape or mock_cluster.MESH_SHAPES[system]))
         path = tt_path(case.per_device_shape)
-        return got, (f"{MOCK_LABEL}: mock {system} {mesh}, {path}, {got['devices']} x {list(expected[0])} "
-                     f"{got['dtype']}{retried}")
+        return got, (
+            f"{MOCK_LABEL}: mock {system} {mesh}, {path}, {got['devices']} x {list(expected[0])} "
+            f"{got['dtype']}{retried}"
+        )
 
     def close(self):
         from tt_rmsnorm import mock_cluster

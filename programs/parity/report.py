@@ -97,7 +97,9 @@ LEGEND = (
 def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
     """A plain-text table: the first `left` columns left-aligned (names), the rest right-aligned (numbers)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    line = lambda cells: "  ".join(
+        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    )  # noqa: E731
     return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
@@ -116,15 +118,20 @@ def backend_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
         ulps = [r.max_ulp for r in compared if r.max_ulp is not None and not math.isnan(r.max_ulp)]
         rms = [r.rel_rms for r in compared if r.rel_rms is not None and not math.isnan(r.rel_rms)]
         where = "; ".join(sorted({lbl.split(" (")[0].split(":")[0] for lbl in b.labels})) if b.available else "not run"
-        rows.append([
-            b.name, b.dtype, where, str(len(ran)),
-            str(sum(r.status in ("pass", "accepted") for r in rs)),
-            str(sum(r.failed for r in rs)),
-            str(sum(r.status in ("skip", "unsupported") for r in rs)),
-            _num(max(ulps), ".3g") if ulps else "",
-            _num(max(rms), ".3g") if rms else "",
-            f"{sum(r.seconds or 0.0 for r in rs):.1f}",
-        ])
+        rows.append(
+            [
+                b.name,
+                b.dtype,
+                where,
+                str(len(ran)),
+                str(sum(r.status in ("pass", "accepted") for r in rs)),
+                str(sum(r.failed for r in rs)),
+                str(sum(r.status in ("skip", "unsupported") for r in rs)),
+                _num(max(ulps), ".3g") if ulps else "",
+                _num(max(rms), ".3g") if rms else "",
+                f"{sum(r.seconds or 0.0 for r in rs):.1f}",
+            ]
+        )
     return header, rows
 
 
@@ -134,11 +141,39 @@ def matrix_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
 
 
 def detail_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
-    header = ["case", "backend", "label", "dtype", "status", "PCC", "max abs", "max ULP", "mean ULP", "rel RMS",
-              "NaN/Inf", "s", "reason"]
-    rows = [[r.case, r.backend, r.label, r.dtype, r.status, _num(r.pcc, ".7f"), _num(r.max_abs), _num(r.max_ulp),
-             _num(r.mean_ulp), _num(r.rel_rms), _num(r.nonfinite, "d"), _num(r.seconds, ".2f"), r.reason]
-            for r in run.results]
+    header = [
+        "case",
+        "backend",
+        "label",
+        "dtype",
+        "status",
+        "PCC",
+        "max abs",
+        "max ULP",
+        "mean ULP",
+        "rel RMS",
+        "NaN/Inf",
+        "s",
+        "reason",
+    ]
+    rows = [
+        [
+            r.case,
+            r.backend,
+            r.label,
+            r.dtype,
+            r.status,
+            _num(r.pcc, ".7f"),
+            _num(r.max_abs),
+            _num(r.max_ulp),
+            _num(r.mean_ulp),
+            _num(r.rel_rms),
+            _num(r.nonfinite, "d"),
+            _num(r.seconds, ".2f"),
+            r.reason,
+        ]
+        for r in run.results
+    ]
     return header, rows
 
 
@@ -162,8 +197,11 @@ def verdict(run: ParityRun) -> str:
 
 
 def terminal_report(run: ParityRun) -> str:
-    out = [f"Parity: {len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s",
-           f"on {run.environment}", ""]
+    out = [
+        f"Parity: {len(run.cases)} cases x {len(run.backends)} backends, seed {run.seed}, wall {run.wall_s:.1f} s",
+        f"on {run.environment}",
+        "",
+    ]
     out += _grid(*backend_rows(run), left=3)
     out += [f"{b.name} not run: {b.reason}" for b in run.backends if not b.available]
     out += ["", LEGEND]
@@ -221,7 +259,9 @@ def plot(run: ParityRun, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    numeric = [b for b in run.backends if any(r.backend == b.name and r.status in ("pass", "FAIL") for r in run.results)]
+    numeric = [
+        b for b in run.backends if any(r.backend == b.name and r.status in ("pass", "FAIL") for r in run.results)
+    ]
     fig, axes = plt.subplots(2, 1, figsize=(max(9.0, 0.7 * len(run.cases) + 4), 8.5), sharex=True)
     markers = "osD^v<>ph*"
     xs = range(len(run.cases))
@@ -244,22 +284,40 @@ def plot(run: ParityRun, path: Path) -> None:
             line = ax.scatter(*zip(*pts), marker=m, s=28, label=b.name, alpha=0.85) if pts else None
             if bad:
                 color = line.get_facecolor()[0] if line is not None else None
-                ax.scatter(*zip(*bad), marker=m, s=60, color=color, edgecolors="red", linewidths=1.8,
-                           label=None if line is not None else b.name)
+                ax.scatter(
+                    *zip(*bad),
+                    marker=m,
+                    s=60,
+                    color=color,
+                    edgecolors="red",
+                    linewidths=1.8,
+                    label=None if line is not None else b.name,
+                )
         if metric == "max_ulp":  # the per-element ULP bounds of the policy, for the dtypes that have one
             for dt in sorted({b.dtype for b in numeric}):
                 bound = tolerance_for(dt).max_ulp
                 if bound is not None:
                     ax.axhline(bound, ls="--", lw=0.8, color="gray")
-                    ax.annotate(f"{dt} max ULP {bound:g}", (len(run.cases) - 0.5, bound), fontsize=7, color="gray",
-                                ha="right", va="bottom")
+                    ax.annotate(
+                        f"{dt} max ULP {bound:g}",
+                        (len(run.cases) - 0.5, bound),
+                        fontsize=7,
+                        color="gray",
+                        ha="right",
+                        va="bottom",
+                    )
         ax.set_yscale("log")
         ax.set_ylabel(title)
         ax.grid(True, which="major", axis="y", alpha=0.3)
     if numeric:
-        axes[0].legend(fontsize=8, ncol=min(len(numeric), 8), loc="lower left", bbox_to_anchor=(0.0, 1.01), frameon=False)
-    fig.suptitle(f"Parity per backend and case (seed {run.seed}; red edge = outside tolerance; exact zeros at the "
-                 f"floor; bfloat8_b is judged by PCC and max-abs, not ULPs)", fontsize=10)
+        axes[0].legend(
+            fontsize=8, ncol=min(len(numeric), 8), loc="lower left", bbox_to_anchor=(0.0, 1.01), frameon=False
+        )
+    fig.suptitle(
+        f"Parity per backend and case (seed {run.seed}; red edge = outside tolerance; exact zeros at the "
+        f"floor; bfloat8_b is judged by PCC and max-abs, not ULPs)",
+        fontsize=10,
+    )
     axes[1].set_xticks(list(xs))
     axes[1].set_xticklabels(run.cases, rotation=60, ha="right", fontsize=7)
     fig.tight_layout()
@@ -286,8 +344,10 @@ def write_files(run: ParityRun, out_dir: Path) -> dict[str, Path]:
 
 def short_report(run: ParityRun) -> str:
     """A few lines for the demo: which backends ran (or why not), the case x backend matrix, who failed where."""
-    out = [f"Cross-backend parity ({len(run.cases)} cases, seed {run.seed}, {run.wall_s:.1f} s; full run: "
-           f"tt-rmsnorm-parity):"]
+    out = [
+        f"Cross-backend parity ({len(run.cases)} cases, seed {run.seed}, {run.wall_s:.1f} s; full run: "
+        f"tt-rmsnorm-parity):"
+    ]
     skipped = [f"{b.name} ({b.reason})" for b in run.backends if not b.available]
     if skipped:
         out.append("  not run here: " + "; ".join(skipped))

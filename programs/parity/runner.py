@@ -103,7 +103,9 @@ def environment() -> str:
     return ", ".join(parts)
 
 
-def run_parity(cases: list[Case], backends: list[Backend], *, seed: int = DEFAULT_SEED, progress: bool = True) -> report.ParityRun:
+def run_parity(
+    cases: list[Case], backends: list[Backend], *, seed: int = DEFAULT_SEED, progress: bool = True
+) -> report.ParityRun:
     """Every case through every backend (case by case, so each case's tensors are drawn once)."""
     t0 = time.perf_counter()
     avail = {}

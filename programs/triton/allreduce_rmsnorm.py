@@ -58,6 +58,8 @@ TWO_STAGE_MIN_BYTES_4PLUS = 512 * 1024
 def stage_switch_bytes(world: int) -> int:
     """Per-rank payload from which the two-stage path runs, by world size (measured at 2 and 4 ranks)."""
     return TWO_STAGE_MIN_BYTES if world <= 2 else TWO_STAGE_MIN_BYTES_4PLUS
+
+
 # Stage 0 (one stage, rows pushed with their flags in the data): its receive buffers hold PUSH_MAX_TOKENS rows; it is
 # chosen up to PUSH_DISPATCH_TOKENS rows. Measured at H=8192 (ALLREDUCE_NOTES.md, runs 15-17 and session 17): it beat
 # stage 1 up to T=16 on 2xH200 (6.4 against 7.2 us) and 4xH200 (11.7 against 13.1 us); at T=32 (twice the NVLink
@@ -73,8 +75,9 @@ PUSH_PIECE = 1024
 _ALIGN = 256
 
 
-def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False,
-                 threshold: int | None = None) -> int:
+def choose_stage(
+    tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False, threshold: int | None = None
+) -> int:
     """0 (one stage, pushed rows with in-data flags), 1 (one stage) or 2 (two stages) for a call of [tokens, hidden]
     elements of `itemsize` bytes over `world` ranks; threshold None: the measured `stage_switch_bytes(world)`."""
     threshold = stage_switch_bytes(world) if threshold is None else threshold
@@ -102,8 +105,16 @@ def reference_allreduce_rmsnorm_fp8(
     fp8mod.fp8_format(dtype)
     total = x.float()  # a copy: the caller's partial stays as it was
     dist.all_reduce(total, group=group)
-    return rmsnorm_fwd(total, weight, epsilon=epsilon, weight_offset=weight_offset, residual=residual, dtype=dtype,
-                       scale_mode="row", scale_ub=scale_ub)
+    return rmsnorm_fwd(
+        total,
+        weight,
+        epsilon=epsilon,
+        weight_offset=weight_offset,
+        residual=residual,
+        dtype=dtype,
+        scale_mode="row",
+        scale_ub=scale_ub,
+    )
 
 
 def push_capable(hidden: int, itemsize: int) -> bool:
@@ -135,7 +146,14 @@ def _round_up(n: int) -> int:
 def _region_sizes(max_tokens, hidden, itemsize, world):
     t2 = 2 * max_tokens  # double-buffered: call k uses half k % 2 (kernels.py says why)
     push = 2 * world * min(max_tokens, PUSH_MAX_TOKENS) * (hidden // 2) * 8 if push_capable(hidden, itemsize) else 0
-    return (kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4, t2 * hidden * itemsize, t2 * hidden, t2 * 4, t2 * hidden * itemsize, push)
+    return (
+        kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4,
+        t2 * hidden * itemsize,
+        t2 * hidden,
+        t2 * 4,
+        t2 * hidden * itemsize,
+        push,
+    )
 
 
 def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, world: int) -> RankBuffers:
@@ -202,10 +220,30 @@ def launch(
         return
     if stage == 0:
         if config is not None and config[0] != 1:
-            raise TritonRuleError("config.push_rows", "stage 0 takes one row per program: config must be (1, num_warps)", config, "config=(1, 16) or config=None")
-        _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out, epsilon=epsilon,
-                     weight_offset=weight_offset, scale_ub=scale_ub, sync=sync, phases=phases,
-                     num_warps=config[1] if config is not None else None, programs=push_programs)
+            raise TritonRuleError(
+                "config.push_rows",
+                "stage 0 takes one row per program: config must be (1, num_warps)",
+                config,
+                "config=(1, 16) or config=None",
+            )
+        _launch_push(
+            rank,
+            bufs,
+            epoch,
+            x,
+            weight,
+            residual,
+            y,
+            scale,
+            residual_out,
+            epsilon=epsilon,
+            weight_offset=weight_offset,
+            scale_ub=scale_ub,
+            sync=sync,
+            phases=phases,
+            num_warps=config[1] if config is not None else None,
+            programs=push_programs,
+        )
         return
     tw = math.ceil(t / world)
     rows = t if stage == 1 else tw
@@ -220,30 +258,77 @@ def launch(
 
     q_views = [b.q.view(y.dtype) for b in bufs]
     common_head = (
-        x, x.stride(0),
-        residual if residual is not None else x, residual.stride(0) if residual is not None else 0,
-        residual_out if residual_out is not None else x, residual_out.stride(0) if residual_out is not None else 0,
-        y, y.stride(0), scale, weight if weight is not None else x,
+        x,
+        x.stride(0),
+        residual if residual is not None else x,
+        residual.stride(0) if residual is not None else 0,
+        residual_out if residual_out is not None else x,
+        residual_out.stride(0) if residual_out is not None else 0,
+        y,
+        y.stride(0),
+        scale,
+        weight if weight is not None else x,
         *eight([b.inp for b in bufs]),
     )
     flags = (*eight([b.flags for b in bufs]), epoch)
-    scalars = (bufs[0].inp.shape[0] // 2, h, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax))
+    scalars = (
+        bufs[0].inp.shape[0] // 2,
+        h,
+        1.0 / h,
+        float(epsilon),
+        float(weight_offset),
+        float(min(scale_ub, 3.0e38)),
+        float(fmax),
+    )
     meta = dict(
-        RANK=rank, WORLD=world, BLOCK_M=block_m, BLOCK_H=triton.next_power_of_2(h),
-        HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
-        Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps,
+        RANK=rank,
+        WORLD=world,
+        BLOCK_M=block_m,
+        BLOCK_H=triton.next_power_of_2(h),
+        HAS_W=weight is not None,
+        HAS_RES=residual is not None,
+        SYNC=sync,
+        PHASES=phases,
+        Y_DROP=y_drop,
+        Y_MIN_NORMAL=y_min,
+        Y_SUB=y_sub,
+        num_warps=num_warps,
     )
     if stage == 1:
         kernels.one_stage_kernel[(grid,)](*common_head, *flags, t, *scalars, **meta)
     else:
         kernels.two_stage_kernel[(grid,)](
-            *common_head, *eight(q_views), *eight([b.s for b in bufs]), *eight([b.o for b in bufs]), *flags,
-            t, tw, *scalars, **meta,
+            *common_head,
+            *eight(q_views),
+            *eight([b.s for b in bufs]),
+            *eight([b.o for b in bufs]),
+            *flags,
+            t,
+            tw,
+            *scalars,
+            **meta,
         )
 
 
-def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out, *, epsilon, weight_offset, scale_ub,
-                 sync, phases, num_warps, programs):
+def _launch_push(
+    rank,
+    bufs,
+    epoch,
+    x,
+    weight,
+    residual,
+    y,
+    scale,
+    residual_out,
+    *,
+    epsilon,
+    weight_offset,
+    scale_ub,
+    sync,
+    phases,
+    num_warps,
+    programs,
+):
     world = len(bufs)
     t, h = x.shape
     tll = bufs[0].recv.numel() // (2 * world * (h // 2))
@@ -252,15 +337,41 @@ def _launch_push(rank, bufs, epoch, x, weight, residual, y, scale, residual_out,
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
     block_h = triton.next_power_of_2(h)
     kernels.push_one_stage_kernel[(max(1, min(programs, sm_count(x.device))),)](
-        x32, x32.stride(0),
-        residual if residual is not None else x, residual.stride(0) if residual is not None else 0,
-        residual_out if residual_out is not None else x, residual_out.stride(0) if residual_out is not None else 0,
-        y, y.stride(0), scale, weight if weight is not None else x,
-        *[b.recv for b in bufs], *([None] * (MAX_WORLD - world)), epoch[kernels.PUSH_CALLS:],
-        t, tll, h, h // 2, 1.0 / h, float(epsilon), float(weight_offset), float(min(scale_ub, 3.0e38)), float(fmax),
-        RANK=rank, WORLD=world, BLOCK_H=block_h, PIECE=max(16, min(PUSH_PIECE, block_h // 8)), XDT=tl_dtype(x.dtype),
-        HAS_W=weight is not None, HAS_RES=residual is not None, SYNC=sync, PHASES=phases,
-        Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub, num_warps=num_warps or min(32, max(4, block_h // 512)),
+        x32,
+        x32.stride(0),
+        residual if residual is not None else x,
+        residual.stride(0) if residual is not None else 0,
+        residual_out if residual_out is not None else x,
+        residual_out.stride(0) if residual_out is not None else 0,
+        y,
+        y.stride(0),
+        scale,
+        weight if weight is not None else x,
+        *[b.recv for b in bufs],
+        *([None] * (MAX_WORLD - world)),
+        epoch[kernels.PUSH_CALLS :],
+        t,
+        tll,
+        h,
+        h // 2,
+        1.0 / h,
+        float(epsilon),
+        float(weight_offset),
+        float(min(scale_ub, 3.0e38)),
+        float(fmax),
+        RANK=rank,
+        WORLD=world,
+        BLOCK_H=block_h,
+        PIECE=max(16, min(PUSH_PIECE, block_h // 8)),
+        XDT=tl_dtype(x.dtype),
+        HAS_W=weight is not None,
+        HAS_RES=residual is not None,
+        SYNC=sync,
+        PHASES=phases,
+        Y_DROP=y_drop,
+        Y_MIN_NORMAL=y_min,
+        Y_SUB=y_sub,
+        num_warps=num_warps or min(32, max(4, block_h // 512)),
     )
 
 
@@ -283,27 +394,54 @@ class AllReduceRMSNormFP8:
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
 
-    def __init__(self, group=None, *, hidden_size: int, max_tokens: int, dtype: torch.dtype = torch.bfloat16,
-                 device: torch.device | None = None, two_stage_min_bytes: int | None = None,
-                 push_programs: int = PUSH_PROGRAMS):
+    def __init__(
+        self,
+        group=None,
+        *,
+        hidden_size: int,
+        max_tokens: int,
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | None = None,
+        two_stage_min_bytes: int | None = None,
+        push_programs: int = PUSH_PROGRAMS,
+    ):
         group = group or dist.group.WORLD
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         if not 2 <= self.world <= MAX_WORLD:
-            raise TritonRuleError("group.size", f"the fused path serves 2..{MAX_WORLD} ranks of one NVLink domain", self.world,
-                                  "use reference_allreduce_rmsnorm_fp8 for other group sizes")
+            raise TritonRuleError(
+                "group.size",
+                f"the fused path serves 2..{MAX_WORLD} ranks of one NVLink domain",
+                self.world,
+                "use reference_allreduce_rmsnorm_fp8 for other group sizes",
+            )
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise TritonRuleError("dtype.activation", "activations must be bfloat16, float16 or float32", dtype, "dtype=torch.bfloat16")
+            raise TritonRuleError(
+                "dtype.activation", "activations must be bfloat16, float16 or float32", dtype, "dtype=torch.bfloat16"
+            )
         if hidden_size < 1 or max_tokens < 1:
-            raise TritonRuleError("workspace.shape", "hidden_size and max_tokens must be >= 1", (hidden_size, max_tokens), "pass the model's sizes")
+            raise TritonRuleError(
+                "workspace.shape",
+                "hidden_size and max_tokens must be >= 1",
+                (hidden_size, max_tokens),
+                "pass the model's sizes",
+            )
         if triton.next_power_of_2(hidden_size) > 32768:
-            raise TritonRuleError("hidden_size.range", "rows are held in registers: hidden_size <= 32768", hidden_size,
-                                  "use reference_allreduce_rmsnorm_fp8 for wider rows")
+            raise TritonRuleError(
+                "hidden_size.range",
+                "rows are held in registers: hidden_size <= 32768",
+                hidden_size,
+                "use reference_allreduce_rmsnorm_fp8 for wider rows",
+            )
         self.device = device or torch.device("cuda", torch.cuda.current_device())
         self.hidden, self.max_tokens, self.dtype = hidden_size, max_tokens, dtype
         self.threshold = stage_switch_bytes(self.world) if two_stage_min_bytes is None else two_stage_min_bytes
         if not 1 <= push_programs <= kernels.MAX_PROGRAMS:
-            raise TritonRuleError("push_programs.range", f"stage 0 runs 1..{kernels.MAX_PROGRAMS} programs", push_programs,
-                                  f"push_programs={PUSH_PROGRAMS}")
+            raise TritonRuleError(
+                "push_programs.range",
+                f"stage 0 runs 1..{kernels.MAX_PROGRAMS} programs",
+                push_programs,
+                f"push_programs={PUSH_PROGRAMS}",
+            )
         self.push_programs = push_programs
         symm_mem = _symm_mem()
         nbytes = workspace_bytes(max_tokens, hidden_size, dtype.itemsize, self.world)
@@ -320,8 +458,13 @@ class AllReduceRMSNormFP8:
         base = int(getattr(self._handle, "offset", 0))
         views = [self._handle.get_buffer(r, (nbytes,), torch.uint8, base) for r in range(self.world)]
         if views[self.rank].data_ptr() != raw.data_ptr():
-            raise RuntimeError(f"symmetric memory mapping mismatch: own buffer {views[self.rank].data_ptr():#x} != {raw.data_ptr():#x}")
-        self.bufs = [carve(raw if r == self.rank else views[r], max_tokens, hidden_size, dtype, self.world) for r in range(self.world)]
+            raise RuntimeError(
+                f"symmetric memory mapping mismatch: own buffer {views[self.rank].data_ptr():#x} != {raw.data_ptr():#x}"
+            )
+        self.bufs = [
+            carve(raw if r == self.rank else views[r], max_tokens, hidden_size, dtype, self.world)
+            for r in range(self.world)
+        ]
         self.epoch = torch.zeros(kernels.N_COUNTERS, dtype=torch.int32, device=self.device)
         dist.barrier(group=group)  # every rank's flags are zero before any peer may raise them
 
@@ -339,44 +482,108 @@ class AllReduceRMSNormFP8:
         config: tuple[int, int] | None = None,
     ) -> RMSNormOutput:
         """The fused call on this rank's partial x [..., H]; collective (all ranks, same shapes and options)."""
-        x2 = check_call(x, weight, residual=residual, epsilon=epsilon, weight_offset=weight_offset, scale_ub=scale_ub,
-                        dtype=dtype, stage=stage, hidden=self.hidden, max_tokens=self.max_tokens, act_dtype=self.dtype,
-                        device=self.device)
+        x2 = check_call(
+            x,
+            weight,
+            residual=residual,
+            epsilon=epsilon,
+            weight_offset=weight_offset,
+            scale_ub=scale_ub,
+            dtype=dtype,
+            stage=stage,
+            hidden=self.hidden,
+            max_tokens=self.max_tokens,
+            act_dtype=self.dtype,
+            device=self.device,
+        )
         t = x2.shape[0]
         if stage is None:
-            stage = choose_stage(t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None, threshold=self.threshold)
-            if stage == 0 and not (t <= self.bufs[0].recv.numel() // (2 * self.world * (self.hidden // 2)) and int32_view_ok(x2)):
+            stage = choose_stage(
+                t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None, threshold=self.threshold
+            )
+            if stage == 0 and not (
+                t <= self.bufs[0].recv.numel() // (2 * self.world * (self.hidden // 2)) and int32_view_ok(x2)
+            ):
                 stage = 1
         y = torch.empty(x.shape, dtype=dtype, device=x.device)
         scale = torch.empty(t, dtype=torch.float32, device=x.device)
         res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None
-        launch(stage, self.rank, self.bufs, self.epoch, x2, weight, as_rows(residual, "residual") if residual is not None else None,
-               y.view(-1, self.hidden), scale, res_out.view(-1, self.hidden) if res_out is not None else None,
-               epsilon=epsilon, weight_offset=weight_offset, scale_ub=scale_ub, config=config, push_programs=self.push_programs)
+        launch(
+            stage,
+            self.rank,
+            self.bufs,
+            self.epoch,
+            x2,
+            weight,
+            as_rows(residual, "residual") if residual is not None else None,
+            y.view(-1, self.hidden),
+            scale,
+            res_out.view(-1, self.hidden) if res_out is not None else None,
+            epsilon=epsilon,
+            weight_offset=weight_offset,
+            scale_ub=scale_ub,
+            config=config,
+            push_programs=self.push_programs,
+        )
         return RMSNormOutput(y, None, res_out, scale)
 
 
-def check_call(x, weight, *, residual, epsilon, weight_offset, scale_ub, dtype, stage, hidden, max_tokens, act_dtype,
-               device) -> torch.Tensor:
+def check_call(
+    x, weight, *, residual, epsilon, weight_offset, scale_ub, dtype, stage, hidden, max_tokens, act_dtype, device
+) -> torch.Tensor:
     """Every input rule of a fused call, before any device work; returns x as [T, H] rows."""
     check_activation(x)
     check_epsilon(epsilon)
     if x.dtype != act_dtype:
-        raise TritonRuleError("x.dtype", f"x must have the workspace dtype {act_dtype}", x.dtype, f"x.to({act_dtype}) or a workspace for {x.dtype}")
+        raise TritonRuleError(
+            "x.dtype",
+            f"x must have the workspace dtype {act_dtype}",
+            x.dtype,
+            f"x.to({act_dtype}) or a workspace for {x.dtype}",
+        )
     if x.device != device:
         raise TritonRuleError("x.device", f"x must be on this rank's device {device}", x.device, f"x.to('{device}')")
     if x.shape[-1] != hidden:
-        raise TritonRuleError("x.hidden", f"x's last dimension must be the workspace hidden_size {hidden}", tuple(x.shape), "a workspace for this hidden size")
+        raise TritonRuleError(
+            "x.hidden",
+            f"x's last dimension must be the workspace hidden_size {hidden}",
+            tuple(x.shape),
+            "a workspace for this hidden size",
+        )
     x2 = as_rows(x)
     if x2.shape[0] > max_tokens:
-        raise TritonRuleError("x.tokens", f"at most max_tokens={max_tokens} rows per call", x2.shape[0], "split the call or a larger max_tokens")
+        raise TritonRuleError(
+            "x.tokens",
+            f"at most max_tokens={max_tokens} rows per call",
+            x2.shape[0],
+            "split the call or a larger max_tokens",
+        )
     check_vector(weight, hidden, "weight", x.device)
     if weight is None and weight_offset != 0.0:
-        raise TritonRuleError("weight_offset.no_weight", "weight_offset shifts a weight, but weight is None", weight_offset, "pass weight or weight_offset=0.0")
+        raise TritonRuleError(
+            "weight_offset.no_weight",
+            "weight_offset shifts a weight, but weight is None",
+            weight_offset,
+            "pass weight or weight_offset=0.0",
+        )
     if residual is not None:
-        if not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
-            seen = (tuple(residual.shape), residual.dtype, str(residual.device)) if isinstance(residual, torch.Tensor) else type(residual).__name__
-            raise TritonRuleError("residual.shape", "residual must match x in shape, dtype and device", seen, "residual.to(x.dtype), shaped like x")
+        if (
+            not isinstance(residual, torch.Tensor)
+            or residual.shape != x.shape
+            or residual.dtype != x.dtype
+            or residual.device != x.device
+        ):
+            seen = (
+                (tuple(residual.shape), residual.dtype, str(residual.device))
+                if isinstance(residual, torch.Tensor)
+                else type(residual).__name__
+            )
+            raise TritonRuleError(
+                "residual.shape",
+                "residual must match x in shape, dtype and device",
+                seen,
+                "residual.to(x.dtype), shaped like x",
+            )
         check_activation(residual, "residual")
     fp8mod.fp8_format(dtype)
     if not (scale_ub > 0):
@@ -385,10 +592,19 @@ def check_call(x, weight, *, residual, epsilon, weight_offset, scale_ub, dtype, 
         raise TritonRuleError("stage.value", "stage must be None (measured choice), 0, 1 or 2", stage, "stage=None")
     if stage == 0:
         if not push_capable(hidden, x.dtype.itemsize) or not int32_view_ok(x2):
-            raise TritonRuleError("stage.push", "stage 0 needs 16-bit activations, an even hidden size and rows at even "
-                                  "element offsets", (x.dtype, hidden, x2.stride(0), x2.storage_offset()), "stage=None or stage=1")
+            raise TritonRuleError(
+                "stage.push",
+                "stage 0 needs 16-bit activations, an even hidden size and rows at even element offsets",
+                (x.dtype, hidden, x2.stride(0), x2.storage_offset()),
+                "stage=None or stage=1",
+            )
         if x2.shape[0] > min(max_tokens, PUSH_MAX_TOKENS):
-            raise TritonRuleError("stage.push_tokens", f"stage 0 takes at most {min(max_tokens, PUSH_MAX_TOKENS)} rows", x2.shape[0], "stage=None")
+            raise TritonRuleError(
+                "stage.push_tokens",
+                f"stage 0 takes at most {min(max_tokens, PUSH_MAX_TOKENS)} rows",
+                x2.shape[0],
+                "stage=None",
+            )
     return x2
 
 

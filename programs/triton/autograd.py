@@ -30,10 +30,17 @@ def _rows(x: Tensor) -> int:
 
 @torch.library.custom_op("tt_rmsnorm_triton::rms_norm_fwd", mutates_args=())
 def rms_norm_fwd_op(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], residual: Optional[Tensor], epsilon: float, weight_offset: float
+    x: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    residual: Optional[Tensor],
+    epsilon: float,
+    weight_offset: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(y, rsigma float32 [M], residual_out or an empty tensor)."""
-    o = rmsnorm_fwd(x, weight, epsilon=epsilon, weight_offset=weight_offset, bias=bias, residual=residual, return_rsigma=True)
+    o = rmsnorm_fwd(
+        x, weight, epsilon=epsilon, weight_offset=weight_offset, bias=bias, residual=residual, return_rsigma=True
+    )
     return o.y, o.rsigma, o.residual_out if residual is not None else x.new_empty(0)
 
 
@@ -45,11 +52,24 @@ def _(x, weight, bias, residual, epsilon, weight_offset):
 
 @torch.library.custom_op("tt_rmsnorm_triton::rms_norm_bwd", mutates_args=())
 def rms_norm_bwd_op(
-    dy: Tensor, h: Tensor, weight: Optional[Tensor], rsigma: Tensor, dresidual: Optional[Tensor], weight_offset: float, need_bias_grad: bool
+    dy: Tensor,
+    h: Tensor,
+    weight: Optional[Tensor],
+    rsigma: Tensor,
+    dresidual: Optional[Tensor],
+    weight_offset: float,
+    need_bias_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight or empty, dbias float32 or empty)."""
     dx, dw, db = rmsnorm_bwd(
-        dy, h, weight, rsigma, weight_offset=weight_offset, dresidual=dresidual, need_bias_grad=need_bias_grad, bias_dtype=torch.float32
+        dy,
+        h,
+        weight,
+        rsigma,
+        weight_offset=weight_offset,
+        dresidual=dresidual,
+        need_bias_grad=need_bias_grad,
+        bias_dtype=torch.float32,
     )
     return dx, dw if dw is not None else h.new_empty(0), db if db is not None else h.new_empty(0, dtype=torch.float32)
 
@@ -64,13 +84,29 @@ def _(dy, h, weight, rsigma, dresidual, weight_offset, need_bias_grad):
 
 @torch.library.custom_op("tt_rmsnorm_triton::rms_norm_fp8", mutates_args=())
 def rms_norm_fp8_op(
-    x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], residual: Optional[Tensor], scale: Optional[Tensor],
-    epsilon: float, weight_offset: float, fp8_dtype: str, scale_mode: str, scale_ub: float,
+    x: Tensor,
+    weight: Optional[Tensor],
+    bias: Optional[Tensor],
+    residual: Optional[Tensor],
+    scale: Optional[Tensor],
+    epsilon: float,
+    weight_offset: float,
+    fp8_dtype: str,
+    scale_mode: str,
+    scale_ub: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(y fp8, scale float32 [M] or [1], residual_out or an empty tensor)."""
     o = rmsnorm_fwd(
-        x, weight, epsilon=epsilon, weight_offset=weight_offset, bias=bias, residual=residual, dtype=_fp8_dtype(fp8_dtype),
-        scale_mode=scale_mode, scale=scale, scale_ub=scale_ub,
+        x,
+        weight,
+        epsilon=epsilon,
+        weight_offset=weight_offset,
+        bias=bias,
+        residual=residual,
+        dtype=_fp8_dtype(fp8_dtype),
+        scale_mode=scale_mode,
+        scale=scale,
+        scale_ub=scale_ub,
     )
     sc = o.scale if scale is None else o.scale.clone()  # outputs may not alias inputs
     return o.y, sc, o.residual_out if residual is not None else x.new_empty(0)
@@ -85,7 +121,9 @@ def _(x, weight, bias, residual, scale, epsilon, weight_offset, fp8_dtype, scale
 
 def _fp8_dtype(name: str) -> torch.dtype:
     if name not in _FP8_NAMES:
-        raise TritonRuleError("dtype.fp8", "FP8 output must be float8_e4m3fn or float8_e5m2", name, "dtype=torch.float8_e4m3fn")
+        raise TritonRuleError(
+            "dtype.fp8", "FP8 output must be float8_e4m3fn or float8_e5m2", name, "dtype=torch.float8_e4m3fn"
+        )
     return _FP8_NAMES[name]
 
 
@@ -151,7 +189,9 @@ def rms_norm_fp8(
 ):
     """Inference RMSNorm to FP8: (y, scale, residual_out or None); y * scale approximates the bf16/fp32 result."""
     name = str(dtype).removeprefix("torch.")
-    y, sc, ro = rms_norm_fp8_op(x, weight, bias, residual, scale, float(epsilon), float(weight_offset), name, scale_mode, float(scale_ub))
+    y, sc, ro = rms_norm_fp8_op(
+        x, weight, bias, residual, scale, float(epsilon), float(weight_offset), name, scale_mode, float(scale_ub)
+    )
     return y, sc, (ro if residual is not None else None)
 
 
@@ -160,12 +200,17 @@ class RMSNorm(nn.Module):
 
     eps=None means torch.finfo(input.dtype).eps, as torch.nn.RMSNorm."""
 
-    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None, dtype=None):
+    def __init__(
+        self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None, dtype=None
+    ):
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if len(shape) != 1:
             raise TritonRuleError(
-                "normalized_shape.last_dim", "only the last dimension can be normalized", shape, "RMSNorm(hidden_size) on a [..., hidden_size] input"
+                "normalized_shape.last_dim",
+                "only the last dimension can be normalized",
+                shape,
+                "RMSNorm(hidden_size) on a [..., hidden_size] input",
             )
         self.normalized_shape = shape
         self.eps = eps
@@ -177,7 +222,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != self.normalized_shape:
-            raise TritonRuleError("input.hidden_size", f"input's last dimension must be {self.normalized_shape[0]}", tuple(x.shape), "match the module's normalized_shape")
+            raise TritonRuleError(
+                "input.hidden_size",
+                f"input's last dimension must be {self.normalized_shape[0]}",
+                tuple(x.shape),
+                "match the module's normalized_shape",
+            )
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         return rms_norm(x, self.weight, epsilon=eps)
 

@@ -115,10 +115,15 @@ def main():
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--residual-tokens", default="1,128,2048,8192", help="T of the second table (with a residual); '' skips it")
+    ap.add_argument(
+        "--residual-tokens", default="1,128,2048,8192", help="T of the second table (with a residual); '' skips it"
+    )
     ap.add_argument("--sweep", default="1x8,1x16,2x16,4x32", help="fused launch shapes tried: BLOCK_Mxnum_warps")
-    ap.add_argument("--push-programs", default=str(PUSH_PROGRAMS),
-                    help="stage 0 grids tried (each on its own workspace: a workspace keeps one stage-0 grid)")
+    ap.add_argument(
+        "--push-programs",
+        default=str(PUSH_PROGRAMS),
+        help="stage 0 grids tried (each on its own workspace: a workspace keeps one stage-0 grid)",
+    )
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
     args = ap.parse_args()
 
@@ -132,9 +137,14 @@ def main():
     h = args.hidden
     sweep = [tuple(int(v) for v in s.split("x")) for s in args.sweep.split(",")]
     comm = AllReduceRMSNormFP8(hidden_size=h, max_tokens=max(tokens + res_tokens), dtype=torch.bfloat16, device=dev)
-    push_comms = {g: comm if g == comm.push_programs else
-                  AllReduceRMSNormFP8(hidden_size=h, max_tokens=PUSH_MAX_TOKENS, dtype=torch.bfloat16, device=dev, push_programs=g)
-                  for g in (int(v) for v in args.push_programs.split(","))}
+    push_comms = {
+        g: comm
+        if g == comm.push_programs
+        else AllReduceRMSNormFP8(
+            hidden_size=h, max_tokens=PUSH_MAX_TOKENS, dtype=torch.bfloat16, device=dev, push_programs=g
+        )
+        for g in (int(v) for v in args.push_programs.split(","))
+    }
     pin = pin_launch_state(dev)
     hbm_gbs, nvl_gbs = copy_bandwidth(comm, world, rank, pin)
     lines = [
@@ -148,8 +158,14 @@ def main():
         for t in token_list:
             g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * rank)
             x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
-            w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(torch.bfloat16)
-            res = torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16) if with_res else None
+            w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(
+                torch.bfloat16
+            )
+            res = (
+                torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16)
+                if with_res
+                else None
+            )
             a = x.clone()
 
             def reset():
@@ -161,24 +177,31 @@ def main():
 
             r = {"T": t, "per_rank_kib": math.ceil(t / world) * h * 2 / 1024}
             r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
-            r["nccl+fused"] = timed(lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset)
+            r["nccl+fused"] = timed(
+                lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset
+            )
             r["nccl+torch"] = timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset)
             r["s0"], r["s0_shape"] = math.nan, None
             for stage in (0, 1, 2):
                 if stage == 0 and t > PUSH_MAX_TOKENS:
                     continue
                 best = None
-                for g, c in (push_comms.items() if stage == 0 else [(None, comm)]):
+                for g, c in push_comms.items() if stage == 0 else [(None, comm)]:
                     for shape in shapes(t, stage):
                         us = timed(lambda: c(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape))
                         if best is None or us < best[0]:
                             best = (us, shape_str(shape) + ("" if g is None else f", {g} programs"))
                 r[f"s{stage}"], r[f"s{stage}_shape"] = best
             r["auto"] = choose_stage(t, h, 2, world, residual=with_res, threshold=comm.threshold)
-            r["fused"] = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8))  # dispatched stage, default shape
+            r["fused"] = timed(
+                lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8)
+            )  # dispatched stage, default shape
             rows.append(r)
             if rank == 0:
-                logger.info(f"T={t} res={with_res}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+                logger.info(
+                    f"T={t} res={with_res}: "
+                    + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+                )
         return rows
 
     def shapes(t, stage):
@@ -191,9 +214,11 @@ def main():
         return "default" if shape is None else f"{shape[0]}x{shape[1]}"
 
     def render(rows, title):
-        out = [title,
-               "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | stage 0: 1-stage pushed (best shape) | stage 1: 1-stage (best shape) | stage 2: 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
-               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out = [
+            title,
+            "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | stage 0: 1-stage pushed (best shape) | stage 1: 1-stage (best shape) | stage 2: 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in rows:
             stage = r["auto"]  # the stage the dispatcher picks
             best = r["fused"]
@@ -201,25 +226,38 @@ def main():
                 f"| {r['T']} | {r['per_rank_kib']:.0f} | {r['nccl']:.1f} | {r['nccl+fused']:.1f} | {r['nccl+torch']:.1f} | "
                 f"{r['s0']:.1f}{'' if math.isnan(r['s0']) else ' (' + r['s0_shape'] + ')'} | {r['s1']:.1f} ({r['s1_shape']}) | {r['s2']:.1f} ({r['s2_shape']}) | "
                 f"{best:.1f} (stage {stage}) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
-                f"{r['T'] * h * 2 / best / 1e3:.0f} |")
+                f"{r['T'] * h * 2 / best / 1e3:.0f} |"
+            )
         pushed = [r for r in rows if not math.isnan(r["s0"])]
         loses = [r for r in pushed if r["s0"] >= r["s1"]]
-        out.append("stage 0 vs stage 1: " + (f"stage 1 first wins at T={loses[0]['T']}" if loses else "stage 0 wins at every T it ran")
-                   + f" (stage 0 ran for T <= {PUSH_MAX_TOKENS})")
+        out.append(
+            "stage 0 vs stage 1: "
+            + (f"stage 1 first wins at T={loses[0]['T']}" if loses else "stage 0 wins at every T it ran")
+            + f" (stage 0 ran for T <= {PUSH_MAX_TOKENS})"
+        )
         wins = [r for r in rows if r["s2"] < r["s1"]]
         first = wins[0] if wins else None
         if first is None:
             out.append("crossover: one stage wins at every T measured")
         else:
             prev = [r for r in rows if r["T"] < first["T"]]
-            out.append(f"crossover: two stages first win at T={first['T']} ({first['per_rank_kib']:.0f} KiB per rank)"
-                       + (f", one stage wins at T={prev[-1]['T']} ({prev[-1]['per_rank_kib']:.0f} KiB per rank)" if prev else "")
-                       + f"; dispatch threshold in use: {comm.threshold // 1024} KiB per rank")
+            out.append(
+                f"crossover: two stages first win at T={first['T']} ({first['per_rank_kib']:.0f} KiB per rank)"
+                + (
+                    f", one stage wins at T={prev[-1]['T']} ({prev[-1]['per_rank_kib']:.0f} KiB per rank)"
+                    if prev
+                    else ""
+                )
+                + f"; dispatch threshold in use: {comm.threshold // 1024} KiB per rank"
+            )
         return out
 
     lines += render(run_table(tokens, False, shapes), "\n## no residual (times in µs per call)")
     if res_tokens:
-        lines += render(run_table(res_tokens, True, lambda t, s: [None]), "\n## with residual (residual_out returned; default launch shape)")
+        lines += render(
+            run_table(res_tokens, True, lambda t, s: [None]),
+            "\n## with residual (residual_out returned; default launch shape)",
+        )
     if rank == 0:
         text = "\n".join(lines)
         print(text, flush=True)

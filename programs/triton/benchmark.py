@@ -43,7 +43,17 @@ from programs.triton.rmsnorm_bwd import STREAM_ROWS_N, BwdConfig, bwd_config, rm
 from programs.triton.rmsnorm_fwd import WIDE_CHUNK_N, FwdConfig, fwd_config, pdl_supported, rmsnorm_fwd
 
 # 1024 x 262144 first: in earlier runs, measured last, even a plain copy of its bytes ran at 2.7 TB/s (NOTES.md)
-SHAPES = [(1024, 262144), (1, 8192), (32, 8192), (4096, 4096), (8192, 8192), (16384, 8192), (32768, 4096), (4096, 16384), (2048, 65536)]
+SHAPES = [
+    (1024, 262144),
+    (1, 8192),
+    (32, 8192),
+    (4096, 4096),
+    (8192, 8192),
+    (16384, 8192),
+    (32768, 4096),
+    (4096, 16384),
+    (2048, 65536),
+]
 EPS = 1e-6
 DT = torch.bfloat16
 MAX_SET_BYTES = 6 << 30
@@ -155,8 +165,15 @@ def try_time(name, fn_builder) -> float | None:
         return None
 
 
-def timed_rounds(runs: dict[str, Callable[[int], Callable[[], object]]], sets: int, calls: int, reps: int,
-                 rounds: int, optional: set[str], before: Callable[[], None] | None = None) -> dict[str, float | None]:
+def timed_rounds(
+    runs: dict[str, Callable[[int], Callable[[], object]]],
+    sets: int,
+    calls: int,
+    reps: int,
+    rounds: int,
+    optional: set[str],
+    before: Callable[[], None] | None = None,
+) -> dict[str, float | None]:
     """Each contender's median over `rounds` interleaved rounds (every contender once a round); the `optional` ones
     (peers) are None where they cannot run. Timed once each in a fixed order, a contender's number at 4096 x 4096
     moved by up to 3% between runs, more than the gaps measured, and with what ran before it (H100, NOTES.md v20):
@@ -243,20 +260,20 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
         dst = [torch.empty_like(x) for x in xs]
         flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
         runs = {
-            "copy2d": lambda i: (lambda: dst[i].copy_(xs[i])),
-            "copyflat": lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])),
-            "ours": lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)),
+            "copy2d": lambda i: lambda: dst[i].copy_(xs[i]),
+            "copyflat": lambda i: lambda: flat[i][m * n :].copy_(flat[i][: m * n]),
+            "ours": lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS),
         }
         if "eager" in wanted:
-            runs["eager"] = lambda i: (lambda: F.rms_norm(xs[i], (n,), w, EPS))
+            runs["eager"] = lambda i: lambda: F.rms_norm(xs[i], (n,), w, EPS)
         if "compile" in wanted:
-            runs["compile"] = lambda i: (lambda: compiled_fwd(xs[i], w))
+            runs["compile"] = lambda i: lambda: compiled_fwd(xs[i], w)
         for name, norm in peers.items():
-            runs[name] = lambda i, norm=norm: (lambda: norm(xs[i], w))
+            runs[name] = lambda i, norm=norm: lambda: norm(xs[i], w)
         # FP8 row-scaled output (3 bytes/elem moved): reported for the record
-        runs["ours_fp8"] = lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn))
+        runs["ours_fp8"] = lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn)
         if pdl:  # ours launched as every peer is: the kernels alone, no overlap between calls
-            runs["ours_nopdl"] = lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, enable_pdl=False))
+            runs["ours_nopdl"] = lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, enable_pdl=False)
         t = timed_rounds(runs, sets, calls, reps, rounds, optional={"eager", "compile", *peers}, before=pin)
         del dst, flat
         t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
@@ -276,11 +293,11 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
         dsts = [torch.empty(k, dtype=DT, device=dev) for _ in range(bsets)]
 
         runs = {
-            "copy": lambda i: (lambda: dsts[i].copy_(srcs[i])),
-            "ours": lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])),
+            "copy": lambda i: lambda: dsts[i].copy_(srcs[i]),
+            "ours": lambda i: lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i]),
         }
         if pdl:
-            runs["ours_nopdl"] = lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], enable_pdl=False))
+            runs["ours_nopdl"] = lambda i: lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], enable_pdl=False)
         if "eager" in wanted:
             runs["eager"] = autograd_calls(lambda a, b: F.rms_norm(a, (n,), b, EPS), xs, w, dys)
         if "compile" in wanted:
@@ -295,13 +312,21 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
         torch.cuda.empty_cache()
 
     names = [p for p in ("eager", "compile") if p in wanted] + [p for p in ("liger", "quack") if p in peers]
-    print(f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs")
+    print(
+        f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {l2 >> 20} MiB; torch {torch.__version__}; bf16; CUDA-graph replay, rotated inputs"
+    )
     if pdl:
-        print("# ours launched with PDL (its default here, forward and backward): back-to-back calls overlap one's launch with the other's tail; copy and peers launch plainly")
-        print("# every timing starts right after one eager PDL launch (pin_launch_state): graph replays then run in the faster of two launch states seen on H100")
+        print(
+            "# ours launched with PDL (its default here, forward and backward): back-to-back calls overlap one's launch with the other's tail; copy and peers launch plainly"
+        )
+        print(
+            "# every timing starts right after one eager PDL launch (pin_launch_state): graph replays then run in the faster of two launch states seen on H100"
+        )
     tables = [("FORWARD (read x + write y)", fwd_rows, "ours", True)]
     if pdl:
-        tables.append(("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl", False))
+        tables.append(
+            ("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl", False)
+        )
     tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours", False))
     if pdl:
         tables.append(("BACKWARD, ours without PDL (enable_pdl=False)", bwd_rows, "ours_nopdl", False))
@@ -313,7 +338,13 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for m, n, nbytes, t in rows:
-            cells = [f"{m} x {n}", f"{nbytes / t['copy'] / 1e9:.0f}", f"{t[ours] * 1e6:.1f}", f"{nbytes / t[ours] / 1e9:.0f}", f"{100 * t['copy'] / t[ours]:.0f}%"]
+            cells = [
+                f"{m} x {n}",
+                f"{nbytes / t['copy'] / 1e9:.0f}",
+                f"{t[ours] * 1e6:.1f}",
+                f"{nbytes / t[ours] / 1e9:.0f}",
+                f"{100 * t['copy'] / t[ours]:.0f}%",
+            ]
             cells += [fmt_ratio(t[ours], t.get(p)) for p in names]
             if fp8_col:
                 cells.append(f"{t['ours_fp8'] * 1e6:.1f}")
@@ -335,14 +366,15 @@ def fwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
     xs = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
     w = torch.randn(n, device=dev, generator=g).to(DT)
     flat = [torch.empty(2 * m * n, dtype=DT, device=dev) for _ in range(sets)]
-    copy = graph_time(rotating(lambda i: (lambda: flat[i][m * n :].copy_(flat[i][: m * n])), sets, calls), reps)
+    copy = graph_time(rotating(lambda i: lambda: flat[i][m * n :].copy_(flat[i][: m * n]), sets, calls), reps)
     return sets, calls, xs, w, copy
 
 
 def default_fwd(m: int, n: int, dev) -> FwdConfig:
     """The launch rmsnorm_fwd picks for the benchmark's inputs: plain contiguous bf16 rows, readable as 32-bit words."""
-    return fwd_config(m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev),
-                      async_ok=rmsnorm_async.supported(dev))
+    return fwd_config(
+        m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev), async_ok=rmsnorm_async.supported(dev)
+    )
 
 
 def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
@@ -354,7 +386,7 @@ def bwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
     rss = [rmsnorm_fwd(xs[i], w, return_rsigma=True).rsigma for i in range(sets)]
     k = 3 * m * n // 2
     flat = [torch.empty(2 * k, dtype=DT, device=dev) for _ in range(sets)]
-    copy = graph_time(rotating(lambda i: (lambda: flat[i][k:].copy_(flat[i][:k])), sets, calls), reps)
+    copy = graph_time(rotating(lambda i: lambda: flat[i][k:].copy_(flat[i][:k]), sets, calls), reps)
     return sets, calls, xs, dys, w, rss, copy
 
 
@@ -374,7 +406,9 @@ def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
 
     def report(kind, m, n, base, default_cfg, t_default, res):
         res.sort(key=lambda r: r[0])
-        print(f"SWEEP {kind} {m}x{n}: copy-equiv {base * 1e6:.2f}us; default {default_cfg} {t_default * 1e6:.2f}us ({100 * base / t_default:.0f}%)")
+        print(
+            f"SWEEP {kind} {m}x{n}: copy-equiv {base * 1e6:.2f}us; default {default_cfg} {t_default * 1e6:.2f}us ({100 * base / t_default:.0f}%)"
+        )
         for tt, cfg in res[:6]:
             print(f"   {tt * 1e6:8.2f}us {100 * base / tt:5.1f}%  {cfg}")
         sys.stdout.flush()
@@ -393,16 +427,20 @@ def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
         cands = []
         if n <= 8192:
             # whole rows per program, or `chunk` columns of a row per program (each summing the whole row)
-            cands = [FwdConfig("rows", nw, block_m=1, chunk=ch) for nw in (4, 8, 16, 32) for ch in (0, n // 2, n // 4, n // 8)
-                     if 4 <= (ch or n) // (nw * 32) <= 32]
+            cands = [
+                FwdConfig("rows", nw, block_m=1, chunk=ch)
+                for nw in (4, 8, 16, 32)
+                for ch in (0, n // 2, n // 4, n // 8)
+                if 4 <= (ch or n) // (nw * 32) <= 32
+            ]
         else:
             for ch, nw in ((8192, 32), (8192, 16), (4096, 16)):
                 for head in (0, 16384, 32768):
                     for progs in (sms, 2 * sms):
                         if head // (nw * 32) <= 32:
                             cands.append(FwdConfig("looped", nw, chunk=ch, programs=progs, head=head))
-        mk = lambda cfg: rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls)
-        td = graph_time(rotating(lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS)), sets, calls), reps)
+        mk = lambda cfg: rotating(lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg), sets, calls)
+        td = graph_time(rotating(lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS), sets, calls), reps)
         report("fwd", m, n, copy, default_fwd(m, n, dev), td, run_all(cands, mk))
         del xs
         torch.cuda.empty_cache()
@@ -418,8 +456,8 @@ def sweep(reps: int, shapes: list[tuple[int, int]] | None = None) -> None:
                         cands.append(BwdConfig("rows", nw, block_m=bm, programs=min(triton.cdiv(m, bm), progs)))
         # one row at a time, no register look-ahead, the next rows asked of the L2 (the default past 8192 columns)
         cands += [stream_config(m, dev, l2_ahead=a) for a in (0, 1, 2)]
-        mk = lambda cfg: rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls)
-        td = graph_time(rotating(lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i])), sets, calls), reps)
+        mk = lambda cfg: rotating(lambda i: lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg), sets, calls)
+        td = graph_time(rotating(lambda i: lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i]), sets, calls), reps)
         report("bwd", m, n, copy, bwd_config(m, n, dev), td, run_all(cands, mk))
         del xs, dys, rss
         torch.cuda.empty_cache()
@@ -448,41 +486,81 @@ def sweep_long(reps: int) -> None:
     for m, n in ((2048, 65536), (1024, 262144)):
         sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         rs_ = [torch.randn(m, n, device=dev, generator=g).to(DT) for _ in range(sets)]
-        looped = FwdConfig("looped", 32, chunk=32768 if n <= 65536 else 8192, programs=2 * sms, head=0 if n <= 65536 else 16384)
+        looped = FwdConfig(
+            "looped", 32, chunk=32768 if n <= 65536 else 8192, programs=2 * sms, head=0 if n <= 65536 else 16384
+        )
         fused_looped = FwdConfig("looped", 32, chunk=8192, programs=2 * sms, head=16384)
-        splits = [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=p, maxnreg=r)
-                  for ch, nw, bm, p, r in ((8192, 16, 1, sms, 0), (8192, 16, 2, sms, 0), (16384, 16, 2, sms, 0),
-                                           (16384, 32, 2, sms, 0), (16384, 16, 1, sms, 0), (4096, 8, 2, 2 * sms, 0),
-                                           (8192, 8, 1, 2 * sms, 128), (4096, 8, 2, 2 * sms, 128),
-                                           (4096, 4, 1, 4 * sms, 128), (8192, 16, 1, 2 * sms, 64))
-                  if n // ch <= p]
+        splits = [
+            FwdConfig("split", nw, block_m=bm, chunk=ch, programs=p, maxnreg=r)
+            for ch, nw, bm, p, r in (
+                (8192, 16, 1, sms, 0),
+                (8192, 16, 2, sms, 0),
+                (16384, 16, 2, sms, 0),
+                (16384, 32, 2, sms, 0),
+                (16384, 16, 1, sms, 0),
+                (4096, 8, 2, 2 * sms, 0),
+                (8192, 8, 1, 2 * sms, 128),
+                (4096, 8, 2, 2 * sms, 128),
+                (4096, 4, 1, 4 * sms, 128),
+                (8192, 16, 1, 2 * sms, 64),
+            )
+            if n // ch <= p
+        ]
         cands = [("plain", looped)] + [("plain", c) for c in splits]
         if n <= WIDE_CHUNK_N:  # the words stats pass (one load of the whole row) against the chunked one
             cands.insert(0, ("plain", default_fwd(m, n, dev)))
         cands += [(kind, cfg) for kind in ("residual", "fp8_row") for cfg in [fused_looped] + splits[:3]]
-        kw = {"plain": lambda i: {}, "residual": lambda i: {"residual": rs_[i]}, "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn}}
+        kw = {
+            "plain": lambda i: {},
+            "residual": lambda i: {"residual": rs_[i]},
+            "fp8_row": lambda i: {"dtype": torch.float8_e4m3fn},
+        }
         for kind, cfg in cands:
-            config_line(f"LONG fwd {m}x{n} {kind}", copy, lambda: rotating(
-                lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i))), sets, calls), cfg, reps)
+            config_line(
+                f"LONG fwd {m}x{n} {kind}",
+                copy,
+                lambda: rotating(
+                    lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg, **kw[kind](i)), sets, calls
+                ),
+                cfg,
+                reps,
+            )
         del xs, rs_
         torch.cuda.empty_cache()
 
     for m, n in ((4096, 16384), (2048, 65536), (1024, 262144)):
         sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
-        cands = [BwdConfig("cols", 4, block_m=8, programs=max(1, min(-(-m // 8), 2 * sms // -(-n // 2048))), block_n=2048)]
-        cands += [BwdConfig("split", nw, block_m=bm, programs=p, block_n=ch, maxnreg=r)
-                  for ch, nw, bm, p, r in ((4096, 16, 1, sms, 0), (4096, 16, 2, sms, 0), (8192, 16, 1, sms, 0),
-                                           (4096, 8, 1, 2 * sms, 128), (2048, 8, 2, 2 * sms, 128),
-                                           (4096, 16, 1, 2 * sms, 64), (2048, 4, 1, 4 * sms, 128),
-                                           (8192, 16, 1, 2 * sms, 64))
-                  if n // ch <= p]
+        cands = [
+            BwdConfig("cols", 4, block_m=8, programs=max(1, min(-(-m // 8), 2 * sms // -(-n // 2048))), block_n=2048)
+        ]
+        cands += [
+            BwdConfig("split", nw, block_m=bm, programs=p, block_n=ch, maxnreg=r)
+            for ch, nw, bm, p, r in (
+                (4096, 16, 1, sms, 0),
+                (4096, 16, 2, sms, 0),
+                (8192, 16, 1, sms, 0),
+                (4096, 8, 1, 2 * sms, 128),
+                (2048, 8, 2, 2 * sms, 128),
+                (4096, 16, 1, 2 * sms, 64),
+                (2048, 4, 1, 4 * sms, 128),
+                (8192, 16, 1, 2 * sms, 64),
+            )
+            if n // ch <= p
+        ]
         if n > STREAM_ROWS_N:  # the words split kernel (the default where it fits) at both stage counts
-            cands += [BwdConfig("split", 16, block_m=1, programs=sms, block_n=8192, words=True, stages=s) for s in (3, 4)]
+            cands += [
+                BwdConfig("split", 16, block_m=1, programs=sms, block_n=8192, words=True, stages=s) for s in (3, 4)
+            ]
         if n <= STREAM_ROWS_N:
             cands += [stream_config(m, dev, l2_ahead=a) for a in (0, 1)]
         for cfg in cands:
-            config_line(f"LONG bwd {m}x{n}", copy, lambda: rotating(
-                lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls), cfg, reps)
+            config_line(
+                f"LONG bwd {m}x{n}",
+                copy,
+                lambda: rotating(lambda i: lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg), sets, calls),
+                cfg,
+                reps,
+            )
         del xs, dys, rss
         torch.cuda.empty_cache()
 
@@ -499,14 +577,24 @@ def sweep_rows(reps: int) -> None:
     for m, n in ((4096, 4096), (32768, 4096), (8192, 8192), (4096, 16384)):
         sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
         bn = triton.next_power_of_2(n)
-        cands = [None] + [FwdConfig("rows", nw, block_m=bm) for bm in (1, 2, 4) for nw in (4, 8, 16, 32)
-                          if 8 <= bm * bn // (nw * 32) <= 32]
+        cands = [None] + [
+            FwdConfig("rows", nw, block_m=bm)
+            for bm in (1, 2, 4)
+            for nw in (4, 8, 16, 32)
+            if 8 <= bm * bn // (nw * 32) <= 32
+        ]
         for cfg in cands:
-            config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(
-                lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls),
-                cfg or f"default {default_fwd(m, n, dev)}", reps)
+            config_line(
+                f"ROWS fwd {m}x{n}",
+                copy,
+                lambda: rotating(lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg), sets, calls),
+                cfg or f"default {default_fwd(m, n, dev)}",
+                reps,
+            )
         for name, norm in peers.items():
-            config_line(f"ROWS fwd {m}x{n}", copy, lambda: rotating(lambda i: (lambda: norm(xs[i], w)), sets, calls), name, reps)
+            config_line(
+                f"ROWS fwd {m}x{n}", copy, lambda: rotating(lambda i: lambda: norm(xs[i], w), sets, calls), name, reps
+            )
         del xs
         torch.cuda.empty_cache()
 
@@ -527,28 +615,48 @@ def sweep_split(reps: int) -> None:
         for bm in (1, 2, 4, 8, 16, 32):
             for ch in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768):
                 for nw in (4, 8, 16, 32):
-                    if bm * ch // (nw * 32) in per_thread and n // ch <= sms and bm <= triton.next_power_of_2(m) and ch <= triton.next_power_of_2(n):
+                    if (
+                        bm * ch // (nw * 32) in per_thread
+                        and n // ch <= sms
+                        and bm <= triton.next_power_of_2(m)
+                        and ch <= triton.next_power_of_2(n)
+                    ):
                         yield bm, ch, nw
 
     for m, n in ((2048, 65536), (1024, 262144)):
         sets, calls, xs, w, copy = fwd_inputs(m, n, dev, g, l2, reps)
-        cands = [None] + [FwdConfig("split", nw, block_m=bm, chunk=ch, programs=sms) for bm, ch, nw in shapes(m, n, (16, 32)) if ch >= 4096]
+        cands = [None] + [
+            FwdConfig("split", nw, block_m=bm, chunk=ch, programs=sms)
+            for bm, ch, nw in shapes(m, n, (16, 32))
+            if ch >= 4096
+        ]
         for cfg in cands:
-            config_line(f"SPLIT fwd {m}x{n}", copy, lambda: rotating(
-                lambda i: (lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg)), sets, calls),
-                cfg or f"default {default_fwd(m, n, dev)}", reps)
+            config_line(
+                f"SPLIT fwd {m}x{n}",
+                copy,
+                lambda: rotating(lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, config=cfg), sets, calls),
+                cfg or f"default {default_fwd(m, n, dev)}",
+                reps,
+            )
         del xs
         torch.cuda.empty_cache()
 
     for m, n in ((1, 8192), (32, 8192), (4096, 16384), (2048, 65536), (1024, 262144)):
         sets, calls, xs, dys, w, rss, copy = bwd_inputs(m, n, dev, g, l2, reps)
         per_thread = (1, 2, 4, 8, 16) if m <= 32 else (8, 16)
-        cands = [None] + [BwdConfig("split", nw, block_m=bm, programs=sms, block_n=ch) for bm, ch, nw in shapes(m, n, per_thread)
-                          if (bm >= m if m <= 32 else bm <= 4 and ch >= max(2048, n // 32))]
+        cands = [None] + [
+            BwdConfig("split", nw, block_m=bm, programs=sms, block_n=ch)
+            for bm, ch, nw in shapes(m, n, per_thread)
+            if (bm >= m if m <= 32 else bm <= 4 and ch >= max(2048, n // 32))
+        ]
         for cfg in cands:
-            config_line(f"SPLIT bwd {m}x{n}", copy, lambda: rotating(
-                lambda i: (lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg)), sets, calls),
-                cfg or f"default {bwd_config(m, n, dev)}", reps)
+            config_line(
+                f"SPLIT bwd {m}x{n}",
+                copy,
+                lambda: rotating(lambda i: lambda: rmsnorm_bwd(dys[i], xs[i], w, rss[i], config=cfg), sets, calls),
+                cfg or f"default {bwd_config(m, n, dev)}",
+                reps,
+            )
         del xs, dys, rss
         torch.cuda.empty_cache()
 
@@ -595,11 +703,13 @@ def _dist_worker(rank: int, world: int, port: int, reps: int) -> None:
             return (x.float() * rs[:, None] * w.float()).to(DT)
 
         methods = {
-            "local fused (pre_stats + post, no comm)": lambda i: (lambda: (pre_stats(xs[i]), post(xs[i], stats_fixed, w, epsilon=EPS, hidden_size=hidden))),
-            "stats all_gather alone": lambda i: (lambda: gather_stats(st[i])),
-            "fused two-phase (ours)": lambda i: (lambda: distributed_rms_norm(xs[i], w, epsilon=EPS, hidden_size=hidden)),
-            "all_gather x then norm": lambda i: (lambda: gather_then_norm(xs[i])),
-            "unfused torch two-phase": lambda i: (lambda: torch_two_phase(xs[i])),
+            "local fused (pre_stats + post, no comm)": lambda i: (
+                lambda: (pre_stats(xs[i]), post(xs[i], stats_fixed, w, epsilon=EPS, hidden_size=hidden))
+            ),
+            "stats all_gather alone": lambda i: lambda: gather_stats(st[i]),
+            "fused two-phase (ours)": lambda i: lambda: distributed_rms_norm(xs[i], w, epsilon=EPS, hidden_size=hidden),
+            "all_gather x then norm": lambda i: lambda: gather_then_norm(xs[i]),
+            "unfused torch two-phase": lambda i: lambda: torch_two_phase(xs[i]),
         }
         res = {}
         for name, make in methods.items():
@@ -613,13 +723,19 @@ def _dist_worker(rank: int, world: int, port: int, reps: int) -> None:
         del xs
     if rank == 0:
         names = list(rows[0][1])
-        print(f"\n## DISTRIBUTED on {world} x {torch.cuda.get_device_name(0)}, H = {hidden} sharded {world} ways, bf16, NCCL, CUDA-graph replay (us, max over ranks)")
+        print(
+            f"\n## DISTRIBUTED on {world} x {torch.cuda.get_device_name(0)}, H = {hidden} sharded {world} ways, bf16, NCCL, CUDA-graph replay (us, max over ranks)"
+        )
         print("| T | " + " | ".join(names) + " | fused / (local + gather) | gather-then-norm / fused |")
         print("|" + "---|" * (len(names) + 3))
         for t_rows, r in rows:
             fused = r["fused two-phase (ours)"]
             bound = r["local fused (pre_stats + post, no comm)"] + r["stats all_gather alone"]
-            print(f"| {t_rows} | " + " | ".join(f"{r[k] * 1e6:.1f}" for k in names) + f" | {fused / bound:.2f} | {r['all_gather x then norm'] / fused:.2f}x |")
+            print(
+                f"| {t_rows} | "
+                + " | ".join(f"{r[k] * 1e6:.1f}" for k in names)
+                + f" | {fused / bound:.2f} | {r['all_gather x then norm'] / fused:.2f}x |"
+            )
     dist.destroy_process_group()
 
 
@@ -643,12 +759,28 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--single", action="store_true", help="the single-GPU tables (default when no section is named)")
     ap.add_argument("--world", type=int, default=0, help="distributed: GPUs to use (default: every GPU)")
-    ap.add_argument("--sweep-split", action="store_true", help="split-kernel launch shapes: long rows, and the decode backward in one step")
-    ap.add_argument("--sweep-rows", action="store_true", help="forward rows-kernel launch shapes at the mid-size shapes, beside Liger and QuACK")
-    ap.add_argument("--sweep-long", action="store_true", help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)")
+    ap.add_argument(
+        "--sweep-split",
+        action="store_true",
+        help="split-kernel launch shapes: long rows, and the decode backward in one step",
+    )
+    ap.add_argument(
+        "--sweep-rows",
+        action="store_true",
+        help="forward rows-kernel launch shapes at the mid-size shapes, beside Liger and QuACK",
+    )
+    ap.add_argument(
+        "--sweep-long",
+        action="store_true",
+        help="long-row launch shapes against each other (split vs looped forward, split vs cols backward)",
+    )
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3, help="single-GPU tables: interleaved rounds, the median reported")
-    ap.add_argument("--shapes", default=None, help="comma-separated MxN for the single-GPU tables (default: all of SHAPES) or the --sweep")
+    ap.add_argument(
+        "--shapes",
+        default=None,
+        help="comma-separated MxN for the single-GPU tables (default: all of SHAPES) or the --sweep",
+    )
     ap.add_argument("--peers", default="eager,compile,liger,quack", help="comma-separated peers to time, or 'none'")
     a = ap.parse_args()
     shapes = SHAPES if a.shapes is None else [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]

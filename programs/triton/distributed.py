@@ -51,15 +51,29 @@ def post(
     """The local columns of the normalized rows, in one kernel. hidden_size: the global H (default W * N_local)."""
     check_activation(x_local, "x_local")
     if stats_all.dim() != 2:
-        raise TritonRuleError("stats_all.shape", "stats_all must be [world, M] (gather_stats)", tuple(stats_all.shape), "gather_stats(pre_stats(x_local), group)")
+        raise TritonRuleError(
+            "stats_all.shape",
+            "stats_all must be [world, M] (gather_stats)",
+            tuple(stats_all.shape),
+            "gather_stats(pre_stats(x_local), group)",
+        )
     hidden = hidden_size if hidden_size is not None else stats_all.shape[0] * x_local.shape[-1]
     if dtype is not None and dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TritonRuleError(
-            "dtype.distributed", "distributed output must be bf16/fp16/fp32 (a per-row FP8 scale would need the global row max)", dtype, "dtype=None"
+            "dtype.distributed",
+            "distributed output must be bf16/fp16/fp32 (a per-row FP8 scale would need the global row max)",
+            dtype,
+            "dtype=None",
         )
     return rmsnorm_fwd(
-        x_local, weight_local, epsilon=epsilon, weight_offset=weight_offset, bias=bias_local, dtype=dtype,
-        stats=stats_all, hidden_size=hidden,
+        x_local,
+        weight_local,
+        epsilon=epsilon,
+        weight_offset=weight_offset,
+        bias=bias_local,
+        dtype=dtype,
+        stats=stats_all,
+        hidden_size=hidden,
     ).y
 
 
@@ -78,6 +92,12 @@ def distributed_rms_norm(
     check_activation(x_local, "x_local")
     stats_all = gather_stats(pre_stats(x_local), group)
     return post(
-        x_local, stats_all, weight_local, epsilon=epsilon, hidden_size=hidden_size, weight_offset=weight_offset,
-        bias_local=bias_local, dtype=dtype,
+        x_local,
+        stats_all,
+        weight_local,
+        epsilon=epsilon,
+        hidden_size=hidden_size,
+        weight_offset=weight_offset,
+        bias_local=bias_local,
+        dtype=dtype,
     )

@@ -46,7 +46,12 @@ def is_fp8(dtype) -> bool:
 
 def fp8_format(dtype) -> FP8Format:
     if dtype not in FP8_FORMATS:
-        raise TritonRuleError("dtype.fp8", "FP8 output must be torch.float8_e4m3fn or torch.float8_e5m2", dtype, "dtype=torch.float8_e4m3fn")
+        raise TritonRuleError(
+            "dtype.fp8",
+            "FP8 output must be torch.float8_e4m3fn or torch.float8_e5m2",
+            dtype,
+            "dtype=torch.float8_e4m3fn",
+        )
     return FP8_FORMATS[dtype]
 
 

@@ -49,7 +49,9 @@ class Report:
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
     l2_prefetches: int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (rmsnorm_bwd.l2_prefetch)
     async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
-    async_copies: int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
+    async_copies: (
+        int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
+    )
     barriers: int  # bar.sync / barrier.sync: a CTA-wide wait, two for each reduction through shared memory
 
 
@@ -75,12 +77,24 @@ def _divisibility(fn, signature: dict[str, str]) -> dict:
     """The JIT's specialization of a real launch: pointers 16-byte aligned, strides and sizes multiples of 16 (as at
     the benchmark shapes). Without it the loads compile to 2-byte scalar loads and the register and spill counts are
     not those of the kernel that runs (NOTES.md v8)."""
-    names = [n for n, t in signature.items() if t.startswith("*") or (t == "i32" and (n.startswith("stride") or n in ("M", "N", "H", "H2")))]
+    names = [
+        n
+        for n, t in signature.items()
+        if t.startswith("*") or (t == "i32" and (n.startswith("stride") or n in ("M", "N", "H", "H2")))
+    ]
     return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
 
 
-def _compile(fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0, num_ctas: int = 1,
-             source_type=ASTSource, **options):
+def _compile(
+    fn,
+    signature: dict[str, str],
+    constexprs: dict,
+    num_warps: int,
+    maxnreg: int = 0,
+    num_ctas: int = 1,
+    source_type=ASTSource,
+    **options,
+):
     if signature.get("w_off") == "constexpr" and "w_off" not in constexprs:
         constexprs = {**constexprs, "w_off": 0.0}  # the weight offset as the usual call passes it
     source = source_type(fn, signature, constexprs, _divisibility(fn, signature))
@@ -88,27 +102,43 @@ def _compile(fn, signature: dict[str, str], constexprs: dict, num_warps: int, ma
     return triton.compile(source, target=TARGET, options=options)
 
 
-def compile_report(name: str, fn, signature: dict[str, str], constexprs: dict, num_warps: int, maxnreg: int = 0,
-                   num_ctas: int = 1, source_type=ASTSource) -> Report:
+def compile_report(
+    name: str,
+    fn,
+    signature: dict[str, str],
+    constexprs: dict,
+    num_warps: int,
+    maxnreg: int = 0,
+    num_ctas: int = 1,
+    source_type=ASTSource,
+) -> Report:
     ptx = _compile(fn, signature, constexprs, num_warps, maxnreg, num_ctas, source_type).asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
-        out = subprocess.run([ptxas(), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True,
-                             check=True).stderr
+        out = subprocess.run(
+            [ptxas(), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True, check=True
+        ).stderr
     finally:
         os.unlink(f.name)
     regs = re.findall(r"Used (\d+) registers", out)
     spill = re.findall(r"(\d+) bytes spill stores", out)
     lines = ptx.splitlines()
-    return Report(name, len(lines), sum("st.shared" in ln for ln in lines), int(regs[0]) if regs else -1,
-                  int(spill[0]) if spill else 0, sum("atom." in ln for ln in lines),
-                  sum("ld.global" in ln and ".v4." in ln for ln in lines),
-                  sum("fence." in ln or "membar." in ln for ln in lines),
-                  sum("ld.volatile" in ln for ln in lines), sum("cp.async.bulk.prefetch.L2" in ln for ln in lines),
-                  sum("st.async" in ln for ln in lines),
-                  sum(ASYNC_COPY.search(ln) is not None for ln in lines),
-                  sum(BARRIER.search(ln) is not None for ln in lines))
+    return Report(
+        name,
+        len(lines),
+        sum("st.shared" in ln for ln in lines),
+        int(regs[0]) if regs else -1,
+        int(spill[0]) if spill else 0,
+        sum("atom." in ln for ln in lines),
+        sum("ld.global" in ln and ".v4." in ln for ln in lines),
+        sum("fence." in ln or "membar." in ln for ln in lines),
+        sum("ld.volatile" in ln for ln in lines),
+        sum("cp.async.bulk.prefetch.L2" in ln for ln in lines),
+        sum("st.async" in ln for ln in lines),
+        sum(ASYNC_COPY.search(ln) is not None for ln in lines),
+        sum(BARRIER.search(ln) is not None for ln in lines),
+    )
 
 
 def _fwd_signature(fn, fp8: bool) -> dict[str, str]:
@@ -131,56 +161,117 @@ def _bwd_signature(fn) -> dict[str, str]:
 
 def _fwd_flags(out_mode: int, store_rsigma: bool = False) -> dict:
     """A weight and nothing else fused (no bias, residual or stats); rsigma stored if asked."""
-    return dict(HAS_W=True, HAS_B=False, HAS_RES=False, HAS_STATS=False, STORE_RSIG=store_rsigma, OUT_MODE=out_mode,
-                Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+    return dict(
+        HAS_W=True,
+        HAS_B=False,
+        HAS_RES=False,
+        HAS_STATS=False,
+        STORE_RSIG=store_rsigma,
+        OUT_MODE=out_mode,
+        Y_DROP=0,
+        Y_MIN_NORMAL=0.0,
+        Y_SUB=0.0,
+    )
 
 
 def _cap(maxnreg: int) -> str:
     return f" maxnreg={maxnreg}" if maxnreg else ""
 
 
-def fwd_rows(block_n: int, num_warps: int, block_m: int, maxnreg: int = 0, store_rsigma: bool = False,
-             out_mode: int = rmsnorm_fwd.OUT_CAST, joint_max: bool = False) -> Report:
+def fwd_rows(
+    block_n: int,
+    num_warps: int,
+    block_m: int,
+    maxnreg: int = 0,
+    store_rsigma: bool = False,
+    out_mode: int = rmsnorm_fwd.OUT_CAST,
+    joint_max: bool = False,
+) -> Report:
     """The register-resident forward as the plain call launches it (bf16 in and out, a weight; rsigma stored as the
     autograd forward asks); out_mode FP8: e4m3 output, joint_max as the launch sets JOINT_MAX."""
     fn = rmsnorm_fwd._fwd_rows_kernel
     consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, JOINT_MAX=joint_max, **_fwd_flags(out_mode, store_rsigma))
-    return compile_report(f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
-                          f"{' rsigma' if store_rsigma else ''} out_mode={out_mode}{' joint' if joint_max else ''}", fn,
-                          _fwd_signature(fn, out_mode != rmsnorm_fwd.OUT_CAST), consts, num_warps, maxnreg)
+    return compile_report(
+        f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
+        f"{' rsigma' if store_rsigma else ''} out_mode={out_mode}{' joint' if joint_max else ''}",
+        fn,
+        _fwd_signature(fn, out_mode != rmsnorm_fwd.OUT_CAST),
+        consts,
+        num_warps,
+        maxnreg,
+    )
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
     fn = rmsnorm_fwd._fwd_split_kernel
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, **_fwd_flags(out_mode))
-    return compile_report(f"fwd split chunk={chunk} warps={num_warps}{_cap(maxnreg)} block_m={block_m} out_mode={out_mode}",
-                          fn, _fwd_signature(fn, fp8), consts, num_warps, maxnreg)
+    return compile_report(
+        f"fwd split chunk={chunk} warps={num_warps}{_cap(maxnreg)} block_m={block_m} out_mode={out_mode}",
+        fn,
+        _fwd_signature(fn, fp8),
+        consts,
+        num_warps,
+        maxnreg,
+    )
 
 
 def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnreg: int = 0) -> Report:
     fn = rmsnorm_fwd._fwd_split_words_kernel
-    sig = _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "RSIG": "*fp32", "XSS": "*i64"}, ("inv_n", "eps", "w_off"))
+    sig = _signature(
+        fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "RSIG": "*fp32", "XSS": "*i64"}, ("inv_n", "eps", "w_off")
+    )
     consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True, STORE_RSIG=True)
-    return compile_report(f"fwd split words chunk={chunk} warps={num_warps}{_cap(maxnreg)} stages={stages}", fn, sig,
-                          consts, num_warps, maxnreg)
+    return compile_report(
+        f"fwd split words chunk={chunk} warps={num_warps}{_cap(maxnreg)} stages={stages}",
+        fn,
+        sig,
+        consts,
+        num_warps,
+        maxnreg,
+    )
 
 
 def _gluon_signature(fn) -> dict[str, str]:
     """A Gluon forward's (rmsnorm_cluster, rmsnorm_async) signature as the plain call launches it: bf16 x, y, weight
     and bias, fp32 rsigma."""
-    return _signature(fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off"))
+    return _signature(
+        fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off")
+    )
 
 
-def _gluon_report(name: str, fn, consts: dict, num_warps: int, maxnreg: int = 0, num_ctas: int = 1,
-                  signature: dict[str, str] | None = None) -> Report:
+def _gluon_report(
+    name: str,
+    fn,
+    consts: dict,
+    num_warps: int,
+    maxnreg: int = 0,
+    num_ctas: int = 1,
+    signature: dict[str, str] | None = None,
+) -> Report:
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    return compile_report(name, fn, signature or _gluon_signature(fn), consts, num_warps, maxnreg=maxnreg, num_ctas=num_ctas,
-                          source_type=GluonASTSource)
+    return compile_report(
+        name,
+        fn,
+        signature or _gluon_signature(fn),
+        consts,
+        num_warps,
+        maxnreg=maxnreg,
+        num_ctas=num_ctas,
+        source_type=GluonASTSource,
+    )
 
 
-def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, maxnreg: int = 0,
-                bias: bool = False, out_mode: int = rmsnorm_fwd.OUT_CAST, busy: bool = True) -> Report:
+def fwd_cluster(
+    n: int,
+    chunk: int,
+    num_warps: int,
+    store_rsigma: bool = True,
+    maxnreg: int = 0,
+    bias: bool = False,
+    out_mode: int = rmsnorm_fwd.OUT_CAST,
+    busy: bool = True,
+) -> Report:
     """The cluster forward with a weight (and a bias if asked); out_mode FP8 (rmsnorm_fwd.OUT_*): e4m3 output; busy
     as rmsnorm_cluster.x_staged takes it (False: too few CTAs to stage x)."""
     from programs.triton import rmsnorm_cluster as rc
@@ -188,8 +279,16 @@ def fwd_cluster(n: int, chunk: int, num_warps: int, store_rsigma: bool = True, m
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)
     fn = rc._fwd_cluster_kernel
     sig = _fwd_signature(fn, out_mode in (rmsnorm_fwd.OUT_FP8_ROW, rmsnorm_fwd.OUT_FP8_STATIC))
-    return _gluon_report(f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}"
-                         f" out_mode={out_mode}{'' if busy else ' not busy'}", fn, consts, num_warps, maxnreg, consts["K"], sig)
+    return _gluon_report(
+        f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}"
+        f" out_mode={out_mode}{'' if busy else ' not busy'}",
+        fn,
+        consts,
+        num_warps,
+        maxnreg,
+        consts["K"],
+        sig,
+    )
 
 
 def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
@@ -197,8 +296,9 @@ def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
     from programs.triton import rmsnorm_async as ra
 
     consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
-    return _gluon_report(f"fwd async N={n} block_m={block_m} warps={num_warps}", ra._fwd_async_kernel, consts,
-                         num_warps)
+    return _gluon_report(
+        f"fwd async N={n} block_m={block_m} warps={num_warps}", ra._fwd_async_kernel, consts, num_warps
+    )
 
 
 @dataclass(frozen=True)
@@ -252,8 +352,9 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
             "looped": (f._fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags)),
         }[kernel]
         sig, source_type = _fwd_signature(fn, False), ASTSource
-    compiled = _compile(fn, sig, {**consts, "PDL": enabled}, 4, num_ctas=num_ctas, source_type=source_type,
-                        launch_pdl=enabled)
+    compiled = _compile(
+        fn, sig, {**consts, "PDL": enabled}, 4, num_ctas=num_ctas, source_type=source_type, launch_pdl=enabled
+    )
     lines = compiled.asm["ptx"].splitlines()
     waits = [i for i, ln in enumerate(lines) if "griddepcontrol.wait" in ln]
     triggers = [i for i, ln in enumerate(lines) if "griddepcontrol.launch_dependents" in ln]
@@ -271,8 +372,14 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
             trigger_at = "after_async_wait"
         else:
             trigger_at = "middle"
-    return PdlReport(f"{kernel} pdl={enabled}", bool(compiled.metadata.launch_pdl), len(waits), len(triggers),
-                     bool(waits) and bool(accesses) and waits[0] < accesses[0], trigger_at)
+    return PdlReport(
+        f"{kernel} pdl={enabled}",
+        bool(compiled.metadata.launch_pdl),
+        len(waits),
+        len(triggers),
+        bool(waits) and bool(accesses) and waits[0] < accesses[0],
+        trigger_at,
+    )
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
@@ -285,16 +392,23 @@ def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
 def bwd_split_words(chunk: int, num_warps: int, stages: int, splits: int = 8) -> Report:
     fn = rmsnorm_bwd._bwd_split_words_kernel
     consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True)
-    return compile_report(f"bwd split words chunk={chunk} warps={num_warps} stages={stages}", fn, _bwd_signature(fn),
-                          consts, num_warps)
+    return compile_report(
+        f"bwd split words chunk={chunk} warps={num_warps} stages={stages}", fn, _bwd_signature(fn), consts, num_warps
+    )
 
 
 def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead: int) -> Report:
     fn = rmsnorm_bwd._bwd_rows_kernel
-    consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, NEED_DB=False, HAS_DRES=False, STREAM=stream,
-                  L2_AHEAD=l2_ahead)
-    return compile_report(f"bwd rows N={block_n} warps={num_warps} block_m={block_m}{' stream' if stream else ''} "
-                          f"l2_ahead={l2_ahead}", fn, _bwd_signature(fn), consts, num_warps)
+    consts = dict(
+        BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, NEED_DB=False, HAS_DRES=False, STREAM=stream, L2_AHEAD=l2_ahead
+    )
+    return compile_report(
+        f"bwd rows N={block_n} warps={num_warps} block_m={block_m}{' stream' if stream else ''} l2_ahead={l2_ahead}",
+        fn,
+        _bwd_signature(fn),
+        consts,
+        num_warps,
+    )
 
 
 def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
@@ -308,19 +422,43 @@ def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
 def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
     """A fused all-reduce kernel as the GPU runs it (SYNC: barriers, flag polling), rank 0 of `world`, H=8192."""
     fn = {0: ar_kernels.push_one_stage_kernel, 1: ar_kernels.one_stage_kernel, 2: ar_kernels.two_stage_kernel}[stage]
-    ptrs = {"X": "*bf16", "X32": "*i32", "R": "*bf16", "RO": "*bf16", "Y": "*fp8e4nv", "SC": "*fp32", "W": "*bf16",
-            "EPOCH": "*i32", "CALLS": "*i32"}
+    ptrs = {
+        "X": "*bf16",
+        "X32": "*i32",
+        "R": "*bf16",
+        "RO": "*bf16",
+        "Y": "*fp8e4nv",
+        "SC": "*fp32",
+        "W": "*bf16",
+        "EPOCH": "*i32",
+        "CALLS": "*i32",
+    }
     for prefix, ty in (("B", "*i64"), ("I", "*bf16"), ("Q", "*fp8e4nv"), ("S", "*fp32"), ("O", "*bf16"), ("F", "*i32")):
         ptrs.update({f"{prefix}{r}": ty for r in range(world)})
     sig = _signature(fn, ptrs, ("inv_h", "eps", "w_off", "scale_ub", "fp8_max"))
-    consts = dict(RANK=0, WORLD=world, BLOCK_H=8192, HAS_W=True, HAS_RES=residual, SYNC=True, PHASES=7,
-                  Y_DROP=0, Y_MIN_NORMAL=0.0, Y_SUB=0.0)
+    consts = dict(
+        RANK=0,
+        WORLD=world,
+        BLOCK_H=8192,
+        HAS_W=True,
+        HAS_RES=residual,
+        SYNC=True,
+        PHASES=7,
+        Y_DROP=0,
+        Y_MIN_NORMAL=0.0,
+        Y_SUB=0.0,
+    )
     consts.update(dict(PIECE=1024, XDT=tl.bfloat16) if stage == 0 else dict(BLOCK_M=block_m))
     for name in list(sig):  # the unused peers' pointers are None
         if name[0] in "BIQSOF" and name[1:].isdigit() and int(name[1:]) >= world:
             sig[name], consts[name] = "constexpr", None
-    return compile_report(f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
-                          fn, sig, consts, num_warps)
+    return compile_report(
+        f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
+        fn,
+        sig,
+        consts,
+        num_warps,
+    )
 
 
 def default_reports() -> list[Report]:
@@ -352,19 +490,30 @@ def default_reports() -> list[Report]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help=f"exit 1 if a kernel holds more than {MAX_SHARED_STORES} shared stores")
+    ap.add_argument(
+        "--check", action="store_true", help=f"exit 1 if a kernel holds more than {MAX_SHARED_STORES} shared stores"
+    )
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        print("TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr)
+        print(
+            "TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr
+        )
         return 2
     reports = default_reports()
-    print(f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5} {'st.async':>8} {'cp.async':>8}")
+    print(
+        f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5} {'st.async':>8} {'cp.async':>8}"
+    )
     for r in reports:
-        print(f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d} {r.async_copies:8d}")
+        print(
+            f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d} {r.async_copies:8d}"
+        )
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
-        print(f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "
-              "shared memory is back (NOTES.md v6)", file=sys.stderr)
+        print(
+            f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "
+            "shared memory is back (NOTES.md v6)",
+            file=sys.stderr,
+        )
     return 1 if (args.check and bad) else 0
 
 

@@ -55,25 +55,64 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     16-byte loads of every thread or does not fit shared memory."""
     x_size = x2.element_size()
     if not supported(device):
-        raise TritonRuleError("config.async", "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it does not run under the interpreter", f"device {device}, Gluon {GLUON}", "config=None")
+        raise TritonRuleError(
+            "config.async",
+            "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it does not run under the interpreter",
+            f"device {device}, Gluon {GLUON}",
+            "config=None",
+        )
     if not aligned(x2):
-        raise TritonRuleError("config.async", "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 failed to compile)", f"base {x2.data_ptr() % 16} bytes past 16, stride {x2.stride(0)}, N {x2.shape[1]}", "config=None (the Triton rows kernel takes any alignment)")
+        raise TritonRuleError(
+            "config.async",
+            "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 failed to compile)",
+            f"base {x2.data_ptr() % 16} bytes past 16, stride {x2.stride(0)}, N {x2.shape[1]}",
+            "config=None (the Triton rows kernel takes any alignment)",
+        )
     block_n = 1 << (n - 1).bit_length()
     vec = VEC_BYTES // x_size
     if block_m & (block_m - 1) or block_m * block_n < vec * 32 * num_warps:
-        raise TritonRuleError("config.block_m", f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one 16-byte load for each of its {32 * num_warps} threads", block_m, f"block_m={max(1, vec * 32 * num_warps // block_n)}")
+        raise TritonRuleError(
+            "config.block_m",
+            f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one 16-byte load for each of its {32 * num_warps} threads",
+            block_m,
+            f"block_m={max(1, vec * 32 * num_warps // block_n)}",
+        )
     limit = shared_budget(device)
     if block_m * block_n * x_size > limit:
-        raise TritonRuleError("config.block_m", f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, at most {limit} bytes", block_m * block_n * x_size, "config=None (rows this long take the other kernels)")
+        raise TritonRuleError(
+            "config.block_m",
+            f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, at most {limit} bytes",
+            block_m * block_n * x_size,
+            "config=None (rows this long take the other kernels)",
+        )
 
 
 if GLUON:
 
     @gluon.jit
-    def _fwd_async_kernel(X, stride_x, Y, stride_y, W, B, RSIG, M, N, inv_n, eps, w_off: gl.constexpr,
-                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
-                          EVEN_N: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
-                          PDL: gl.constexpr = False):
+    def _fwd_async_kernel(
+        X,
+        stride_x,
+        Y,
+        stride_y,
+        W,
+        B,
+        RSIG,
+        M,
+        N,
+        inv_n,
+        eps,
+        w_off: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        LAYOUT: gl.constexpr,
+        SHARED: gl.constexpr,
+        EVEN_N: gl.constexpr,
+        HAS_W: gl.constexpr,
+        HAS_B: gl.constexpr,
+        STORE_RSIG: gl.constexpr,
+        PDL: gl.constexpr = False,
+    ):
         if PDL:  # wait for the previous kernel's writes (rmsnorm_fwd.dependent_launch's first step)
             gdc_wait()
         rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, LAYOUT))
@@ -119,22 +158,54 @@ if GLUON:
 def constants(n: int, block_m: int, num_warps: int, x_size: int, has_w: bool, has_b: bool, store_rsigma: bool) -> dict:
     """The kernel's constexpr arguments (as launched, and as ptx_report compiles it)."""
     block_n = 1 << (n - 1).bit_length()
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, LAYOUT=layout(block_m, block_n, num_warps, x_size),
-                SHARED=gl.SwizzledSharedLayout(1, 1, 1, [1, 0]), EVEN_N=n == block_n, HAS_W=has_w, HAS_B=has_b,
-                STORE_RSIG=store_rsigma)
+    return dict(
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        LAYOUT=layout(block_m, block_n, num_warps, x_size),
+        SHARED=gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
+        EVEN_N=n == block_n,
+        HAS_W=has_w,
+        HAS_B=has_b,
+        STORE_RSIG=store_rsigma,
+    )
 
 
-def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
-           weight_offset: float, block_m: int, num_warps: int, pdl: bool = False) -> None:
+def launch(
+    x2: torch.Tensor,
+    y2: torch.Tensor,
+    weight,
+    bias,
+    rsigma,
+    n: int,
+    inv_n: float,
+    eps: float,
+    weight_offset: float,
+    block_m: int,
+    num_warps: int,
+    pdl: bool = False,
+) -> None:
     """block_m whole rows a CTA of num_warps warps; pdl: programmatic dependent launch (rmsnorm_fwd's enable_pdl).
     rmsnorm_fwd validates the inputs, and the launch by check, before any device work."""
     m = x2.shape[0]
-    consts = constants(n, block_m, num_warps, x2.element_size(), weight is not None, bias is not None,
-                       rsigma is not None)
+    consts = constants(
+        n, block_m, num_warps, x2.element_size(), weight is not None, bias is not None, rsigma is not None
+    )
     dummy = x2
     _fwd_async_kernel[(-(-m // block_m),)](
-        x2, x2.stride(0), y2, y2.stride(0),
-        weight if weight is not None else dummy, bias if bias is not None else dummy,
-        rsigma if rsigma is not None else dummy, m, n, inv_n, eps, float(weight_offset),
-        **consts, num_warps=num_warps, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
+        x2,
+        x2.stride(0),
+        y2,
+        y2.stride(0),
+        weight if weight is not None else dummy,
+        bias if bias is not None else dummy,
+        rsigma if rsigma is not None else dummy,
+        m,
+        n,
+        inv_n,
+        eps,
+        float(weight_offset),
+        **consts,
+        num_warps=num_warps,
+        PDL=pdl,
+        **({"launch_pdl": True} if pdl else {}),
     )

@@ -127,8 +127,15 @@ def bwd_config(m: int, n: int, device, l2_ok: bool = True, words_ok: bool = Fals
         # against 566.8, level at 7 chunks.
         splits = triton.cdiv(n, SPLIT_CHUNK)
         words = words_ok and splits & (splits - 1) == 0
-        return BwdConfig("split", SPLIT_WARPS, block_m=1, programs=sms, block_n=SPLIT_CHUNK, words=words,
-                         stages=4 if words and splits >= 32 else 3)
+        return BwdConfig(
+            "split",
+            SPLIT_WARPS,
+            block_m=1,
+            programs=sms,
+            block_n=SPLIT_CHUNK,
+            words=words,
+            stages=4 if words and splits >= 32 else 3,
+        )
     block_n = 2048
     groups = max(1, min(triton.cdiv(m, 8), (2 * sms) // triton.cdiv(n, block_n)))
     return BwdConfig("cols", 4, block_m=8, programs=groups, block_n=block_n)
@@ -142,9 +149,13 @@ def l2_prefetch_row(P, row, stride, N):
     with L2_AHEAD=0."""
     tl.inline_asm_elementwise(
         asm="{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        constraints="=r,l,r", args=[P + tl.cast(row, tl.int64) * stride, N * (P.dtype.element_ty.primitive_bitwidth // 8)],
-        dtype=tl.int32, is_pure=False, pack=1)
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        constraints="=r,l,r",
+        args=[P + tl.cast(row, tl.int64) * stride, N * (P.dtype.element_ty.primitive_bitwidth // 8)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 @triton.jit
@@ -157,14 +168,40 @@ def _store_dx(gw, xhat, c, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask
 
 
 @triton.jit
-def _store_rows_dx(xhat, dy, w, rs, inv_n, DX, stride_dx, DRES, stride_dres, r64, cols, mask,
-                   HAS_W: tl.constexpr, HAS_DRES: tl.constexpr):
+def _store_rows_dx(
+    xhat,
+    dy,
+    w,
+    rs,
+    inv_n,
+    DX,
+    stride_dx,
+    DRES,
+    stride_dres,
+    r64,
+    cols,
+    mask,
+    HAS_W: tl.constexpr,
+    HAS_DRES: tl.constexpr,
+):
     """dx of whole rows held in registers: g = dy * w~, c = mean(xhat * g) over each row, then _store_dx."""
     g = dy
     if HAS_W:
         g = dy * w[None, :]
-    _store_dx(g, xhat, tl.sum(xhat * g, axis=1)[:, None] * inv_n, rs, DX, stride_dx, DRES, stride_dres, r64, cols, mask,
-              HAS_DRES)
+    _store_dx(
+        g,
+        xhat,
+        tl.sum(xhat * g, axis=1)[:, None] * inv_n,
+        rs,
+        DX,
+        stride_dx,
+        DRES,
+        stride_dres,
+        r64,
+        cols,
+        mask,
+        HAS_DRES,
+    )
 
 
 @triton.jit
@@ -179,11 +216,30 @@ def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr,
 
 @triton.jit
 def _bwd_rows_kernel(
-    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
-    STREAM: tl.constexpr, L2_AHEAD: tl.constexpr, PDL: tl.constexpr = False,
+    DY,
+    stride_dy,
+    H,
+    stride_h,
+    W,
+    RSIG,
+    DX,
+    stride_dx,
+    DRES,
+    stride_dres,
+    DWP,
+    DBP,
+    M,
+    N,
+    inv_n,
+    w_off: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    NEED_DB: tl.constexpr,
+    HAS_DRES: tl.constexpr,
+    STREAM: tl.constexpr,
+    L2_AHEAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     # PDL: the next kernel (the partials' sum) may launch only once this grid is done with its rows: this grid is
     # one CTA an SM, and a launch at its start, as the forwards trigger, put the sum's CTAs, then the next
@@ -252,10 +308,29 @@ def _bwd_rows_kernel(
 
 @triton.jit
 def _bwd_decode_kernel(
-    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DW, DB,
-    M, N, inv_n, w_off: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COLS: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, PDL: tl.constexpr = False,
+    DY,
+    stride_dy,
+    H,
+    stride_h,
+    W,
+    RSIG,
+    DX,
+    stride_dx,
+    DRES,
+    stride_dres,
+    DW,
+    DB,
+    M,
+    N,
+    inv_n,
+    w_off: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    COLS: tl.constexpr,
+    HAS_W: tl.constexpr,
+    NEED_DB: tl.constexpr,
+    HAS_DRES: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     if PDL:
         dependent_launch()
@@ -272,9 +347,22 @@ def _bwd_decode_kernel(
         w = tl.zeros([BLOCK_N], dtype=tl.float32)
         if HAS_W:
             w = weight_at(W, cols, col_ok, w_off)
-        _store_rows_dx(load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32) * rs,
-                       load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32), w, rs, inv_n,
-                       DX, stride_dx, DRES, stride_dres, rows.to(tl.int64)[:, None], cols, mask, HAS_W, HAS_DRES)
+        _store_rows_dx(
+            load_rows(H, stride_h, rows, M, cols, col_ok).to(tl.float32) * rs,
+            load_rows(DY, stride_dy, rows, M, cols, col_ok).to(tl.float32),
+            w,
+            rs,
+            inv_n,
+            DX,
+            stride_dx,
+            DRES,
+            stride_dres,
+            rows.to(tl.int64)[:, None],
+            cols,
+            mask,
+            HAS_W,
+            HAS_DRES,
+        )
     else:  # names of their own: the compiler wants a name's type equal in both branches
         dcols = (pid - M) * COLS + tl.arange(0, COLS)
         dcol_ok = dcols < N
@@ -289,7 +377,9 @@ def _bwd_decode_kernel(
 
 
 @triton.jit
-def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_off: tl.constexpr, HAS_W: tl.constexpr, CHUNK: tl.constexpr):
+def _bwd_rowdot_kernel(
+    DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_off: tl.constexpr, HAS_W: tl.constexpr, CHUNK: tl.constexpr
+):
     """c[row] = mean(xhat * dy * w~) over the row."""
     row = tl.program_id(0)
     r64 = row.to(tl.int64)
@@ -308,10 +398,27 @@ def _bwd_rowdot_kernel(DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_of
 
 @triton.jit
 def _bwd_cols_kernel(
-    DY, stride_dy, H, stride_h, W, RSIG, C, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, w_off: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
+    DY,
+    stride_dy,
+    H,
+    stride_h,
+    W,
+    RSIG,
+    C,
+    DX,
+    stride_dx,
+    DRES,
+    stride_dres,
+    DWP,
+    DBP,
+    M,
+    N,
+    w_off: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_W: tl.constexpr,
+    NEED_DB: tl.constexpr,
+    HAS_DRES: tl.constexpr,
 ):
     cb = tl.program_id(0)
     grp = tl.program_id(1)
@@ -355,10 +462,30 @@ def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, g, XW: tl.constexpr
 
 @triton.jit
 def _bwd_split_kernel(
-    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off: tl.constexpr, XDOT,
-    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-    HAS_W: tl.constexpr, NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr,
+    DY,
+    stride_dy,
+    H,
+    stride_h,
+    W,
+    RSIG,
+    DX,
+    stride_dx,
+    DRES,
+    stride_dres,
+    DWP,
+    DBP,
+    M,
+    N,
+    inv_n,
+    w_off: tl.constexpr,
+    XDOT,
+    SPLITS: tl.constexpr,
+    XW: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_W: tl.constexpr,
+    NEED_DB: tl.constexpr,
+    HAS_DRES: tl.constexpr,
 ):
     # Long rows, read once: program lane * SPLITS + g keeps column chunk g of its rows in registers, publishes the
     # chunk's share of sum(xhat * g) and sums the row's shares in a fixed order (split_publish /
@@ -421,8 +548,21 @@ def _words_g(dyw, w_lo, w_hi, DT: tl.constexpr, HAS_W: tl.constexpr):
 
 
 @triton.jit
-def _words_split_publish(hw, dyw, rs, rows, w_lo, w_hi, XDOT, g, M, XW: tl.constexpr, DT: tl.constexpr,
-                         DYT: tl.constexpr, HAS_W: tl.constexpr):
+def _words_split_publish(
+    hw,
+    dyw,
+    rs,
+    rows,
+    w_lo,
+    w_hi,
+    XDOT,
+    g,
+    M,
+    XW: tl.constexpr,
+    DT: tl.constexpr,
+    DYT: tl.constexpr,
+    HAS_W: tl.constexpr,
+):
     """_bwd_split_publish of a block held as words."""
     h_lo, h_hi = unpack_words(hw, DT)
     g_lo, g_hi, _, _ = _words_g(dyw, w_lo, w_hi, DYT, HAS_W)
@@ -431,9 +571,28 @@ def _words_split_publish(hw, dyw, rs, rows, w_lo, w_hi, XDOT, g, M, XW: tl.const
 
 @triton.jit
 def _bwd_split_words_kernel(
-    DY, stride_dy, H, stride_h, W, RSIG, DX, stride_dx, DRES, stride_dres, DWP, DBP,
-    M, N, inv_n, w_off: tl.constexpr, XDOT,
-    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr,
+    DY,
+    stride_dy,
+    H,
+    stride_h,
+    W,
+    RSIG,
+    DX,
+    stride_dx,
+    DRES,
+    stride_dres,
+    DWP,
+    DBP,
+    M,
+    N,
+    inv_n,
+    w_off: tl.constexpr,
+    XDOT,
+    SPLITS: tl.constexpr,
+    XW: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    STAGES: tl.constexpr,
     HAS_W: tl.constexpr,
 ):
     # _bwd_split_kernel's exchange, with h, dy, dx and the weight as 32-bit words (column pair j = word j of the
@@ -530,16 +689,26 @@ def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexp
 def l2_prefetchable(*rows: torch.Tensor) -> bool:
     """Whether every row of these [M, N] tensors starts 16-byte aligned and is a 16-byte multiple long, as the bulk
     prefetch (l2_prefetch_row) requires."""
-    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               and (t.shape[1] * t.element_size()) % 16 == 0 for t in rows)
+    return all(
+        t.data_ptr() % 16 == 0
+        and (t.stride(0) * t.element_size()) % 16 == 0
+        and (t.shape[1] * t.element_size()) % 16 == 0
+        for t in rows
+    )
 
 
 def words_fit(h2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, weight, need_bias_grad: bool, dresidual) -> bool:
     """Whether the split kernel may hold its blocks as 32-bit words (_bwd_split_words_kernel): the rows of h, dy and
     dx wordable (wordable_rows: 16-bit, N, row strides and bases even), the weight absent or 16-bit on a 4-byte
     boundary, no dbias and no dresidual (their accumulator and loads would not fit beside 4 stages)."""
-    return (wordable_rows(h2) and wordable_rows(dy2) and wordable_rows(dx2) and not need_bias_grad and dresidual is None
-            and wordable_weight(weight))
+    return (
+        wordable_rows(h2)
+        and wordable_rows(dy2)
+        and wordable_rows(dx2)
+        and not need_bias_grad
+        and dresidual is None
+        and wordable_weight(weight)
+    )
 
 
 def _reduce(partials: torch.Tensor, dtype, pdl: bool = False) -> torch.Tensor:
@@ -548,7 +717,15 @@ def _reduce(partials: torch.Tensor, dtype, pdl: bool = False) -> torch.Tensor:
     block = min(128, triton.next_power_of_2(n))
     block_g = min(32, triton.next_power_of_2(g))
     _sum_partials_kernel[(triton.cdiv(n, block),)](
-        partials, out, g, n, BLOCK_G=block_g, BLOCK=block, PDL=pdl, num_warps=4, **launch_options(partials.device, pdl=pdl)
+        partials,
+        out,
+        g,
+        n,
+        BLOCK_G=block_g,
+        BLOCK=block,
+        PDL=pdl,
+        num_warps=4,
+        **launch_options(partials.device, pdl=pdl),
     )
     return out
 
@@ -574,8 +751,18 @@ def rmsnorm_bwd(
     check_vector(weight, n, "weight", h.device)
     h2, dy2 = as_rows(h, "h"), as_rows(dy, "dy")
     m = h2.shape[0]
-    if rsigma.dtype != torch.float32 or rsigma.numel() != m or rsigma.device != h.device or (m > 1 and rsigma.stride(-1) != 1):
-        raise TritonRuleError("rsigma.shape", f"rsigma must be the forward's contiguous float32 [{m}]", (tuple(rsigma.shape), rsigma.dtype), "rmsnorm_fwd(..., return_rsigma=True).rsigma")
+    if (
+        rsigma.dtype != torch.float32
+        or rsigma.numel() != m
+        or rsigma.device != h.device
+        or (m > 1 and rsigma.stride(-1) != 1)
+    ):
+        raise TritonRuleError(
+            "rsigma.shape",
+            f"rsigma must be the forward's contiguous float32 [{m}]",
+            (tuple(rsigma.shape), rsigma.dtype),
+            "rmsnorm_fwd(..., return_rsigma=True).rsigma",
+        )
     rsig = rsigma.reshape(m)
     pdl = resolve_pdl(h.device, enable_pdl)
     dx = torch.empty(h.shape, dtype=h.dtype, device=h.device)
@@ -585,18 +772,40 @@ def rmsnorm_bwd(
     words_ok = words_fit(h2, dy2, dx2, weight, need_bias_grad, dr2)
     cfg = config or bwd_config(m, n, h.device, l2_ok, words_ok)
     if (cfg.stream or cfg.l2_ahead) and cfg.kernel != "rows":
-        raise TritonRuleError("config.stream", "stream and l2_ahead are options of the rows kernel", cfg, "stream=False, l2_ahead=0")
+        raise TritonRuleError(
+            "config.stream", "stream and l2_ahead are options of the rows kernel", cfg, "stream=False, l2_ahead=0"
+        )
     if cfg.l2_ahead and (h.device.type != "cuda" or not l2_ok):
-        raise TritonRuleError("config.l2_ahead", "the L2 look-ahead is a bulk prefetch in inline PTX: CUDA only, rows 16-byte aligned and a 16-byte multiple long", (h.device.type, tuple(h2.stride()), n, h.dtype), "l2_ahead=0")
+        raise TritonRuleError(
+            "config.l2_ahead",
+            "the L2 look-ahead is a bulk prefetch in inline PTX: CUDA only, rows 16-byte aligned and a 16-byte multiple long",
+            (h.device.type, tuple(h2.stride()), n, h.dtype),
+            "l2_ahead=0",
+        )
     if cfg.words and (cfg.kernel != "split" or not words_ok or cfg.block_n < 2):
-        raise TritonRuleError("config.words", "words are the split kernel's (chunk >= 2), for 16-bit h and dy with N, the row strides and the bases even, a 16-bit weight on a 4-byte boundary or none, no dbias and no dresidual", f"kernel {cfg.kernel}, chunk {cfg.block_n}, h {h.dtype}, dy {dy.dtype}, weight {None if weight is None else weight.dtype}, N {n}, strides {h2.stride(0)}/{dy2.stride(0)}, dbias {need_bias_grad}, dresidual {dr2 is not None}", "words=False")
+        raise TritonRuleError(
+            "config.words",
+            "words are the split kernel's (chunk >= 2), for 16-bit h and dy with N, the row strides and the bases even, a 16-bit weight on a 4-byte boundary or none, no dbias and no dresidual",
+            f"kernel {cfg.kernel}, chunk {cfg.block_n}, h {h.dtype}, dy {dy.dtype}, weight {None if weight is None else weight.dtype}, N {n}, strides {h2.stride(0)}/{dy2.stride(0)}, dbias {need_bias_grad}, dresidual {dr2 is not None}",
+            "words=False",
+        )
     if cfg.stages != 3 and not (cfg.words and cfg.stages == 4):
-        raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words kernel 3 or 4", (cfg.stages, cfg.words), "stages=3")
+        raise TritonRuleError(
+            "config.stages",
+            "the element split kernel holds 3 row blocks; the words kernel 3 or 4",
+            (cfg.stages, cfg.words),
+            "stages=3",
+        )
     groups = max(1, cfg.programs or 1)
     if cfg.kernel == "split":
         splits, xw, groups = split_shape(m, n, cfg.block_n, cfg.block_m, cfg.programs, h.device)
     if cfg.kernel == "decode" and (m > DECODE_M or n > MAX_ROWS_N):
-        raise TritonRuleError("config.decode", f"the decode kernel holds a whole row per program and all rows per column program: M <= {DECODE_M}, N <= {MAX_ROWS_N}", (m, n), "config=None")
+        raise TritonRuleError(
+            "config.decode",
+            f"the decode kernel holds a whole row per program and all rows per column program: M <= {DECODE_M}, N <= {MAX_ROWS_N}",
+            (m, n),
+            "config=None",
+        )
     # one program, or column programs over all rows (decode): the result is stored in its own dtype (module docstring)
     final = groups == 1 or cfg.kernel == "decode"
     db_dtype = bias_dtype or h.dtype
@@ -609,46 +818,108 @@ def rmsnorm_bwd(
     dummy = h2
     common = dict(HAS_W=weight is not None, NEED_DB=need_bias_grad, HAS_DRES=dr2 is not None)
     # the rows, decode and split kernels take the same leading arguments
-    args = (dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig,
-            dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
-            dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
-            m, n, 1.0 / n, float(weight_offset))
+    args = (
+        dy2,
+        dy2.stride(0),
+        h2,
+        h2.stride(0),
+        weight if weight is not None else dummy,
+        rsig,
+        dx2,
+        dx2.stride(0),
+        dr2 if dr2 is not None else dummy,
+        dr2.stride(0) if dr2 is not None else 0,
+        dwp if dwp is not None else dummy,
+        dbp if dbp is not None else dummy,
+        m,
+        n,
+        1.0 / n,
+        float(weight_offset),
+    )
     if m > 0:
         if cfg.kernel == "rows":
             _bwd_rows_kernel[(groups,)](
                 *args,
-                BLOCK_M=cfg.block_m, BLOCK_N=triton.next_power_of_2(n), STREAM=cfg.stream, L2_AHEAD=cfg.l2_ahead,
-                PDL=pdl, num_warps=cfg.num_warps, **launch_options(h.device, pdl=pdl), **common,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=triton.next_power_of_2(n),
+                STREAM=cfg.stream,
+                L2_AHEAD=cfg.l2_ahead,
+                PDL=pdl,
+                num_warps=cfg.num_warps,
+                **launch_options(h.device, pdl=pdl),
+                **common,
             )
         elif cfg.kernel == "decode":
             _bwd_decode_kernel[(m + triton.cdiv(n, cfg.block_n),)](
                 *args,
-                BLOCK_M=triton.next_power_of_2(m), BLOCK_N=triton.next_power_of_2(n), COLS=cfg.block_n,
-                PDL=pdl, num_warps=cfg.num_warps, **launch_options(h.device, pdl=pdl), **common,
+                BLOCK_M=triton.next_power_of_2(m),
+                BLOCK_N=triton.next_power_of_2(n),
+                COLS=cfg.block_n,
+                PDL=pdl,
+                num_warps=cfg.num_warps,
+                **launch_options(h.device, pdl=pdl),
+                **common,
             )
         elif cfg.kernel == "cols":
             c = torch.empty(m, dtype=torch.float32, device=h.device)
             _bwd_rowdot_kernel[(m,)](
-                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig, c, m, n, 1.0 / n,
-                float(weight_offset), HAS_W=weight is not None, CHUNK=min(4096, triton.next_power_of_2(n)), num_warps=8,
+                dy2,
+                dy2.stride(0),
+                h2,
+                h2.stride(0),
+                weight if weight is not None else dummy,
+                rsig,
+                c,
+                m,
+                n,
+                1.0 / n,
+                float(weight_offset),
+                HAS_W=weight is not None,
+                CHUNK=min(4096, triton.next_power_of_2(n)),
+                num_warps=8,
             )
             _bwd_cols_kernel[(triton.cdiv(n, cfg.block_n), groups)](
-                dy2, dy2.stride(0), h2, h2.stride(0), weight if weight is not None else dummy, rsig, c,
-                dx2, dx2.stride(0), dr2 if dr2 is not None else dummy, dr2.stride(0) if dr2 is not None else 0,
-                dwp if dwp is not None else dummy, dbp if dbp is not None else dummy,
-                m, n, float(weight_offset),
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, **common,
+                dy2,
+                dy2.stride(0),
+                h2,
+                h2.stride(0),
+                weight if weight is not None else dummy,
+                rsig,
+                c,
+                dx2,
+                dx2.stride(0),
+                dr2 if dr2 is not None else dummy,
+                dr2.stride(0) if dr2 is not None else 0,
+                dwp if dwp is not None else dummy,
+                dbp if dbp is not None else dummy,
+                m,
+                n,
+                float(weight_offset),
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=cfg.block_n,
+                num_warps=cfg.num_warps,
+                **common,
             )
         elif cfg.kernel == "split":
             xdot = torch.zeros(m * xw, dtype=torch.int64, device=h.device)  # exchange words, unflagged (split_publish)
-            split = dict(SPLITS=splits, XW=xw, CHUNK=cfg.block_n, BLOCK_M=cfg.block_m, num_warps=cfg.num_warps,
-                         **launch_options(h.device, splits, cfg.maxnreg))
+            split = dict(
+                SPLITS=splits,
+                XW=xw,
+                CHUNK=cfg.block_n,
+                BLOCK_M=cfg.block_m,
+                num_warps=cfg.num_warps,
+                **launch_options(h.device, splits, cfg.maxnreg),
+            )
             if cfg.words:
-                _bwd_split_words_kernel[(splits * groups,)](*args, xdot, STAGES=cfg.stages, HAS_W=weight is not None, **split)
+                _bwd_split_words_kernel[(splits * groups,)](
+                    *args, xdot, STAGES=cfg.stages, HAS_W=weight is not None, **split
+                )
             else:
                 _bwd_split_kernel[(splits * groups,)](*args, xdot, **split, **common)
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'cols', 'split' or 'decode'", cfg.kernel, "config=None")
+            raise TritonRuleError(
+                "config.kernel", "config.kernel must be 'rows', 'cols', 'split' or 'decode'", cfg.kernel, "config=None"
+            )
     else:
         if dwp is not None:
             dwp.zero_()

@@ -75,15 +75,24 @@ def arrive_asm(k: int, values: int = 1) -> str:
     4 * values * K bytes (phase 0 then completes when the K partials have landed) and fences the init for the cluster;
     every thread arrives on the cluster barrier (relaxed), which the exchange waits on before it writes into a peer: a
     peer's mbarrier must be initialized, and the CTA started, first."""
-    return "\n".join([
-        ".shared .align 8 .b64 rmsc_bar;", f".shared .align 16 .f32 rmsc_val[{values * k}];",
-        "{", ".reg .pred p;", ".reg .b32 t, a;",
-        "mov.u32 t, %tid.x;", "setp.eq.u32 p, t, 0;", "mov.u32 a, rmsc_bar;",
-        "@p mbarrier.init.shared::cta.b64 [a], 1;",
-        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], {4 * values * k};",
-        "@p fence.mbarrier_init.release.cluster;",
-        "}", "barrier.cluster.arrive.relaxed.aligned;", "mov.u32 $0, $1;",
-    ])
+    return "\n".join(
+        [
+            ".shared .align 8 .b64 rmsc_bar;",
+            f".shared .align 16 .f32 rmsc_val[{values * k}];",
+            "{",
+            ".reg .pred p;",
+            ".reg .b32 t, a;",
+            "mov.u32 t, %tid.x;",
+            "setp.eq.u32 p, t, 0;",
+            "mov.u32 a, rmsc_bar;",
+            "@p mbarrier.init.shared::cta.b64 [a], 1;",
+            f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], {4 * values * k};",
+            "@p fence.mbarrier_init.release.cluster;",
+            "}",
+            "barrier.cluster.arrive.relaxed.aligned;",
+            "mov.u32 $0, $1;",
+        ]
+    )
 
 
 def exchange_asm(k: int, with_max: bool = False) -> str:
@@ -95,20 +104,29 @@ def exchange_asm(k: int, with_max: bool = False) -> str:
     vals = 2 if with_max else 1
     send = "{bits, mbits}" if with_max else "bits"
     lines = [
-        "{", ".reg .pred p, q;", ".reg .b32 base, bar, me, tid, la, ra, rb, bits, mbits;",
+        "{",
+        ".reg .pred p, q;",
+        ".reg .b32 base, bar, me, tid, la, ra, rb, bits, mbits;",
         f".reg .f32 v<{vals * k}>;",
-        "mov.u32 base, rmsc_val;", "mov.u32 bar, rmsc_bar;", "mov.u32 me, %cluster_ctarank;", "mov.u32 tid, %tid.x;",
-        f"setp.lt.u32 p, tid, {k};", f"mad.lo.u32 la, me, {4 * vals}, base;",
+        "mov.u32 base, rmsc_val;",
+        "mov.u32 bar, rmsc_bar;",
+        "mov.u32 me, %cluster_ctarank;",
+        "mov.u32 tid, %tid.x;",
+        f"setp.lt.u32 p, tid, {k};",
+        f"mad.lo.u32 la, me, {4 * vals}, base;",
         f"mov.b32 bits, ${2 if with_max else 1};",
     ]
     if with_max:
         lines.append("mov.b32 mbits, $3;")
     lines += [
         "barrier.cluster.wait.acquire.aligned;",
-        "@p mapa.shared::cluster.u32 ra, la, tid;", "@p mapa.shared::cluster.u32 rb, bar, tid;",
+        "@p mapa.shared::cluster.u32 ra, la, tid;",
+        "@p mapa.shared::cluster.u32 rb, bar, tid;",
         f"@p st.async.shared::cluster.mbarrier::complete_tx::bytes{'.v2' if with_max else ''}.b32 [ra], {send}, [rb];",
-        "wait_${:uid}:", "mbarrier.try_wait.parity.shared::cta.b64 q, [bar], 0;",
-        "vote.sync.all.pred q, q, 0xffffffff;", "@!q bra.uni wait_${:uid};",
+        "wait_${:uid}:",
+        "mbarrier.try_wait.parity.shared::cta.b64 q, [bar], 0;",
+        "vote.sync.all.pred q, q, 0xffffffff;",
+        "@!q bra.uni wait_${:uid};",
     ]
     n = vals * k
     for j in range(0, n, 4):
@@ -182,12 +200,38 @@ if GLUON:
         return a0 + b0, gl.maximum(a1, b1)
 
     @gluon.jit
-    def _fwd_cluster_kernel(X, stride_x, Y, stride_y, W, B, RSIG, SC, SCALE_IN, N, inv_n, eps, w_off: gl.constexpr,
-                            scale_ub, fp8_max,
-                            K: gl.constexpr, CHUNK: gl.constexpr, LAYOUT: gl.constexpr, SHARED: gl.constexpr,
-                            ARRIVE: gl.constexpr, EXCHANGE: gl.constexpr, IDENT: gl.constexpr, X_STAGED: gl.constexpr,
-                            EVEN: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, STORE_RSIG: gl.constexpr,
-                            OUT_MODE: gl.constexpr = 0, NEED_MAX: gl.constexpr = False, PDL: gl.constexpr = False):
+    def _fwd_cluster_kernel(
+        X,
+        stride_x,
+        Y,
+        stride_y,
+        W,
+        B,
+        RSIG,
+        SC,
+        SCALE_IN,
+        N,
+        inv_n,
+        eps,
+        w_off: gl.constexpr,
+        scale_ub,
+        fp8_max,
+        K: gl.constexpr,
+        CHUNK: gl.constexpr,
+        LAYOUT: gl.constexpr,
+        SHARED: gl.constexpr,
+        ARRIVE: gl.constexpr,
+        EXCHANGE: gl.constexpr,
+        IDENT: gl.constexpr,
+        X_STAGED: gl.constexpr,
+        EVEN: gl.constexpr,
+        HAS_W: gl.constexpr,
+        HAS_B: gl.constexpr,
+        STORE_RSIG: gl.constexpr,
+        OUT_MODE: gl.constexpr = 0,
+        NEED_MAX: gl.constexpr = False,
+        PDL: gl.constexpr = False,
+    ):
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
         # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
         # PDL: rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
@@ -240,8 +284,9 @@ if GLUON:
             # theirs (H100, FP8 row scales, us: 1024 x 131072 184.96 -> 153.64, 2048 x 65536 156.43 -> 146.18,
             # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes; NOTES.md v25)
             part, pmx = gl.reduce((x * x, gl.abs(xw)), 1, _sum_max)
-            ss, mx = gl.inline_asm_elementwise(EXCHANGE, "=f,=f,f,f", [part, pmx],
-                                               dtype=(gl.float32, gl.float32), is_pure=False, pack=1)
+            ss, mx = gl.inline_asm_elementwise(
+                EXCHANGE, "=f,=f,f,f", [part, pmx], dtype=(gl.float32, gl.float32), is_pure=False, pack=1
+            )
         else:
             ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
@@ -283,8 +328,9 @@ def row_max(out_mode: int) -> bool:
 X_STAGED_MIN_CTAS = 16  # CTAs a row from which x waits in shared memory through the exchange (x_staged)
 
 
-def x_staged(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True,
-             out_mode: int = OUT_CAST) -> bool:
+def x_staged(
+    n: int, chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True, out_mode: int = OUT_CAST
+) -> bool:
     """Whether x waits in shared memory through the exchange while the weight is loaded: at 64 elements a thread,
     with a weight of at most 16 bits (an fp32 weight in registers would take all 64 of them), no bias, and busy: at
     least two CTAs for every SM, so that others run while one waits (H100, NOTES.md v20, us, against the weight and
@@ -298,27 +344,62 @@ def x_staged(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, busy:
     262144 126.9 / 122.2, 142.6 / 139.3; 1024 x 131072 114.5 / 113.9, 135.8 / 138.2; dynamic 1024 x 262144 395.3 /
     387.7, 455.7 / 453.1), and a row max needs the weight beside x before the exchange, so the weight
     waits in shared memory and x in registers."""
-    return (chunk // (32 * num_warps) > 32 and cluster_size(n, chunk) >= X_STAGED_MIN_CTAS and w_size <= 2
-            and b_size == 0 and busy and out_mode == OUT_CAST)
+    return (
+        chunk // (32 * num_warps) > 32
+        and cluster_size(n, chunk) >= X_STAGED_MIN_CTAS
+        and w_size <= 2
+        and b_size == 0
+        and busy
+        and out_mode == OUT_CAST
+    )
 
 
-def shared_bytes(n: int, chunk: int, num_warps: int, x_size: int, w_size: int, b_size: int, busy: bool = True,
-                 out_mode: int = OUT_CAST) -> int:
+def shared_bytes(
+    n: int,
+    chunk: int,
+    num_warps: int,
+    x_size: int,
+    w_size: int,
+    b_size: int,
+    busy: bool = True,
+    out_mode: int = OUT_CAST,
+) -> int:
     """A CTA's staging buffers: the bias, and x or the weight (x_staged), element sizes in bytes (0: absent)."""
     staged = x_size if x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode) else w_size
     return chunk * (staged + b_size)
 
 
-def constants(n: int, chunk: int, num_warps: int, w_size: int, b_size: int, store_rsigma: bool,
-              x_size: int = 2, busy: bool = True, out_mode: int = OUT_CAST) -> dict:
+def constants(
+    n: int,
+    chunk: int,
+    num_warps: int,
+    w_size: int,
+    b_size: int,
+    store_rsigma: bool,
+    x_size: int = 2,
+    busy: bool = True,
+    out_mode: int = OUT_CAST,
+) -> dict:
     """The kernel's constexpr arguments for a row of n in chunk-column pieces; x, weight and bias element sizes in
     bytes (0: no weight or bias), busy as x_staged takes it, out_mode as fp8.OUT_*; as launched and as ptx_report
     compiles it."""
     k, with_max = cluster_size(n, chunk), row_max(out_mode)
-    return dict(K=k, CHUNK=chunk, LAYOUT=layout(k, num_warps), SHARED=shared_layout(k),
-                ARRIVE=arrive_asm(k, 2 if with_max else 1), EXCHANGE=exchange_asm(k, with_max), IDENT=x_size == 2,
-                X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode), EVEN=k * chunk == n,
-                HAS_W=w_size > 0, HAS_B=b_size > 0, STORE_RSIG=store_rsigma, OUT_MODE=out_mode, NEED_MAX=with_max)
+    return dict(
+        K=k,
+        CHUNK=chunk,
+        LAYOUT=layout(k, num_warps),
+        SHARED=shared_layout(k),
+        ARRIVE=arrive_asm(k, 2 if with_max else 1),
+        EXCHANGE=exchange_asm(k, with_max),
+        IDENT=x_size == 2,
+        X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode),
+        EVEN=k * chunk == n,
+        HAS_W=w_size > 0,
+        HAS_B=b_size > 0,
+        STORE_RSIG=store_rsigma,
+        OUT_MODE=out_mode,
+        NEED_MAX=with_max,
+    )
 
 
 def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
@@ -327,14 +408,34 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
     k = cluster_size(n, chunk)
     per_thread = chunk // (32 * num_warps)
     if not supported(device):
-        raise TritonRuleError("config.cluster", "the cluster kernel needs Gluon with CTA-split layouts (Triton >= 3.6) and a CUDA device of compute capability >= 9 (clusters, distributed shared memory); it does not run under the interpreter", f"device {device}, Gluon {GLUON}", "config=None")
+        raise TritonRuleError(
+            "config.cluster",
+            "the cluster kernel needs Gluon with CTA-split layouts (Triton >= 3.6) and a CUDA device of compute capability >= 9 (clusters, distributed shared memory); it does not run under the interpreter",
+            f"device {device}, Gluon {GLUON}",
+            "config=None",
+        )
     if chunk & (chunk - 1) or per_thread < VEC or per_thread % VEC:
-        raise TritonRuleError("config.chunk", f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread ({VEC * 32 * num_warps} at {num_warps} warps)", chunk, f"chunk={max(chunk, VEC * 32 * num_warps)}")
+        raise TritonRuleError(
+            "config.chunk",
+            f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread ({VEC * 32 * num_warps} at {num_warps} warps)",
+            chunk,
+            f"chunk={max(chunk, VEC * 32 * num_warps)}",
+        )
     if not 2 <= k <= MAX_CLUSTER:
-        raise TritonRuleError("config.cluster_size", f"a row of {n} in chunks of {chunk} takes {k} CTAs; a cluster holds 2 to {MAX_CLUSTER}", k, f"chunk between {max(VEC * 32 * num_warps, -(-n // MAX_CLUSTER))} and {n // 2 if n > 1 else 1}")
+        raise TritonRuleError(
+            "config.cluster_size",
+            f"a row of {n} in chunks of {chunk} takes {k} CTAs; a cluster holds 2 to {MAX_CLUSTER}",
+            k,
+            f"chunk between {max(VEC * 32 * num_warps, -(-n // MAX_CLUSTER))} and {n // 2 if n > 1 else 1}",
+        )
     limit = shared_budget(device)
     if staged > limit:
-        raise TritonRuleError("config.chunk", f"a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, {staged // chunk} bytes a column, within {limit} bytes", staged, f"chunk={1 << (limit // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)")
+        raise TritonRuleError(
+            "config.chunk",
+            f"a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, {staged // chunk} bytes a column, within {limit} bytes",
+            staged,
+            f"chunk={1 << (limit // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)",
+        )
     return k
 
 
@@ -343,25 +444,75 @@ def element_size(t) -> int:
     return 0 if t is None else t.element_size()
 
 
-def launch(x2: torch.Tensor, y2: torch.Tensor, weight, bias, rsigma, n: int, inv_n: float, eps: float,
-           weight_offset: float, chunk: int, num_warps: int, maxnreg: int = 0, busy: bool = True,
-           out_mode: int = OUT_CAST, sc=None, scale_in=None, scale_ub: float = 3.0e38, fp8_max: float = 1.0,
-           pdl: bool = False) -> None:
+def launch(
+    x2: torch.Tensor,
+    y2: torch.Tensor,
+    weight,
+    bias,
+    rsigma,
+    n: int,
+    inv_n: float,
+    eps: float,
+    weight_offset: float,
+    chunk: int,
+    num_warps: int,
+    maxnreg: int = 0,
+    busy: bool = True,
+    out_mode: int = OUT_CAST,
+    sc=None,
+    scale_in=None,
+    scale_ub: float = 3.0e38,
+    fp8_max: float = 1.0,
+    pdl: bool = False,
+) -> None:
     """One row a cluster of cluster_size(n, chunk) CTAs of num_warps warps, chunk columns each, at most maxnreg
     registers a thread (0: ptxas decides); busy: at least two CTAs for every SM (x_staged). out_mode (fp8.OUT_*) with
     sc (float32 [M]: the row scales, or the row maxima), scale_in (the one given scale), scale_ub and fp8_max as
     rmsnorm_fwd takes them. rmsnorm_fwd validates the inputs, and the launch shape by check, before any device work."""
-    consts = constants(n, chunk, num_warps, element_size(weight), element_size(bias), rsigma is not None,
-                       x2.element_size(), busy, out_mode)
-    key = (n, chunk, num_warps, maxnreg, out_mode, x2.dtype, y2.dtype, element_size(weight), element_size(bias),
-           rsigma is not None, busy, float(weight_offset))
+    consts = constants(
+        n,
+        chunk,
+        num_warps,
+        element_size(weight),
+        element_size(bias),
+        rsigma is not None,
+        x2.element_size(),
+        busy,
+        out_mode,
+    )
+    key = (
+        n,
+        chunk,
+        num_warps,
+        maxnreg,
+        out_mode,
+        x2.dtype,
+        y2.dtype,
+        element_size(weight),
+        element_size(bias),
+        rsigma is not None,
+        busy,
+        float(weight_offset),
+    )
     cap = register_cap(key, maxnreg)
     dummy = x2
     compiled = _fwd_cluster_kernel[(x2.shape[0],)](
-        x2, x2.stride(0), y2, y2.stride(0),
+        x2,
+        x2.stride(0),
+        y2,
+        y2.stride(0),
         *(t if t is not None else dummy for t in (weight, bias, rsigma, sc, scale_in)),
-        n, inv_n, eps, float(weight_offset), float(scale_ub), float(fp8_max),
-        **consts, PDL=pdl, num_warps=num_warps, num_ctas=consts["K"], **({"maxnreg": cap} if cap else {}),
+        n,
+        inv_n,
+        eps,
+        float(weight_offset),
+        float(scale_ub),
+        float(fp8_max),
+        **consts,
+        PDL=pdl,
+        num_warps=num_warps,
+        num_ctas=consts["K"],
+        **({"maxnreg": cap} if cap else {}),
         **({"launch_pdl": True} if pdl else {}),
     )
     note_spills(key, cap, getattr(compiled, "n_spills", 0))
@@ -389,4 +540,6 @@ def register_cap(key: tuple, maxnreg: int) -> int:
 def note_spills(key: tuple, cap: int, spill_bytes: int) -> None:
     if cap and spill_bytes > SPILL_OK_BYTES:
         _SPILLED.add(key)
-        logger.debug(f"cluster launch {key}: {spill_bytes} bytes spilled under a cap of {cap} registers; uncapped from now on")
+        logger.debug(
+            f"cluster launch {key}: {spill_bytes} bytes spilled under a cap of {cap} registers; uncapped from now on"
+        )

@@ -131,7 +131,9 @@ class FwdConfig:
     # weight held as 32-bit words (split_words_fit)
     reverse: bool = True  # looped: the normalize pass walks the chunks last to first (long rows: the chunks read last
     # are the likeliest still in L2); False walks them in order (a row a program in two chunks, NOTES.md v17)
-    stages: int = 3  # split with words: row blocks in registers; 4 publishes two blocks ahead and reads the exchange early
+    stages: int = (
+        3  # split with words: row blocks in registers; 4 publishes two blocks ahead and reads the exchange early
+    )
     maxnreg: int = 0  # registers per thread capped (0: the compiler's choice), e.g. 128 for two split programs per SM
 
 
@@ -170,13 +172,24 @@ def _cluster_launch(chunk: int, per_thread: int, row_max: bool) -> FwdConfig:
 
 
 def split_default(device) -> FwdConfig:
-    return FwdConfig("split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=SPLIT_PER_SM * sm_count(device),
-                     maxnreg=SPLIT_MAXNREG)
+    return FwdConfig(
+        "split", SPLIT_WARPS, chunk=SPLIT_CHUNK, programs=SPLIT_PER_SM * sm_count(device), maxnreg=SPLIT_MAXNREG
+    )
 
 
-def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = True, bias: bool = False,
-               words_ok: bool = False, split_words_ok: bool = False, cluster_ok: bool = False,
-               async_ok: bool = False, row_max: bool = False) -> FwdConfig:
+def fwd_config(
+    m: int,
+    n: int,
+    device,
+    fused: bool = False,
+    split_ok: bool = True,
+    bias: bool = False,
+    words_ok: bool = False,
+    split_words_ok: bool = False,
+    cluster_ok: bool = False,
+    async_ok: bool = False,
+    row_max: bool = False,
+) -> FwdConfig:
     """Launch shape by size, from the H200 sweeps in NOTES.md (`benchmark --sweep`, `--sweep-long`). fused: a residual
     add, distributed stats or FP8 output rides along. split_ok: False where the split kernel cannot serve (a bias
     with a row max: FP8 row or dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read
@@ -216,8 +229,11 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
         # row scales 2048 x 65536 126.2 / 142.2 against 136.1 / 146.3, 4096 x 32768 114.3 / 136.4 against 122.6 /
         # 138.0, 1024 x 131072 132.5 / 147.0 against 144.8 / 153.3. Not with a bias (unmeasured; x is not staged
         # beside one) nor fp32 rows.
-        wide = n == CLUSTER_N[1] or not bias and (
-            n > WIDE_CHUNK_N or m * n >= CLUSTER_WIDE_MIN_ELEMENTS and (fused or n == WIDE_CHUNK_N))
+        wide = (
+            n == CLUSTER_N[1]
+            or not bias
+            and (n > WIDE_CHUNK_N or m * n >= CLUSTER_WIDE_MIN_ELEMENTS and (fused or n == WIDE_CHUNK_N))
+        )
         per_thread = 2 * CLUSTER_PER_THREAD if words_ok and wide else CLUSTER_PER_THREAD
         min_warps = 8 if row_max and per_thread > CLUSTER_PER_THREAD else 4
         chunk = max(min_warps * 32 * per_thread, n // rmsnorm_cluster.MAX_CLUSTER)
@@ -252,10 +268,16 @@ def fwd_config(m: int, n: int, device, fused: bool = False, split_ok: bool = Tru
             cfg = replace(cfg, words=True, stages=4 if triton.cdiv(n, cfg.chunk) >= 32 else 3)
         return cfg
     plain_words = words_ok and not (fused or bias) and n & (n - 1) == 0
-    two_pass = (plain_words and TWO_PASS_N[0] <= n <= TWO_PASS_N[1] and m >= TWO_PASS_MIN_M
-                and m * n >= TWO_PASS_MIN_ELEMENTS)
-    if (async_ok and plain_words and ASYNC_N[0] <= n <= ASYNC_N[1] and m > 4 * sms
-            and not (two_pass and m >= ASYNC_MAX_M)):
+    two_pass = (
+        plain_words and TWO_PASS_N[0] <= n <= TWO_PASS_N[1] and m >= TWO_PASS_MIN_M and m * n >= TWO_PASS_MIN_ELEMENTS
+    )
+    if (
+        async_ok
+        and plain_words
+        and ASYNC_N[0] <= n <= ASYNC_N[1]
+        and m > 4 * sms
+        and not (two_pass and m >= ASYNC_MAX_M)
+    ):
         # whole rows, x moved by cp.async, 32 elements a thread (H100, NOTES.md v20, us, medians of 3 alternations
         # against the launch this function gave before): 4096 x 4096 24.90 against 25.08, 2048 x 4096 10.76 against
         # 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x 8192 11.03 against 11.51, 4096 x 8192
@@ -392,7 +414,9 @@ def row_words_sumsq(P, stride, row, N, WORDS: tl.constexpr):
     for a second read. P's base and stride even in elements (wordable_rows)."""
     wc = tl.arange(0, WORDS)
     PW = P.to(tl.pointer_type(tl.int32))
-    v = tl.load(PW + tl.cast(row, tl.int64) * (stride // 2) + wc, mask=wc < N // 2, other=0, eviction_policy="evict_last")
+    v = tl.load(
+        PW + tl.cast(row, tl.int64) * (stride // 2) + wc, mask=wc < N // 2, other=0, eviction_policy="evict_last"
+    )
     lo, hi = unpack_words(v, P.dtype.element_ty)
     return tl.sum(lo * lo + hi * hi, axis=0)
 
@@ -409,17 +433,25 @@ def unpack_words(v, DT: tl.constexpr):
 @triton.jit
 def load_words(P, stride, rows, M, jc, j_ok):
     """Words jc of rows `rows` of the 16-bit [M, N] tensor P as int32 [BLOCK_M, CHUNK // 2], 0 where masked."""
-    return tl.load(P.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride // 2) + jc[None, :],
-                   mask=(rows < M)[:, None] & j_ok[None, :], other=0)
+    return tl.load(
+        P.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride // 2) + jc[None, :],
+        mask=(rows < M)[:, None] & j_ok[None, :],
+        other=0,
+    )
 
 
 @triton.jit
 def store_words(P, stride, rows, M, jc, j_ok, lo, hi):
     """load_words' inverse: lo and hi (fp32 [BLOCK_M, CHUNK // 2]) rounded to P's 16-bit dtype, stored as words jc."""
     DT: tl.constexpr = P.dtype.element_ty
-    words = (lo.to(DT).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(DT).to(tl.int16, bitcast=True).to(tl.int32) << 16)
-    tl.store(P.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride // 2) + jc[None, :], words,
-             mask=(rows < M)[:, None] & j_ok[None, :])
+    words = (lo.to(DT).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (
+        hi.to(DT).to(tl.int16, bitcast=True).to(tl.int32) << 16
+    )
+    tl.store(
+        P.to(tl.pointer_type(tl.int32)) + rows.to(tl.int64)[:, None] * (stride // 2) + jc[None, :],
+        words,
+        mask=(rows < M)[:, None] & j_ok[None, :],
+    )
 
 
 @triton.jit
@@ -432,15 +464,18 @@ def weight_words(ww, W, w_off: tl.constexpr):
 @triton.jit
 def load_rows(P, stride, rows, M, cols, col_ok):
     """P[rows, cols] in its stored dtype, zero where rows >= M or not col_ok (rows [BLOCK_M], cols [n])."""
-    return tl.load(P + rows.to(tl.int64)[:, None] * stride + cols[None, :], mask=(rows < M)[:, None] & col_ok[None, :],
-                   other=0.0)
+    return tl.load(
+        P + rows.to(tl.int64)[:, None] * stride + cols[None, :], mask=(rows < M)[:, None] & col_ok[None, :], other=0.0
+    )
 
 
 @triton.jit
 def residual_sum(h, R, stride_r, RO, r64, cols, mask):
     """h + residual, rounded to residual_out's dtype and returned in it: the rounded sum is what gets normalized, as
     an unfused x + r then norm."""
-    return (h + tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)).to(RO.dtype.element_ty)
+    return (h + tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)).to(
+        RO.dtype.element_ty
+    )
 
 
 @triton.jit
@@ -462,23 +497,45 @@ def gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M: tl.const
 
 
 @triton.jit
-def fp8_quantize(v, fp8_max, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
-                 Y_SUB: tl.constexpr):
+def fp8_quantize(
+    v, fp8_max, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr
+):
     """v (already divided by its scale) clamped to the FP8 range and rounded to Y_DTYPE."""
     q = tl.minimum(tl.maximum(v, -fp8_max), fp8_max)
     return pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y_DTYPE)
 
 
 @triton.jit
-def _store_fp8(v, Y, stride_y, r64, cols, mask, fp8_max, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
-               Y_SUB: tl.constexpr):
-    tl.store(Y + r64 * stride_y + cols[None, :], fp8_quantize(v, fp8_max, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB),
-             mask=mask)
+def _store_fp8(
+    v, Y, stride_y, r64, cols, mask, fp8_max, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr
+):
+    tl.store(
+        Y + r64 * stride_y + cols[None, :],
+        fp8_quantize(v, fp8_max, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB),
+        mask=mask,
+    )
 
 
 @triton.jit
-def _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, sc_mask, scale_ub, fp8_max,
-               OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
+def _store_out(
+    v,
+    amax,
+    Y,
+    stride_y,
+    SC,
+    SCALE_IN,
+    rows,
+    r64,
+    cols,
+    mask,
+    sc_mask,
+    scale_ub,
+    fp8_max,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+):
     """Write the normalized rows v [BLOCK_M, cols] as OUT_MODE says: cast (0), FP8 with per-row scales from the row
     max amax (1), FP8 with the one given scale (2), or only the row max (3, first pass of a dynamic tensor scale).
     sc_mask: which programs write the per-row values (one program per row when a row is split)."""
@@ -555,8 +612,12 @@ def split_words(XCH, rows, row_ok, SPLITS: tl.constexpr, XW: tl.constexpr):
     """split_reduce's first read of the rows' words, [BLOCK_M, XW]: issued apart, it is in flight while the program
     does other work, and split_reduce_from waits for it."""
     gs = tl.arange(0, XW)
-    return tl.load(XCH + rows[:, None] * XW + gs[None, :], mask=row_ok[:, None] & (gs < SPLITS)[None, :],
-                   other=SPLIT_FLAG, volatile=True)
+    return tl.load(
+        XCH + rows[:, None] * XW + gs[None, :],
+        mask=row_ok[:, None] & (gs < SPLITS)[None, :],
+        other=SPLIT_FLAG,
+        volatile=True,
+    )
 
 
 @triton.jit
@@ -585,13 +646,42 @@ def _sum_max(a0, a1, b0, b1):  # combine of the (sum of squares, max|h*w|) reduc
 
 @triton.jit
 def _fwd_rows_kernel(
-    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
-    W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
-    M, N, inv_n, eps, w_off: tl.constexpr, scale_ub, fp8_max,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICES: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
-    STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr, PDL: tl.constexpr = False,
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    W,
+    B,
+    RSIG,
+    SC,
+    STATS,
+    stride_stats,
+    n_stats,
+    SCALE_IN,
+    M,
+    N,
+    inv_n,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SLICES: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    HAS_STATS: tl.constexpr,
+    STORE_RSIG: tl.constexpr,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+    PDL: tl.constexpr = False,
     JOINT_MAX: tl.constexpr = False,
 ):
     if PDL:
@@ -665,8 +755,25 @@ def _fwd_rows_kernel(
             amax = rs * hwmax  # masked columns are 0 in h
         else:
             amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
-    _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, row_ok & first, scale_ub, fp8_max,
-               OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+    _store_out(
+        v,
+        amax,
+        Y,
+        stride_y,
+        SC,
+        SCALE_IN,
+        rows,
+        r64,
+        cols,
+        mask,
+        row_ok & first,
+        scale_ub,
+        fp8_max,
+        OUT_MODE,
+        Y_DROP,
+        Y_MIN_NORMAL,
+        Y_SUB,
+    )
 
 
 @triton.jit
@@ -682,8 +789,16 @@ def _looped_scaled(h, W, B, c, ok, rs, w_off: tl.constexpr, HAS_W: tl.constexpr,
 
 
 @triton.jit
-def _looped_cast(v, recip, fp8_max, Y_DTYPE: tl.constexpr, OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr,
-                 Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr):
+def _looped_cast(
+    v,
+    recip,
+    fp8_max,
+    Y_DTYPE: tl.constexpr,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+):
     """The normalized v in the output dtype: FP8 (OUT_MODE 1, 2) times the scale's reciprocal, clamped and rounded;
     otherwise rounded."""
     if OUT_MODE != 0:
@@ -694,9 +809,25 @@ def _looped_cast(v, recip, fp8_max, Y_DTYPE: tl.constexpr, OUT_MODE: tl.constexp
 
 
 @triton.jit
-def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off: tl.constexpr, fp8_max, HAS_W: tl.constexpr,
-                      HAS_B: tl.constexpr, OUT_MODE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
-                      Y_EVICT: tl.constexpr):
+def _looped_out_chunk(
+    hrow,
+    yrow,
+    W,
+    B,
+    c,
+    N,
+    rs,
+    recip,
+    w_off: tl.constexpr,
+    fp8_max,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+    Y_EVICT: tl.constexpr,
+):
     """The looped kernel's normalize pass at columns c of one row: h re-read from L2 (the last read: evict_first),
     scaled, cast, stored (with Y_EVICT as the store's eviction policy)."""
     ok = c < N
@@ -708,13 +839,44 @@ def _looped_out_chunk(hrow, yrow, W, B, c, N, rs, recip, w_off: tl.constexpr, fp
 
 @triton.jit
 def _fwd_looped_kernel(
-    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
-    W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
-    M, N, inv_n, eps, w_off: tl.constexpr, scale_ub, fp8_max,
-    CHUNK: tl.constexpr, HEAD: tl.constexpr, WORDS: tl.constexpr, REVERSE: tl.constexpr, ONE_ROW: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
-    STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr, PDL: tl.constexpr = False,
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    W,
+    B,
+    RSIG,
+    SC,
+    STATS,
+    stride_stats,
+    n_stats,
+    SCALE_IN,
+    M,
+    N,
+    inv_n,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    CHUNK: tl.constexpr,
+    HEAD: tl.constexpr,
+    WORDS: tl.constexpr,
+    REVERSE: tl.constexpr,
+    ONE_ROW: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    HAS_STATS: tl.constexpr,
+    STORE_RSIG: tl.constexpr,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     if PDL:
         dependent_launch()
@@ -767,7 +929,9 @@ def _fwd_looped_kernel(
                 ok = c < N
                 h = tl.load(xrow + c, mask=ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
                 if HAS_RES:
-                    h += tl.load(R + r64 * stride_r + c, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                    h += tl.load(R + r64 * stride_r + c, mask=ok, other=0.0, eviction_policy="evict_first").to(
+                        tl.float32
+                    )
                     hq = h.to(RO.dtype.element_ty)
                     tl.store(hrow + c, hq, mask=ok, eviction_policy="evict_last")
                     h = hq.to(tl.float32)
@@ -823,22 +987,75 @@ def _fwd_looped_kernel(
             # to 8192, read back right after the sum) without a hint: 0.5% faster at 16384 x 8192 (H200, NOTES.md v27)
             if REVERSE:
                 for j in range(n_chunks):
-                    _looped_out_chunk(hrow, yrow, W, B, HEAD + (n_chunks - 1 - j) * CHUNK + cols, N, rs, recip, w_off,
-                                      fp8_max, HAS_W, HAS_B, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB, "evict_first")
+                    _looped_out_chunk(
+                        hrow,
+                        yrow,
+                        W,
+                        B,
+                        HEAD + (n_chunks - 1 - j) * CHUNK + cols,
+                        N,
+                        rs,
+                        recip,
+                        w_off,
+                        fp8_max,
+                        HAS_W,
+                        HAS_B,
+                        OUT_MODE,
+                        Y_DROP,
+                        Y_MIN_NORMAL,
+                        Y_SUB,
+                        "evict_first",
+                    )
             else:
                 for c0 in tl.range(HEAD, N, CHUNK):
-                    _looped_out_chunk(hrow, yrow, W, B, c0 + cols, N, rs, recip, w_off, fp8_max, HAS_W, HAS_B,
-                                      OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB, "")
+                    _looped_out_chunk(
+                        hrow,
+                        yrow,
+                        W,
+                        B,
+                        c0 + cols,
+                        N,
+                        rs,
+                        recip,
+                        w_off,
+                        fp8_max,
+                        HAS_W,
+                        HAS_B,
+                        OUT_MODE,
+                        Y_DROP,
+                        Y_MIN_NORMAL,
+                        Y_SUB,
+                        "",
+                    )
             if HEAD > 0:
                 vh = _looped_scaled(hh, W, B, hc, None, rs, w_off, HAS_W, HAS_B)
-                tl.store(yrow + hc, _looped_cast(vh, recip, fp8_max, Y.dtype.element_ty, OUT_MODE, Y_DROP, Y_MIN_NORMAL,
-                                                 Y_SUB))
+                tl.store(
+                    yrow + hc,
+                    _looped_cast(vh, recip, fp8_max, Y.dtype.element_ty, OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB),
+                )
 
 
 @triton.jit
-def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
-                       XW: tl.constexpr, HAS_W: tl.constexpr, HAS_RES: tl.constexpr,
-                       HAS_STATS: tl.constexpr, NEED_AMAX: tl.constexpr):
+def _fwd_split_publish(
+    xv,
+    rows,
+    row_ok,
+    mask,
+    cols,
+    w,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    XSS,
+    XMX,
+    g,
+    XW: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    HAS_STATS: tl.constexpr,
+    NEED_AMAX: tl.constexpr,
+):
     """First half of a row block in the split kernel: h (x, or x + residual rounded and stored as residual_out), its
     chunk's partials stored and published. Returns h in its storage dtype (fewer registers while it waits)."""
     hn = xv
@@ -857,14 +1074,44 @@ def _fwd_split_publish(xv, rows, row_ok, mask, cols, w, R, stride_r, RO, stride_
 
 @triton.jit
 def _fwd_split_kernel(
-    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y,
-    W, B, RSIG, SC, STATS, stride_stats, n_stats, SCALE_IN,
-    M, N, inv_n, eps, w_off: tl.constexpr, scale_ub, fp8_max,
-    XSS, XMX,
-    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_B: tl.constexpr, HAS_RES: tl.constexpr, HAS_STATS: tl.constexpr,
-    STORE_RSIG: tl.constexpr, OUT_MODE: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    W,
+    B,
+    RSIG,
+    SC,
+    STATS,
+    stride_stats,
+    n_stats,
+    SCALE_IN,
+    M,
+    N,
+    inv_n,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    XSS,
+    XMX,
+    SPLITS: tl.constexpr,
+    XW: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    HAS_STATS: tl.constexpr,
+    STORE_RSIG: tl.constexpr,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
 ):
     # A row is cut into SPLITS column chunks, one per program (program = lane * SPLITS + g): each program keeps its
     # chunk of BLOCK_M rows in registers, so x is read from DRAM once however long the row (the looped kernel reads
@@ -885,15 +1132,51 @@ def _fwd_split_kernel(
     rows = first_row + ar
     mask = (rows < M)[:, None] & col_ok[None, :]
     x_a = load_rows(X, stride_x, rows, M, cols, col_ok)
-    h_a = _fwd_split_publish(x_a, rows, rows < M, mask, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
-                             XW, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
+    h_a = _fwd_split_publish(
+        x_a,
+        rows,
+        rows < M,
+        mask,
+        cols,
+        w,
+        R,
+        stride_r,
+        RO,
+        stride_ro,
+        XSS,
+        XMX,
+        g,
+        XW,
+        HAS_W,
+        HAS_RES,
+        HAS_STATS,
+        NEED_AMAX,
+    )
     x_b = load_rows(X, stride_x, first_row + step + ar, M, cols, col_ok)
     for start in range(first_row, M, step):
         x_c = load_rows(X, stride_x, start + 2 * step + ar, M, cols, col_ok)
         rows_b = start + step + ar
         mask_b = (rows_b < M)[:, None] & col_ok[None, :]
-        h_b = _fwd_split_publish(x_b, rows_b, rows_b < M, mask_b, cols, w, R, stride_r, RO, stride_ro, XSS, XMX, g,
-                                 XW, HAS_W, HAS_RES, HAS_STATS, NEED_AMAX)
+        h_b = _fwd_split_publish(
+            x_b,
+            rows_b,
+            rows_b < M,
+            mask_b,
+            cols,
+            w,
+            R,
+            stride_r,
+            RO,
+            stride_ro,
+            XSS,
+            XMX,
+            g,
+            XW,
+            HAS_W,
+            HAS_RES,
+            HAS_STATS,
+            NEED_AMAX,
+        )
         # finish block k
         rows = start + ar
         row_ok = rows < M
@@ -931,8 +1214,25 @@ def _fwd_split_kernel(
                 v = v * w[None, :]
             if HAS_B:
                 v += b[None, :]
-            _store_out(v, amax, Y, stride_y, SC, SCALE_IN, rows, r64, cols, mask, first, scale_ub, fp8_max,
-                       OUT_MODE, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            _store_out(
+                v,
+                amax,
+                Y,
+                stride_y,
+                SC,
+                SCALE_IN,
+                rows,
+                r64,
+                cols,
+                mask,
+                first,
+                scale_ub,
+                fp8_max,
+                OUT_MODE,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
         h_a = h_b
         x_b = x_c
 
@@ -945,9 +1245,25 @@ def _words_sumsq_publish(xw, rows, M, XSS, g, XW: tl.constexpr, DT: tl.constexpr
 
 @triton.jit
 def _fwd_split_words_kernel(
-    X, stride_x, Y, stride_y, W, RSIG, M, N, inv_n, eps, w_off: tl.constexpr, XSS,
-    SPLITS: tl.constexpr, XW: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, STAGES: tl.constexpr,
-    HAS_W: tl.constexpr, STORE_RSIG: tl.constexpr,
+    X,
+    stride_x,
+    Y,
+    stride_y,
+    W,
+    RSIG,
+    M,
+    N,
+    inv_n,
+    eps,
+    w_off: tl.constexpr,
+    XSS,
+    SPLITS: tl.constexpr,
+    XW: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    STAGES: tl.constexpr,
+    HAS_W: tl.constexpr,
+    STORE_RSIG: tl.constexpr,
 ):
     # _fwd_split_kernel for plain rows (x normalized as given, cast output, no bias), with x, y and the weight as
     # 32-bit words (column pair j = word j of the chunk, lo / hi its even / odd column): half the registers of 16-bit
@@ -1039,21 +1355,40 @@ def resolve_pdl(device, enable_pdl: bool | None) -> bool:
     """Whether to launch with PDL: enable_pdl, or (None) wherever it runs; True where it cannot run is refused."""
     supported = pdl_supported(device)
     if enable_pdl and not supported:
-        raise TritonRuleError("enable_pdl.device", "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose launcher has launch_pdl", f"device {device}, Triton launch_pdl {_PDL}", "enable_pdl=None (on where supported) or False")
+        raise TritonRuleError(
+            "enable_pdl.device",
+            "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose launcher has launch_pdl",
+            f"device {device}, Triton launch_pdl {_PDL}",
+            "enable_pdl=None (on where supported) or False",
+        )
     return supported if enable_pdl is None else bool(enable_pdl)
 
 
-def split_shape(m: int, n: int, chunk: int, block_m: int, programs: int, device, exchange: bool = True) -> tuple[int, int, int]:
+def split_shape(
+    m: int, n: int, chunk: int, block_m: int, programs: int, device, exchange: bool = True
+) -> tuple[int, int, int]:
     """(splits, exchange row width, lanes) of a split launch: splits programs per row block, lanes row blocks in
     flight, splits * lanes <= programs (all resident together, or the exchange would wait forever)."""
     if chunk <= 0 or chunk & (chunk - 1):
-        raise TritonRuleError("config.chunk", "config.chunk of a split launch must be a power of two", chunk, "config=None")
+        raise TritonRuleError(
+            "config.chunk", "config.chunk of a split launch must be a power of two", chunk, "config=None"
+        )
     cap = programs or sm_count(device)
     splits = triton.cdiv(n, chunk)
     if splits > cap:
-        raise TritonRuleError("config.chunk", f"a row of {n} in chunks of {chunk} needs {splits} programs resident together, more than {cap}", chunk, f"chunk >= {triton.next_power_of_2(triton.cdiv(n, cap))}")
+        raise TritonRuleError(
+            "config.chunk",
+            f"a row of {n} in chunks of {chunk} needs {splits} programs resident together, more than {cap}",
+            chunk,
+            f"chunk >= {triton.next_power_of_2(triton.cdiv(n, cap))}",
+        )
     if exchange and splits > 1 and device.type != "cuda":
-        raise TritonRuleError("config.split_interpreter", "the interpreter runs programs one after another, so programs exchanging row partials would wait forever", f"{splits} splits on {device.type}", f"chunk >= {triton.next_power_of_2(n)} (one program per row)")
+        raise TritonRuleError(
+            "config.split_interpreter",
+            "the interpreter runs programs one after another, so programs exchanging row partials would wait forever",
+            f"{splits} splits on {device.type}",
+            f"chunk >= {triton.next_power_of_2(n)} (one program per row)",
+        )
     lanes = max(1, min(triton.cdiv(m, block_m), cap // splits))
     return splits, triton.next_power_of_2(splits), lanes
 
@@ -1075,7 +1410,12 @@ def _out_mode(dtype, scale_mode, scale) -> int:
         return OUT_CAST
     if scale_mode == "row":
         if scale is not None:
-            raise TritonRuleError("scale.row_mode", "a given scale applies to scale_mode='tensor' only", "scale with scale_mode='row'", "scale_mode='tensor'")
+            raise TritonRuleError(
+                "scale.row_mode",
+                "a given scale applies to scale_mode='tensor' only",
+                "scale with scale_mode='row'",
+                "scale_mode='tensor'",
+            )
         return OUT_FP8_ROW
     return OUT_FP8_STATIC
 
@@ -1124,31 +1464,66 @@ def rmsnorm_fwd(
     check_vector(bias, n, "bias", x.device)
     check_same_rows(residual, x, "residual")
     if weight is None and weight_offset != 0.0:
-        raise TritonRuleError("weight_offset.no_weight", "weight_offset shifts a weight, but weight is None", weight_offset, "pass weight or weight_offset=0.0")
+        raise TritonRuleError(
+            "weight_offset.no_weight",
+            "weight_offset shifts a weight, but weight is None",
+            weight_offset,
+            "pass weight or weight_offset=0.0",
+        )
     out_dtype = x.dtype if dtype is None else dtype
     if out_dtype not in (torch.bfloat16, torch.float16, torch.float32) and not fp8mod.is_fp8(out_dtype):
         fp8mod.fp8_format(out_dtype)  # raises with the FP8 rule
     if scale_mode not in fp8mod.SCALE_MODES:
-        raise TritonRuleError("scale_mode.value", f"scale_mode must be one of {fp8mod.SCALE_MODES}", scale_mode, "scale_mode='row'")
+        raise TritonRuleError(
+            "scale_mode.value", f"scale_mode must be one of {fp8mod.SCALE_MODES}", scale_mode, "scale_mode='row'"
+        )
     if not (scale_ub > 0):
         raise TritonRuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
     if scale is not None:
         if not fp8mod.is_fp8(out_dtype):
-            raise TritonRuleError("scale.dtype", "a scale is only used for FP8 output", out_dtype, "dtype=torch.float8_e4m3fn")
+            raise TritonRuleError(
+                "scale.dtype", "a scale is only used for FP8 output", out_dtype, "dtype=torch.float8_e4m3fn"
+            )
         if scale.numel() != 1 or scale.dtype != torch.float32 or scale.device != x.device:
-            raise TritonRuleError("scale.shape", "scale must be one float32 element on x's device", (tuple(scale.shape), scale.dtype, scale.device), "torch.tensor([s], dtype=torch.float32, device=x.device)")
+            raise TritonRuleError(
+                "scale.shape",
+                "scale must be one float32 element on x's device",
+                (tuple(scale.shape), scale.dtype, scale.device),
+                "torch.tensor([s], dtype=torch.float32, device=x.device)",
+            )
     hidden = n if hidden_size is None else int(hidden_size)
     if hidden < n:
-        raise TritonRuleError("hidden_size.range", f"hidden_size must be >= the local width {n}", hidden_size, "hidden_size = the global hidden dim")
+        raise TritonRuleError(
+            "hidden_size.range",
+            f"hidden_size must be >= the local width {n}",
+            hidden_size,
+            "hidden_size = the global hidden dim",
+        )
     pdl = resolve_pdl(x.device, enable_pdl)
 
     x2 = as_rows(x)
     m = x2.shape[0]
     if stats is not None:
-        if stats.dim() != 2 or stats.shape[1] != m or stats.dtype != torch.float32 or stats.stride(1) != 1 or stats.device != x.device:
-            raise TritonRuleError("stats.shape", f"stats must be float32 [world, {m}] with contiguous rows on x's device", (tuple(stats.shape), stats.dtype), "stack the gathered pre_stats outputs")
+        if (
+            stats.dim() != 2
+            or stats.shape[1] != m
+            or stats.dtype != torch.float32
+            or stats.stride(1) != 1
+            or stats.device != x.device
+        ):
+            raise TritonRuleError(
+                "stats.shape",
+                f"stats must be float32 [world, {m}] with contiguous rows on x's device",
+                (tuple(stats.shape), stats.dtype),
+                "stack the gathered pre_stats outputs",
+            )
         if residual is not None:
-            raise TritonRuleError("stats.residual", "stats from pre_stats already include any residual", "residual and stats", "add the residual before pre_stats")
+            raise TritonRuleError(
+                "stats.residual",
+                "stats from pre_stats already include any residual",
+                "residual and stats",
+                "add the residual before pre_stats",
+            )
 
     mode = _out_mode(out_dtype, scale_mode, scale)
     dynamic_tensor_scale = mode == OUT_FP8_STATIC and scale is None
@@ -1171,33 +1546,78 @@ def rmsnorm_fwd(
     wordable, of_x = wordable_rows(x2), residual is None and stats is None
     y2 = y.view(-1, n)
     split_words_ok = split_words_fit(x2, y2, weight, not fused and bias is None)
-    cfg = config or fwd_config(m, n, x.device, fused=fused, split_ok=not row_max_with_bias, bias=bias is not None,
-                               words_ok=wordable and of_x, split_words_ok=split_words_ok,
-                               cluster_ok=rmsnorm_cluster.supported(x.device) and of_x and not row_max_with_bias,
-                               row_max=mode == OUT_FP8_ROW,
-                               async_ok=rmsnorm_async.supported(x.device) and rmsnorm_async.aligned(x2))
+    cfg = config or fwd_config(
+        m,
+        n,
+        x.device,
+        fused=fused,
+        split_ok=not row_max_with_bias,
+        bias=bias is not None,
+        words_ok=wordable and of_x,
+        split_words_ok=split_words_ok,
+        cluster_ok=rmsnorm_cluster.supported(x.device) and of_x and not row_max_with_bias,
+        row_max=mode == OUT_FP8_ROW,
+        async_ok=rmsnorm_async.supported(x.device) and rmsnorm_async.aligned(x2),
+    )
     if cfg.words and cfg.kernel == "split":
         if not split_words_ok or cfg.chunk < 2:
-            raise TritonRuleError("config.words", "the words split kernel holds x, y and the weight as 32-bit words: 16-bit x with N, the row stride and the base even, output in x's dtype, a 16-bit weight on a 4-byte boundary or none, no bias, residual, stats or FP8 (chunk >= 2)", f"x {x2.dtype}, y {out_dtype}, weight {None if weight is None else weight.dtype}, N {n}, row stride {x2.stride(0)}, bias {bias is not None}, residual {residual is not None}, stats {stats is not None}, chunk {cfg.chunk}", "words=False")
+            raise TritonRuleError(
+                "config.words",
+                "the words split kernel holds x, y and the weight as 32-bit words: 16-bit x with N, the row stride and the base even, output in x's dtype, a 16-bit weight on a 4-byte boundary or none, no bias, residual, stats or FP8 (chunk >= 2)",
+                f"x {x2.dtype}, y {out_dtype}, weight {None if weight is None else weight.dtype}, N {n}, row stride {x2.stride(0)}, bias {bias is not None}, residual {residual is not None}, stats {stats is not None}, chunk {cfg.chunk}",
+                "words=False",
+            )
     elif cfg.words:
         if cfg.kernel != "looped" or cfg.head or not of_x:
-            raise TritonRuleError("config.words", "the words stats pass is the looped kernel's, for x itself: no head, residual or stats", f"kernel {cfg.kernel}, head {cfg.head}, residual {residual is not None}, stats {stats is not None}", "words=False")
+            raise TritonRuleError(
+                "config.words",
+                "the words stats pass is the looped kernel's, for x itself: no head, residual or stats",
+                f"kernel {cfg.kernel}, head {cfg.head}, residual {residual is not None}, stats {stats is not None}",
+                "words=False",
+            )
         if not wordable or n > WIDE_CHUNK_N:
-            raise TritonRuleError("config.words", f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)", f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary", "words=False")
+            raise TritonRuleError(
+                "config.words",
+                f"the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, N <= {WIDE_CHUNK_N} (one row in registers)",
+                f"dtype {x2.dtype}, N {n}, row stride {x2.stride(0)}, base {x2.data_ptr() % 4} bytes past a 4-byte boundary",
+                "words=False",
+            )
     if cfg.stages != 3 and not (cfg.words and cfg.kernel == "split" and cfg.stages == 4):
-        raise TritonRuleError("config.stages", "the element split kernel holds 3 row blocks; the words split kernel 3 or 4", (cfg.kernel, cfg.words, cfg.stages), "stages=3")
+        raise TritonRuleError(
+            "config.stages",
+            "the element split kernel holds 3 row blocks; the words split kernel 3 or 4",
+            (cfg.kernel, cfg.words, cfg.stages),
+            "stages=3",
+        )
     if cfg.kernel == "async" and fused:
-        raise TritonRuleError("config.async", "the async kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output", f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}", "config=None")
+        raise TritonRuleError(
+            "config.async",
+            "the async kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed stats or FP8 output",
+            f"residual {residual is not None}, stats {stats is not None}, dtype {out_dtype}",
+            "config=None",
+        )
     if cfg.kernel == "cluster" and not of_x:
-        raise TritonRuleError("config.cluster", "the cluster kernel (Gluon) normalizes x itself, into a float or FP8 output: no residual or distributed stats", f"residual {residual is not None}, stats {stats is not None}", "config=None")
+        raise TritonRuleError(
+            "config.cluster",
+            "the cluster kernel (Gluon) normalizes x itself, into a float or FP8 output: no residual or distributed stats",
+            f"residual {residual is not None}, stats {stats is not None}",
+            "config=None",
+        )
     if cfg.kernel in ("split", "cluster") and row_max_with_bias:
-        raise TritonRuleError(f"config.{cfg.kernel}_bias_rowmax", f"the {cfg.kernel} kernel takes the row max from max|x*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias", cfg.kernel, "config=None (the looped kernel serves this case)")
+        raise TritonRuleError(
+            f"config.{cfg.kernel}_bias_rowmax",
+            f"the {cfg.kernel} kernel takes the row max from max|x*w| before the bias is added, so it cannot give FP8 row or dynamic tensor scales with a bias",
+            cfg.kernel,
+            "config=None (the looped kernel serves this case)",
+        )
     if cfg.kernel == "cluster":
         sizes = [rmsnorm_cluster.element_size(v) for v in (weight, bias)]
         busy = m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(x.device)
         # the widest of the call's passes (a dynamic tensor scale: the row max, then the FP8 output)
-        staged = max(rmsnorm_cluster.shared_bytes(n, cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy, om)
-                     for om in ((OUT_AMAX, OUT_FP8_STATIC) if dynamic_tensor_scale else (mode,)))
+        staged = max(
+            rmsnorm_cluster.shared_bytes(n, cfg.chunk, cfg.num_warps, x2.element_size(), *sizes, busy, om)
+            for om in ((OUT_AMAX, OUT_FP8_STATIC) if dynamic_tensor_scale else (mode,))
+        )
         rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, x.device, staged)
     if cfg.kernel == "async":
         rmsnorm_async.check(n, cfg.block_m, cfg.num_warps, x2, x.device)
@@ -1208,68 +1628,177 @@ def rmsnorm_fwd(
 
     def launch(src, out_mode, y_t, sc_t, scale_in, store_rsig, rsig_t, ro_t, r_t):
         args = (
-            src, src.stride(0),
-            r_t if r_t is not None else dummy, r_t.stride(0) if r_t is not None else 0,
-            ro_t if ro_t is not None else dummy, ro_t.stride(0) if ro_t is not None else 0,
-            y_t, y_t.stride(0),
-            weight if weight is not None else dummy, bias if bias is not None else dummy,
-            rsig_t if rsig_t is not None else dummy, sc_t if sc_t is not None else dummy,
-            stats if stats is not None else dummy, stats.stride(0) if stats is not None else 0,
+            src,
+            src.stride(0),
+            r_t if r_t is not None else dummy,
+            r_t.stride(0) if r_t is not None else 0,
+            ro_t if ro_t is not None else dummy,
+            ro_t.stride(0) if ro_t is not None else 0,
+            y_t,
+            y_t.stride(0),
+            weight if weight is not None else dummy,
+            bias if bias is not None else dummy,
+            rsig_t if rsig_t is not None else dummy,
+            sc_t if sc_t is not None else dummy,
+            stats if stats is not None else dummy,
+            stats.stride(0) if stats is not None else 0,
             stats.shape[0] if stats is not None else 0,
             scale_in if scale_in is not None else dummy,
-            m, n, 1.0 / hidden, eps, float(weight_offset), float(ub), float(fmax),
+            m,
+            n,
+            1.0 / hidden,
+            eps,
+            float(weight_offset),
+            float(ub),
+            float(fmax),
         )
         flags = dict(
-            HAS_W=weight is not None, HAS_B=bias is not None, HAS_RES=r_t is not None, HAS_STATS=stats is not None,
-            STORE_RSIG=store_rsig, OUT_MODE=out_mode,
-            Y_DROP=y_drop, Y_MIN_NORMAL=y_min, Y_SUB=y_sub,
+            HAS_W=weight is not None,
+            HAS_B=bias is not None,
+            HAS_RES=r_t is not None,
+            HAS_STATS=stats is not None,
+            STORE_RSIG=store_rsig,
+            OUT_MODE=out_mode,
+            Y_DROP=y_drop,
+            Y_MIN_NORMAL=y_min,
+            Y_SUB=y_sub,
         )
         if cfg.kernel == "rows":
             row_n = block_n = triton.next_power_of_2(n)
             if cfg.chunk and cfg.chunk < row_n:
                 if cfg.chunk & (cfg.chunk - 1):
-                    raise TritonRuleError("config.chunk", "config.chunk of a rows launch (columns per program) must be a power of two", cfg.chunk, "chunk=0 (whole rows)")
+                    raise TritonRuleError(
+                        "config.chunk",
+                        "config.chunk of a rows launch (columns per program) must be a power of two",
+                        cfg.chunk,
+                        "chunk=0 (whole rows)",
+                    )
                 block_n = cfg.chunk
             slices = row_n // block_n
             grid = (triton.cdiv(m, cfg.block_m) * slices,)
-            _fwd_rows_kernel[grid](*args, BLOCK_M=cfg.block_m, BLOCK_N=block_n, SLICES=slices, num_warps=cfg.num_warps,
-                                   PDL=pdl, JOINT_MAX=cfg.block_m * block_n <= JOINT_MAX_PER_THREAD * 32 * cfg.num_warps,
-                                   **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl), **flags)
+            _fwd_rows_kernel[grid](
+                *args,
+                BLOCK_M=cfg.block_m,
+                BLOCK_N=block_n,
+                SLICES=slices,
+                num_warps=cfg.num_warps,
+                PDL=pdl,
+                JOINT_MAX=cfg.block_m * block_n <= JOINT_MAX_PER_THREAD * 32 * cfg.num_warps,
+                **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl),
+                **flags,
+            )
         elif cfg.kernel == "looped":
             grid = (min(m, cfg.programs or sm_count(x.device)),)
             if cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
                 raise TritonRuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
             words = triton.next_power_of_2(triton.cdiv(n, 2)) if cfg.words else 0
-            _fwd_looped_kernel[grid](*args, CHUNK=cfg.chunk, HEAD=cfg.head, WORDS=words, REVERSE=cfg.reverse,
-                                     ONE_ROW=grid[0] == m, num_warps=cfg.num_warps, PDL=pdl,
-                                     **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl), **flags)
+            _fwd_looped_kernel[grid](
+                *args,
+                CHUNK=cfg.chunk,
+                HEAD=cfg.head,
+                WORDS=words,
+                REVERSE=cfg.reverse,
+                ONE_ROW=grid[0] == m,
+                num_warps=cfg.num_warps,
+                PDL=pdl,
+                **launch_options(x.device, maxnreg=cfg.maxnreg, pdl=pdl),
+                **flags,
+            )
         elif cfg.kernel == "split":
-            splits, xw, lanes = split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, x.device,
-                                            exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX))
+            splits, xw, lanes = split_shape(
+                m,
+                n,
+                cfg.chunk,
+                cfg.block_m,
+                cfg.programs,
+                x.device,
+                exchange=stats is None or out_mode in (OUT_FP8_ROW, OUT_AMAX),
+            )
             # the exchange words (split_publish) start unflagged: zeroed per call, one memset for both
-            xch = torch.zeros((2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device)
+            xch = torch.zeros(
+                (2 if out_mode in (OUT_FP8_ROW, OUT_AMAX) else 1, m * xw), dtype=torch.int64, device=x.device
+            )
             if cfg.words:
                 _fwd_split_words_kernel[(splits * lanes,)](
-                    src, src.stride(0), y_t, y_t.stride(0), weight if weight is not None else dummy,
-                    rsig_t if rsig_t is not None else dummy, m, n, 1.0 / hidden, eps, float(weight_offset), xch[0],
-                    SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m, STAGES=cfg.stages,
-                    HAS_W=weight is not None, STORE_RSIG=store_rsig, num_warps=cfg.num_warps,
+                    src,
+                    src.stride(0),
+                    y_t,
+                    y_t.stride(0),
+                    weight if weight is not None else dummy,
+                    rsig_t if rsig_t is not None else dummy,
+                    m,
+                    n,
+                    1.0 / hidden,
+                    eps,
+                    float(weight_offset),
+                    xch[0],
+                    SPLITS=splits,
+                    XW=xw,
+                    CHUNK=cfg.chunk,
+                    BLOCK_M=cfg.block_m,
+                    STAGES=cfg.stages,
+                    HAS_W=weight is not None,
+                    STORE_RSIG=store_rsig,
+                    num_warps=cfg.num_warps,
                     **launch_options(x.device, splits, cfg.maxnreg),
                 )
                 return
             _fwd_split_kernel[(splits * lanes,)](
-                *args, xch[0], xch[-1], SPLITS=splits, XW=xw, CHUNK=cfg.chunk, BLOCK_M=cfg.block_m,
-                num_warps=cfg.num_warps, **launch_options(x.device, splits, cfg.maxnreg), **flags,
+                *args,
+                xch[0],
+                xch[-1],
+                SPLITS=splits,
+                XW=xw,
+                CHUNK=cfg.chunk,
+                BLOCK_M=cfg.block_m,
+                num_warps=cfg.num_warps,
+                **launch_options(x.device, splits, cfg.maxnreg),
+                **flags,
             )
         elif cfg.kernel == "cluster":
-            rmsnorm_cluster.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
-                                   weight_offset, cfg.chunk, cfg.num_warps, cfg.maxnreg, busy, out_mode, sc_t,
-                                   scale_in, ub, fmax, pdl)
+            rmsnorm_cluster.launch(
+                src,
+                y_t,
+                weight,
+                bias,
+                rsig_t if store_rsig else None,
+                n,
+                1.0 / hidden,
+                eps,
+                weight_offset,
+                cfg.chunk,
+                cfg.num_warps,
+                cfg.maxnreg,
+                busy,
+                out_mode,
+                sc_t,
+                scale_in,
+                ub,
+                fmax,
+                pdl,
+            )
         elif cfg.kernel == "async":
-            rmsnorm_async.launch(src, y_t, weight, bias, rsig_t if store_rsig else None, n, 1.0 / hidden, eps,
-                                 weight_offset, cfg.block_m, cfg.num_warps, pdl)
+            rmsnorm_async.launch(
+                src,
+                y_t,
+                weight,
+                bias,
+                rsig_t if store_rsig else None,
+                n,
+                1.0 / hidden,
+                eps,
+                weight_offset,
+                cfg.block_m,
+                cfg.num_warps,
+                pdl,
+            )
         else:
-            raise TritonRuleError("config.kernel", "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'", cfg.kernel, "config=None")
+            raise TritonRuleError(
+                "config.kernel",
+                "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
+                cfg.kernel,
+                "config=None",
+            )
 
     if dynamic_tensor_scale:
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale
@@ -1295,5 +1824,7 @@ def row_sum_of_squares(x: torch.Tensor) -> torch.Tensor:
         return out
     chunk = min(triton.next_power_of_2(n), 4096)
     block_m = max(1, min(4096 // chunk, 16))
-    _row_sumsq_kernel[(triton.cdiv(m, block_m),)](x2, x2.stride(0), out, m, n, BLOCK_M=block_m, CHUNK=chunk, num_warps=8)
+    _row_sumsq_kernel[(triton.cdiv(m, block_m),)](
+        x2, x2.stride(0), out, m, n, BLOCK_M=block_m, CHUNK=chunk, num_warps=8
+    )
     return out

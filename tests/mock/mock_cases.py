@@ -140,11 +140,18 @@ def _check(case, tensors, kw, grid, x) -> dict:
         if case["op"] == "pre":
             check_pre_all_gather(x, residual_input_tensor=tensors.get("residual"), compute_grid=grid, **kw)
         elif case["op"] == "post":
-            check_post_all_gather(x, tensors.get("stats"), weight=tensors.get("weight"), bias=tensors.get("bias"),
-                                  compute_grid=grid, **kw)
+            check_post_all_gather(
+                x, tensors.get("stats"), weight=tensors.get("weight"), bias=tensors.get("bias"), compute_grid=grid, **kw
+            )
         elif case["op"] == "rms_norm":
-            check_rms_norm(x, weight=tensors.get("weight"), bias=tensors.get("bias"),
-                           residual_input_tensor=tensors.get("residual"), compute_grid=grid, **kw)
+            check_rms_norm(
+                x,
+                weight=tensors.get("weight"),
+                bias=tensors.get("bias"),
+                residual_input_tensor=tensors.get("residual"),
+                compute_grid=grid,
+                **kw,
+            )
         else:
             dim = kw.pop("dim")
             check_all_gather(x, dim, mesh_shape=MESH_SHAPES[case["system"]], **kw)
@@ -165,8 +172,9 @@ CASES: list[dict] = []
 
 def case(id, op, x, expect, system="n150", **slots_and_kw):
     slots = {k: slots_and_kw.pop(k) for k in TENSOR_SLOTS if k in slots_and_kw}
-    CASES.append({"id": f"{op}-{system}-{id}", "op": op, "system": system, "x": x, **slots, "kw": slots_and_kw,
-                  "expect": expect})
+    CASES.append(
+        {"id": f"{op}-{system}-{id}", "op": op, "system": system, "x": x, **slots, "kw": slots_and_kw, "expect": expect}
+    )
 
 
 A, R = "accept", "reject"
@@ -185,8 +193,19 @@ case("fp32-no-acc", "pre", T(X, "fp32"), R)
 case("fp32-acc", "pre", T(X, "fp32"), A, compute_kernel_config=FP32)
 case("row-major", "pre", T(X, layout="RM"), R)
 case("row-major-fp32", "pre", T(X, "fp32", "RM"), R, compute_kernel_config=FP32)
-for w, e in [(32, A), (64, A), (96, A), (100, A), (256, A), (2048, A), (4096, A), (6144, A), (7168, A), (8192, R),
-             (16384, R)]:
+for w, e in [
+    (32, A),
+    (64, A),
+    (96, A),
+    (100, A),
+    (256, A),
+    (2048, A),
+    (4096, A),
+    (6144, A),
+    (7168, A),
+    (8192, R),
+    (16384, R),
+]:
     case(f"bf16-width{w}", "pre", T((1, 1, 32, w)), e)
 for w, e in [(4096, A), (8192, A), (10240, A), (12288, R), (16384, R)]:
     case(f"bf8-width{w}", "pre", T((1, 1, 32, w), "bf8"), e)
@@ -240,19 +259,46 @@ case("sharded-block_h", "pre", T(X, mem=W8), R, program_config=PC((4, 2), 4, 2, 
 case("sharded-pc-grid-small", "pre", T(X, mem=W8), R, program_config=PC((2, 2), 4, 1, 4))
 case("sharded-pc-grid-large", "pre", T(X, mem=W8), A, program_config=PC((8, 8), 4, 1, 4))
 case("sharded-welford", "pre", T(X, mem=W8), R, program_config=PC((4, 2), 4, 1, 4, welford=True))
-case("sharded-offset-grid", "pre", T((1, 1, 32, 2048), mem=S("WIDTH", (1, 0, 2, 7), (32, 128))), A,
-     program_config=PC((2, 8), 4, 1, 4))
-for sub, ck, e in [(16, None, R), (8, None, A), (8, FP32, R), (4, FP32, A), (16, CK(dst_sync=True), A),
-                   (16, CK(fp32=True, dst_sync=True), R), (8, CK(fp32=True, dst_sync=True), A)]:
+case(
+    "sharded-offset-grid",
+    "pre",
+    T((1, 1, 32, 2048), mem=S("WIDTH", (1, 0, 2, 7), (32, 128))),
+    A,
+    program_config=PC((2, 8), 4, 1, 4),
+)
+for sub, ck, e in [
+    (16, None, R),
+    (8, None, A),
+    (8, FP32, R),
+    (4, FP32, A),
+    (16, CK(dst_sync=True), A),
+    (16, CK(fp32=True, dst_sync=True), R),
+    (8, CK(fp32=True, dst_sync=True), A),
+]:
     kw = {"compute_kernel_config": ck} if ck else {}
     tag = "none" if ck is None else f"fp32{int(ck[1])}-sync{int(ck[4])}"
     case(f"subblock{sub}-{tag}", "pre", T(X, mem=W2), e, program_config=PC((2, 1), sub, 1, 16), **kw)
-case("sharded-height", "pre", T((1, 1, 64, 1024), mem=S("HEIGHT", (0, 0, 1, 0), (32, 1024))), R,
-     program_config=PC((2, 1), 8, 1, 32))
-case("sharded-64rows", "pre", T((1, 1, 64, 1024), mem=S("WIDTH", (0, 0, 3, 1), (64, 128))), R,
-     program_config=PC((4, 2), 4, 2, 4))
-case("sharded-batch2", "pre", T((2, 1, 32, 2048), mem=S("WIDTH", (0, 0, 7, 0), (64, 256))), A,
-     program_config=PC((8, 1), 8, 2, 8))
+case(
+    "sharded-height",
+    "pre",
+    T((1, 1, 64, 1024), mem=S("HEIGHT", (0, 0, 1, 0), (32, 1024))),
+    R,
+    program_config=PC((2, 1), 8, 1, 32),
+)
+case(
+    "sharded-64rows",
+    "pre",
+    T((1, 1, 64, 1024), mem=S("WIDTH", (0, 0, 3, 1), (64, 128))),
+    R,
+    program_config=PC((4, 2), 4, 2, 4),
+)
+case(
+    "sharded-batch2",
+    "pre",
+    T((2, 1, 32, 2048), mem=S("WIDTH", (0, 0, 7, 0), (64, 256))),
+    A,
+    program_config=PC((8, 1), 8, 2, 8),
+)
 case("sharded-block", "pre", T(X, mem=S("BLOCK", (0, 0, 3, 0), (32, 256))), A, program_config=PC((4, 1), 8, 1, 8))
 case("sharded-bf8", "pre", T(X, "bf8", mem=W8), A, program_config=PC8)
 case("sharded-fp32-no-acc", "pre", T(X, "fp32", mem=W8), A, program_config=PC8)
@@ -263,8 +309,14 @@ case("sharded-out-width", "pre", T(X, mem=W8), A, program_config=PC8, memory_con
 case("sharded-2d-grid", "pre", T(X, mem=W8), "pkg:use_2d_core_grid.ignored", program_config=PC8, use_2d_core_grid=True)
 case("sharded-residual", "pre", T(X, mem=W8), A, program_config=PC8, residual=T(X, mem=W8))
 case("sharded-residual-interleaved", "pre", T(X, mem=W8), R, program_config=PC8, residual=T(X))
-case("sharded-residual-other-grid", "pre", T(X, mem=W8), R, program_config=PC8,
-     residual=T(X, mem=S("WIDTH", (0, 0, 7, 0), (32, 128))))
+case(
+    "sharded-residual-other-grid",
+    "pre",
+    T(X, mem=W8),
+    R,
+    program_config=PC8,
+    residual=T(X, mem=S("WIDTH", (0, 0, 7, 0), (32, 128))),
+)
 case("sharded-fp32acc", "pre", T(X, mem=W8), A, program_config=PC8, compute_kernel_config=FP32)
 
 # --- rms_norm_post_all_gather, interleaved (prefill) ------------------------------------------------------------------
@@ -303,8 +355,14 @@ case("weight-rm", "post", T(X), A, stats=ST, weight=GRM)
 case("weight-rm-fp32", "post", T(X), A, stats=ST, weight=T((1, 1, 32, 32), "fp32", "RM"))
 case("weight-rm-short", "post", T(X), R, stats=ST, weight=T((1, 1, 16, 32), layout="RM"))
 case("weight-rm-wide", "post", T(X), R, stats=ST, weight=T((1, 1, 16, 64), layout="RM"))
-case("weight-rm-4d-volume", "post", T((1, 1, 32, 100)), "pkg:distributed.width_multiple_of_32", stats=ST,
-     weight=T((1, 1, 4, 32), layout="RM"))
+case(
+    "weight-rm-4d-volume",
+    "post",
+    T((1, 1, 32, 100)),
+    "pkg:distributed.width_multiple_of_32",
+    stats=ST,
+    weight=T((1, 1, 4, 32), layout="RM"),
+)
 case("weight-tile", "post", T(X), A, stats=ST, weight=T((1, 1, 1, 1024)))
 case("weight-tile-fp32", "post", T(X), A, stats=ST, weight=T((1, 1, 1, 1024), "fp32"))
 case("weight-tile-bf8", "post", T(X), R, stats=ST, weight=T((1, 1, 1, 1024), "bf8"))
@@ -337,20 +395,55 @@ case("sharded-weight-rm", "post", T(X, mem=W8), A, stats=SS, program_config=PC8,
 case("sharded-weight-tile", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=T((1, 1, 1, 1024)))
 case("sharded-weight-tile-bf8", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=T((1, 1, 1, 1024), "bf8"))
 case("sharded-weight-bias", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=GRM, bias=GRM)
-case("sharded-weight-tile-bias-rm", "post", T(X, mem=W8), R, stats=SS, program_config=PC8, weight=T((1, 1, 1, 1024)),
-     bias=GRM)
+case(
+    "sharded-weight-tile-bias-rm",
+    "post",
+    T(X, mem=W8),
+    R,
+    stats=SS,
+    program_config=PC8,
+    weight=T((1, 1, 1, 1024)),
+    bias=GRM,
+)
 case("sharded-bias-only", "post", T(X, mem=W8), "pkg:bias.needs_weight", stats=SS, program_config=PC8, bias=GRM)
-case("sharded-weight-short", "post", T(X, mem=W8), R, stats=SS, program_config=PC8, weight=T((1, 1, 16, 32), layout="RM"))
+case(
+    "sharded-weight-short", "post", T(X, mem=W8), R, stats=SS, program_config=PC8, weight=T((1, 1, 16, 32), layout="RM")
+)
 case("sharded-stats-interleaved", "post", T(X, mem=W8), R, stats=ST, program_config=PC8)
 case("sharded-stats-bf8", "post", T(X, mem=W8), R, stats=T((1, 1, 32, 256), "bf8", mem=STATS1), program_config=PC8)
 case("sharded-stats-fp32", "post", T(X, mem=W8), R, stats=T((1, 1, 32, 256), "fp32", mem=STATS1), program_config=PC8)
-case("sharded-stats-2cores", "post", T(X, mem=W8), R, stats=T((1, 1, 32, 256), mem=S("WIDTH", (0, 0, 1, 0), (32, 128))),
-     program_config=PC8)
-case("sharded-stats-rows", "post", T(X, mem=W8), "pkg:stats.rows_match", stats=T((1, 1, 64, 256), mem=S("WIDTH", (0, 0, 0, 0), (64, 256))),
-     program_config=PC8)
-case("sharded-stats-sums", "post", T(X, mem=W8), "pkg:stats.kind_mismatch", stats=T((1, 1, 32, 256), mem=STATS1, kind="sums"),
-     program_config=PC8)
-case("sharded-stats-means", "post", T(X, mem=W8), A, stats=T((1, 1, 32, 256), mem=STATS1, kind="means"), program_config=PC8)
+case(
+    "sharded-stats-2cores",
+    "post",
+    T(X, mem=W8),
+    R,
+    stats=T((1, 1, 32, 256), mem=S("WIDTH", (0, 0, 1, 0), (32, 128))),
+    program_config=PC8,
+)
+case(
+    "sharded-stats-rows",
+    "post",
+    T(X, mem=W8),
+    "pkg:stats.rows_match",
+    stats=T((1, 1, 64, 256), mem=S("WIDTH", (0, 0, 0, 0), (64, 256))),
+    program_config=PC8,
+)
+case(
+    "sharded-stats-sums",
+    "post",
+    T(X, mem=W8),
+    "pkg:stats.kind_mismatch",
+    stats=T((1, 1, 32, 256), mem=STATS1, kind="sums"),
+    program_config=PC8,
+)
+case(
+    "sharded-stats-means",
+    "post",
+    T(X, mem=W8),
+    A,
+    stats=T((1, 1, 32, 256), mem=STATS1, kind="means"),
+    program_config=PC8,
+)
 case("sharded-no-pc", "post", T(X, mem=W8), R, stats=SS)
 case("sharded-block_w", "post", T(X, mem=W8), R, stats=SS, program_config=PC((4, 2), 2, 1, 2))
 case("sharded-subblock16", "post", T(X, mem=W2), R, stats=SS, program_config=PC((2, 1), 16, 1, 16))
@@ -358,12 +451,25 @@ case("sharded-subblock8", "post", T(X, mem=W2), A, stats=SS, program_config=PC((
 case("sharded-out-interleaved", "post", T(X, mem=W8), R, stats=SS, program_config=PC8, memory_config="L1")
 case("sharded-out-same", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, memory_config=W8)
 case("sharded-out-bf8", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, dtype="bf8")
-case("sharded-height", "post", T((1, 1, 64, 1024), mem=S("HEIGHT", (0, 0, 1, 0), (32, 1024))), R,
-     stats=T((1, 1, 64, 256), mem=S("WIDTH", (0, 0, 0, 0), (64, 256))), program_config=PC((2, 1), 8, 1, 32))
+case(
+    "sharded-height",
+    "post",
+    T((1, 1, 64, 1024), mem=S("HEIGHT", (0, 0, 1, 0), (32, 1024))),
+    R,
+    stats=T((1, 1, 64, 256), mem=S("WIDTH", (0, 0, 0, 0), (64, 256))),
+    program_config=PC((2, 1), 8, 1, 32),
+)
 case("sharded-fp32-no-acc", "post", T(X, "fp32", mem=W8), A, stats=SS, program_config=PC8)
 case("sharded-bf8", "post", T(X, "bf8", mem=W8), A, stats=SS, program_config=PC8)
-case("sharded-2d-grid", "post", T(X, mem=W8), "pkg:use_2d_core_grid.ignored", stats=SS, program_config=PC8,
-     use_2d_core_grid=True)
+case(
+    "sharded-2d-grid",
+    "post",
+    T(X, mem=W8),
+    "pkg:use_2d_core_grid.ignored",
+    stats=SS,
+    program_config=PC8,
+    use_2d_core_grid=True,
+)
 
 # --- rms_norm (single device) -----------------------------------------------------------------------------------------
 case("bf16", "rms_norm", T(X), A)
@@ -398,12 +504,27 @@ case("sharded-block_w", "rms_norm", T(X, mem=W8), R, program_config=PC((4, 2), 2
 case("sharded-subblock16", "rms_norm", T(X, mem=W2), R, program_config=PC((2, 1), 16, 1, 16))
 case("sharded-pc-on-interleaved", "rms_norm", T(X), R, program_config=PC8)
 case("sharded-height", "rms_norm", T((1, 1, 64, 1024), mem=S("HEIGHT", (0, 0, 1, 0), (32, 1024))), R)
-case("sharded-block-2d", "rms_norm", T((1, 1, 128, 1024), mem=S("BLOCK", (0, 0, 3, 3), (32, 256))), A,
-     program_config=PC((4, 4), 4, 1, 8))
-case("sharded-block-2d-block_h", "rms_norm", T((1, 1, 128, 1024), mem=S("BLOCK", (0, 0, 3, 3), (32, 256))), R,
-     program_config=PC((4, 4), 4, 2, 8))
-case("sharded-64rows", "rms_norm", T((1, 1, 64, 1024), mem=S("WIDTH", (0, 0, 3, 1), (64, 128))), A,
-     program_config=PC((4, 2), 4, 2, 4))
+case(
+    "sharded-block-2d",
+    "rms_norm",
+    T((1, 1, 128, 1024), mem=S("BLOCK", (0, 0, 3, 3), (32, 256))),
+    A,
+    program_config=PC((4, 4), 4, 1, 8),
+)
+case(
+    "sharded-block-2d-block_h",
+    "rms_norm",
+    T((1, 1, 128, 1024), mem=S("BLOCK", (0, 0, 3, 3), (32, 256))),
+    R,
+    program_config=PC((4, 4), 4, 2, 8),
+)
+case(
+    "sharded-64rows",
+    "rms_norm",
+    T((1, 1, 64, 1024), mem=S("WIDTH", (0, 0, 3, 1), (64, 128))),
+    A,
+    program_config=PC((4, 2), 4, 2, 4),
+)
 case("sharded-out-interleaved", "rms_norm", T(X, mem=W8), R, program_config=PC8, memory_config="L1")
 case("host-input", "rms_norm", T(X, host=True), "pkg:input.on_device")
 
@@ -428,16 +549,47 @@ for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))
         case(f"dtype-{dtype}", "all_gather", T(STAT, dtype), A, system=system, dim=3, cluster_axis=1)
     case("row-major", "all_gather", T(STAT, layout="RM"), A, system=system, dim=3, cluster_axis=1)
     case("ragged", "all_gather", T((1, 1, 7, 100)), A, system=system, dim=3, cluster_axis=1)
-    case("prefill-stats", "all_gather", T((1, 1, 2048, 32)), A, system=system, dim=3, cluster_axis=1,
-         memory_config="DRAM")
+    case(
+        "prefill-stats",
+        "all_gather",
+        T((1, 1, 2048, 32)),
+        A,
+        system=system,
+        dim=3,
+        cluster_axis=1,
+        memory_config="DRAM",
+    )
     case("out-L1", "all_gather", T(STAT), A, system=system, dim=3, cluster_axis=1, memory_config="L1")
     n = MESH_SHAPES[system][1]
-    case("sharded-no-memcfg", "all_gather", T(STAT, mem=S("WIDTH", (0, 0, 0, 0), (32, 32))), R, system=system, dim=3,
-         cluster_axis=1)
-    case("sharded-1core", "all_gather", T(STAT, mem=S("WIDTH", (0, 0, 0, 0), (32, 32))), A, system=system, dim=3,
-         cluster_axis=1, memory_config=S("WIDTH", (0, 0, 0, 0), (32, 32 * n)))
-    case("interleaved-to-1core", "all_gather", T(STAT), A, system=system, dim=3, cluster_axis=1,
-         memory_config=S("WIDTH", (0, 0, 0, 0), (32, 32 * n)))
+    case(
+        "sharded-no-memcfg",
+        "all_gather",
+        T(STAT, mem=S("WIDTH", (0, 0, 0, 0), (32, 32))),
+        R,
+        system=system,
+        dim=3,
+        cluster_axis=1,
+    )
+    case(
+        "sharded-1core",
+        "all_gather",
+        T(STAT, mem=S("WIDTH", (0, 0, 0, 0), (32, 32))),
+        A,
+        system=system,
+        dim=3,
+        cluster_axis=1,
+        memory_config=S("WIDTH", (0, 0, 0, 0), (32, 32 * n)),
+    )
+    case(
+        "interleaved-to-1core",
+        "all_gather",
+        T(STAT),
+        A,
+        system=system,
+        dim=3,
+        cluster_axis=1,
+        memory_config=S("WIDTH", (0, 0, 0, 0), (32, 32 * n)),
+    )
     case("rank3", "all_gather", T((1, 32, 32)), A, system=system, dim=2, cluster_axis=1)
 for system in ("n300", "t3k"):
     case("axis0", "all_gather", T(STAT), R, system=system, dim=3, cluster_axis=0)

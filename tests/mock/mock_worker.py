@@ -14,7 +14,9 @@ from tt_rmsnorm.tensors import mark_stats
 def build_tensor(mesh, spec):
     """A tensor of `spec` replicated on every device of `mesh` (or on the host), with its stats kind recorded."""
     dtype = mock_cases.DTYPES[spec["dtype"]]
-    values = torch.randint(0, 100, spec["shape"], dtype=torch.int32) if dtype == ttnn.uint32 else torch.randn(spec["shape"])
+    values = (
+        torch.randint(0, 100, spec["shape"], dtype=torch.int32) if dtype == ttnn.uint32 else torch.randn(spec["shape"])
+    )
     kwargs = {"dtype": dtype, "layout": mock_cases.LAYOUTS[spec["layout"]]}
     if not spec["host"]:
         kwargs.update(device=mesh, memory_config=mock_cases.memory_config(spec["mem"]))
@@ -29,18 +31,28 @@ def _call_ttnn(case, tensors, kw):
     if case["op"] == "pre":
         return ttnn.rms_norm_pre_all_gather(x, residual_input_tensor=tensors.get("residual"), **kw)
     if case["op"] == "post":
-        return ttnn.rms_norm_post_all_gather(x, tensors["stats"], weight=tensors.get("weight"), bias=tensors.get("bias"), **kw)
+        return ttnn.rms_norm_post_all_gather(
+            x, tensors["stats"], weight=tensors.get("weight"), bias=tensors.get("bias"), **kw
+        )
     if case["op"] == "rms_norm":
-        return ttnn.rms_norm(x, weight=tensors.get("weight"), bias=tensors.get("bias"),
-                             residual_input_tensor=tensors.get("residual"), **kw)
+        return ttnn.rms_norm(
+            x,
+            weight=tensors.get("weight"),
+            bias=tensors.get("bias"),
+            residual_input_tensor=tensors.get("residual"),
+            **kw,
+        )
     kw = dict(kw)
     return ttnn.all_gather(x, kw.pop("dim"), **kw)
 
 
 def describe_output(t) -> dict:
     first = ttnn.get_device_tensors(t)[0]
-    return {"shape": tuple(first.shape), "dtype": str(first.dtype).rsplit(".", 1)[-1],
-            "memory_config": _memory_config_text(first.memory_config())}
+    return {
+        "shape": tuple(first.shape),
+        "dtype": str(first.dtype).rsplit(".", 1)[-1],
+        "memory_config": _memory_config_text(first.memory_config()),
+    }
 
 
 def run_case(mesh, case: dict) -> dict:
@@ -52,24 +64,37 @@ def run_case(mesh, case: dict) -> dict:
     try:
         out = _call_ttnn(case, tensors, kw)
     except Exception as e:  # TT_FATAL/TT_THROW arrive as RuntimeError; "std::get: wrong index" and the like as others
-        return {"verdict": "reject", "message": f"{type(e).__name__}: {e}".split("backtrace:")[0].strip(),
-                "package_on_real": package_on_real}
+        return {
+            "verdict": "reject",
+            "message": f"{type(e).__name__}: {e}".split("backtrace:")[0].strip(),
+            "package_on_real": package_on_real,
+        }
     return {"verdict": "accept", "message": "", "output": describe_output(out), "package_on_real": package_on_real}
 
 
 def mesh_facts(mesh) -> dict:
     grid = mesh.compute_with_storage_grid_size()
-    return {"shape": tuple(mesh.shape), "num_devices": mesh.get_num_devices(), "grid": (grid.x, grid.y),
-            "arch": str(mesh.arch()).rsplit(".", 1)[-1]}
+    return {
+        "shape": tuple(mesh.shape),
+        "num_devices": mesh.get_num_devices(),
+        "grid": (grid.x, grid.y),
+        "arch": str(mesh.arch()).rsplit(".", 1)[-1],
+    }
 
 
 def run_plan(mesh, plan, cluster_axis) -> list[dict]:
     """pre -> all_gather -> post with exactly the configs of a tt_rmsnorm.configs.NormPlan, on raw ttnn."""
     shape = plan.local_shape
-    x = ttnn.from_torch(torch.randn(shape), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=mesh,
-                        memory_config=plan.input_memory_config or ttnn.DRAM_MEMORY_CONFIG)
-    w = ttnn.from_torch(torch.randn(1, 1, shape[-1] // 32, 32), dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT,
-                        device=mesh)
+    x = ttnn.from_torch(
+        torch.randn(shape),
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=mesh,
+        memory_config=plan.input_memory_config or ttnn.DRAM_MEMORY_CONFIG,
+    )
+    w = ttnn.from_torch(
+        torch.randn(1, 1, shape[-1] // 32, 32), dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT, device=mesh
+    )
     cfg = dict(program_config=plan.program_config, compute_kernel_config=plan.compute_kernel_config)
     stats = ttnn.rms_norm_pre_all_gather(x, **cfg)
     gathered = ttnn.all_gather(stats, 3, cluster_axis=cluster_axis, memory_config=plan.stats_memory_config)

@@ -33,10 +33,14 @@ def test_package_and_ttnn_agree(case, request):
     got = ttnn_side(case)
     expect = case["expect"]
     if expect.startswith("pkg:"):
-        rule = expect[len("pkg:"):]
+        rule = expect[len("pkg:") :]
         assert rule in PACKAGE_ONLY_RULES, f"{rule} is not a documented package-only guard"
-        assert got["verdict"] in ("accept", "crash"), f"ttnn rejects a case listed as package-only ({rule}):" + _both(pkg, got)
-        assert pkg["verdict"] == "reject" and pkg["rule"] == rule, f"the package-only guard {rule} did not fire:" + _both(pkg, got)
+        assert got["verdict"] in ("accept", "crash"), f"ttnn rejects a case listed as package-only ({rule}):" + _both(
+            pkg, got
+        )
+        assert pkg["verdict"] == "reject" and pkg["rule"] == rule, (
+            f"the package-only guard {rule} did not fire:" + _both(pkg, got)
+        )
     else:
         ttnn_verdict = "reject" if got["verdict"] == "crash" else got["verdict"]
         assert pkg["verdict"] == ttnn_verdict, "package and ttnn disagree:" + _both(pkg, got)
@@ -45,7 +49,9 @@ def test_package_and_ttnn_agree(case, request):
         assert "AccuracyWarning" in pkg["warnings"], pkg
     real = got.get("package_on_real")
     if real is not None:  # the same rules fed real tensors (TensorDesc.from_tensor) must say the same
-        assert (real["verdict"], real["rule"]) == (pkg["verdict"], pkg["rule"]), f"TensorDesc vs real tensor: {real} vs {pkg}"
+        assert (real["verdict"], real["rule"]) == (pkg["verdict"], pkg["rule"]), (
+            f"TensorDesc vs real tensor: {real} vs {pkg}"
+        )
 
 
 def test_battery_covers_every_op_and_guard():

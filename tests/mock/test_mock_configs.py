@@ -35,13 +35,19 @@ def test_demo_plan_is_accepted(name, plan):
     n = mock_cluster.MESH_SHAPES[system][1]
     assert plan.num_devices == n, f"{name}: plan for {plan.num_devices} devices, {system} gathers over {n}"
     grid = mock_cases.GRIDS[system]
-    x = TensorDesc(plan.local_shape, memory_config=plan.input_memory_config or TensorDesc(plan.local_shape).memory_config)
+    x = TensorDesc(
+        plan.local_shape, memory_config=plan.input_memory_config or TensorDesc(plan.local_shape).memory_config
+    )
     cfg = dict(program_config=plan.program_config, compute_kernel_config=plan.compute_kernel_config, compute_grid=grid)
     assert check_pre_all_gather(x, **cfg) == plan.path
     stats_kind = "means" if plan.path == "sharded" else "sums"
     stats = TensorDesc((*plan.local_shape[:-1], 32), stats_kind=stats_kind)
-    check_all_gather(stats, 3, cluster_axis=1, mesh_shape=mock_cluster.MESH_SHAPES[system], memory_config=plan.stats_memory_config)
-    gathered = TensorDesc((*plan.local_shape[:-1], 32 * n), memory_config=plan.stats_memory_config, stats_kind=stats_kind)
+    check_all_gather(
+        stats, 3, cluster_axis=1, mesh_shape=mock_cluster.MESH_SHAPES[system], memory_config=plan.stats_memory_config
+    )
+    gathered = TensorDesc(
+        (*plan.local_shape[:-1], 32 * n), memory_config=plan.stats_memory_config, stats_kind=stats_kind
+    )
     weight = TensorDesc((1, 1, plan.local_shape[-1] // 32, 32), layout=mock_cases.LAYOUTS["RM"])
     assert check_post_all_gather(x, gathered, epsilon=1e-5, weight=weight, **cfg) == plan.path
 

@@ -66,12 +66,19 @@ def _residual_and_dtype(mesh, tokens, out_dtype):
     r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, HIDDEN), mesh)
     w = tt_mesh.prepare_weight(torch.randn(HIDDEN), mesh)
     y, h = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, residual=r, dtype=getattr(ttnn, out_dtype))
-    describe = lambda t: (tuple(t.shape), str(t.dtype).rsplit(".", 1)[-1], str(t.memory_config().memory_layout).rsplit(".", 1)[-1])
+    describe = lambda t: (
+        tuple(t.shape),
+        str(t.dtype).rsplit(".", 1)[-1],
+        str(t.memory_config().memory_layout).rsplit(".", 1)[-1],
+    )
     return [describe(t) for t in ttnn.get_device_tensors(y)], [describe(t) for t in ttnn.get_device_tensors(h)]
 
 
-@pytest.mark.parametrize("tokens, out_dtype", [(128, "bfloat16"), (32, "bfloat16"), (128, "bfloat8_b")],
-                         ids=["prefill_residual", "decode_residual_sharded_pre_add", "prefill_bf8_output"])
+@pytest.mark.parametrize(
+    "tokens, out_dtype",
+    [(128, "bfloat16"), (32, "bfloat16"), (128, "bfloat8_b")],
+    ids=["prefill_residual", "decode_residual_sharded_pre_add", "prefill_bf8_output"],
+)
 def test_residual_returns_output_and_new_residual(tokens, out_dtype):
     out, new_residual = mock_cluster.run_isolated("t3k", _residual_and_dtype, tokens, out_dtype)
     local = (1, 1, tokens, HIDDEN // 8)

@@ -41,7 +41,9 @@ def test_stub_kernel_elf_is_what_the_xip_loader_needs():
 
 def test_compiler_stand_in(tmp_path):
     if mock_cluster.real_compiler() is not None:
-        pytest.skip(f"a real SFPI compiler is installed ({mock_cluster.real_compiler()}); the stand-in is never written")
+        pytest.skip(
+            f"a real SFPI compiler is installed ({mock_cluster.real_compiler()}); the stand-in is never written"
+        )
     exe = mock_cluster.install_compiler_stand_in()
     before = exe.read_bytes()
     assert mock_cluster.install_compiler_stand_in() == exe and exe.read_bytes() == before  # idempotent
@@ -73,8 +75,12 @@ def test_mock_mesh_opens(system):
 def _process_facts(mesh):
     import ttnn
 
-    return {"pid": os.getpid(), "cache": os.environ[mock_cluster.CACHE_ENV], "mock": os.environ[MOCK_ENV],
-            "ttnn": ttnn.__file__}
+    return {
+        "pid": os.getpid(),
+        "cache": os.environ[mock_cluster.CACHE_ENV],
+        "mock": os.environ[MOCK_ENV],
+        "ttnn": ttnn.__file__,
+    }
 
 
 def _raise_ttnn_error(mesh):

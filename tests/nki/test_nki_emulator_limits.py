@@ -38,7 +38,9 @@ def _copy_kernel(rows_per_tile, cols, mask_rows):
 def test_partition_dimension_over_128_is_rejected():
     x = np.ones((256, 64), np.float32)
     np.testing.assert_array_equal(_copy_kernel(128, 64, True)(x), x)
-    with pytest.raises(NkiConstraintError, match="Size of partition dimension 256 .* exceeds architecture limitation of 128"):
+    with pytest.raises(
+        NkiConstraintError, match="Size of partition dimension 256 .* exceeds architecture limitation of 128"
+    ):
         _copy_kernel(256, 64, True)(x)
 
 
@@ -74,8 +76,14 @@ def test_reducing_over_masked_out_columns_cannot_be_stored():
             ip, jf, i0 = nl.arange(P)[:, None], nl.arange(512)[None, :], nl.arange(1)[None, :]
             valid = (ip < num_rows) & (jf < hidden)
             t = nl.load(x[ip, jf], mask=valid)
-            s = nisa.tensor_reduce(nl.add, t, axis=[1], dtype=nl.float32, keepdims=True,
-                                   mask=valid if mask_the_reduction else (ip < num_rows))
+            s = nisa.tensor_reduce(
+                nl.add,
+                t,
+                axis=[1],
+                dtype=nl.float32,
+                keepdims=True,
+                mask=valid if mask_the_reduction else (ip < num_rows),
+            )
             nl.store(out[ip, i0], value=s, mask=(ip < num_rows))
             return out
 

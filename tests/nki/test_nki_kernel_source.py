@@ -46,8 +46,7 @@ def test_every_public_kernel_is_nki_jit():
     jitted = {
         f.name
         for f in TREE.body
-        if isinstance(f, ast.FunctionDef)
-        and any(ast.unparse(d) == "nki.jit" for d in f.decorator_list)
+        if isinstance(f, ast.FunctionDef) and any(ast.unparse(d) == "nki.jit" for d in f.decorator_list)
     }
     assert jitted == PUBLIC_KERNELS
 

@@ -114,7 +114,9 @@ def test_post_divides_by_the_global_hidden_size(dtype, weighted):
     rows, hidden, devices = 129, 8192, 4
     local = hidden // devices
     x, w = _inputs(rows, hidden, dtype, seed=2)
-    stats = np.concatenate([run_pre_stats(np.ascontiguousarray(x[:, d * local : (d + 1) * local])) for d in range(devices)], 1)
+    stats = np.concatenate(
+        [run_pre_stats(np.ascontiguousarray(x[:, d * local : (d + 1) * local])) for d in range(devices)], 1
+    )
     d = 1
     x_local = np.ascontiguousarray(x[:, d * local : (d + 1) * local])
     w_local = np.ascontiguousarray(w[d * local : (d + 1) * local]).reshape(1, -1) if weighted else None

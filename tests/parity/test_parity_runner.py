@@ -29,7 +29,10 @@ def _cli(out: Path, *extra: str, prelude: str = "") -> subprocess.CompletedProce
     code = f"{prelude}\nimport sys\nfrom programs.parity.runner import main\nsys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, "--cases", "tiny", "--out", str(out), "--no-progress", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
 
 
@@ -159,15 +162,20 @@ def test_without_ttnn_the_ttnn_backends_skip_and_the_rest_runs(tmp_path):
         "class _NoTTNN(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] in ('ttnn', 'loguru'):\n"
-        "            raise ModuleNotFoundError(f\"No module named {name!r}\", name=name)\n"
+        '            raise ModuleNotFoundError(f"No module named {name!r}", name=name)\n'
         "sys.meta_path.insert(0, _NoTTNN())\n"
     )
     proc = _cli(tmp_path, "--backends", "golden-f64,torch-bf16,tt-ref-bf16,tt-ref-bf8b,ttnn", prelude=block)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = _rows(tmp_path / "parity.csv")
     status = {(r["backend"], r["status"]) for r in rows}
-    assert status == {("golden-f64", "pass"), ("torch-bf16", "pass"), ("tt-ref-bf16", "pass"),
-                      ("tt-ref-bf8b", "skip"), ("ttnn", "skip")}
+    assert status == {
+        ("golden-f64", "pass"),
+        ("torch-bf16", "pass"),
+        ("tt-ref-bf16", "pass"),
+        ("tt-ref-bf8b", "skip"),
+        ("ttnn", "skip"),
+    }
     assert all("ttnn" in r["reason"] for r in rows if r["status"] == "skip")
     # the TT path still follows the package's rule: sharded for one tile row, interleaved for the 64-row prefill
     labels = {r["case"]: r["label"] for r in rows if r["backend"] == "tt-ref-bf16"}

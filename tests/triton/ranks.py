@@ -26,8 +26,15 @@ def run_ranks(script, world: int, backend: str, timeout: float) -> str:
         env["OMP_NUM_THREADS"] = "1"  # many ranks share two cores
     with tempfile.TemporaryDirectory(prefix="ranks-") as tmp:
         logs = [Path(tmp) / f"rank{r}.log" for r in range(world)]
-        procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(port), backend], env=env,
-                                  stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(world)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(script), str(r), str(world), str(port), backend],
+                env=env,
+                stdout=open(logs[r], "w"),
+                stderr=subprocess.STDOUT,
+            )
+            for r in range(world)
+        ]
         try:
             for p in procs:
                 p.wait(timeout=timeout)
@@ -51,9 +58,14 @@ def serve_rank(work, timeout_s: float) -> None:
     rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s),
-                            device_id=torch.device("cuda", rank) if backend == "nccl" else None)
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=torch.device("cuda", rank) if backend == "nccl" else None,
+    )
     try:
         work(rank, world, backend)
         print(f"rank {rank}/{world} {backend}: OK", flush=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 
-
 def norm64(x, weight=None, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, hidden_size=None):
     """(v, rsigma, h) in float64: v = h * rsqrt(sum(h^2)/hidden + eps) * (w + offset) + bias, h = x (+ residual, rounded
     to residual's dtype as the kernels define it)."""
@@ -42,7 +41,9 @@ def fp8_expected(v, dtype, scale_mode, scale_ub=float("inf"), scale=None):
 
 def grads64(x, weight, dy, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, dresidual=None):
     """float64 autograd of the reference (on the CPU): dict of gradients for x, weight, bias, residual."""
-    x, weight, dy, bias, residual, dresidual = (t.detach().cpu() if t is not None else None for t in (x, weight, dy, bias, residual, dresidual))
+    x, weight, dy, bias, residual, dresidual = (
+        t.detach().cpu() if t is not None else None for t in (x, weight, dy, bias, residual, dresidual)
+    )
     xd = x.double().requires_grad_()
     wd = weight.double().requires_grad_() if weight is not None else None
     bd = bias.double().requires_grad_() if bias is not None else None
@@ -60,8 +61,12 @@ def grads64(x, weight, dy, *, epsilon=1e-5, weight_offset=0.0, bias=None, residu
     if rd is not None and dresidual is not None:
         loss = loss + (h * dresidual.double()).sum()
     loss.backward()
-    return {"x": xd.grad, "weight": wd.grad if wd is not None else None, "bias": bd.grad if bd is not None else None,
-            "residual": rd.grad if rd is not None else None}
+    return {
+        "x": xd.grad,
+        "weight": wd.grad if wd is not None else None,
+        "bias": bd.grad if bd is not None else None,
+        "residual": rd.grad if rd is not None else None,
+    }
 
 
 def assert_close_cancelling(actual, expected, dtype, *, context=""):

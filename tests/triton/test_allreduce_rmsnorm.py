@@ -74,28 +74,62 @@ def check(out, exp, dtype=E4M3, context=""):
     assert (out.residual_out is None) == (ro is None)
     if ro is not None:
         bad = out.residual_out != ro
-        assert not bool(bad.any()), (f"{context}: residual_out differs from the fp32 rank-order sum + residual in "
-                                     f"{int(bad.sum())} of {bad.numel()} elements, rows {bad.any(-1).nonzero().flatten()[:8].tolist()}")
+        assert not bool(bad.any()), (
+            f"{context}: residual_out differs from the fp32 rank-order sum + residual in "
+            f"{int(bad.sum())} of {bad.numel()} elements, rows {bad.any(-1).nonzero().flatten()[:8].tolist()}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the fused kernels under the interpreter, every rank played in turn by this process
 
 
-def simulate(stage, world, xs, w, res, *, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf, max_tokens=None, dtype=E4M3):
+def simulate(
+    stage, world, xs, w, res, *, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf, max_tokens=None, dtype=E4M3
+):
     t, h = xs[0].shape
     max_tokens = max_tokens or t
     dev = xs[0].device
-    bufs = [ar.carve(torch.zeros(ar.workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
-                     max_tokens, h, xs[0].dtype, world) for _ in range(world)]
-    outs = [ar.RMSNormOutput(torch.empty(t, h, dtype=dtype, device=dev), None, torch.empty_like(res) if res is not None else None,
-                             torch.empty(t, device=dev)) for _ in range(world)]
+    bufs = [
+        ar.carve(
+            torch.zeros(ar.workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
+            max_tokens,
+            h,
+            xs[0].dtype,
+            world,
+        )
+        for _ in range(world)
+    ]
+    outs = [
+        ar.RMSNormOutput(
+            torch.empty(t, h, dtype=dtype, device=dev),
+            None,
+            torch.empty_like(res) if res is not None else None,
+            torch.empty(t, device=dev),
+        )
+        for _ in range(world)
+    ]
     epoch = torch.zeros(ar.kernels.N_COUNTERS, dtype=torch.int32, device=dev)
     for phase in (ar.kernels.PHASE_A, ar.kernels.PHASE_B, ar.kernels.PHASE_C):  # what the barriers order on the GPU
         for r in range(world):
             o = outs[r]
-            ar.launch(stage, r, bufs, epoch, xs[r], w, res, o.y, o.scale, o.residual_out, epsilon=epsilon,
-                      weight_offset=weight_offset, scale_ub=scale_ub, sync=False, phases=phase)
+            ar.launch(
+                stage,
+                r,
+                bufs,
+                epoch,
+                xs[r],
+                w,
+                res,
+                o.y,
+                o.scale,
+                o.residual_out,
+                epsilon=epsilon,
+                weight_offset=weight_offset,
+                scale_ub=scale_ub,
+                sync=False,
+                phases=phase,
+            )
     return outs
 
 
@@ -140,7 +174,9 @@ def test_all_stages_agree_bitwise():
     check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
     assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
     clamped = v.abs().amax(-1) > ub
-    assert bool(clamped.any()) and bool((one.y.float().abs().amax(-1)[clamped] == 448.0).all()), "rows above scale_ub saturate"
+    assert bool(clamped.any()) and bool((one.y.float().abs().amax(-1)[clamped] == 448.0).all()), (
+        "rows above scale_ub saturate"
+    )
 
 
 def test_fused_matches_reference_path_interpreted():
@@ -161,7 +197,10 @@ def test_stage_choice_follows_measured_thresholds():
     t_switch = 2 * math.ceil(thr / (h * isz))  # 2 ranks: ceil(t/2) rows per rank
     assert ar.choose_stage(1, h, isz, 2) == 0 and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 2) == 0
     assert ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 2) == 1
-    assert ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 4) == 0 and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 4) == 1
+    assert (
+        ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 4) == 0
+        and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 4) == 1
+    )
     assert ar.choose_stage(1, h, 4, 2) == 1, "fp32 activations cannot be packed two per word"
     assert ar.choose_stage(1, 8191, isz, 2) == 1, "odd hidden size cannot be packed two per word"
     assert ar.choose_stage(t_switch, h, isz, 2) == 2
@@ -186,29 +225,60 @@ RULES = {
     "scale_ub.range": dict(scale_ub=0.0),
     "stage.value": dict(stage=3),
     "stage.push": dict(x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], stage=0),  # rows at odd offsets
-    "stage.push_tokens": dict(x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), stage=0, max_tokens=1000),
+    "stage.push_tokens": dict(
+        x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), stage=0, max_tokens=1000
+    ),
     "epsilon.range": dict(epsilon=-1.0),
 }
 
 
 @pytest.mark.parametrize("rule", list(RULES))
 def test_bad_input_names_the_rule(rule):
-    c = dict(x=lambda: torch.zeros(2, 64, dtype=torch.bfloat16), weight=lambda: torch.ones(64, dtype=torch.bfloat16),
-             residual=lambda: None, epsilon=1e-5, weight_offset=0.0, scale_ub=math.inf, dtype=E4M3, stage=None)
+    c = dict(
+        x=lambda: torch.zeros(2, 64, dtype=torch.bfloat16),
+        weight=lambda: torch.ones(64, dtype=torch.bfloat16),
+        residual=lambda: None,
+        epsilon=1e-5,
+        weight_offset=0.0,
+        scale_ub=math.inf,
+        dtype=E4M3,
+        stage=None,
+    )
     c.update(RULES[rule])
     args = {k: (v() if callable(v) else v) for k, v in c.items()}
     max_tokens = args.pop("max_tokens", 8)
     with pytest.raises(TritonRuleError) as err:
-        ar.check_call(args.pop("x"), args.pop("weight"), **args, hidden=64, max_tokens=max_tokens, act_dtype=torch.bfloat16,
-                      device=torch.device("cpu"))
+        ar.check_call(
+            args.pop("x"),
+            args.pop("weight"),
+            **args,
+            hidden=64,
+            max_tokens=max_tokens,
+            act_dtype=torch.bfloat16,
+            device=torch.device("cpu"),
+        )
     assert err.value.rule == rule and "Fix:" in str(err.value)
 
 
 def test_push_stage_takes_one_row_per_program():
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
     with pytest.raises(TritonRuleError) as err:
-        ar.launch(0, 0, [None, None], None, x, None, None, None, None, None, epsilon=1e-5, weight_offset=0.0,
-                  scale_ub=math.inf, config=(2, 16))
+        ar.launch(
+            0,
+            0,
+            [None, None],
+            None,
+            x,
+            None,
+            None,
+            None,
+            None,
+            None,
+            epsilon=1e-5,
+            weight_offset=0.0,
+            scale_ub=math.inf,
+            config=(2, 16),
+        )
     assert err.value.rule == "config.push_rows" and "Fix:" in str(err.value)
 
 
@@ -235,7 +305,9 @@ def gloo_worker(rank, world, dist):
         xs, w, res = partials(world, t, h, seed=100 + call)
         res = res if with_res else None
         ub = median_ub(xs, w, res, epsilon=1e-6, weight_offset=1.0) if clamp else math.inf
-        out = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=1e-6, weight_offset=1.0, residual=res, scale_ub=ub)
+        out = ar.reference_allreduce_rmsnorm_fp8(
+            xs[rank], w, epsilon=1e-6, weight_offset=1.0, residual=res, scale_ub=ub
+        )
         check(out, expected(xs, w, res, epsilon=1e-6, weight_offset=1.0, scale_ub=ub), context=f"call {call}")
         gathered = [torch.empty(t, h, dtype=torch.uint8) for _ in range(world)]
         dist.all_gather(gathered, out.y.view(torch.uint8).contiguous())
@@ -251,8 +323,17 @@ def nccl_worker(rank, world, dist):
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
     cases = [  # (stage, tokens (call k takes tokens[k % len]), calls)
-        (0, 1, 64), (0, 37, 48), (0, (1, 8, 3, 40, 2), 40), (None, 64, 24), (1, 1, 48), (1, 33, 48), (2, 33, 48), (2, 3, 32), (1, 300, 16),
-        (2, 1027, 10), (None, 4096, 4),
+        (0, 1, 64),
+        (0, 37, 48),
+        (0, (1, 8, 3, 40, 2), 40),
+        (None, 64, 24),
+        (1, 1, 48),
+        (1, 33, 48),
+        (2, 33, 48),
+        (2, 3, 32),
+        (1, 300, 16),
+        (2, 1027, 10),
+        (None, 4096, 4),
     ]
     total = 0
     for ci, (stage, t, calls) in enumerate(cases):
@@ -276,7 +357,11 @@ def nccl_worker(rank, world, dist):
         torch.cuda.synchronize()
         for k, out in zip(order, outs):
             xs, w, res, eps, off, ub = ins[k]
-            check(out, expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub), context=f"stage {stage} T={t} call {k}")
+            check(
+                out,
+                expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub),
+                context=f"stage {stage} T={t} call {k}",
+            )
             bits = out.y.view(torch.uint8).contiguous()
             gathered = [torch.empty_like(bits) for _ in range(world)]
             dist.all_gather(gathered, bits)
@@ -284,7 +369,9 @@ def nccl_worker(rank, world, dist):
             total += 1
         first, *again = [o for k, o in zip(order, outs) if k == repeat]
         for o in again:
-            assert torch.equal(o.y.view(torch.uint8), first.y.view(torch.uint8)) and torch.equal(o.scale, first.scale), "not bitwise stable"
+            assert torch.equal(o.y.view(torch.uint8), first.y.view(torch.uint8)) and torch.equal(
+                o.scale, first.scale
+            ), "not bitwise stable"
             if o.residual_out is not None:
                 assert torch.equal(o.residual_out, first.residual_out)
         # the fused call and the reference path (fp32 NCCL all_reduce + rmsnorm_fwd) on the same inputs
@@ -292,7 +379,10 @@ def nccl_worker(rank, world, dist):
         ref = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub)
         same = (ref.y.view(torch.uint8) == first.y.view(torch.uint8)).float().mean().item()
         assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
-        print(f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; fp8 bits equal to the reference path: {same:.5f}", flush=True)
+        print(
+            f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; fp8 bits equal to the reference path: {same:.5f}",
+            flush=True,
+        )
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
 
 

@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from programs.triton.autograd import RMSNorm, RMSNormFunction, rms_norm, rms_norm_bwd_op, rms_norm_fp8, rms_norm_fp8_op, rms_norm_fwd_op
+from programs.triton.autograd import (
+    RMSNorm,
+    RMSNormFunction,
+    rms_norm,
+    rms_norm_bwd_op,
+    rms_norm_fp8,
+    rms_norm_fp8_op,
+    rms_norm_fwd_op,
+)
 from programs.triton.checks import TritonRuleError
 from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from tt_rmsnorm.accuracy import assert_close
@@ -48,7 +56,16 @@ def test_autograd_function_gradients(dtype):
     dy, dres = rand(6, 40, dtype=dt, seed=8), rand(6, 40, dtype=dt, seed=9)
     y, new_res = RMSNormFunction.apply(x, w, b, r, 1e-5, 1.0)
     torch.autograd.backward([y, new_res], [dy, dres])
-    ref = grads64(x.detach(), w.detach(), dy, epsilon=1e-5, weight_offset=1.0, bias=b.detach(), residual=r.detach(), dresidual=dres)
+    ref = grads64(
+        x.detach(),
+        w.detach(),
+        dy,
+        epsilon=1e-5,
+        weight_offset=1.0,
+        bias=b.detach(),
+        residual=r.detach(),
+        dresidual=dres,
+    )
     for name, t in (("x", x), ("residual", r), ("weight", w), ("bias", b)):
         assert t.grad is not None and t.grad.dtype == dt, name
         assert_close_cancelling(t.grad, ref[name], dt, context=f"d{name}")

@@ -17,7 +17,7 @@ def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
         return scripted[name].pop(0)
 
     monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
-    runs = {"copy": lambda i: (lambda: "copy"), "ours": lambda i: (lambda: "ours")}
+    runs = {"copy": lambda i: lambda: "copy", "ours": lambda i: lambda: "ours"}
     t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     assert t == {"copy": 2.0, "ours": 5.0}
     assert sorted(order) == ["copy"] * 3 + ["ours"] * 3 and order[:2] == ["copy", "ours"]
@@ -32,9 +32,9 @@ def test_timed_rounds_moves_every_contender_between_rounds(monkeypatch):
 
     monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
     names = ["copy2d", "copyflat", "ours", "eager", "compile", "liger", "quack", "ours_fp8"]
-    runs = {k: (lambda i, k=k: (lambda: k)) for k in names}
+    runs = {k: (lambda i, k=k: lambda: k) for k in names}
     benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
-    rounds = [order[i * len(names):(i + 1) * len(names)] for i in range(3)]
+    rounds = [order[i * len(names) : (i + 1) * len(names)] for i in range(3)]
     assert rounds[0] == names and all(sorted(r) == sorted(names) for r in rounds)
     first_again = list(order)
     order.clear()
@@ -58,7 +58,7 @@ def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
 
     monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
     monkeypatch.setattr(benchmark.torch.cuda, "synchronize", lambda: None)  # try_time syncs after a failure
-    runs = {"ours": lambda i: (lambda: "ours"), "liger": lambda i: (lambda: "liger")}
+    runs = {"ours": lambda i: lambda: "ours", "liger": lambda i: lambda: "liger"}
     t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional={"liger"})
     assert t == {"ours": 1.0, "liger": None}
     assert tried.count("liger") == 1 and tried.count("ours") == 3
@@ -75,7 +75,7 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
 
     monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
     hook = lambda: None  # noqa: E731
-    runs = {k: (lambda i, k=k: (lambda: k)) for k in ("copy", "ours")}
+    runs = {k: (lambda i, k=k: lambda: k) for k in ("copy", "ours")}
     t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set(), before=hook)
     assert t == {"copy": 2.0, "ours": 4.0}
     assert len(seen) == 6 and all(b is hook for _, b in seen)
@@ -85,7 +85,6 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
 def test_no_launch_state_pin_without_pdl():
     """Off Hopper (here: the CPU) there is no PDL launch to pin the state with, so the tables time without a hook."""
     assert benchmark.pin_launch_state(torch.device("cpu")) is None
-
 
 
 class _FakeCuda:
@@ -143,8 +142,9 @@ def test_allreduce_bench_pins_once_and_resets_by_graph(monkeypatch):
     state, so one pin before the replays holds for all of them, and no rank waits on a per-replay sync."""
     log = []
     bench_allreduce = _fake_gpu(monkeypatch, log)
-    us = bench_allreduce.graph_time_us(lambda: log.append("fn"), lambda: log.append("reset"), calls=4, reps=3,
-                                       pin=lambda: log.append("pin"))
+    us = bench_allreduce.graph_time_us(
+        lambda: log.append("fn"), lambda: log.append("reset"), calls=4, reps=3, pin=lambda: log.append("pin")
+    )
     assert us == 1000.0 / 4
     assert log[:6] == ["reset", "fn"] * 3  # warm-up, eager, before the capture
     assert log[6:] == ["pin"] + ["replay reset", "timer", "replay fn", "timer"] * 3
@@ -176,6 +176,7 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
             if name == "liger":
                 raise RuntimeError("n = 262144 exceeds the recommended Triton blocksize")
             return name
+
         return lambda i: run
 
     monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)

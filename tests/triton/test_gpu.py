@@ -20,7 +20,11 @@ def rand(*shape, dtype=torch.bfloat16, seed=0):
 
 
 @pytest.mark.requires_cuda
-@pytest.mark.parametrize("shape", [(4096, 8192), (333, 32768), (64, 65536), (33, 40000), (16, 262144), (7, 70001)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "shape",
+    [(4096, 8192), (333, 32768), (64, 65536), (33, 40000), (16, 262144), (7, 70001)],
+    ids=lambda s: f"{s[0]}x{s[1]}",
+)
 def test_forward_real_sizes(shape):
     x, w, r = rand(*shape, seed=1), rand(shape[1], seed=2), rand(*shape, seed=3)
     o = rmsnorm_fwd(x, w, epsilon=1e-6, residual=r, return_rsigma=True)
@@ -36,7 +40,9 @@ def test_forward_real_sizes(shape):
 
 
 @pytest.mark.requires_cuda
-@pytest.mark.parametrize("shape", [(16384, 8192), (32768, 4096), (8193, 2048), (16384, 1024)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "shape", [(16384, 8192), (32768, 4096), (8193, 2048), (16384, 1024)], ids=lambda s: f"{s[0]}x{s[1]}"
+)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_forward_two_pass_default(shape, dtype):
     """fwd_config's launch of tall tensors of plain 16-bit rows (a row a program, two halves, the second pass re-read
@@ -63,8 +69,12 @@ WORDS_FWD = {
     "default_131072": ((301, 131072), torch.bfloat16, True, None),
     "default_200000_partial_chunk": ((97, 200000), torch.bfloat16, True, None),
     "default_fp16_no_weight_262144": ((64, 262144), torch.float16, False, None),
-    "two_rows_a_block_4_stages": ((301, 131072), torch.bfloat16, True,
-                                  FwdConfig("split", 8, block_m=2, chunk=8192, programs=264, maxnreg=128, words=True, stages=4)),
+    "two_rows_a_block_4_stages": (
+        (301, 131072),
+        torch.bfloat16,
+        True,
+        FwdConfig("split", 8, block_m=2, chunk=8192, programs=264, maxnreg=128, words=True, stages=4),
+    ),
 }
 
 
@@ -111,8 +121,11 @@ def test_forward_beyond_2_31_elements(case):
 
 
 @pytest.mark.requires_cuda
-@pytest.mark.parametrize("shape", [(4096, 8192), (8192, 4096), (20000, 1024), (512, 16384), (256, 65536), (8, 262144)],
-                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "shape",
+    [(4096, 8192), (8192, 4096), (20000, 1024), (512, 16384), (256, 65536), (8, 262144)],
+    ids=lambda s: f"{s[0]}x{s[1]}",
+)
 def test_backward_real_sizes(shape):
     x, w, dy = rand(*shape, seed=5), rand(shape[1], seed=6), rand(*shape, seed=7)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
@@ -151,7 +164,9 @@ def test_backward_long_row_kernels(case):
     x, w, dy, dres = rand(m, n, seed=20), rand(n, seed=21), rand(m, n, seed=22), rand(m, n, seed=23)
     rs = rmsnorm_fwd(x, w, weight_offset=1.0, return_rsigma=True).rsigma
     dx, dw, db = rmsnorm_bwd(dy, x, w, rs, weight_offset=1.0, dresidual=dres, need_bias_grad=True, config=cfg)
-    ref = grads64(x, w, dy, weight_offset=1.0, bias=torch.zeros(n, device="cuda"), residual=torch.zeros_like(x), dresidual=dres)
+    ref = grads64(
+        x, w, dy, weight_offset=1.0, bias=torch.zeros(n, device="cuda"), residual=torch.zeros_like(x), dresidual=dres
+    )
     assert_close_cancelling(dx, ref["x"], torch.bfloat16, context="dx")
     assert_close_cancelling(dw, ref["weight"], torch.bfloat16, context="dweight")
     assert_close_cancelling(db, ref["bias"], torch.bfloat16, context="dbias")
@@ -167,8 +182,12 @@ WORDS_BWD = {
     "default_65000_partial_chunk": ((301, 65000), torch.bfloat16, True, None),
     "default_262144_4_stages": ((37, 262144), torch.bfloat16, True, None),
     "default_fp16_no_weight_131072": ((97, 131072), torch.float16, False, None),
-    "two_rows_a_block_4_stages": ((301, 65536), torch.bfloat16, True,
-                                  BwdConfig("split", 16, block_m=2, programs=132, block_n=8192, words=True, stages=4)),
+    "two_rows_a_block_4_stages": (
+        (301, 65536),
+        torch.bfloat16,
+        True,
+        BwdConfig("split", 16, block_m=2, programs=132, block_n=8192, words=True, stages=4),
+    ),
 }
 
 
@@ -207,10 +226,20 @@ CLUSTER = {  # (M, N), x dtype, options, launch (None: the default, which must b
     "33x40000-masked": ((33, 40000), torch.bfloat16, {}, FwdConfig("cluster", 4, chunk=4096)),
     "3x65536-bf16-to-fp32": ((3, 65536), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("cluster", 8, chunk=8192)),
     "48x262144-bf16-default": ((48, 262144), torch.bfloat16, {}, None),  # x staged through the exchange
-    "40x65536-bf16-64-a-thread": ((40, 65536), torch.bfloat16, {}, FwdConfig("cluster", 4, chunk=8192, maxnreg=64)),  # 8 CTAs a row: the weight staged
+    "40x65536-bf16-64-a-thread": (
+        (40, 65536),
+        torch.bfloat16,
+        {},
+        FwdConfig("cluster", 4, chunk=8192, maxnreg=64),
+    ),  # 8 CTAs a row: the weight staged
     "8x262144-bf16-few-rows": ((8, 262144), torch.bfloat16, {}, None),  # 128 CTAs: the weight staged instead
     "6x262144-fp16-bias": ((6, 262144), torch.float16, {"bias": True}, None),
-    "4x262144-fp32-weight": ((4, 262144), torch.bfloat16, {"weight": "fp32"}, FwdConfig("cluster", 8, chunk=16384, maxnreg=64)),
+    "4x262144-fp32-weight": (
+        (4, 262144),
+        torch.bfloat16,
+        {"weight": "fp32"},
+        FwdConfig("cluster", 8, chunk=16384, maxnreg=64),
+    ),
 }
 
 
@@ -226,8 +255,18 @@ def assert_forward_matches_float64(case, kernel: str, seed: int):
     b = rand(n, dtype=dt, seed=seed + 2) if kw.pop("bias", False) else None
     if cfg is None:
         words = fwd_module.wordable_rows(x)
-        assert fwd_module.fwd_config(m, n, x.device, bias=b is not None, words_ok=words, cluster_ok=kernel == "cluster",
-                                     async_ok=kernel == "async").kernel == kernel
+        assert (
+            fwd_module.fwd_config(
+                m,
+                n,
+                x.device,
+                bias=b is not None,
+                words_ok=words,
+                cluster_ok=kernel == "cluster",
+                async_ok=kernel == "async",
+            ).kernel
+            == kernel
+        )
     o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True, config=cfg, **kw)
     v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6, weight_offset=kw.get("weight_offset", 0.0))
     (assert_close_cancelling if b is not None else assert_close)(o.y, v, kw.get("dtype", dt), context="y")
@@ -282,15 +321,34 @@ def test_cluster_fp8_forward_matches_float64_and_the_looped_kernel(case):
     assert looped.kernel != "cluster"
     for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
         for mode in modes:
-            args = dict(epsilon=1e-6, bias=b, dtype=fmt, return_rsigma=True, scale_mode="row" if mode == "row" else "tensor", **kw)
+            args = dict(
+                epsilon=1e-6,
+                bias=b,
+                dtype=fmt,
+                return_rsigma=True,
+                scale_mode="row" if mode == "row" else "tensor",
+                **kw,
+            )
             if mode == "static":
                 args["scale"] = given
             if cfg is None:
-                assert fwd_module.fwd_config(m, n, x.device, fused=True, bias=b is not None, cluster_ok=True,
-                                             words_ok=fwd_module.wordable_rows(x), row_max=mode == "row").kernel == "cluster"
+                assert (
+                    fwd_module.fwd_config(
+                        m,
+                        n,
+                        x.device,
+                        fused=True,
+                        bias=b is not None,
+                        cluster_ok=True,
+                        words_ok=fwd_module.wordable_rows(x),
+                        row_max=mode == "row",
+                    ).kernel
+                    == "cluster"
+                )
             q = rmsnorm_fwd(x, w, config=cfg, **args)
-            q_exp, s_exp = fp8_expected(v, fmt, "row" if mode == "row" else "tensor", scale_ub=ub,
-                                        scale=given if mode == "static" else None)
+            q_exp, s_exp = fp8_expected(
+                v, fmt, "row" if mode == "row" else "tensor", scale_ub=ub, scale=given if mode == "static" else None
+            )
             where = f"cluster {fmt} {mode}"
             (assert_close_cancelling if b is not None else assert_close)(q.y.float(), q_exp, fmt, context=where)
             assert_close(q.scale, s_exp.reshape(q.scale.shape), torch.float32, context=f"{where} scales")
@@ -307,7 +365,12 @@ ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be 
     "1000x8192-fp16-default": ((1000, 8192), torch.float16, {}, None),
     "77x5008-masked-bias": ((77, 5008), torch.bfloat16, {"bias": True}, FwdConfig("async", 8, block_m=1)),
     "33x4096-fp32-two-rows": ((33, 4096), torch.float32, {}, FwdConfig("async", 8, block_m=2)),
-    "64x4096-strided-no-weight": ((64, 4096), torch.bfloat16, {"stride": 4160, "weight": None}, FwdConfig("async", 4, block_m=1)),
+    "64x4096-strided-no-weight": (
+        (64, 4096),
+        torch.bfloat16,
+        {"stride": 4160, "weight": None},
+        FwdConfig("async", 4, block_m=1),
+    ),
     "16x8192-bf16-to-fp32": ((16, 8192), torch.bfloat16, {"dtype": torch.float32}, FwdConfig("async", 8, block_m=1)),
     "512x4096-zero-centered": ((512, 4096), torch.bfloat16, {"weight_offset": 1.0}, FwdConfig("async", 4, block_m=1)),
 }
@@ -347,8 +410,7 @@ def pdl_chain(x, w, r, kw, pdl: bool) -> list:
     output, rsigma included."""
     outs, h = [], x
     for step in range(3):
-        o = rmsnorm_fwd(h, w, epsilon=1e-6, residual=r, return_rsigma=True, enable_pdl=pdl,
-                        **(kw if step == 2 else {}))
+        o = rmsnorm_fwd(h, w, epsilon=1e-6, residual=r, return_rsigma=True, enable_pdl=pdl, **(kw if step == 2 else {}))
         outs += [t for t in o if t is not None]
         h, r = o.y, o.residual_out
     return outs
@@ -389,8 +451,12 @@ def test_pdl_chain_in_a_graph_matches_plain_launches(case):
     x, w = rand(m, n, seed=70), rand(n, seed=71)
     r = rand(m, n, seed=72) if kw.pop("residual", False) else None
     words = fwd_module.wordable_rows(x)
-    assert fwd_module.fwd_config(m, n, x.device, fused=r is not None, words_ok=words and r is None,
-                                 async_ok=True, cluster_ok=True).kernel == kernel
+    assert (
+        fwd_module.fwd_config(
+            m, n, x.device, fused=r is not None, words_ok=words and r is None, async_ok=True, cluster_ok=True
+        ).kernel
+        == kernel
+    )
     assert_graph_chain_matches_plain(lambda src, pdl: pdl_chain(src, w, r, kw, pdl), x, (73, 74, 75))
 
 
@@ -414,8 +480,12 @@ def test_pdl_backward_chain_in_a_graph_matches_plain_launches(case):
     (m, n), kernel = BWD_PDL[case]
     x, w, dy0 = rand(m, n, seed=80), rand(n, seed=81), rand(m, n, seed=82)
     rs = rmsnorm_fwd(x, w, epsilon=1e-6, return_rsigma=True).rsigma
-    assert bwd_module.bwd_config(m, n, x.device, bwd_module.l2_prefetchable(x, dy0),
-                                 bwd_module.words_fit(x, dy0, x, w, True, None)).kernel == kernel
+    assert (
+        bwd_module.bwd_config(
+            m, n, x.device, bwd_module.l2_prefetchable(x, dy0), bwd_module.words_fit(x, dy0, x, w, True, None)
+        ).kernel
+        == kernel
+    )
 
     def chain(dy, pdl):
         outs = []
@@ -526,8 +596,10 @@ def test_split_fp8_row_scales(block_m):
 
 SPLIT_REPEATS = {
     # a tile of 4 rows x 32 words, smaller than the CTA: threads hold copies of each exchange word (split_reduce)
-    "4_rows_32_chunks": (FwdConfig("split", 16, block_m=4, chunk=2048, programs=132),
-                         BwdConfig("split", 16, block_m=4, programs=132, block_n=2048)),
+    "4_rows_32_chunks": (
+        FwdConfig("split", 16, block_m=4, chunk=2048, programs=132),
+        BwdConfig("split", 16, block_m=4, programs=132, block_n=2048),
+    ),
     "default": (None, None),
 }
 

@@ -28,8 +28,24 @@ def _fp32_from_bits(bits: torch.Tensor) -> torch.Tensor:
 def test_every_bf16_widens_exactly_and_fp32_narrows_to_nearest_even():
     every_bf16 = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     g = torch.Generator().manual_seed(0)
-    edges = [0x00000001, 0x00007FFF, 0x00008000, 0x00018000, 0x0000FFFF, 0x007FFFFF, 0x00800000, 0x3F808000,
-             0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x7F7F8000, 0x7F800000, 0x80000001, 0x80008000, 0xFF7FFFFF]
+    edges = [
+        0x00000001,
+        0x00007FFF,
+        0x00008000,
+        0x00018000,
+        0x0000FFFF,
+        0x007FFFFF,
+        0x00800000,
+        0x3F808000,
+        0x3F818000,
+        0x3F80FFFF,
+        0x7F7FFFFF,
+        0x7F7F8000,
+        0x7F800000,
+        0x80000001,
+        0x80008000,
+        0xFF7FFFFF,
+    ]
     rand = torch.randint(0, 2**32, (every_bf16.numel() - len(edges),), generator=g, dtype=torch.int64)
     fp32 = _fp32_from_bits(torch.cat([torch.tensor(edges, dtype=torch.int64), rand]))
     n = every_bf16.numel()

@@ -45,7 +45,9 @@ def test_split_fp8_row_store_has_no_shared_memory_conversion():
 
 
 def test_report_check_passes_for_the_default_shapes():
-    out = _compiled("import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; sys.exit(main())")
+    out = _compiled(
+        "import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; sys.exit(main())"
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "bwd split chunk=8192" in out.stdout
 
@@ -202,18 +204,36 @@ def test_async_forward_compiles_to_16_byte_async_copies_and_no_spill(n, block_m,
 
 
 CLUSTER_LAUNCHES = [  # (n, chunk, warps, maxnreg, out_mode, busy): fwd_config's cluster launches
-    (65536, 4096, 4, 0, 0, True), (131072, 8192, 8, 0, 0, True), (40000, 4096, 4, 0, 0, True),
-    (65536, 8192, 4, 64, 0, True), (131072, 8192, 4, 64, 0, True), (262144, 16384, 8, 64, 0, True),
-    (262144, 16384, 8, 64, 0, False), (65536, 4096, 4, 0, 1, True), (32768, 16384, 8, 0, 1, True),
-    (131072, 16384, 8, 0, 1, True), (262144, 16384, 8, 0, 1, True), (65536, 8192, 4, 64, 2, True),
-    (65536, 8192, 4, 64, 2, False), (262144, 16384, 8, 64, 2, True), (65536, 8192, 4, 64, 3, True),
-    (262144, 16384, 8, 64, 3, True), (65536, 4096, 4, 0, 3, True),
-    (8192, 4096, 4, 0, 1, True), (8192, 4096, 4, 0, 2, True), (16384, 8192, 4, 0, 1, True),
-    (16384, 8192, 8, 0, 2, True), (16384, 8192, 4, 64, 2, True)]
+    (65536, 4096, 4, 0, 0, True),
+    (131072, 8192, 8, 0, 0, True),
+    (40000, 4096, 4, 0, 0, True),
+    (65536, 8192, 4, 64, 0, True),
+    (131072, 8192, 4, 64, 0, True),
+    (262144, 16384, 8, 64, 0, True),
+    (262144, 16384, 8, 64, 0, False),
+    (65536, 4096, 4, 0, 1, True),
+    (32768, 16384, 8, 0, 1, True),
+    (131072, 16384, 8, 0, 1, True),
+    (262144, 16384, 8, 0, 1, True),
+    (65536, 8192, 4, 64, 2, True),
+    (65536, 8192, 4, 64, 2, False),
+    (262144, 16384, 8, 64, 2, True),
+    (65536, 8192, 4, 64, 3, True),
+    (262144, 16384, 8, 64, 3, True),
+    (65536, 4096, 4, 0, 3, True),
+    (8192, 4096, 4, 0, 1, True),
+    (8192, 4096, 4, 0, 2, True),
+    (16384, 8192, 4, 0, 1, True),
+    (16384, 8192, 8, 0, 2, True),
+    (16384, 8192, 4, 64, 2, True),
+]
 
 
-@pytest.mark.parametrize("n, chunk, warps, maxnreg, out_mode, busy", CLUSTER_LAUNCHES,
-                         ids=["-".join(map(str, c[:5])) + ("" if c[5] else "-idle") for c in CLUSTER_LAUNCHES])
+@pytest.mark.parametrize(
+    "n, chunk, warps, maxnreg, out_mode, busy",
+    CLUSTER_LAUNCHES,
+    ids=["-".join(map(str, c[:5])) + ("" if c[5] else "-idle") for c in CLUSTER_LAUNCHES],
+)
 def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, warps, maxnreg, out_mode, busy):
     """The cluster forward's inline PTX (mbarrier, st.async into the peers, the voted wait) goes through ptxas for
     sm_90a; each CTA sends its partial once (with the FP8 row max beside it: out_mode 1 and 3, one 8-byte send),
@@ -239,8 +259,15 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
 # where each kernel lets the next one launch (NOTES.md v27): at the start, but the cp.async forward once its x has
 # landed, and the persistent rows backward after its rows (triggered at its start, the partials' sum and the next
 # backward's CTAs crowded its one CTA an SM: 4096 x 4096 51.3 us against 33.4 plain on H200)
-PDL_TRIGGER = {"rows": "start", "looped": "start", "async": "after_async_wait", "cluster": "start",
-               "bwd_rows": "end", "bwd_decode": "start", "sum_partials": "start"}
+PDL_TRIGGER = {
+    "rows": "start",
+    "looped": "start",
+    "async": "after_async_wait",
+    "cluster": "start",
+    "bwd_rows": "end",
+    "bwd_decode": "start",
+    "sum_partials": "start",
+}
 
 
 @pytest.mark.parametrize("kernel", list(PDL_TRIGGER))

@@ -105,7 +105,9 @@ def check_backward(cfg, dtype, case, m, n):
     off = c.get("weight_offset", 0.0)
     fwd = rmsnorm_fwd(x, w, epsilon=1e-5, weight_offset=off, bias=b, residual=r, return_rsigma=True)
     h = fwd.residual_out if r is not None else x
-    dx, dw, db = rmsnorm_bwd(dy, h, w, fwd.rsigma, weight_offset=off, dresidual=dres, need_bias_grad=b is not None, config=cfg)
+    dx, dw, db = rmsnorm_bwd(
+        dy, h, w, fwd.rsigma, weight_offset=off, dresidual=dres, need_bias_grad=b is not None, config=cfg
+    )
     ref = grads64(x, w, dy, epsilon=1e-5, weight_offset=off, bias=b, residual=r, dresidual=dres)
     assert dx.dtype == dt
     assert_close_cancelling(dx, ref["x"], dt, context="dx")
@@ -127,7 +129,11 @@ def test_dweight_is_bitwise_reproducible(kernel):
         assert torch.equal(dw, runs[0][1]) and torch.equal(db, runs[0][2]) and torch.equal(dx, runs[0][0])
 
 
-@pytest.mark.parametrize("rows, reduces", [(1, False), (9, False), (41, True)], ids=["M1_decode_kernel", "M9_decode_kernel", "M41_partial_sum"])
+@pytest.mark.parametrize(
+    "rows, reduces",
+    [(1, False), (9, False), (41, True)],
+    ids=["M1_decode_kernel", "M9_decode_kernel", "M41_partial_sum"],
+)
 def test_partial_sum_kernel_only_with_several_programs(rows, reduces, monkeypatch):
     """Default launch at N = 67: up to DECODE_M rows take the decode kernel (dweight columns over all rows, final, no
     second kernel); more rows are several rows-kernel programs summed by the partial-sum kernel. All agree with
@@ -181,7 +187,9 @@ def test_split_words_kernel_matches_float64_autograd_and_the_element_kernel(case
     ref = grads64(x, w, dy, epsilon=1e-5, weight_offset=off)
     assert dx.dtype == dt
     assert_close_cancelling(dx, ref["x"], dt, context="dx")
-    el_dx, el_dw, _ = rmsnorm_bwd(dy, x, w, rs, weight_offset=off, config=replace(words_config(stages), words=False, stages=3))
+    el_dx, el_dw, _ = rmsnorm_bwd(
+        dy, x, w, rs, weight_offset=off, config=replace(words_config(stages), words=False, stages=3)
+    )
     # the same sums in another order (the row dot pairs columns): within a rounding of dx, dweight summed alike
     assert (dx.float() - el_dx.float()).abs().max() <= 2 * torch.finfo(dt).eps * el_dx.float().abs().max()
     if w is None:
@@ -238,7 +246,11 @@ def test_default_launch_is_told_whether_words_fit(monkeypatch):
     they fit)."""
     seen = []
     real = bwd_module.bwd_config
-    monkeypatch.setattr(bwd_module, "bwd_config", lambda m, n, device, l2_ok=True, words_ok=False: seen.append(words_ok) or real(m, n, device, l2_ok, words_ok))
+    monkeypatch.setattr(
+        bwd_module,
+        "bwd_config",
+        lambda m, n, device, l2_ok=True, words_ok=False: seen.append(words_ok) or real(m, n, device, l2_ok, words_ok),
+    )
     x, w, dy, _, rs = words_inputs("plain", torch.bfloat16)
     rmsnorm_bwd(dy, x, w, rs)
     rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)

@@ -83,7 +83,17 @@ def test_forward_options(kernel, case):
     r = rand(*shape, dtype=c.get("residual_dtype", torch.bfloat16), seed=6) if c.get("residual") else None
     off = c.get("weight_offset", 0.0)
     out_dt = c.get("out", torch.bfloat16)
-    o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r, dtype=out_dt, return_rsigma=True, config=KERNELS[kernel])
+    o = rmsnorm_fwd(
+        x,
+        w,
+        epsilon=1e-6,
+        weight_offset=off,
+        bias=b,
+        residual=r,
+        dtype=out_dt,
+        return_rsigma=True,
+        config=KERNELS[kernel],
+    )
     v, rs, h = norm64(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r)
     assert o.y.dtype == out_dt
     assert_close(o.y, v, out_dt, context=case)
@@ -112,13 +122,20 @@ def test_forward_fp8(kernel, fmt, scaling):
     # scale_ub between the smallest and largest row max: some rows are clamped, some not
     ub = float(v.abs().amax(-1).median()) if scaling == "row_ub" else math.inf
     static = torch.tensor([0.004], dtype=torch.float32, device=DEV) if scaling == "tensor_static" else None
-    o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=KERNELS[kernel])
+    o = rmsnorm_fwd(
+        x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=KERNELS[kernel]
+    )
     q_exp, s_exp = fp8_expected(v, dt, mode, ub, static)
     assert o.y.dtype == dt
     assert_close(o.y.float(), q_exp, dt, context="fp8 values")
     # the scale and the quantized values together must give back v, up to FP8 rounding and saturation
     sc = o.scale[:, None] if mode == "row" else o.scale
-    assert_close(o.y.double() * sc.double(), (q_exp * (s_exp[:, None] if mode == "row" and static is None else s_exp)), dt, context="dequantized")
+    assert_close(
+        o.y.double() * sc.double(),
+        (q_exp * (s_exp[:, None] if mode == "row" and static is None else s_exp)),
+        dt,
+        context="dequantized",
+    )
     if mode == "row":
         assert o.scale.shape == (6,)
         assert_close(o.scale, s_exp, torch.float32, context="row scales")
@@ -142,7 +159,9 @@ def test_decode_default_cuts_rows_into_slices():
     its whole row; a bias and rsigma ride along, and a residual falls back to whole rows."""
     from programs.triton.rmsnorm_fwd import fwd_config
 
-    x, w, b, r = (rand(*s, dtype=torch.bfloat16, seed=k) for k, s in enumerate([(3, 5000), (5000,), (5000,), (3, 5000)], 30))
+    x, w, b, r = (
+        rand(*s, dtype=torch.bfloat16, seed=k) for k, s in enumerate([(3, 5000), (5000,), (5000,), (3, 5000)], 30)
+    )
     assert fwd_config(3, 5000, x.device).chunk == 2048
     o = rmsnorm_fwd(x, w, bias=b, epsilon=1e-6, return_rsigma=True)
     v, rs, _ = norm64(x, w, epsilon=1e-6, bias=b)
@@ -166,13 +185,22 @@ BAD = {
     "weight_shape": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), torch.ones(5, device=DEV)), "weight.shape"),
     "negative_eps": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), epsilon=-1.0), "epsilon.range"),
     "bad_fp8": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.int8), "dtype.fp8"),
-    "bad_scale_mode": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.float8_e4m3fn, scale_mode="col"), "scale_mode.value"),
+    "bad_scale_mode": (
+        lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.float8_e4m3fn, scale_mode="col"),
+        "scale_mode.value",
+    ),
     "scale_in_row_mode": (
         lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), dtype=torch.float8_e4m3fn, scale=torch.ones(1, device=DEV)),
         "scale.row_mode",
     ),
-    "offset_without_weight": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), weight_offset=1.0), "weight_offset.no_weight"),
-    "residual_shape": (lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), residual=torch.ones(2, 5, device=DEV)), "residual.shape"),
+    "offset_without_weight": (
+        lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), weight_offset=1.0),
+        "weight_offset.no_weight",
+    ),
+    "residual_shape": (
+        lambda: rmsnorm_fwd(torch.ones(2, 4, device=DEV), residual=torch.ones(2, 5, device=DEV)),
+        "residual.shape",
+    ),
 }
 
 
@@ -206,7 +234,9 @@ def test_long_row_launch_shape_plain_vs_fused():
     assert (words.kernel, words.chunk, words.head, words.words) == ("looped", 16384, 0, True)
     assert fwd_config(2048, 65536, cpu, fused=True, words_ok=True) == words
     assert fwd_config(2048, 65536, cpu, fused=True).head == 16384
-    assert not fwd_config(4096, 16384, cpu, words_ok=True).words and not fwd_config(1024, 262144, cpu, words_ok=True).words
+    assert (
+        not fwd_config(4096, 16384, cpu, words_ok=True).words and not fwd_config(1024, 262144, cpu, words_ok=True).words
+    )
     for cfg in (fwd_config(2048, 65536, cpu, fused=True), fwd_config(1024, 262144, cpu)):
         assert (cfg.kernel, cfg.chunk, cfg.head) == ("looped", 8192, 16384)
 
@@ -217,8 +247,17 @@ def test_looped_normalize_order_changes_no_bit(programs):
     column is computed the same way either way, so y, rsigma and the FP8 row scales match bit for bit."""
     x, w = rand(5, 100, dtype=torch.bfloat16, seed=30), rand(100, dtype=torch.bfloat16, seed=31)
     for dtype in (None, torch.float8_e4m3fn):
-        a, b = (rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dtype, return_rsigma=True,
-                            config=FwdConfig("looped", 4, chunk=32, programs=programs, reverse=rev)) for rev in (True, False))
+        a, b = (
+            rmsnorm_fwd(
+                x,
+                w,
+                epsilon=1e-5,
+                dtype=dtype,
+                return_rsigma=True,
+                config=FwdConfig("looped", 4, chunk=32, programs=programs, reverse=rev),
+            )
+            for rev in (True, False)
+        )
         assert torch.equal(a.y.view(torch.uint8), b.y.view(torch.uint8)) and torch.equal(a.rsigma, b.rsigma)
         if dtype is not None:
             assert torch.equal(a.scale, b.scale)
@@ -239,7 +278,9 @@ def test_words_stats_pass_matches_float64(dtype, shape):
     v, rs, _ = norm64(x, w, epsilon=1e-5, bias=b)
     assert_close(o.y, v, dtype, context="y")
     assert_close(o.rsigma, rs, torch.float32, context="rsigma")
-    chunked = rmsnorm_fwd(x, w, epsilon=1e-5, bias=b, return_rsigma=True, config=FwdConfig("looped", 4, chunk=32, programs=3))
+    chunked = rmsnorm_fwd(
+        x, w, epsilon=1e-5, bias=b, return_rsigma=True, config=FwdConfig("looped", 4, chunk=32, programs=3)
+    )
     assert_close(o.rsigma, chunked.rsigma.double(), torch.float32, context="rsigma vs chunked")
 
 
@@ -276,9 +317,18 @@ WORDS_REFUSED = {
     "odd_n": (lambda: (rand(3, 63, dtype=torch.bfloat16), {}), "N 63"),
     "odd_stride": (lambda: (rand(3, 65, dtype=torch.bfloat16)[:, :64], {}), "row stride 65"),
     "odd_base": (lambda: (rand(3, 66, dtype=torch.bfloat16)[:, 1:65], {}), "base 2 bytes"),
-    "longer_than_a_row_in_registers": (lambda: (torch.zeros(1, 65538, dtype=torch.bfloat16, device=DEV), {}), "N 65538"),
-    "residual": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}), "residual True"),
-    "distributed_stats": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"stats": torch.ones(2, 3, device=DEV), "hidden_size": 128}), "stats True"),
+    "longer_than_a_row_in_registers": (
+        lambda: (torch.zeros(1, 65538, dtype=torch.bfloat16, device=DEV), {}),
+        "N 65538",
+    ),
+    "residual": (
+        lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}),
+        "residual True",
+    ),
+    "distributed_stats": (
+        lambda: (rand(3, 64, dtype=torch.bfloat16), {"stats": torch.ones(2, 3, device=DEV), "hidden_size": 128}),
+        "stats True",
+    ),
 }
 
 
@@ -321,7 +371,14 @@ def test_split_words_kernel_matches_float64_and_the_element_kernel(case, dtype, 
     assert o.y.dtype == dtype
     assert_close(o.y, v, dtype, context="y")
     assert_close(o.rsigma, rs, torch.float32, context="rsigma")
-    el = rmsnorm_fwd(x, w, epsilon=1e-5, weight_offset=off, return_rsigma=True, config=replace(split_words(stages), words=False, stages=3))
+    el = rmsnorm_fwd(
+        x,
+        w,
+        epsilon=1e-5,
+        weight_offset=off,
+        return_rsigma=True,
+        config=replace(split_words(stages), words=False, stages=3),
+    )
     assert (o.y.float() - el.y.float()).abs().max() <= 2 * torch.finfo(dtype).eps * el.y.float().abs().max()
     assert torch.allclose(o.rsigma, el.rsigma, rtol=4 * torch.finfo(torch.float32).eps, atol=0)
 
@@ -329,12 +386,21 @@ def test_split_words_kernel_matches_float64_and_the_element_kernel(case, dtype, 
 SPLIT_WORDS_REFUSED = {
     "fp32_values": (lambda: (rand(3, 64), {}), "x torch.float32"),
     "fp32_output": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float32}), "y torch.float32"),
-    "fp8_output": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float8_e4m3fn}), "y torch.float8_e4m3fn"),
+    "fp8_output": (
+        lambda: (rand(3, 64, dtype=torch.bfloat16), {"dtype": torch.float8_e4m3fn}),
+        "y torch.float8_e4m3fn",
+    ),
     "odd_n": (lambda: (rand(3, 63, dtype=torch.bfloat16), {}), "N 63"),
     "fp32_weight": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"weight": rand(64)}), "weight torch.float32"),
     "bias": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"bias": rand(64, dtype=torch.bfloat16)}), "bias True"),
-    "residual": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}), "residual True"),
-    "distributed_stats": (lambda: (rand(3, 64, dtype=torch.bfloat16), {"stats": torch.ones(2, 3, device=DEV), "hidden_size": 128}), "stats True"),
+    "residual": (
+        lambda: (rand(3, 64, dtype=torch.bfloat16), {"residual": rand(3, 64, dtype=torch.bfloat16)}),
+        "residual True",
+    ),
+    "distributed_stats": (
+        lambda: (rand(3, 64, dtype=torch.bfloat16), {"stats": torch.ones(2, 3, device=DEV), "hidden_size": 128}),
+        "stats True",
+    ),
 }
 
 
@@ -348,7 +414,11 @@ def test_split_words_refuses_what_it_cannot_hold(case):
 
 def test_stages_other_than_3_are_the_words_split_kernels():
     x = rand(3, 64, dtype=torch.bfloat16)
-    for cfg in (replace(split_words(4), words=False), FwdConfig("looped", 4, chunk=32, programs=3, words=True, stages=4), split_words(5)):
+    for cfg in (
+        replace(split_words(4), words=False),
+        FwdConfig("looped", 4, chunk=32, programs=3, words=True, stages=4),
+        split_words(5),
+    ):
         with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
             rmsnorm_fwd(x, config=cfg)
 
@@ -420,14 +490,24 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     # at 80 registers (3 CTAs a SM).
     cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
     assert cl(2048, 65536) == cl(511, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
-    assert cl(2048, 65536, words_ok=True) == cl(512, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
+    assert (
+        cl(2048, 65536, words_ok=True)
+        == cl(512, 65536, words_ok=True)
+        == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
+    )
     assert cl(2048, 65536, words_ok=True, bias=True) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(4096, 32768) == cl(65536, 32768, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
     assert cl(1, 131072) == cl(1, 131072, words_ok=True, bias=True) == FwdConfig("cluster", 8, chunk=8192)
     assert cl(1, 131072, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
-    assert cl(1024, 262144, words_ok=True) == cl(1024, 262144, words_ok=True, bias=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
+    assert (
+        cl(1024, 262144, words_ok=True)
+        == cl(1024, 262144, words_ok=True, bias=True)
+        == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
+    )
     assert cl(2048, 65536, bias=True).kernel == "cluster"
-    assert cl(2048, 65536, fused=True) == cl(2048, 65536, fused=True, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
+    assert (
+        cl(2048, 65536, fused=True) == cl(2048, 65536, fused=True, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
+    )
     assert cl(1024, 32768, fused=True, words_ok=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
     assert cl(1024, 32768, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=80)
     assert cl(1023, 32768, fused=True, words_ok=True) == cl(1023, 32768, fused=True, words_ok=True, row_max=True)
@@ -436,13 +516,17 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert cl(1024, 262144, fused=True, words_ok=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=64)
     assert cl(1024, 262144, fused=True, words_ok=True, row_max=True) == FwdConfig("cluster", 8, chunk=16384, maxnreg=80)
     assert fwd_mod.fwd_config(2048, 65536, gpu, fused=True).kernel == "looped"
-    assert cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
+    assert (
+        cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
+    )
     # FP8 output at 8192 and 16384 columns from 8M elements: a row over two CTAs (v27); 64 elements a thread at 16384
     # with row scales (capped at 80) and from 32M elements with a tensor scale (capped at 64); not bf16 output, a
     # bias, fp32 rows or smaller tensors
     f8 = lambda m, n, **kw: cl(m, n, fused=True, **{"words_ok": True, **kw})
     assert f8(1024, 8192) == f8(16384, 8192) == f8(1024, 8192, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
-    assert f8(512, 16384, row_max=True) == f8(8192, 16384, row_max=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=80)
+    assert (
+        f8(512, 16384, row_max=True) == f8(8192, 16384, row_max=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=80)
+    )
     assert f8(512, 16384) == f8(2047, 16384) == FwdConfig("cluster", 8, chunk=8192)
     assert f8(2048, 16384) == f8(8192, 16384) == FwdConfig("cluster", 4, chunk=8192, maxnreg=64)
     assert f8(1023, 8192).kernel == f8(511, 16384).kernel == f8(1024, 4096 * 2 + 2).kernel == "rows"
@@ -497,8 +581,15 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert two(16384, 8192) == FwdConfig("looped", 16, chunk=4096, programs=16384, reverse=False, maxnreg=32)
     assert two(32768, 4096) == FwdConfig("looped", 8, chunk=2048, programs=32768, reverse=False, maxnreg=32)
     assert two(16384, 1024) == FwdConfig("looped", 2, chunk=512, programs=16384, reverse=False, maxnreg=32)
-    for m, n, kw in ((4096, 8192, {}), (8192, 1024, {}), (16384, 5120, {}), (16384, 16384, {}), (65536, 512, {}),
-                     (16384, 8192, {"bias": True}), (16384, 8192, {"fused": True})):
+    for m, n, kw in (
+        (4096, 8192, {}),
+        (8192, 1024, {}),
+        (16384, 5120, {}),
+        (16384, 16384, {}),
+        (65536, 512, {}),
+        (16384, 8192, {"bias": True}),
+        (16384, 8192, {"fused": True}),
+    ):
         assert two(m, n, **kw).kernel == "rows", (m, n, kw)
     assert fwd_mod.fwd_config(16384, 8192, gpu).kernel == "rows"
     # decode rows cut into 2048-column programs (H100 sweep, NOTES.md v11), but not where a slice would need the whole
@@ -547,10 +638,17 @@ def test_backward_split_holds_words_where_a_row_is_cut_in_a_power_of_two_chunks(
     monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
     cfg = rmsnorm_bwd.bwd_config
-    assert cfg(2048, 65536, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig("split", 16, block_m=1, programs=132, block_n=8192, words=True, stages=3)
-    assert [(cfg(1024, n, gpu, words_ok=True).words, cfg(1024, n, gpu, words_ok=True).stages) for n in (32768, 131072, 262144, 524288)] == [(True, 3), (True, 3), (True, 4), (True, 4)]
+    assert cfg(2048, 65536, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig(
+        "split", 16, block_m=1, programs=132, block_n=8192, words=True, stages=3
+    )
+    assert [
+        (cfg(1024, n, gpu, words_ok=True).words, cfg(1024, n, gpu, words_ok=True).stages)
+        for n in (32768, 131072, 262144, 524288)
+    ] == [(True, 3), (True, 3), (True, 4), (True, 4)]
     for n in (24576, 40960, 57344, 73728, 98304, 196608):
-        assert cfg(2048, n, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig("split", 16, block_m=1, programs=132, block_n=8192)
+        assert cfg(2048, n, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig(
+            "split", 16, block_m=1, programs=132, block_n=8192
+        )
     assert cfg(2048, 65000, gpu, words_ok=True).words  # 8 chunks, the last partial (268.1 us against 410.8)
     assert not cfg(2048, 65536, gpu).words
     assert cfg(2048, 65536, torch.device("cpu"), words_ok=True).kernel == "cols"
@@ -563,7 +661,10 @@ def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch
     gpu = torch.device("cuda")
     cfg = fwd_mod.fwd_config
     assert cfg(1024, 262144, gpu, split_words_ok=True) == replace(fwd_mod.split_default(gpu), words=True, stages=4)
-    assert [(cfg(1024, n, gpu, split_words_ok=True).words, cfg(1024, n, gpu, split_words_ok=True).stages) for n in (81920, 131072, 196608, 253952, 262144, 524288)] == [(True, 3), (True, 3), (True, 3), (True, 3), (True, 4), (True, 4)]
+    assert [
+        (cfg(1024, n, gpu, split_words_ok=True).words, cfg(1024, n, gpu, split_words_ok=True).stages)
+        for n in (81920, 131072, 196608, 253952, 262144, 524288)
+    ] == [(True, 3), (True, 3), (True, 3), (True, 3), (True, 4), (True, 4)]
     assert cfg(1024, 262144, gpu) == fwd_mod.split_default(gpu)  # words do not fit
     assert cfg(1024, 262144, gpu, fused=True, split_words_ok=True).kernel == "looped"
     assert not cfg(2048, 65536, gpu, words_ok=True, split_words_ok=True).kernel == "split"  # the looped words kernel
@@ -572,10 +673,22 @@ def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch
 GLUON_REFUSALS = {
     "cluster-interpreter": (dict(), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
     "cluster-residual": (dict(residual=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*no residual"),
-    "cluster-fp8-interpreter": (dict(dtype=torch.float8_e4m3fn), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*compute capability"),
+    "cluster-fp8-interpreter": (
+        dict(dtype=torch.float8_e4m3fn),
+        FwdConfig("cluster", 4, chunk=4096),
+        r"\[config.cluster\].*compute capability",
+    ),
     "cluster-stats": (dict(stats=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster\].*distributed stats"),
-    "cluster-fp8-row-bias": (dict(dtype=torch.float8_e4m3fn, bias=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster_bias_rowmax\]"),
-    "cluster-fp8-dynamic-bias": (dict(dtype=torch.float8_e5m2, scale_mode="tensor", bias=True), FwdConfig("cluster", 4, chunk=4096), r"\[config.cluster_bias_rowmax\]"),
+    "cluster-fp8-row-bias": (
+        dict(dtype=torch.float8_e4m3fn, bias=True),
+        FwdConfig("cluster", 4, chunk=4096),
+        r"\[config.cluster_bias_rowmax\]",
+    ),
+    "cluster-fp8-dynamic-bias": (
+        dict(dtype=torch.float8_e5m2, scale_mode="tensor", bias=True),
+        FwdConfig("cluster", 4, chunk=4096),
+        r"\[config.cluster_bias_rowmax\]",
+    ),
     "async-interpreter": (dict(), FwdConfig("async", 8, block_m=1), r"\[config.async\].*compute capability"),
     "async-residual": (dict(residual=True), FwdConfig("async", 8, block_m=1), r"\[config.async\].*no residual"),
     "async-fp8": (dict(dtype=torch.float8_e5m2), FwdConfig("async", 8, block_m=1), r"\[config.async\].*FP8"),
@@ -630,9 +743,12 @@ def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
     monkeypatch.setattr(fwd_mod, "fwd_config", record)
     kw, want = dict(CLUSTER_ROUTES[case][0]), CLUSTER_ROUTES[case][1]
     x = rand(2, 64, dtype=torch.bfloat16, seed=34)
-    for name, make in (("residual", lambda: rand(2, 64, dtype=torch.bfloat16, seed=35)),
-                       ("bias", lambda: rand(64, dtype=torch.bfloat16, seed=36)),
-                       ("stats", lambda: torch.ones(2, 2)), ("scale", lambda: torch.ones(1))):
+    for name, make in (
+        ("residual", lambda: rand(2, 64, dtype=torch.bfloat16, seed=35)),
+        ("bias", lambda: rand(64, dtype=torch.bfloat16, seed=36)),
+        ("stats", lambda: torch.ones(2, 2)),
+        ("scale", lambda: torch.ones(1)),
+    ):
         if kw.pop(name, False):
             kw[name] = make()
     with pytest.raises(Chosen):
@@ -670,7 +786,9 @@ def test_async_launch_shape_rules(monkeypatch):
     ra.check(5000, 2, 8, torch.empty(2, 5000), cpu)  # fp32: masked to 8192 columns, copied 4 bytes at a time
     with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*power of two"):
         ra.check(4096, 3, 4, bf(2, 4096), cpu)
-    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"):
+    with pytest.raises(
+        TritonRuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"
+    ):
         ra.check(4096, 1, 32, bf(2, 4096), cpu)
     with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*shared memory"):
         ra.check(32768, 4, 32, bf(4, 32768), cpu)
@@ -702,11 +820,22 @@ def test_cluster_launch_shape_rules(monkeypatch):
     # shared memory: 16384 columns of an fp32 weight and bias take 128 KB, 65536 more than a CTA has
     assert rc.x_staged(262144, 16384, 8, 2, 0) and rc.x_staged(262144, 16384, 8, 0, 0)
     assert rc.x_staged(131072, 8192, 4, 2, 0) and not rc.x_staged(65536, 8192, 4, 2, 0)  # 16 CTAs a row, not 8
-    assert not any(rc.x_staged(262144, 16384, 8, 2, 0, out_mode=om) for om in (fwd_mod.OUT_FP8_STATIC, fwd_mod.OUT_FP8_ROW, fwd_mod.OUT_AMAX))
-    assert not (rc.x_staged(262144, 16384, 8, 4, 0) or rc.x_staged(262144, 16384, 8, 2, 2)
-                or rc.x_staged(131072, 8192, 8, 2, 0) or rc.x_staged(262144, 16384, 8, 2, 0, busy=False))
+    assert not any(
+        rc.x_staged(262144, 16384, 8, 2, 0, out_mode=om)
+        for om in (fwd_mod.OUT_FP8_STATIC, fwd_mod.OUT_FP8_ROW, fwd_mod.OUT_AMAX)
+    )
+    assert not (
+        rc.x_staged(262144, 16384, 8, 4, 0)
+        or rc.x_staged(262144, 16384, 8, 2, 2)
+        or rc.x_staged(131072, 8192, 8, 2, 0)
+        or rc.x_staged(262144, 16384, 8, 2, 0, busy=False)
+    )
     assert rc.shared_bytes(262144, 16384, 8, 2, 4, 4) == 16384 * 8
-    assert rc.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and rc.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
+    assert (
+        rc.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and rc.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
+    )
     assert rc.check(262144, 16384, 8, torch.device("cpu"), rc.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"):
+    with pytest.raises(
+        TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"
+    ):
         rc.check(131072, 65536, 16, torch.device("cpu"), rc.shared_bytes(131072, 65536, 16, 2, 4, 4))

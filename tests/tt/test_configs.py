@@ -32,13 +32,37 @@ def test_width_sharded_config_consistent(grid, width, fp32_acc):
 
 def test_subblock_w_is_largest_divisor_within_dst_limit():
     shape = (1, 1, 32, 8 * 32 * 8)  # block_w 8 on an 8x1 grid
-    assert configs.sharded_program_config(shape, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=True)).subblock_w == 4
-    assert configs.sharded_program_config(shape, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=False)).subblock_w == 8
+    assert (
+        configs.sharded_program_config(
+            shape, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=True)
+        ).subblock_w
+        == 4
+    )
+    assert (
+        configs.sharded_program_config(
+            shape, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=False)
+        ).subblock_w
+        == 8
+    )
     shape6 = (1, 1, 32, 6 * 32 * 8)
-    assert configs.sharded_program_config(shape6, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=True)).subblock_w == 3
+    assert (
+        configs.sharded_program_config(
+            shape6, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=True)
+        ).subblock_w
+        == 3
+    )
 
 
-@pytest.mark.parametrize("width, grid, expect", [(1024, (8, 7), (8, 4)), (2048, (8, 9), (8, 4)), (4096, (8, 7), (8, 4)), (96, (8, 8), (3, 1)), (7 * 32, (8, 8), (7, 1))])
+@pytest.mark.parametrize(
+    "width, grid, expect",
+    [
+        (1024, (8, 7), (8, 4)),
+        (2048, (8, 9), (8, 4)),
+        (4096, (8, 7), (8, 4)),
+        (96, (8, 8), (3, 1)),
+        (7 * 32, (8, 8), (7, 1)),
+    ],
+)
 def test_width_shard_grid(width, grid, expect):
     got = configs.width_shard_grid(width, grid, max_cores=configs.MAX_DECODE_CORES)
     assert got == expect
@@ -55,8 +79,14 @@ def test_block_sharded_rms_norm_config_accepted():
 
 @pytest.mark.parametrize(
     "shape, sharded, path",
-    [((1, 1, 32, 1024), None, "sharded"), ((1, 1, 7, 1024), None, "sharded"), ((1, 1, 128, 1024), None, "interleaved"),
-     ((2, 1, 32, 1024), None, "interleaved"), ((1, 1, 32, 1024), False, "interleaved"), ((1, 1, 2048, 8192), None, "interleaved")],
+    [
+        ((1, 1, 32, 1024), None, "sharded"),
+        ((1, 1, 7, 1024), None, "sharded"),
+        ((1, 1, 128, 1024), None, "interleaved"),
+        ((2, 1, 32, 1024), None, "interleaved"),
+        ((1, 1, 32, 1024), False, "interleaved"),
+        ((1, 1, 2048, 8192), None, "interleaved"),
+    ],
     ids=["decode32", "decode7", "prefill128", "batch2", "override_interleaved", "prefill2048"],
 )
 def test_choose_path(shape, sharded, path):
@@ -84,7 +114,10 @@ def test_compute_kernel_config_defaults():
 def test_plan_drops_fp32_acc_only_where_l1_needs_it():
     assert configs.plan((1, 1, 128, 1024), 8).compute_kernel_config.fp32_dest_acc_en is True
     assert configs.plan((1, 1, 128, 7168), 1).compute_kernel_config.fp32_dest_acc_en is False
-    assert configs.plan((1, 1, 32, 3072), 1, dtype=ttnn.float32, sharded=False).compute_kernel_config.fp32_dest_acc_en is True
+    assert (
+        configs.plan((1, 1, 32, 3072), 1, dtype=ttnn.float32, sharded=False).compute_kernel_config.fp32_dest_acc_en
+        is True
+    )
 
 
 @pytest.mark.parametrize("name, plan", configs.demo_configurations(), ids=[n for n, _ in configs.demo_configurations()])
@@ -102,6 +135,14 @@ def test_demo_plans_pass_the_rules(name, plan):
     assert rules.check_pre_all_gather(x, **kw) == plan.path
     assert rules.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.path
     if n > 1:
-        rules.check_all_gather(D(shape[:-1] + (32,), memory_config=plan.stats_memory_config if plan.path == "sharded" else ttnn.DRAM_MEMORY_CONFIG),
-                               3, cluster_axis=1, mesh_shape=(1, n), memory_config=plan.stats_memory_config)
+        rules.check_all_gather(
+            D(
+                shape[:-1] + (32,),
+                memory_config=plan.stats_memory_config if plan.path == "sharded" else ttnn.DRAM_MEMORY_CONFIG,
+            ),
+            3,
+            cluster_axis=1,
+            mesh_shape=(1, n),
+            memory_config=plan.stats_memory_config,
+        )
     assert plan.path in plan.describe()

@@ -14,7 +14,9 @@ MESHES = [((1, 2), None), ((1, 8), None), ((8, 4), 1)]
 MESH_IDS = ["n300_1x2", "t3k_1x8", "galaxy_8x4"]
 
 
-@pytest.mark.parametrize("mesh_device, cluster_axis", [((m), a) for m, a in MESHES], ids=MESH_IDS, indirect=["mesh_device"])
+@pytest.mark.parametrize(
+    "mesh_device, cluster_axis", [((m), a) for m, a in MESHES], ids=MESH_IDS, indirect=["mesh_device"]
+)
 @pytest.mark.parametrize("tokens", [32, 128, 2048], ids=["decode32", "prefill128", "prefill2048"])
 @pytest.mark.parametrize("dtype", [ttnn.bfloat16, ttnn.bfloat8_b], ids=["bf16", "bf8b"])
 @pytest.mark.parametrize("weight_layout", [ttnn.ROW_MAJOR_LAYOUT, ttnn.TILE_LAYOUT], ids=["rm_weight", "tile_weight"])
@@ -42,6 +44,12 @@ def test_residual_returns_the_sum(mesh_device):
     x, r = torch.randn(1, 1, 128, 8192), torch.randn(1, 1, 128, 8192)
     tx, tr = tt_rmsnorm.shard_activation(x, mesh_device), tt_rmsnorm.shard_activation(r, mesh_device)
     y, h = tt_rmsnorm.distributed_rms_norm(tx, None, mesh_device, epsilon=1e-5, residual=tr)
-    expect = reference.golden_rms_norm(reference.quantize(x, "bfloat16"), epsilon=1e-5, residual=reference.quantize(r, "bfloat16"))
+    expect = reference.golden_rms_norm(
+        reference.quantize(x, "bfloat16"), epsilon=1e-5, residual=reference.quantize(r, "bfloat16")
+    )
     accuracy.assert_close(tt_rmsnorm.gather_output(y, mesh_device), expect, "bfloat16")
-    accuracy.assert_close(tt_rmsnorm.gather_output(h, mesh_device), (reference.quantize(x, "bfloat16").double() + reference.quantize(r, "bfloat16").double()), "bfloat16")
+    accuracy.assert_close(
+        tt_rmsnorm.gather_output(h, mesh_device),
+        (reference.quantize(x, "bfloat16").double() + reference.quantize(r, "bfloat16").double()),
+        "bfloat16",
+    )

@@ -11,7 +11,9 @@ from tt_rmsnorm.tensors import STATS_MEANS, TensorDesc, mark_stats, stats_kind_o
 
 @pytest.fixture
 def host_x():
-    return ttnn.from_torch(torch.randn(1, 1, 32, 64, dtype=torch.bfloat16), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    return ttnn.from_torch(
+        torch.randn(1, 1, 32, 64, dtype=torch.bfloat16), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT
+    )
 
 
 @pytest.mark.parametrize(
@@ -39,13 +41,22 @@ def test_stats_provenance_follows_tensor_id(host_x):
     assert stats_kind_of(host_x) is None
     mark_stats(host_x, STATS_MEANS)
     assert stats_kind_of(host_x) == STATS_MEANS and TensorDesc.from_tensor(host_x).stats_kind == STATS_MEANS
-    other = ttnn.from_torch(torch.zeros(1, 1, 32, 32, dtype=torch.bfloat16), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    other = ttnn.from_torch(
+        torch.zeros(1, 1, 32, 32, dtype=torch.bfloat16), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT
+    )
     assert stats_kind_of(other) is None
 
 
 @pytest.mark.parametrize(
     "mesh_shape, axis, expect",
-    [((1, 8), None, (1, 8)), ((1, 2), None, (1, 2)), ((1, 1), None, (None, 1)), ((8, 4), 1, (1, 4)), ((8, 4), 0, (0, 8)), ((4, 1), None, (0, 4))],
+    [
+        ((1, 8), None, (1, 8)),
+        ((1, 2), None, (1, 2)),
+        ((1, 1), None, (None, 1)),
+        ((8, 4), 1, (1, 4)),
+        ((8, 4), 0, (0, 8)),
+        ((4, 1), None, (0, 4)),
+    ],
     ids=["t3k", "n300", "n150", "galaxy_cols", "galaxy_rows", "column_mesh"],
 )
 def test_resolve_cluster_axis(mesh_shape, axis, expect):
@@ -74,7 +85,11 @@ def test_distributed_rms_norm_needs_ttnn_tensors():
     assert err.value.rule == "input.ttnn_tensor" and "shard_activation" in str(err.value)
 
 
-@pytest.mark.parametrize("local, mesh_shape, axis, path", [((1, 1, 128, 1024), (1, 8), None, "interleaved"), ((1, 1, 32, 2048), (8, 4), 1, "sharded")], ids=["t3k_prefill", "galaxy_decode"])
+@pytest.mark.parametrize(
+    "local, mesh_shape, axis, path",
+    [((1, 1, 128, 1024), (1, 8), None, "interleaved"), ((1, 1, 32, 2048), (8, 4), 1, "sharded")],
+    ids=["t3k_prefill", "galaxy_decode"],
+)
 def test_plan_without_device(local, mesh_shape, axis, path):
     p = tt_rmsnorm.plan_distributed_rms_norm(local, mesh_shape, cluster_axis=axis, compute_grid=(8, 7))
     assert p.path == path and p.num_devices == mesh_shape[-1]

@@ -41,16 +41,27 @@ def rm_weight(width=1024, **kw):
 
 def pc(grid=(8, 4), subblock_w=1, block_h=1, block_w=1, **kw):
     return ttnn.LayerNormShardedMultiCoreProgramConfig(
-        compute_with_storage_grid_size=ttnn.CoreCoord(*grid), subblock_w=subblock_w, block_h=block_h, block_w=block_w, inplace=False, **kw
+        compute_with_storage_grid_size=ttnn.CoreCoord(*grid),
+        subblock_w=subblock_w,
+        block_h=block_h,
+        block_w=block_w,
+        inplace=False,
+        **kw,
     )
 
 
 def shard_mc(layout, grid, shard, start=(0, 0), buffer=ttnn.BufferType.L1):
-    crs = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(*start), ttnn.CoreCoord(start[0] + grid[0] - 1, start[1] + grid[1] - 1))})
+    crs = ttnn.CoreRangeSet(
+        {ttnn.CoreRange(ttnn.CoreCoord(*start), ttnn.CoreCoord(start[0] + grid[0] - 1, start[1] + grid[1] - 1))}
+    )
     return ttnn.MemoryConfig(layout, buffer, ttnn.ShardSpec(crs, list(shard), ttnn.ShardOrientation.ROW_MAJOR))
 
 
-W_SHARD, B_SHARD, H_SHARD = (ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.TensorMemoryLayout.BLOCK_SHARDED, ttnn.TensorMemoryLayout.HEIGHT_SHARDED)
+W_SHARD, B_SHARD, H_SHARD = (
+    ttnn.TensorMemoryLayout.WIDTH_SHARDED,
+    ttnn.TensorMemoryLayout.BLOCK_SHARDED,
+    ttnn.TensorMemoryLayout.HEIGHT_SHARDED,
+)
 
 
 def pre(inp, **kw):
@@ -95,34 +106,89 @@ BAD = [
     ("rms_norm.input.dtype", "dtype must be one of", rms(x(dtype=ttnn.uint32))),
     ("stats.dtype", "dtype must be one of", post(x(), sums(dtype=ttnn.uint32))),
     ("weight.dtype", "dtype must be one of", post(x(), sums(), weight=rm_weight(dtype=ttnn.uint32))),
-    ("bias.dtype", "dtype must be one of", post(x(), sums(), weight=rm_weight(), bias=D((1, 1, 1, 1024), dtype=ttnn.bfloat8_b))),
+    (
+        "bias.dtype",
+        "dtype must be one of",
+        post(x(), sums(), weight=rm_weight(), bias=D((1, 1, 1, 1024), dtype=ttnn.bfloat8_b)),
+    ),
     ("use_2d_core_grid.ignored", "interleaved path only", pre(xs(), use_2d_core_grid=True)),
-    ("input.height_sharded", "height-sharded", rms(x((1, 1, 256, 1024), memory_config=shard_mc(H_SHARD, (8, 1), (32, 1024))))),
-    ("input.shard_grid_on_device", "inside the device's compute grid", pre(xs(memory_config=shard_mc(W_SHARD, (2, 8), (32, 64))), program_config=pc((2, 8), block_w=2))),
-    ("sharded.height_32", "padded height 32", pre(xs((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32))))),
-    ("sharded.program_config", "LayerNormShardedMultiCoreProgramConfig", pre(xs(), program_config=configs.interleaved_program_config())),
+    (
+        "input.height_sharded",
+        "height-sharded",
+        rms(x((1, 1, 256, 1024), memory_config=shard_mc(H_SHARD, (8, 1), (32, 1024)))),
+    ),
+    (
+        "input.shard_grid_on_device",
+        "inside the device's compute grid",
+        pre(xs(memory_config=shard_mc(W_SHARD, (2, 8), (32, 64))), program_config=pc((2, 8), block_w=2)),
+    ),
+    (
+        "sharded.height_32",
+        "padded height 32",
+        pre(xs((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))),
+    ),
+    (
+        "sharded.program_config",
+        "LayerNormShardedMultiCoreProgramConfig",
+        pre(xs(), program_config=configs.interleaved_program_config()),
+    ),
     ("program_config.block_w", "block_w must be >= 1", pre(xs(), program_config=pc(block_w=0))),
-    ("program_config.subblock_w_divides", "divisible by subblock_w", pre(xs((1, 1, 32, 3072), memory_config=shard_mc(W_SHARD, (8, 4), (32, 96))), program_config=pc(block_w=3, subblock_w=2))),
-    ("program_config.subblock_w_limit", "subblock_w must be <= 4", pre(xs((1, 1, 32, 8192), memory_config=shard_mc(W_SHARD, (8, 4), (32, 256))), program_config=pc(block_w=8, subblock_w=8), compute_kernel_config=FP32_ACC)),
+    (
+        "program_config.subblock_w_divides",
+        "divisible by subblock_w",
+        pre(
+            xs((1, 1, 32, 3072), memory_config=shard_mc(W_SHARD, (8, 4), (32, 96))),
+            program_config=pc(block_w=3, subblock_w=2),
+        ),
+    ),
+    (
+        "program_config.subblock_w_limit",
+        "subblock_w must be <= 4",
+        pre(
+            xs((1, 1, 32, 8192), memory_config=shard_mc(W_SHARD, (8, 4), (32, 256))),
+            program_config=pc(block_w=8, subblock_w=8),
+            compute_kernel_config=FP32_ACC,
+        ),
+    ),
     ("program_config.welford", "Welford", pre(xs(), program_config=pc(use_welford=True))),
-    ("program_config.grid_fits_shards", "must fit compute_with_storage_grid_size", pre(xs(), program_config=pc((8, 2)))),
+    (
+        "program_config.grid_fits_shards",
+        "must fit compute_with_storage_grid_size",
+        pre(xs(), program_config=pc((8, 2))),
+    ),
     ("program_config.block_h_shard", "block_h * 32", pre(xs(), program_config=pc(block_h=2))),
     ("program_config.block_w_shard", "block_w * 32", pre(xs(), program_config=pc(block_w=2))),
-    ("program_config.block_w_cores", "ceil(Wt / shard cores)", pre(xs(memory_config=shard_mc(W_SHARD, (8, 4), (32, 64))), program_config=pc(block_w=2))),
-    ("program_config.block_2d", "block sharding needs", rms(x(memory_config=shard_mc(B_SHARD, (8, 2), (32, 128))), program_config=pc((8, 2), block_w=4))),
+    (
+        "program_config.block_w_cores",
+        "ceil(Wt / shard cores)",
+        pre(xs(memory_config=shard_mc(W_SHARD, (8, 4), (32, 64))), program_config=pc(block_w=2)),
+    ),
+    (
+        "program_config.block_2d",
+        "block sharding needs",
+        rms(x(memory_config=shard_mc(B_SHARD, (8, 2), (32, 128))), program_config=pc((8, 2), block_w=4)),
+    ),
     ("program_config.ignored", "silently ignored", pre(x(), program_config=PC)),
     ("memory_config.sharded_output", "sharded output", pre(xs(), memory_config=ttnn.DRAM_MEMORY_CONFIG)),
     ("memory_config.matches_input", "must match", pre(xs(), memory_config=shard_mc(B_SHARD, (8, 4), (32, 32)))),
     ("memory_config.interleaved_output", "interleaved output", pre(x(), memory_config=PLAN.input_memory_config)),
     ("all_gather.cluster_axis", "needs cluster_axis", gather(x(), mesh_shape=(8, 4))),
-    ("memory_config.shard_height", "shard height", post(xs(), means(), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))),
+    (
+        "memory_config.shard_height",
+        "shard height",
+        post(xs(), means(), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32))),
+    ),
     ("sharded_pre.dtype_ignored", "always writes bfloat16", pre(xs(), dtype=ttnn.bfloat8_b)),
     ("residual.shape", "shapes must match", pre(x(), residual_input_tensor=x((1, 1, 64, 1024)))),
     ("residual.same_sharding", "same shard spec", pre(xs(), residual_input_tensor=x((1, 1, 32, 1024)))),
     ("residual.interleaved", "must be interleaved", pre(x((1, 1, 32, 1024)), residual_input_tensor=xs())),
     ("pre.welford", "Welford", pre(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
     ("post.welford", "Welford", post(x(), sums(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
-    ("pre.fp32_needs_fp32_acc", "requires fp32_dest_acc_en", pre(x(dtype=ttnn.float32), compute_kernel_config=NO_FP32_ACC)),
+    (
+        "pre.fp32_needs_fp32_acc",
+        "requires fp32_dest_acc_en",
+        pre(x(dtype=ttnn.float32), compute_kernel_config=NO_FP32_ACC),
+    ),
     ("post.fp32_needs_fp32_acc", "requires fp32_dest_acc_en", post(x(), sums(dtype=ttnn.float32))),
     ("pre.l1_budget", "L1", pre(x((1, 1, 32, 8192)))),
     ("post.l1_budget", "L1", post(x((1, 1, 32, 16384)), sums((1, 1, 32, 32)))),
@@ -216,8 +282,15 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
     cfg = configs.compute_kernel_config(fp32_dest_acc_en=fp32_acc)
     inp = D(shape, dtype=dtype)
     stats = D(shape[:-1] + (32 * n_dev,), stats_kind="sums")
-    assert rules.check_pre_all_gather(inp, compute_kernel_config=cfg, residual_input_tensor=D(shape, dtype=dtype) if shape[-1] <= 2048 else None) == "interleaved"
-    affine = dict(weight=rm_weight(shape[-1]), bias=rm_weight(shape[-1])) if shape[-1] <= 2048 else {}  # wide rows: L1 (data/l1_verdicts.txt)
+    assert (
+        rules.check_pre_all_gather(
+            inp, compute_kernel_config=cfg, residual_input_tensor=D(shape, dtype=dtype) if shape[-1] <= 2048 else None
+        )
+        == "interleaved"
+    )
+    affine = (
+        dict(weight=rm_weight(shape[-1]), bias=rm_weight(shape[-1])) if shape[-1] <= 2048 else {}
+    )  # wide rows: L1 (data/l1_verdicts.txt)
     assert rules.check_post_all_gather(inp, stats, epsilon=1e-5, compute_kernel_config=cfg, **affine) == "interleaved"
     assert rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
 
@@ -225,11 +298,20 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
 def _l1_verdicts():
     path = Path(__file__).with_name("data") / "l1_verdicts.txt"
     rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
-    return [(op, int(w), int(aff), acc == "True", dt, res == "True", verdict) for op, w, aff, acc, dt, res, verdict, *_ in rows]
+    return [
+        (op, int(w), int(aff), acc == "True", dt, res == "True", verdict)
+        for op, w, aff, acc, dt, res, verdict, *_ in rows
+    ]
 
 
-@pytest.mark.parametrize("op, width, affine, acc, dt, residual, verdict", _l1_verdicts(),
-                         ids=[f"{r[0]}-w{r[1]}-aff{r[2]}-{'fp32acc' if r[3] else 'bf16acc'}-{r[4]}{'-res' if r[5] else ''}" for r in _l1_verdicts()])
+@pytest.mark.parametrize(
+    "op, width, affine, acc, dt, residual, verdict",
+    _l1_verdicts(),
+    ids=[
+        f"{r[0]}-w{r[1]}-aff{r[2]}-{'fp32acc' if r[3] else 'bf16acc'}-{r[4]}{'-res' if r[5] else ''}"
+        for r in _l1_verdicts()
+    ],
+)
 def test_l1_budget_matches_ttnn_verdicts(op, width, affine, acc, dt, residual, verdict):
     """Every verdict ttnn 0.81.1 gave on a mock N150 for the interleaved pre/post L1 budgets (data/l1_verdicts.txt,
     recorded with tt_rmsnorm.mock_cluster): the rules reproduce each accept and each reject."""
@@ -237,9 +319,17 @@ def test_l1_budget_matches_ttnn_verdicts(op, width, affine, acc, dt, residual, v
     cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
     inp = D((1, 1, 32, width), dtype=dtype)
     if op == "pre":
-        check = pre(inp, compute_kernel_config=cfg, residual_input_tensor=D((1, 1, 32, width), dtype=dtype) if residual else None)
+        check = pre(
+            inp,
+            compute_kernel_config=cfg,
+            residual_input_tensor=D((1, 1, 32, width), dtype=dtype) if residual else None,
+        )
     else:
-        affine_kw = {"weight": rm_weight(width), "bias": rm_weight(width)} if affine == 2 else ({"weight": rm_weight(width)} if affine else {})
+        affine_kw = (
+            {"weight": rm_weight(width), "bias": rm_weight(width)}
+            if affine == 2
+            else ({"weight": rm_weight(width)} if affine else {})
+        )
         check = post(inp, sums((1, 1, 32, 32)), compute_kernel_config=cfg, **affine_kw)
     _assert_l1_verdict(check, op, verdict)
 
@@ -261,8 +351,14 @@ def _l1_verdicts_2d():
 
 
 @pytest.mark.filterwarnings("ignore::tt_rmsnorm.rules.AccuracyWarning")
-@pytest.mark.parametrize("op, width, rows, acc, dt, weight, verdict", _l1_verdicts_2d(),
-                         ids=[f"{r[0]}-w{r[1]}-s{r[2]}-{'fp32acc' if r[3] else 'bf16acc'}-{r[4]}{'-weight' if r[5] else ''}" for r in _l1_verdicts_2d()])
+@pytest.mark.parametrize(
+    "op, width, rows, acc, dt, weight, verdict",
+    _l1_verdicts_2d(),
+    ids=[
+        f"{r[0]}-w{r[1]}-s{r[2]}-{'fp32acc' if r[3] else 'bf16acc'}-{r[4]}{'-weight' if r[5] else ''}"
+        for r in _l1_verdicts_2d()
+    ],
+)
 def test_l1_budget_2d_core_grid_matches_ttnn_verdicts(op, width, rows, acc, dt, weight, verdict):
     """The 2-D core-grid factories' L1 verdicts from ttnn on a mock N150 (data/l1_verdicts_2d.txt, grid 8x8)."""
     dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b}[dt]
@@ -271,8 +367,14 @@ def test_l1_budget_2d_core_grid_matches_ttnn_verdicts(op, width, rows, acc, dt, 
     if op == "pre":
         check = pre(inp, compute_kernel_config=cfg, use_2d_core_grid=True, compute_grid=(8, 8))
     else:
-        check = post(inp, sums((1, 1, rows, 32)), compute_kernel_config=cfg, use_2d_core_grid=True, compute_grid=(8, 8),
-                     **({"weight": rm_weight(width)} if weight else {}))
+        check = post(
+            inp,
+            sums((1, 1, rows, 32)),
+            compute_kernel_config=cfg,
+            use_2d_core_grid=True,
+            compute_grid=(8, 8),
+            **({"weight": rm_weight(width)} if weight else {}),
+        )
     _assert_l1_verdict(check, op, verdict)
 
 
@@ -288,4 +390,7 @@ def test_all_gather_galaxy_axes():
     assert rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
     assert rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
     assert rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
-    assert rules.check_all_gather(means(), 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config) == 8
+    assert (
+        rules.check_all_gather(means(), 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
+        == 8
+    )

@@ -17,7 +17,9 @@ _ARITHMETIC = {nl.add: np.add, nl.multiply: np.multiply}
 
 def _op(op, api):
     if op not in _ARITHMETIC:
-        raise NotImplementedError(f"{api}: op {getattr(op, '__name__', op)!r} is not emulated (only nl.add, nl.multiply)")
+        raise NotImplementedError(
+            f"{api}: op {getattr(op, '__name__', op)!r} is not emulated (only nl.add, nl.multiply)"
+        )
     return _ARITHMETIC[op]
 
 

@@ -261,7 +261,9 @@ def broadcast_to(src, shape):
             limits.ARCH_GUIDE + "#tensor-engine",
         )
     # the matmul's fp32 result occupies a PSUM bank until it is copied back to SBUF
-    staging = OnChip.allocate(np.broadcast_to(src.data.astype(np.float32), shape).copy(), None, 0, psum, "broadcast_psum")
+    staging = OnChip.allocate(
+        np.broadcast_to(src.data.astype(np.float32), shape).copy(), None, 0, psum, "broadcast_psum"
+    )
     out = finish(staging.data, [src], shape, None, src.dtype, "broadcast_to")
     del staging
     return out

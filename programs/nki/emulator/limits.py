@@ -12,7 +12,9 @@ import numpy as np
 PROGRAMMING_MODEL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/programming_model.html"
 ARCH_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/arch/trainium_inferentia2_arch.html"
 API_COMMON = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/nki.api.shared.html"
-TILE_SIZE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/generated/nki.language.tile_size.html"
+TILE_SIZE = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/generated/nki.language.tile_size.html"
+)
 NL_SUM = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.sum.html"
 TENSOR_REDUCE = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.tensor_reduce.html"
 TENSOR_SCALAR = (
@@ -47,6 +49,4 @@ SUPPORTED_DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 SUPPORTED_DTYPE_SET = frozenset(SUPPORTED_DTYPES.values())
-FLOAT_DTYPES = frozenset(
-    SUPPORTED_DTYPES[n] for n in ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32")
-)
+FLOAT_DTYPES = frozenset(SUPPORTED_DTYPES[n] for n in ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32"))

@@ -65,7 +65,9 @@ def _from_hbm(t):
         return tuple(_from_hbm(x) for x in t)
     if t is None:
         return None
-    raise TypeError(f"kernel returned a {type(t).__name__}; return HBM tensors created with nl.ndarray(buffer=nl.shared_hbm)")
+    raise TypeError(
+        f"kernel returned a {type(t).__name__}; return HBM tensors created with nl.ndarray(buffer=nl.shared_hbm)"
+    )
 
 
 def _launch(fn, args, kwargs):

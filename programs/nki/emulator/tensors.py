@@ -203,7 +203,9 @@ _CURRENT: list[Memory] = []
 
 def current_memory() -> Memory:
     if not _CURRENT:
-        raise RuntimeError("NKI language calls are only valid inside a kernel launched by nki.simulate_kernel / a jit call")
+        raise RuntimeError(
+            "NKI language calls are only valid inside a kernel launched by nki.simulate_kernel / a jit call"
+        )
     return _CURRENT[-1]
 
 

@@ -43,7 +43,9 @@ from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip, weight_at
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
 N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
-MAX_PROGRAMS = 1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
+MAX_PROGRAMS = (
+    1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
+)
 # the per-rank counter array: N_SLOTS * MAX_PROGRAMS barrier epochs (start barrier of program b at b, middle barrier
 # at 1024 + b: the kernels write that literal), then stage 0's per-program call counters from PUSH_CALLS on (the
 # launcher passes that slice)
@@ -91,8 +93,27 @@ def _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: t
 
 
 @triton.jit
-def _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask,
-                  RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr):
+def _sum_partials(
+    X,
+    stride_x,
+    I0,
+    I1,
+    I2,
+    I3,
+    I4,
+    I5,
+    I6,
+    I7,
+    rows64,
+    half,
+    H,
+    cols,
+    mask,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
     """fp32 sum of the ranks' rows in rank order; this rank's own rows come from x, the others' from their buffers."""
     acc = tl.zeros([BLOCK_M, BLOCK_H], dtype=tl.float32)
     for r in tl.static_range(WORLD):
@@ -122,10 +143,23 @@ def _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES: tl.constexpr):
 
 
 @triton.jit
-def _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                HAS_W: tl.constexpr, HAS_RES: tl.constexpr, RO_DTYPE: tl.constexpr,
-                Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr,
-                Y_SUB: tl.constexpr):
+def _norm_quant(
+    h,
+    res,
+    wf,
+    mask,
+    inv_h,
+    eps,
+    scale_ub,
+    fp8_max,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    RO_DTYPE: tl.constexpr,
+    Y_DTYPE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+):
     """(fp8 rows, per-row scales, residual_out rows) of the fp32 sums h [BLOCK_M, BLOCK_H], as rmsnorm_fwd computes
     them: with a residual (res, already loaded) the sum is rounded to the residual's dtype, returned, and that rounded
     value normalized; wf is _weight_factor's (weight + weight_offset)."""
@@ -146,13 +180,52 @@ def _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
 
 @triton.jit
 def one_stage_kernel(
-    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
-    I0, I1, I2, I3, I4, I5, I6, I7,
-    F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
-    T, TMAX, H, inv_h, eps, w_off: tl.constexpr, scale_ub, fp8_max,
-    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    SC,
+    W,
+    I0,
+    I1,
+    I2,
+    I3,
+    I4,
+    I5,
+    I6,
+    I7,
+    F0,
+    F1,
+    F2,
+    F3,
+    F4,
+    F5,
+    F6,
+    F7,
+    EPOCH,
+    T,
+    TMAX,
+    H,
+    inv_h,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    SYNC: tl.constexpr,
+    PHASES: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -177,9 +250,26 @@ def one_stage_kernel(
             mask = (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
             res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
-            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
-            q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                                       HAS_W, HAS_RES, RO.dtype.element_ty, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            h = _sum_partials(
+                X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H
+            )
+            q, scale, ro = _norm_quant(
+                h,
+                res,
+                wf,
+                mask,
+                inv_h,
+                eps,
+                scale_ub,
+                fp8_max,
+                HAS_W,
+                HAS_RES,
+                RO.dtype.element_ty,
+                Y.dtype.element_ty,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             r1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
             tl.store(SC + r1, scale, mask=r1 < T)
@@ -189,16 +279,77 @@ def one_stage_kernel(
 
 @triton.jit
 def two_stage_kernel(
-    X, stride_x, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
-    I0, I1, I2, I3, I4, I5, I6, I7,
-    Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7,
-    S0, S1, S2, S3, S4, S5, S6, S7,
-    O0, O1, O2, O3, O4, O5, O6, O7,
-    F0, F1, F2, F3, F4, F5, F6, F7, EPOCH,
-    T, TW, TMAX, H, inv_h, eps, w_off: tl.constexpr, scale_ub, fp8_max,
-    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    SC,
+    W,
+    I0,
+    I1,
+    I2,
+    I3,
+    I4,
+    I5,
+    I6,
+    I7,
+    Q0,
+    Q1,
+    Q2,
+    Q3,
+    Q4,
+    Q5,
+    Q6,
+    Q7,
+    S0,
+    S1,
+    S2,
+    S3,
+    S4,
+    S5,
+    S6,
+    S7,
+    O0,
+    O1,
+    O2,
+    O3,
+    O4,
+    O5,
+    O6,
+    O7,
+    F0,
+    F1,
+    F2,
+    F3,
+    F4,
+    F5,
+    F6,
+    F7,
+    EPOCH,
+    T,
+    TW,
+    TMAX,
+    H,
+    inv_h,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    SYNC: tl.constexpr,
+    PHASES: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
 ):
     """Rank r owns rows [r*TW, min(T, (r+1)*TW)); program b handles the same local row blocks of every owner."""
     pid = tl.program_id(0)
@@ -218,7 +369,9 @@ def two_stage_kernel(
                     rows = r * TW + local
                     mask = (local < TW) & (rows < T) & col_ok
                     rows64 = rows.to(tl.int64)
-                    tl.store(mine + (rows64 + half) * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask)
+                    tl.store(
+                        mine + (rows64 + half) * H + cols, tl.load(X + rows64 * stride_x + cols, mask=mask), mask=mask
+                    )
     wf = _weight_factor(W, cols, col_ok, w_off, HAS_W)
     if SYNC:
         _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
@@ -232,9 +385,26 @@ def two_stage_kernel(
             mask = (local < TW) & (rows < T) & col_ok
             rows64 = rows.to(tl.int64)
             res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
-            h = _sum_partials(X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H)
-            q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                                       HAS_W, HAS_RES, RO.dtype.element_ty, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            h = _sum_partials(
+                X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H
+            )
+            q, scale, ro = _norm_quant(
+                h,
+                res,
+                wf,
+                mask,
+                inv_h,
+                eps,
+                scale_ub,
+                fp8_max,
+                HAS_W,
+                HAS_RES,
+                RO.dtype.element_ty,
+                Y.dtype.element_ty,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
             l1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -276,12 +446,46 @@ def _unpack_pair(d, XDT: tl.constexpr):
 
 @triton.jit
 def push_one_stage_kernel(
-    X32, stride_x32, R, stride_r, RO, stride_ro, Y, stride_y, SC, W,
-    B0, B1, B2, B3, B4, B5, B6, B7, CALLS,
-    T, TLL, H, H2, inv_h, eps, w_off: tl.constexpr, scale_ub, fp8_max,
-    RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK_H: tl.constexpr, PIECE: tl.constexpr, XDT: tl.constexpr,
-    HAS_W: tl.constexpr, HAS_RES: tl.constexpr, SYNC: tl.constexpr, PHASES: tl.constexpr,
-    Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr,
+    X32,
+    stride_x32,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    SC,
+    W,
+    B0,
+    B1,
+    B2,
+    B3,
+    B4,
+    B5,
+    B6,
+    B7,
+    CALLS,
+    T,
+    TLL,
+    H,
+    H2,
+    inv_h,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PIECE: tl.constexpr,
+    XDT: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    SYNC: tl.constexpr,
+    PHASES: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
 ):
     """One stage without a barrier or atomics (NCCL's LL idea): every 8-byte word a rank pushes into a peer's receive
     buffer carries 4 bytes of data (two 16-bit activations) and 4 bytes of flag = the call number + 1. An aligned
@@ -343,8 +547,23 @@ def push_one_stage_kernel(
                 even += lo
                 odd += hi
             h = tl.reshape(tl.join(even, odd), [1, BLOCK_H])
-            q, scale, ro = _norm_quant(h, res, wf, mask, inv_h, eps, scale_ub, fp8_max,
-                                       HAS_W, HAS_RES, RO.dtype.element_ty, Y.dtype.element_ty, Y_DROP, Y_MIN_NORMAL, Y_SUB)
+            q, scale, ro = _norm_quant(
+                h,
+                res,
+                wf,
+                mask,
+                inv_h,
+                eps,
+                scale_ub,
+                fp8_max,
+                HAS_W,
+                HAS_RES,
+                RO.dtype.element_ty,
+                Y.dtype.element_ty,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
             tl.store(SC + row + tl.arange(0, 1), scale)
             if HAS_RES:
