@@ -42,7 +42,7 @@ class TensorDesc:
             object.__setattr__(self, "padded_shape", tuple(int(d) for d in self.padded_shape))
 
     @classmethod
-    def from_tensor(cls, t) -> "TensorDesc":
+    def from_tensor(cls, t) -> TensorDesc:
         on_device = t.storage_type() == ttnn.StorageType.DEVICE
         return cls(
             shape=tuple(t.shape),
@@ -99,7 +99,7 @@ def describe(t) -> TensorDesc | None:
     raise TypeError(f"expected a ttnn.Tensor or tt_rmsnorm.TensorDesc, got {type(t).__name__}")
 
 
-_STATS_KIND: "OrderedDict[int, str]" = OrderedDict()
+_STATS_KIND: OrderedDict[int, str] = OrderedDict()
 _STATS_KIND_CAP = 65536
 
 

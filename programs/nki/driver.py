@@ -10,7 +10,7 @@ pre-stats on each hidden slice, the all-gather as a concatenation of the per-sli
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import ml_dtypes
@@ -38,7 +38,7 @@ def toolchain() -> str:
     return DEVICE if Path("/dev/neuron0").exists() else SIMULATOR
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernels():
     """The kernels module, bound to the real `neuronxcc` when importable, else to the emulator."""
     if toolchain() != EMULATED:

@@ -4,9 +4,9 @@ rows by the same code as tt-rmsnorm-parity (the ttnn mock dry run is left out: t
 from __future__ import annotations
 
 from programs.parity import report
-from programs.parity.runner import run_parity  # sets TRITON_INTERPRET before Triton loads, when there is no CUDA
 from programs.parity.backends import TTNNMock, all_backends
 from programs.parity.cases import DEFAULT_SEED, demo_cases
+from programs.parity.runner import run_parity  # sets TRITON_INTERPRET before Triton loads, when there is no CUDA
 
 
 def print_demo_summary(seed: int = DEFAULT_SEED) -> report.ParityRun:

@@ -12,7 +12,6 @@ torch.compile traces through them without graph breaks and CUDA graphs capture t
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -31,9 +30,9 @@ def _rows(x: Tensor) -> int:
 @torch.library.custom_op("tt_rmsnorm_triton::rms_norm_fwd", mutates_args=())
 def rms_norm_fwd_op(
     x: Tensor,
-    weight: Optional[Tensor],
-    bias: Optional[Tensor],
-    residual: Optional[Tensor],
+    weight: Tensor | None,
+    bias: Tensor | None,
+    residual: Tensor | None,
     epsilon: float,
     weight_offset: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -54,9 +53,9 @@ def _(x, weight, bias, residual, epsilon, weight_offset):
 def rms_norm_bwd_op(
     dy: Tensor,
     h: Tensor,
-    weight: Optional[Tensor],
+    weight: Tensor | None,
     rsigma: Tensor,
-    dresidual: Optional[Tensor],
+    dresidual: Tensor | None,
     weight_offset: float,
     need_bias_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -85,10 +84,10 @@ def _(dy, h, weight, rsigma, dresidual, weight_offset, need_bias_grad):
 @torch.library.custom_op("tt_rmsnorm_triton::rms_norm_fp8", mutates_args=())
 def rms_norm_fp8_op(
     x: Tensor,
-    weight: Optional[Tensor],
-    bias: Optional[Tensor],
-    residual: Optional[Tensor],
-    scale: Optional[Tensor],
+    weight: Tensor | None,
+    bias: Tensor | None,
+    residual: Tensor | None,
+    scale: Tensor | None,
     epsilon: float,
     weight_offset: float,
     fp8_dtype: str,

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+
 from programs.log import STDLIB, logger  # noqa: E402
 
 if STDLIB:

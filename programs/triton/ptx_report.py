@@ -23,10 +23,9 @@ import tempfile
 from dataclasses import dataclass
 
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-
-import triton.language as tl
 
 from programs.triton import rmsnorm_bwd, rmsnorm_fwd
 from programs.triton.allreduce import kernels as ar_kernels

@@ -53,7 +53,6 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from programs.triton import fp8 as fp8mod
-from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.checks import (
     TritonRuleError,
@@ -63,6 +62,7 @@ from programs.triton.checks import (
     check_same_rows,
     check_vector,
 )
+from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 
 MAX_ROWS_N = 32768  # longest row the register-resident kernel takes (32 warps x 32 fp32 per thread)
 LOOPED_HEAD = 16384  # leading columns the looped kernel keeps in registers (16 fp32 per thread at 32 warps)

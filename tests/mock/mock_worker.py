@@ -3,10 +3,10 @@ case specs, then real ttnn ops. Each function takes the worker's open mesh first
 
 from __future__ import annotations
 
+import mock_cases
 import torch
 import ttnn
 
-import mock_cases
 from tt_rmsnorm.mock_cluster import _memory_config_text
 from tt_rmsnorm.tensors import mark_stats
 

@@ -2,10 +2,10 @@
 same verdict, accept or reject, in both directions. The only exceptions are the package-only guards
 (tt_rmsnorm.rules.PACKAGE_ONLY_RULES): there ttnn accepts (or crashes) and the package rejects on purpose."""
 
-import pytest
-
 import mock_cases
 import mock_worker
+import pytest
+
 from tt_rmsnorm import mock_cluster
 from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
 

@@ -1,10 +1,10 @@
 """Every program, memory and compute config that tt_rmsnorm.configs produces for the demo and test shapes is accepted
 by the package's rules and by real ttnn: pre -> all_gather -> post on the mock system the shape is meant for."""
 
-import pytest
-
 import mock_cases
 import mock_worker
+import pytest
+
 from tt_rmsnorm import configs, mock_cluster
 from tt_rmsnorm.rules import check_all_gather, check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import TensorDesc

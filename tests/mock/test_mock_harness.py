@@ -6,9 +6,9 @@ import subprocess
 import sys
 import time
 
+import mock_worker
 import pytest
 
-import mock_worker
 from tt_rmsnorm import mock_cluster
 from tt_rmsnorm.hardware import MOCK_ENV
 

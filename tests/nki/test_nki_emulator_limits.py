@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from programs.nki.driver import kernels
-from programs.nki.emulator import NkiConstraintError
+from programs.nki.emulator import NkiConstraintError, nki
 from programs.nki.emulator import isa as nisa
 from programs.nki.emulator import language as nl
-from programs.nki.emulator import nki
 
 P = 128
 

@@ -15,10 +15,10 @@ if backend == "gloo":
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-
-from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats  # noqa: E402
 from ranks import serve_rank  # noqa: E402
 from ref64 import assert_close_cancelling, norm64  # noqa: E402
+
+from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
 

@@ -23,11 +23,11 @@ if __name__ == "__main__":  # a rank worker: the repository root and ref64 on th
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from ranks import run_ranks, serve_rank  # noqa: E402
+from ref64 import fp8_expected, norm64  # noqa: E402
 
 from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
 from programs.triton.checks import TritonRuleError  # noqa: E402
-from ranks import run_ranks, serve_rank  # noqa: E402
-from ref64 import fp8_expected, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn

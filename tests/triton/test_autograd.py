@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 
 from programs.triton.autograd import (
     RMSNorm,
@@ -13,7 +14,6 @@ from programs.triton.autograd import (
     rms_norm_fwd_op,
 )
 from programs.triton.checks import TritonRuleError
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from tt_rmsnorm.accuracy import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

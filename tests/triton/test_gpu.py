@@ -2,15 +2,15 @@
 
 import pytest
 import torch
-
-from programs.triton.autograd import RMSNorm
-from programs.triton import rmsnorm_bwd as bwd_module
-from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
-from programs.triton import rmsnorm_fwd as fwd_module
-from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd, split_default
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from ranks import run_ranks
+from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from test_distributed import WORKER
+
+from programs.triton import rmsnorm_bwd as bwd_module
+from programs.triton import rmsnorm_fwd as fwd_module
+from programs.triton.autograd import RMSNorm
+from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
+from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd, split_default
 from tt_rmsnorm.accuracy import assert_close
 
 

@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from ref64 import assert_close_cancelling, grads64
 
 from programs.triton import rmsnorm_bwd as bwd_module
 from programs.triton.checks import TritonRuleError
 from programs.triton.rmsnorm_bwd import DECODE_M, BwdConfig, rmsnorm_bwd
 from programs.triton.rmsnorm_fwd import rmsnorm_fwd
-from ref64 import assert_close_cancelling, grads64
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # "cols" at tiny N: 32-wide column tiles and 3 row groups, so partial sums span several programs

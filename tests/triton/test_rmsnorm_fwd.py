@@ -5,11 +5,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-
-from programs.triton.checks import TritonRuleError
-from programs.triton import rmsnorm_fwd as fwd_mod
-from programs.triton.rmsnorm_fwd import FwdConfig, pdl_supported, rmsnorm_fwd
 from ref64 import fp8_expected, norm64
+
+from programs.triton import rmsnorm_fwd as fwd_mod
+from programs.triton.checks import TritonRuleError
+from programs.triton.rmsnorm_fwd import FwdConfig, pdl_supported, rmsnorm_fwd
 from tt_rmsnorm.accuracy import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -472,7 +472,8 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     NOTES.md v6, v12); the looped forward keeps N = 65536 and every fused variant; the backward streams rows up to
     16384 columns, with the L2 look-ahead on CUDA where the rows allow a bulk prefetch. Checked without a GPU: only the SM count
     is read from the device."""
-    from programs.triton import rmsnorm_bwd, rmsnorm_fwd as fwd_mod
+    from programs.triton import rmsnorm_bwd
+    from programs.triton import rmsnorm_fwd as fwd_mod
 
     monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
     monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
@@ -613,7 +614,8 @@ def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
     """H100 (25 GB/s of DRAM a SM) ran the backward rows kernel 2-5% faster at 8 warps on rows of 4096-8192 columns
     with >= 32 tiles a program; H200 (36.5) lost 5% that way, and fewer tiles a program or other widths kept their
     warps on both (NOTES.md v15)."""
-    from programs.triton import rmsnorm_bwd, rmsnorm_fwd as fwd_mod
+    from programs.triton import rmsnorm_bwd
+    from programs.triton import rmsnorm_fwd as fwd_mod
 
     assert fwd_mod.dram_gbps_per_sm(torch.device("cpu")) is None
     monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
@@ -728,7 +730,8 @@ CLUSTER_ROUTES = {  # rmsnorm_fwd's options -> (cluster_ok, row_max) it hands fw
 def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
     """Where clusters run, rmsnorm_fwd offers the cluster kernel for x normalized as given, into a float or FP8 output,
     except a bias beside a row max (FP8 row or dynamic tensor scales), and says when the row max is taken."""
-    from programs.triton import rmsnorm_cluster, rmsnorm_fwd as fwd_mod
+    from programs.triton import rmsnorm_cluster
+    from programs.triton import rmsnorm_fwd as fwd_mod
 
     seen = {}
 

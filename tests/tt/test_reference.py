@@ -14,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from tt_rmsnorm import reference as ref
 from tt_rmsnorm import accuracy
+from tt_rmsnorm import reference as ref
 from tt_rmsnorm.accuracy import assert_close
 from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
 
