@@ -21,6 +21,8 @@ _EXPORTS = {
     "shard_activation": "mesh",
     "gather_output": "mesh",
     "plan_distributed_rms_norm": "mesh",
+    "CCLResources": "ccl",
+    "DistributedRMSNorm": "module",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,11 @@
-"""Distributed RMSNorm over a mesh: pre -> all_gather(stats, dim=3, cluster_axis) -> post, as one call.
+"""Distributed RMSNorm over a mesh as one call, and the mesh helpers around it (open, shard, prepare, gather).
 
 The hidden dim is sharded over one mesh axis (the tensor-parallel axis): all devices of a 1xN mesh (N300 1x2,
 T3000 1x8), the columns of a Galaxy 8x4 (`cluster_axis=1`, replicated over rows), as tt-metal model code lays it out.
+
+`distributed_rms_norm` checks and plans once per call signature: everything a rule reads (tensor specs and storage,
+mesh, axis, path, configs, output dtype and memory config, epsilon, CCL resources) forms a key; a new key is planned
+and checked in full (`tt_rmsnorm.planner`) before any device work, a known key goes straight to the plan's ttnn calls.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ import torch
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm import configs, ops, rules
+from tt_rmsnorm import paths, planner, rules
 from tt_rmsnorm.hardware import mock_cluster_active
-from tt_rmsnorm.tensors import describe
+from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
 
@@ -35,6 +39,7 @@ def open_mesh(shape: tuple[int, int], **kwargs):
 
 def close_mesh(mesh_device) -> None:
     """Close a mesh opened by `open_mesh`, and turn the fabric off again so the next mesh can configure it."""
+    forget_plans(mesh_device)
     multi = mesh_device.get_num_devices() > 1
     ttnn.close_mesh_device(mesh_device)
     if multi:
@@ -149,11 +154,76 @@ def gather_output(tt_tensor, mesh_device, *, cluster_axis=None) -> torch.Tensor:
 
 
 def plan_distributed_rms_norm(
-    local_shape, mesh_shape, *, cluster_axis=None, compute_grid=(8, 8), **kw
-) -> configs.NormPlan:
-    """The configs `distributed_rms_norm` would use for a per-device shape, without a device."""
-    _, n = resolve_cluster_axis(mesh_shape, cluster_axis)
-    return configs.plan(local_shape, n, compute_grid=compute_grid, **kw)
+    local_shape,
+    mesh_shape,
+    *,
+    cluster_axis=None,
+    compute_grid=(8, 8),
+    dtype=ttnn.bfloat16,
+    path: str = "auto",
+    ccl=None,
+    with_weight: bool = True,
+    epsilon: float = 1e-5,
+    **kw,
+) -> paths.PathPlan:
+    """The checked plan `distributed_rms_norm` would run for a per-device activation shape, without a device.
+
+    `ccl=True` plans as for a call given `CCLResources` (the async and fused paths need them); `kw` takes the call's
+    sharded / program_config / compute_kernel_config / memory_config / out_dtype."""
+    axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
+    x = TensorDesc(tuple(local_shape), dtype=dtype)
+    w = TensorDesc((1, 1, x.padded_width // TILE, TILE), layout=ttnn.ROW_MAJOR_LAYOUT) if with_weight else None
+    call = paths.Call(
+        epsilon=epsilon,
+        dtype=kw.pop("out_dtype", None),
+        memory_config=kw.pop("memory_config", None),
+        cluster_axis=axis,
+        num_devices=n,
+        mesh_shape=tuple(mesh_shape),
+    )
+    return planner.plan_call(
+        x,
+        w,
+        None,
+        mesh_device=None,
+        compute_grid=compute_grid,
+        num_devices=n,
+        call=call,
+        path=path,
+        ccl=ccl,
+        **kw,
+    )
+
+
+# Plans by call signature. ttnn's specs and shapes compare by content but hash by identity, so the hashable part of a
+# signature (mesh, x's memory config, the call's arguments, the CCL resources) picks a bucket and the tensor specs are
+# compared within it. The key holds the mesh and the CCL resources themselves, so neither can be collected and its id
+# reused while a plan refers to it; `close_mesh` drops the mesh's plans.
+_PLANS: dict[tuple, list] = {}
+MAX_KEYS = 256
+MAX_PLANS_PER_KEY = 64
+
+
+def forget_plans(mesh_device=None) -> None:
+    """Drop the cached plans of `mesh_device` (of every mesh when None)."""
+    for key in [k for k in _PLANS if mesh_device is None or k[0] is mesh_device]:
+        del _PLANS[key]
+
+
+def _remember(key, specs, plan) -> None:
+    bucket = _PLANS.get(key)
+    if bucket is None:
+        if len(_PLANS) >= MAX_KEYS:
+            del _PLANS[next(iter(_PLANS))]
+        bucket = _PLANS[key] = []
+    if len(bucket) >= MAX_PLANS_PER_KEY:
+        bucket.pop(0)
+    bucket.append((specs, plan))
+
+
+def _spec(t):
+    """What the rules read of a tensor: its spec (shape, dtype, layout, memory config, tile) and where it is stored."""
+    return None if t is None else (t.spec, t.storage_type())
 
 
 def distributed_rms_norm(
@@ -169,15 +239,75 @@ def distributed_rms_norm(
     program_config=None,
     dtype=None,
     sharded=None,
+    path: str = "auto",
+    ccl=None,
 ):
     """RMSNorm of a hidden dim sharded over the mesh, equal to single-device `ttnn.rms_norm` of the full activation.
 
     x: mesh tensor [B, 1, S, H/n] per device (`shard_activation`); w: `prepare_weight(...)` or None.
-    Interleaved path for prefill; sharded (L1, one tile row) for decode when the padded height is 32 (`sharded`
-    overrides). With `residual`, x + residual is normalized and `(output, x + residual)` is returned; on the sharded
-    path that sum is written into x's shard by the pre (as tt-metal's fused decode does), so x itself is updated.
-    The output has x's memory config unless `memory_config` says otherwise.
+    path: "auto" (default), "classic", "async", "fused" or "local" (`tt_rmsnorm.paths`); auto takes local with one
+    device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis) fused
+    for decode with a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
+    decode when the padded height is 32 (`sharded` overrides). With `residual`, x + residual is normalized and
+    `(output, x + residual)` is returned; on the sharded paths that sum is written over x's shard by the pre (over the
+    residual's by the fused op), as tt-metal's decode does. The output has x's memory config unless `memory_config`
+    says otherwise.
     """
+    try:
+        specs = (x.spec, x.storage_type(), _spec(w), _spec(residual))
+        key = (
+            mesh_device,
+            x.memory_config(),
+            epsilon,
+            cluster_axis,
+            path,
+            sharded,
+            dtype,
+            memory_config,
+            planner.config_key(compute_kernel_config),
+            planner.config_key(program_config),
+            ccl,
+        )
+        for seen, plan in _PLANS.get(key, ()):
+            if seen == specs:
+                return plan.run(x, w, residual)
+    except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable argument: check (and fail) in full
+        key = None
+    plan = _plan(
+        x,
+        w,
+        residual,
+        mesh_device,
+        epsilon,
+        cluster_axis,
+        memory_config,
+        compute_kernel_config,
+        program_config,
+        dtype,
+        sharded,
+        path,
+        ccl,
+    )
+    if key is not None:
+        _remember(key, specs, plan)
+    return plan.run(x, w, residual)
+
+
+def _plan(
+    x,
+    w,
+    residual,
+    mesh_device,
+    epsilon,
+    cluster_axis,
+    memory_config,
+    compute_kernel_config,
+    program_config,
+    dtype,
+    sharded,
+    path,
+    ccl,
+) -> paths.PathPlan:
     if not isinstance(x, ttnn.Tensor):
         raise rules.RuleError(
             "input.ttnn_tensor",
@@ -192,72 +322,44 @@ def distributed_rms_norm(
             type(w).__name__,
             "w = tt_rmsnorm.prepare_weight(torch_weight, mesh_device)",
         )
-    axis, n = resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
-    xd = describe(x)
-    if xd.is_sharded and sharded is False:
+    if residual is not None and not isinstance(residual, ttnn.Tensor):
         raise rules.RuleError(
-            "mesh.sharded_override",
-            "x is already sharded; the interleaved path needs an interleaved input",
-            "sharded=False",
-            "ttnn.to_memory_config(x, ttnn.DRAM_MEMORY_CONFIG) first",
+            "residual.ttnn_tensor",
+            "residual must be a ttnn mesh tensor like x",
+            type(residual).__name__,
+            "tt_rmsnorm.shard_activation(torch_residual, mesh_device)",
+        )
+    mesh_shape = tuple(mesh_device.shape)
+    axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
+    if ccl is not None and (ccl.mesh_device is not mesh_device or ccl.cluster_axis != axis):
+        raise rules.RuleError(
+            "ccl.mesh_axis",
+            "the CCL resources belong to another mesh or cluster axis",
+            f"resources for axis {ccl.cluster_axis}, call on axis {axis}",
+            "create one CCLResources per mesh and cluster axis and pass the matching one",
         )
     grid = mesh_device.compute_with_storage_grid_size()
-    plan = configs.plan(
-        xd.shape,
-        n,
-        compute_grid=(grid.x, grid.y),
-        dtype=xd.dtype,
-        sharded=True if xd.is_sharded else sharded,
-        program_config=program_config,
-        compute_kernel_config=compute_kernel_config,
-    )
-    if plan.path == "sharded" and xd.is_sharded and program_config is None:
-        plan = configs.NormPlan(
-            **{
-                **plan.__dict__,
-                "program_config": configs.program_config_from_shard_spec(xd.shard_spec, plan.compute_kernel_config),
-                "input_memory_config": None,
-            }
-        )
-    logger.debug(f"distributed_rms_norm: mesh {tuple(mesh_device.shape)} axis {axis} n={n}; {plan.describe()}")
-
-    pre_residual = None
-    if residual is not None:
-        rules._check_residual(xd, describe(residual))
-        if plan.path == "interleaved":
-            x = ttnn.add(x, residual)  # the interleaved post normalizes its input: it must be given the sum itself
-        else:
-            pre_residual = residual
-    h = x
-    if plan.path == "sharded" and plan.input_memory_config is not None:
-        h = ttnn.to_memory_config(x, plan.input_memory_config)
-        if pre_residual is not None:
-            pre_residual = ttnn.to_memory_config(pre_residual, plan.input_memory_config)
-    sharded_pc = plan.program_config if plan.path == "sharded" else None
-    stats = ops.rms_norm_pre_all_gather(
-        h,
-        dtype=ttnn.bfloat16,
-        residual_input_tensor=pre_residual,
-        compute_kernel_config=plan.compute_kernel_config,
-        program_config=sharded_pc or plan.program_config,
-    )
-    if n > 1:
-        stats = ops.all_gather(stats, 3, cluster_axis=axis, memory_config=plan.stats_memory_config)
-    out = ops.rms_norm_post_all_gather(
-        h,
-        stats,
+    call = paths.Call(
         epsilon=epsilon,
-        weight=w,
-        compute_kernel_config=plan.compute_kernel_config,
-        program_config=sharded_pc or plan.program_config,
         dtype=dtype,
-        memory_config=None if plan.path == "sharded" else memory_config,
+        memory_config=memory_config,
+        cluster_axis=axis,
+        num_devices=n,
+        mesh_shape=mesh_shape,
     )
-    target = memory_config or (xd.memory_config if plan.path == "sharded" else None)
-    if target is not None and out.memory_config() != target:
-        out = ttnn.to_memory_config(out, target)
-    if residual is None:
-        return out
-    if plan.path == "sharded" and h is not x:
-        x = ttnn.to_memory_config(h, xd.memory_config)  # the pre wrote x + residual into h's shards
-    return out, x
+    plan = planner.plan_call(
+        describe(x),
+        describe(w),
+        describe(residual),
+        mesh_device=mesh_device,
+        compute_grid=(grid.x, grid.y),
+        num_devices=n,
+        call=call,
+        path=path,
+        sharded=sharded,
+        program_config=planner.copy_config(program_config),
+        compute_kernel_config=planner.copy_config(compute_kernel_config),
+        ccl=ccl,
+    )
+    logger.debug(f"distributed_rms_norm: mesh {mesh_shape} axis {axis} n={n}; {plan.describe()}")
+    return plan

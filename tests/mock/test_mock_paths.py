@@ -1,0 +1,231 @@
+"""Every path of `distributed_rms_norm` through real ttnn on mock T3000 / Galaxy / N150 meshes: the ttnn ops each path
+calls, per-device shapes and memory configs, the residual; the plan cache (a planned call re-checks nothing, a call
+that differs in one checked field is checked again and fails before any ttnn op); and the trace contract (a planned
+call allocates no semaphore and no buffer)."""
+
+import pytest
+
+from tt_rmsnorm import mock_cluster
+
+pytestmark = pytest.mark.mock_cluster
+
+HIDDEN = 8192
+AXIS = {"t3k": None, "galaxy": 1, "n150": None}
+WATCHED = ("rms_norm_pre_all_gather", "rms_norm_post_all_gather", "all_gather", "rms_norm", "fused_rms_minimal", "add")
+
+
+class _Recorder:
+    """Wraps ttnn entry points to record which run (and optionally to refuse them)."""
+
+    def __init__(self, ttnn, refuse=False):
+        self.ttnn, self.refuse, self.calls, self.saved = ttnn, refuse, [], []
+
+    def _wrap(self, owner, name):
+        fn = getattr(owner, name)
+
+        def recorded(*args, **kwargs):
+            self.calls.append(name)
+            if self.refuse:
+                raise AssertionError(f"ttnn.{name} ran")
+            return fn(*args, **kwargs)
+
+        self.saved.append((owner, name, fn))
+        setattr(owner, name, recorded)
+
+    def __enter__(self):
+        for name in WATCHED:
+            self._wrap(self.ttnn, name)
+        self._wrap(self.ttnn.experimental, "all_gather_async")
+        self._wrap(self.ttnn, "to_memory_config")
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, fn in self.saved:
+            setattr(owner, name, fn)
+
+
+def _setup(mesh, system, tokens, hidden=HIDDEN):
+    import torch
+
+    import tt_rmsnorm
+    from tt_rmsnorm import mesh as tt_mesh
+
+    axis = AXIS[system]
+    n = tuple(mesh.shape)[1]
+    ccl = tt_rmsnorm.CCLResources(mesh, cluster_axis=axis) if n > 1 else None
+    grid = mesh.compute_with_storage_grid_size()
+    plan = tt_rmsnorm.plan_distributed_rms_norm(
+        (1, 1, tokens, hidden // n), tuple(mesh.shape), cluster_axis=axis, compute_grid=(grid.x, grid.y)
+    )
+    x = tt_mesh.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
+    r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
+    w = tt_mesh.prepare_weight(torch.randn(hidden), mesh, cluster_axis=axis)
+    return tt_mesh, ccl, plan, x, r, w
+
+
+def _run_path(mesh, system, path, tokens, residual):
+    import ttnn
+
+    tt_mesh, ccl, _, x, r, w = _setup(mesh, system, tokens, hidden=HIDDEN if system != "n150" else 4096)
+    kw = {"residual": r} if residual else {}
+    axis = AXIS[system]
+    tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl, **kw)  # plans
+    with _Recorder(ttnn) as rec:
+        out = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl, **kw)
+    y, summed = out if residual else (out, None)
+
+    def facts(t):
+        return [
+            (tuple(d.shape), str(d.memory_config().memory_layout).rsplit(".", 1)[-1])
+            for d in ttnn.get_device_tensors(t)
+        ]
+
+    return {"calls": rec.calls, "out": facts(y), "summed": None if summed is None else facts(summed)}
+
+
+CASES = [
+    ("t3k", "classic", 32, ["to_memory_config", "rms_norm_pre_all_gather", "all_gather", "rms_norm_post_all_gather"]),
+    (
+        "t3k",
+        "async",
+        32,
+        ["to_memory_config", "rms_norm_pre_all_gather", "all_gather_async", "rms_norm_post_all_gather"],
+    ),
+    ("t3k", "fused", 32, ["to_memory_config", "fused_rms_minimal"]),
+    ("t3k", "classic", 128, ["rms_norm_pre_all_gather", "all_gather", "rms_norm_post_all_gather"]),
+    ("t3k", "async", 128, ["rms_norm_pre_all_gather", "all_gather_async", "rms_norm_post_all_gather"]),
+    (
+        "galaxy",
+        "classic",
+        32,
+        ["to_memory_config", "rms_norm_pre_all_gather", "all_gather", "rms_norm_post_all_gather"],
+    ),
+    (
+        "galaxy",
+        "async",
+        32,
+        ["to_memory_config", "rms_norm_pre_all_gather", "all_gather_async", "rms_norm_post_all_gather"],
+    ),
+    ("galaxy", "fused", 32, ["to_memory_config", "fused_rms_minimal"]),
+    ("galaxy", "classic", 128, ["rms_norm_pre_all_gather", "all_gather", "rms_norm_post_all_gather"]),
+    ("galaxy", "async", 128, ["rms_norm_pre_all_gather", "all_gather_async", "rms_norm_post_all_gather"]),
+    ("n150", "local", 32, ["rms_norm"]),
+    ("n150", "local", 128, ["rms_norm"]),
+]
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize(
+    "system, path, tokens, ops", CASES, ids=[f"{s}-{p}-{'decode' if t == 32 else 'prefill'}" for s, p, t, _ in CASES]
+)
+def test_each_path_runs_its_ttnn_ops(system, path, tokens, ops, residual):
+    got = mock_cluster.run_isolated(system, _run_path, system, path, tokens, residual)
+    calls = [c for c in got["calls"] if c not in ("to_memory_config", "add")]
+    assert calls == [c for c in ops if c != "to_memory_config"], got["calls"]
+    if residual and path in ("classic", "async") and tokens == 128 or residual and path == "local":
+        assert got["calls"][0] == "add", got["calls"]  # the interleaved post and rms_norm normalize their input
+    mesh = mock_cluster.MESH_SHAPES[system]
+    local = (HIDDEN if system != "n150" else 4096) // mesh[1]
+    assert [s for s, _ in got["out"]] == [(1, 1, tokens, local)] * (mesh[0] * mesh[1])
+    # the output keeps x's memory config (DRAM interleaved here) unless memory_config says otherwise
+    assert {m for _, m in got["out"]} == {"INTERLEAVED"}
+    assert (got["summed"] is not None) == residual
+    if residual:
+        assert [s for s, _ in got["summed"]] == [(1, 1, tokens, local)] * (mesh[0] * mesh[1])
+
+
+def _cache_then_bad_field(mesh, variant):
+    """A good call (planned and cached), then the same call with one field changed: the rule fires with no ttnn op."""
+    import torch
+    import ttnn
+
+    from tt_rmsnorm import configs, rules
+
+    tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 128)
+    good = dict(epsilon=1e-5, ccl=ccl, path="async")
+    tt_mesh.distributed_rms_norm(x, w, mesh, **good)
+    tt_mesh.distributed_rms_norm(x, w, mesh, **good)
+    args, kw = [x, w, mesh], dict(good)
+    if variant == "weight_width":
+        args[1] = tt_mesh.prepare_weight(torch.randn(HIDDEN * 2), mesh)
+    elif variant == "input_fp32_no_fp32_acc":
+        args[0] = tt_mesh.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
+        kw["compute_kernel_config"] = configs.compute_kernel_config(fp32_dest_acc_en=False)
+    elif variant == "residual_shape":
+        kw["residual"] = tt_mesh.shard_activation(torch.randn(1, 1, 64, HIDDEN), mesh)
+    elif variant == "welford_program_config":
+        kw["program_config"] = ttnn.LayerNormDefaultProgramConfig(use_welford=True)
+    elif variant == "sharded_prefill":
+        kw["sharded"] = True
+    elif variant == "mutated_compute_config":
+        cfg = configs.compute_kernel_config(fp32_dest_acc_en=True)
+        x32 = tt_mesh.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
+        args[0] = x32
+        kw["compute_kernel_config"] = cfg
+        tt_mesh.distributed_rms_norm(*args, **kw)  # planned with fp32 accumulation: accepted
+        cfg.fp32_dest_acc_en = False  # the same object, now without it
+    elif variant == "host_input":
+        args[0] = ttnn.from_torch(torch.randn(1, 1, 128, 1024), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    with _Recorder(ttnn, refuse=True) as rec:
+        try:
+            tt_mesh.distributed_rms_norm(*args, **kw)
+        except rules.RuleError as e:
+            return {"rule": e.rule, "ttnn_calls": rec.calls}
+    return {"rule": None, "ttnn_calls": rec.calls}
+
+
+@pytest.mark.parametrize(
+    "variant, rule",
+    [
+        ("weight_width", "weight.row_major_shape"),
+        ("input_fp32_no_fp32_acc", "pre.fp32_needs_fp32_acc"),
+        ("residual_shape", "residual.shape"),
+        ("welford_program_config", "pre.welford"),
+        ("sharded_prefill", "sharded.height_32"),
+        ("mutated_compute_config", "pre.fp32_needs_fp32_acc"),
+        ("host_input", "input.on_device"),
+    ],
+)
+def test_a_cached_call_with_one_bad_field_still_fails_before_ttnn(variant, rule):
+    got = mock_cluster.run_isolated("t3k", _cache_then_bad_field, variant)
+    assert got == {"rule": rule, "ttnn_calls": []}
+
+
+def _planned_call_allocates_nothing(mesh, system, tokens, path):
+    """Warm up once, then call again with every creation function refusing to run (what trace capture needs)."""
+    import ttnn
+
+    from tt_rmsnorm import mesh as planned
+
+    tt_mesh, ccl, _, x, r, w = _setup(mesh, system, tokens)
+    axis = AXIS[system]
+    call = dict(epsilon=1e-5, cluster_axis=axis, residual=r, ccl=ccl, path=path)
+    tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+    plans = sum(len(b) for b in planned._PLANS.values())
+    saved = {
+        n: getattr(ttnn, n) for n in ("create_global_semaphore", "from_torch", "as_tensor", "allocate_tensor_on_device")
+    }
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("allocation inside a planned call")
+
+    for name in saved:
+        setattr(ttnn, name, refuse)
+    try:
+        for _ in range(3):
+            tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+    finally:
+        for name, fn in saved.items():
+            setattr(ttnn, name, fn)
+    return plans, sum(len(b) for b in planned._PLANS.values()), ccl.describe()
+
+
+@pytest.mark.parametrize(
+    "system, tokens, path",
+    [("t3k", 32, "fused"), ("t3k", 128, "async"), ("galaxy", 32, "fused"), ("galaxy", 32, "async")],
+    ids=["t3k-fused-decode", "t3k-async-prefill", "galaxy-fused-decode", "galaxy-async-decode"],
+)
+def test_a_planned_call_allocates_no_semaphore_or_buffer(system, tokens, path):
+    before, after, resources = mock_cluster.run_isolated(system, _planned_call_allocates_nothing, system, tokens, path)
+    assert before == after >= 1, resources
+    assert "persistent buffer" in resources

@@ -1,0 +1,151 @@
+"""Path choice, the checked plans and the CCL link table, device-free: `plan_distributed_rms_norm` shows what a call
+would run without a mesh (the mock-cluster cases in tests/mock run the same plans through real ttnn)."""
+
+import pytest
+import ttnn
+
+import tt_rmsnorm
+from tt_rmsnorm import ccl, module, paths, planner, rules
+
+T3K, GALAXY, N300, N150 = (1, 8), (8, 4), (1, 2), (1, 1)
+
+
+@pytest.mark.parametrize(
+    "mesh_shape, axis, tokens, with_ccl, with_weight, expect",
+    [
+        (T3K, None, 32, True, True, "fused"),
+        (T3K, None, 32, True, False, "async"),  # fused_rms_minimal requires a weight
+        (T3K, None, 128, True, True, "async"),
+        (T3K, None, 32, False, True, "classic"),
+        (T3K, None, 2048, False, True, "classic"),
+        (GALAXY, 1, 32, True, True, "fused"),
+        (GALAXY, 1, 128, True, True, "async"),
+        (GALAXY, 1, 128, False, True, "classic"),
+        (N300, None, 32, True, True, "fused"),
+        (N150, None, 32, False, True, "local"),
+        (N150, None, 128, True, True, "local"),
+    ],
+    ids=[
+        "t3k-decode-ccl",
+        "t3k-decode-ccl-no-weight",
+        "t3k-prefill-ccl",
+        "t3k-decode-eager",
+        "t3k-prefill2048-eager",
+        "galaxy-decode-ccl",
+        "galaxy-prefill-ccl",
+        "galaxy-prefill-eager",
+        "n300-decode-ccl",
+        "n150-decode",
+        "n150-prefill",
+    ],
+)
+def test_auto_picks_the_production_path(mesh_shape, axis, tokens, with_ccl, with_weight, expect):
+    n = mesh_shape[axis if axis is not None else 1]
+    plan = tt_rmsnorm.plan_distributed_rms_norm(
+        (1, 1, tokens, 8192 // n),
+        mesh_shape,
+        cluster_axis=axis,
+        compute_grid=(8, 7),
+        ccl=True if with_ccl else None,
+        with_weight=with_weight,
+    )
+    assert plan.name == expect
+    assert plan.reason and plan.reason in plan.describe() and expect in plan.describe()
+    assert plan.call.num_devices == n
+
+
+@pytest.mark.parametrize(
+    "path, tokens, attr, layout",
+    [("async", 128, "gathered", ttnn.TensorMemoryLayout.INTERLEAVED), ("fused", 32, "fused_stats", None)],
+    ids=["async-gather-buffer", "fused-stats-buffer"],
+)
+def test_persistent_buffers_are_sized_from_the_plan(path, tokens, attr, layout):
+    plan = tt_rmsnorm.plan_distributed_rms_norm((1, 1, tokens, 1024), T3K, compute_grid=(8, 7), path=path, ccl=True)
+    buf = getattr(plan, attr)
+    assert buf.shape[-1] == 32 * 8 and buf.shape[-2] == (tokens if path == "async" else 32)
+    if path == "fused":  # one core, the accumulation format (fp32 with the plan's fp32_dest_acc_en)
+        assert buf.shard_spec.grid.num_cores() == 1
+        assert buf.dtype == (ttnn.float32 if plan.norm.compute_kernel_config.fp32_dest_acc_en else ttnn.bfloat16)
+    else:
+        assert buf.memory_layout == layout
+
+
+@pytest.mark.parametrize(
+    "mesh_shape, path, ccl_given, rule",
+    [
+        (T3K, "async", None, "path.needs_ccl"),
+        (T3K, "fused", None, "path.needs_ccl"),
+        (T3K, "local", True, "path.local_one_device"),
+        (T3K, "nccl", True, "path.name"),
+    ],
+    ids=["async-without-ccl", "fused-without-ccl", "local-on-8-devices", "unknown-path"],
+)
+def test_path_preconditions_raise_before_any_device(mesh_shape, path, ccl_given, rule):
+    with pytest.raises(rules.RuleError) as err:
+        tt_rmsnorm.plan_distributed_rms_norm(
+            (1, 1, 32, 1024), mesh_shape, compute_grid=(8, 7), path=path, ccl=ccl_given
+        )
+    assert err.value.rule == rule and err.value.fix
+
+
+def test_fused_prefill_is_refused_by_a_rule():
+    with pytest.raises(rules.RuleError) as err:
+        tt_rmsnorm.plan_distributed_rms_norm((1, 1, 128, 1024), T3K, compute_grid=(8, 7), path="fused", ccl=True)
+    assert "128" in str(err.value)
+
+
+def test_plan_runs_every_rule_of_its_ops():
+    # a FLOAT32 activation on the interleaved path with fp32 accumulation turned off: the pre's rule fires at planning
+    off = tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=False)
+    with pytest.raises(rules.RuleError) as err:
+        tt_rmsnorm.plan_distributed_rms_norm(
+            (1, 1, 128, 1024), T3K, compute_grid=(8, 7), dtype=ttnn.float32, compute_kernel_config=off
+        )
+    assert err.value.rule == "pre.fp32_needs_fp32_acc"
+
+
+@pytest.mark.parametrize(
+    "mesh_shape, system, links",
+    [(N300, "N300", 1), (T3K, "T3000", 1), (GALAXY, "Galaxy", 1), ((2, 2), "2x2 mesh", 1)],
+    ids=["n300", "t3k", "galaxy", "unknown"],
+)
+def test_link_choice_per_system(mesh_shape, system, links):
+    choice = ccl.link_choice(mesh_shape)
+    assert (choice.system, choice.num_links, choice.topology) == (system, links, ttnn.Topology.Linear)
+    assert choice.reason
+
+
+def test_config_key_follows_mutation():
+    cfg = tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)
+    before = planner.config_key(cfg)
+    cfg.fp32_dest_acc_en = False
+    assert planner.config_key(cfg) != before
+    copy = planner.copy_config(cfg)
+    assert copy is not cfg and planner.config_key(copy) == planner.config_key(cfg)
+
+
+def test_choose_names_every_path():
+    assert set(paths.PATHS) == {"classic", "async", "fused", "local"}
+
+
+@pytest.mark.parametrize(
+    "key, layer, prefix, expect",
+    [
+        ("attention_norm", 3, None, "layers.3.attention_norm.weight"),
+        ("norm", None, None, "norm.weight"),
+        ("input_layernorm", 3, "model.layers.3.", "model.layers.3.input_layernorm.weight"),
+    ],
+    ids=["meta-layer", "final-norm", "hf-prefix"],
+)
+def test_weight_key_conventions(key, layer, prefix, expect):
+    assert module.weight_name(key, layer, prefix) == expect
+
+
+@pytest.mark.parametrize(
+    "devices, decode, prefill",
+    [(1, False, False), (2, True, True), (8, True, True), (4, True, True)],
+    ids=["n150", "n300", "t3k", "galaxy-columns"],
+)
+def test_default_is_distributed_policy(devices, decode, prefill):
+    policy = module.default_is_distributed(devices)
+    assert (policy("decode"), policy("prefill")) == (decode, prefill)

@@ -1,0 +1,133 @@
+"""CCL resources of one mesh axis: global semaphores and persistent gather buffers, created once, before any trace.
+
+Traced decode replays the commands captured once, so everything a traced collective touches must already exist when
+capture starts: semaphores created inside a captured call hang the mesh on replay (tt-metal #40276, #31558), and the
+barrier that plain `ttnn.all_gather` sets up at capture does nothing on replay (tt-metal #48469, corrupted batch-32
+decode on T3000). Model code therefore creates the semaphores once per mesh (tt-metal `TT_CCL`), keeps two sets and
+cycles them call by call, so that one call's semaphores are never reset while the previous call may still signal them.
+
+`CCLResources` is that object for the stats gather of the distributed RMSNorm: `num_sets` cycled sets of
+all_gather_async semaphores with their barrier semaphores and the fused decode op's semaphore, all on every worker
+core (as `TT_CCL` creates them), and the persistent buffers of the gather, one per gathered-stats shape. Semaphores are created in the constructor only. A buffer is
+allocated the first time a plan needs it (the warm-up call); asked for during trace capture it raises instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ttnn
+
+from tt_rmsnorm.rules import RuleError
+
+
+@dataclass(frozen=True)
+class LinkChoice:
+    """Ethernet links and topology for the stats gather on one system, and why."""
+
+    system: str
+    available: tuple[int, int]  # links per cluster axis (0: along mesh columns, 1: along mesh rows)
+    num_links: int
+    topology: object
+    reason: str
+
+
+# The stats of one row block are one 32x32 tile per device, so the gather is latency-bound: a second link halves a
+# transfer that is already a single packet and adds a worker and a handshake per link. Linear matches the fabric that
+# `tt_rmsnorm.mesh.open_mesh` configures (FABRIC_1D; a Ring needs FABRIC_1D_RING), and the cluster-axis overload of
+# all_gather_async takes Linear on every system.
+_STATS_TOPOLOGY = ttnn.Topology.Linear
+SYSTEM_LINKS: dict[tuple[int, int], LinkChoice] = {
+    (1, 2): LinkChoice("N300", (1, 1), 1, _STATS_TOPOLOGY, "two chips on one board: one link between them"),
+    (1, 8): LinkChoice("T3000", (1, 1), 1, _STATS_TOPOLOGY, "a line of 8 chips, one link per neighbour pair"),
+    (8, 4): LinkChoice(
+        "Galaxy",
+        (4, 3),
+        1,
+        _STATS_TOPOLOGY,
+        "4 links down a column, 3 along a row; one tile per device needs one",
+    ),
+}
+
+
+def link_choice(mesh_shape) -> LinkChoice:
+    """The links and topology the stats gather uses on a mesh of `mesh_shape` (rows, cols)."""
+    shape = tuple(int(d) for d in mesh_shape)
+    known = SYSTEM_LINKS.get(shape)
+    if known is not None:
+        return known
+    return LinkChoice(f"{shape[0]}x{shape[1]} mesh", (1, 1), 1, _STATS_TOPOLOGY, "unknown system: one link, Linear")
+
+
+def full_grid(mesh_device) -> ttnn.CoreRangeSet:
+    """Every worker core of the device: where model code creates its CCL semaphores."""
+    g = mesh_device.compute_with_storage_grid_size()
+    return ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(g.x - 1, g.y - 1))})
+
+
+class CCLResources:
+    """Semaphores and persistent buffers of the stats gather along one mesh axis. Create once per mesh and cluster axis,
+    before any trace capture; pass the same object to every call (`distributed_rms_norm(..., ccl=...)`,
+    `DistributedRMSNorm(..., ccl=...)`)."""
+
+    def __init__(self, mesh_device, *, cluster_axis=None, num_sets: int = 2):
+        from tt_rmsnorm.mesh import resolve_cluster_axis
+
+        if num_sets < 2:
+            raise RuleError(
+                "ccl.num_sets",
+                "semaphores are cycled: one call's set must not be reset while the previous call can still signal it",
+                num_sets,
+                "num_sets=2 (or more)",
+            )
+        self.mesh_device = mesh_device
+        self.mesh_shape = tuple(mesh_device.shape)
+        self.cluster_axis, self.num_devices = resolve_cluster_axis(self.mesh_shape, cluster_axis)
+        self.links = link_choice(self.mesh_shape)
+        self.num_sets = num_sets
+        # fused_rms_minimal needs its input sharded inside its semaphore's grid: on every core, any decode grid fits
+        self.cores = full_grid(mesh_device)
+        self._gather = [[self._semaphore(self.cores) for _ in range(2)] for _ in range(num_sets)]
+        self._barrier = [self._semaphore(self.cores) for _ in range(num_sets)]
+        self._fused = [self._semaphore(self.cores) for _ in range(num_sets)]
+        self._next_gather = 0
+        self._next_fused = 0
+        self._buffers: dict[tuple, object] = {}
+
+    def _semaphore(self, cores):
+        return ttnn.create_global_semaphore(self.mesh_device, cores, 0)
+
+    def next_gather(self) -> tuple[list, object]:
+        """(the two all_gather_async semaphores, the barrier semaphore) of the next set, cycling."""
+        i = self._next_gather
+        self._next_gather = (i + 1) % self.num_sets
+        return self._gather[i], self._barrier[i]
+
+    def next_fused(self):
+        """The fused decode op's semaphore of the next set, cycling."""
+        i = self._next_fused
+        self._next_fused = (i + 1) % self.num_sets
+        return self._fused[i]
+
+    def buffer(self, key: tuple, make):
+        """The persistent buffer named `key`, allocated by `make()` on first request. Allocation during trace capture is
+        refused: the captured call would keep an address that the replay must not rely on."""
+        found = self._buffers.get(key)
+        if found is not None:
+            return found
+        if ttnn.is_trace_capture_active(self.mesh_device):
+            raise RuleError(
+                "ccl.allocation_during_trace",
+                "a persistent gather buffer would be allocated inside trace capture",
+                f"buffer {key}",
+                "run the call once eagerly (warm-up) before begin_trace_capture, with the same shapes",
+            )
+        self._buffers[key] = made = make()
+        return made
+
+    def describe(self) -> str:
+        return (
+            f"{self.links.system}: axis {self.cluster_axis} ({self.num_devices} devices), {self.num_sets} cycled "
+            f"semaphore sets (2 gather + barrier + fused each), {self.links.num_links} link(s) {str(self.links.topology).rsplit('.', 1)[-1]} "
+            f"({self.links.reason}); {len(self._buffers)} persistent buffer(s)"
+        )

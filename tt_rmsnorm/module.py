@@ -1,0 +1,201 @@
+"""`DistributedRMSNorm`: the norm module a model's decoder layer instantiates (twice per layer), with tt-metal's
+conventions (`models/common/rmsnorm.py`): weights from a state_dict by key, tilized once into cache files, an optional
+unit offset for Gemma-style weights, and an `is_distributed(mode)` policy.
+
+Create the module (and one `CCLResources` shared by every module of the model) before any trace capture, call it once
+per mode and shape eagerly (the warm-up plans and allocates), then capture and replay: a planned call makes only its
+ttnn calls and allocates no semaphore or buffer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import ttnn
+
+from tt_rmsnorm import mesh as tt_mesh
+from tt_rmsnorm import paths, planner, rules
+from tt_rmsnorm.ccl import CCLResources
+from tt_rmsnorm.tensors import describe
+from tt_rmsnorm.tiles import TILE
+
+MODES = ("decode", "prefill")
+
+
+def weight_name(weight_key: str, layer_num=None, state_dict_prefix=None) -> str:
+    """The state_dict key of the norm's weight, by tt-metal's convention: `{prefix}{key}.weight` with a prefix,
+    `layers.{n}.{key}.weight` with a layer number, else `{key}.weight`."""
+    if state_dict_prefix:
+        return f"{state_dict_prefix}{weight_key}.weight"
+    if layer_num is not None:
+        return f"layers.{layer_num}.{weight_key}.weight"
+    return f"{weight_key}.weight"
+
+
+def default_is_distributed(num_devices: int):
+    """The default policy: distributed in both modes whenever the gather axis has more than one device, since the
+    activations the package is called with are sharded over that axis (decode then runs the fused op, prefill the
+    async pre/gather/post). A model that keeps replicated activations in a mode passes its own callable."""
+    return lambda mode: num_devices > 1
+
+
+class DistributedRMSNorm:
+    """RMSNorm over `dim`, its input sharded over `cluster_axis` of `mesh_device` where `is_distributed(mode)` holds
+    and replicated (full `dim` on every device) otherwise.
+
+    forward(x, mode="decode" | "prefill", residual=None) returns the output, or `(output, x + residual)` with a
+    residual. `output_memory_config` (per mode, or one for both) places the output for the next matmul;
+    `gather_output=True` all-gathers a distributed output along the axis so every device holds all of `dim`.
+    """
+
+    def __init__(
+        self,
+        mesh_device,
+        dim: int,
+        state_dict: dict,
+        weight_key: str,
+        *,
+        layer_num=None,
+        state_dict_prefix=None,
+        weight_cache_path=None,
+        weight_dtype=ttnn.bfloat16,
+        weight_memory_config=None,
+        eps: float = 1e-5,
+        add_unit_offset: bool = False,
+        is_distributed=None,
+        cluster_axis=None,
+        ccl: CCLResources | None = None,
+        compute_kernel_config=None,
+        output_memory_config=None,
+        gather_output: bool = False,
+    ):
+        self.mesh_device = mesh_device
+        self.dim = dim
+        self.eps = eps
+        self.cluster_axis, self.num_devices = tt_mesh.resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
+        self.is_distributed = is_distributed or default_is_distributed(self.num_devices)
+        self.compute_kernel_config = compute_kernel_config
+        self.output_memory_config = output_memory_config
+        self.gather_output = gather_output
+        name = weight_name(weight_key, layer_num, state_dict_prefix)
+        if name not in state_dict:
+            raise rules.RuleError(
+                "module.weight_key",
+                "the norm's weight is not in the state_dict",
+                name,
+                "check weight_key / layer_num / state_dict_prefix against the checkpoint's keys",
+            )
+        torch_weight = torch.as_tensor(state_dict[name]).reshape(-1).float()
+        if torch_weight.numel() != dim:
+            raise rules.RuleError(
+                "module.weight_size", "the weight must have `dim` elements", torch_weight.numel(), f"dim={dim}"
+            )
+        if add_unit_offset:
+            torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernels multiply by w
+        cache = Path(weight_cache_path) if weight_cache_path is not None else None
+        memory_config = weight_memory_config or ttnn.DRAM_MEMORY_CONFIG
+        self.weight = self._load(torch_weight, name, None, weight_dtype, memory_config, cache)
+        self.weight_distributed = None
+        if self.num_devices > 1:
+            self.weight_distributed = self._load(
+                torch_weight, f"{name}_distributed", self.cluster_axis, weight_dtype, memory_config, cache
+            )
+        self.ccl = ccl
+        if self.ccl is None and self.num_devices > 1:
+            self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
+        self._local_plans: list = []
+
+    def _load(self, torch_weight, name, axis, dtype, memory_config, cache):
+        """ROW_MAJOR [1, 1, dim/32, 32]: replicated, or split over `axis` into each device's slice (dim 2). With a cache
+        path the tilized tensor is written once and read back on later constructions."""
+        w = torch_weight.reshape(1, 1, self.dim // TILE, TILE)
+        if axis is None:
+            mapper = ttnn.ReplicateTensorToMesh(self.mesh_device)
+        else:
+            dims = [None, None]
+            dims[axis] = 2
+            mapper = ttnn.ShardTensor2dMesh(self.mesh_device, mesh_shape=tuple(self.mesh_device.shape), dims=tuple(dims))
+        if self.dim % (TILE * (self.num_devices if axis is not None else 1)):
+            raise rules.RuleError(
+                "distributed.width_multiple_of_32",
+                "the norm's dim must split into per-device widths that are multiples of 32",
+                self.dim,
+                f"pad dim to a multiple of {TILE * self.num_devices}",
+            )
+        return ttnn.as_tensor(
+            w,
+            dtype=dtype,
+            layout=ttnn.ROW_MAJOR_LAYOUT,
+            device=self.mesh_device,
+            memory_config=memory_config,
+            mesh_mapper=mapper,
+            cache_file_name=None if cache is None else cache / name,
+        )
+
+    def _output_memory_config(self, mode: str):
+        mc = self.output_memory_config
+        return mc.get(mode) if isinstance(mc, dict) else mc
+
+    def forward(self, x, mode: str = "decode", residual=None):
+        if mode not in MODES:
+            raise rules.RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
+        if self.is_distributed(mode):
+            out = tt_mesh.distributed_rms_norm(
+                x,
+                self.weight_distributed,
+                self.mesh_device,
+                epsilon=self.eps,
+                cluster_axis=self.cluster_axis,
+                residual=residual,
+                memory_config=self._output_memory_config(mode),
+                compute_kernel_config=self.compute_kernel_config,
+                ccl=self.ccl,
+            )
+            return self._gathered(out) if self.gather_output else out
+        return self._local(x, residual, mode)
+
+    __call__ = forward
+
+    def _gathered(self, out):
+        """All-gather the output slices along the axis (trace-safe: the CCL resources' cycled semaphores)."""
+        y, summed = out if isinstance(out, tuple) else (out, None)
+        semaphores, barrier = self.ccl.next_gather()
+        y = ttnn.experimental.all_gather_async(
+            y,
+            dim=3,
+            cluster_axis=self.cluster_axis,
+            mesh_device=self.mesh_device,
+            topology=self.ccl.links.topology,
+            multi_device_global_semaphore=semaphores,
+            barrier_semaphore=barrier,
+            num_links=self.ccl.links.num_links,
+        )
+        return y if summed is None else (y, summed)
+
+    def _local(self, x, residual, mode):
+        """Replicated activations: plain rms_norm on every device with the replicated weight, planned once per
+        signature like the distributed call."""
+        specs = (x.spec, x.storage_type(), None if residual is None else residual.spec, mode)
+        for seen, plan in self._local_plans:
+            if seen == specs:
+                return plan.run(x, self.weight, residual)
+        grid = self.mesh_device.compute_with_storage_grid_size()
+        call = paths.Call(
+            epsilon=self.eps,
+            memory_config=self._output_memory_config(mode),
+            mesh_shape=tuple(self.mesh_device.shape),
+        )
+        plan = planner.plan_call(
+            describe(x),
+            describe(self.weight),
+            describe(residual),
+            mesh_device=self.mesh_device,
+            compute_grid=(grid.x, grid.y),
+            num_devices=1,
+            call=call,
+            path="local",
+            compute_kernel_config=planner.copy_config(self.compute_kernel_config),
+        )
+        self._local_plans.append((specs, plan))
+        return plan.run(x, self.weight, residual)

@@ -1,0 +1,356 @@
+"""The four ways a distributed RMSNorm reaches ttnn, each a small plan that describes, checks and runs itself.
+
+| path    | ttnn calls                                                        | used for                               |
+|---------|-------------------------------------------------------------------|----------------------------------------|
+| classic | rms_norm_pre_all_gather -> all_gather -> rms_norm_post_all_gather | eager calls with no CCL resources      |
+| async   | pre -> experimental.all_gather_async (cycled semaphores) -> post  | prefill; any call that may be traced   |
+| fused   | fused_rms_minimal (pre + stats gather + post + residual, one op)  | decode (one tile row), CCL resources   |
+| local   | rms_norm                                                          | one device on the gather axis          |
+
+A plan is built once per call signature (`tt_rmsnorm.mesh`): `check` runs every rule of every op it will call on
+device-free descriptions of the tensors those ops will see, before any device work; `run` then makes only the ttnn
+calls, with their arguments bound at planning time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import ttnn
+
+from tt_rmsnorm import ccl_rules, configs, rules
+from tt_rmsnorm.configs import NormPlan
+from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc
+from tt_rmsnorm.tiles import TILE, one_tile_row
+
+PATHS = ("classic", "async", "fused", "local")
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a call fixes besides its tensors: the arguments every path passes on."""
+
+    epsilon: float
+    dtype: object = None  # output dtype (None: the input's)
+    memory_config: object = None  # output memory config (None: the input's)
+    cluster_axis: int | None = None
+    num_devices: int = 1
+    mesh_shape: tuple[int, int] = (1, 1)
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """A path with everything bound: `norm` holds the program, memory and compute configs of the layout."""
+
+    name: str
+    reason: str
+    norm: NormPlan
+    call: Call
+    mesh_device: object = field(repr=False, compare=False)
+    compute_grid: tuple[int, int] = (8, 8)
+    ccl: object = field(default=None, repr=False, compare=False)
+    x_memory_config: object = None  # x's own memory config: the returned residual stream goes back there
+    move_output: object = None  # where the output is moved after the norm (None: it stays where the op wrote it)
+    gathered: object = field(default=None, repr=False, compare=False)  # persistent all_gather_async output
+    fused_stats: object = field(default=None, repr=False, compare=False)  # stats buffer of fused_rms_minimal
+    fused_intermediate: object = field(default=None, repr=False, compare=False)  # its (32, 32) gather intermediate
+
+    @property
+    def _num_links(self) -> int:
+        return self.ccl.links.num_links if self.ccl is not None else 1
+
+    @property
+    def sharded(self) -> bool:
+        return self.norm.path == "sharded"
+
+    def describe(self) -> str:
+        where = f"{self.call.num_devices} device(s) on axis {self.call.cluster_axis}"
+        return f"{self.name} ({self.reason}); {where}; {self.norm.describe()}"
+
+    # -- what the ops will see -------------------------------------------------------------------------------------
+
+    def input_desc(self, x: TensorDesc) -> TensorDesc:
+        """x as the first op receives it (moved to the plan's L1 shards where the plan says so)."""
+        if self.norm.input_memory_config is None:
+            return x
+        return replace(x, memory_config=self.norm.input_memory_config)
+
+    def stats_desc(self, x: TensorDesc) -> TensorDesc:
+        """The gathered stats the post receives: one 32-wide tile per device, sums or means by layout."""
+        kind = STATS_MEANS if self.sharded else STATS_SUMS
+        return TensorDesc(
+            (*x.shape[:-1], TILE * self.call.num_devices),
+            dtype=ttnn.bfloat16,
+            memory_config=self.norm.stats_memory_config,
+            stats_kind=kind,
+        )
+
+    def local_stats_desc(self, x: TensorDesc) -> TensorDesc:
+        """One device's stats as the pre writes them (the sharded pre writes them to one core)."""
+        mc = configs.stats_memory_config(1) if self.sharded else ttnn.DRAM_MEMORY_CONFIG
+        return TensorDesc((*x.shape[:-1], TILE), dtype=ttnn.bfloat16, memory_config=mc)
+
+    def check(self, x: TensorDesc, w: TensorDesc | None, residual: TensorDesc | None) -> None:
+        raise NotImplementedError
+
+    def run(self, x, w, residual):
+        raise NotImplementedError
+
+    # -- shared pieces of the pre -> gather -> post paths ------------------------------------------------------------
+
+    def _check_pre_post(self, x, w, residual, grid) -> None:
+        h = self.input_desc(x)
+        res = None if residual is None else (self.input_desc(residual) if self.sharded else residual)
+        if residual is not None:
+            rules._check_residual(x, residual)
+        pc, ck = self.norm.program_config, self.norm.compute_kernel_config
+        pre_residual = res if self.sharded else None  # the interleaved post normalizes its input: x + r is added first
+        rules.check_pre_all_gather(
+            h,
+            dtype=ttnn.bfloat16,
+            residual_input_tensor=pre_residual,
+            compute_kernel_config=ck,
+            program_config=pc,
+            compute_grid=grid,
+        )
+        rules.check_post_all_gather(
+            h,
+            self.stats_desc(x),
+            epsilon=self.call.epsilon,
+            weight=w,
+            compute_kernel_config=ck,
+            program_config=pc,
+            dtype=self.call.dtype,
+            memory_config=None if self.sharded else self.call.memory_config,
+            compute_grid=grid,
+        )
+        target = self.call.memory_config
+        if target is not None and self.sharded and target.is_sharded():
+            rules._check_output_memory_config(h, target)
+
+    def _pre(self, x, residual):
+        """(x as the post sees it, the local stats, the residual stream after the add)."""
+        norm = self.norm
+        if not self.sharded:
+            if residual is not None:
+                x = ttnn.add(x, residual)
+            stats = ttnn.rms_norm_pre_all_gather(
+                x,
+                dtype=ttnn.bfloat16,
+                compute_kernel_config=norm.compute_kernel_config,
+                program_config=norm.program_config,
+            )
+            return x, stats, x
+        h = x if norm.input_memory_config is None else ttnn.to_memory_config(x, norm.input_memory_config)
+        if residual is not None and norm.input_memory_config is not None:
+            residual = ttnn.to_memory_config(residual, norm.input_memory_config)
+        stats = ttnn.rms_norm_pre_all_gather(
+            h,
+            dtype=ttnn.bfloat16,
+            residual_input_tensor=residual,
+            compute_kernel_config=norm.compute_kernel_config,
+            program_config=norm.program_config,
+        )
+        return h, stats, h  # the sharded pre writes x + residual over h's shards
+
+    def _post(self, h, stats, w):
+        norm, call = self.norm, self.call
+        kw = {"weight": w} if w is not None else {}
+        if call.dtype is not None:
+            kw["dtype"] = call.dtype
+        if not self.sharded and call.memory_config is not None:
+            kw["memory_config"] = call.memory_config
+        out = ttnn.rms_norm_post_all_gather(
+            h,
+            stats,
+            epsilon=call.epsilon,
+            compute_kernel_config=norm.compute_kernel_config,
+            program_config=norm.program_config,
+            **kw,
+        )
+        if self.move_output is not None:
+            out = ttnn.to_memory_config(out, self.move_output)
+        return out
+
+    def _finish(self, x, out, summed, residual):
+        if residual is None:
+            return out
+        if self.sharded and summed is not x:
+            summed = ttnn.to_memory_config(summed, self.x_memory_config)
+        return out, summed
+
+
+class GatherPath(PathPlan):
+    """pre -> a stats gather -> post; the subclasses differ in the gather."""
+
+    def check(self, x, w, residual):
+        self._check_pre_post(x, w, residual, self.compute_grid)
+        self._check_gather(self.local_stats_desc(x))
+
+    def run(self, x, w, residual):
+        h, stats, summed = self._pre(x, residual)
+        stats = self._gather(stats)
+        out = self._post(h, stats, w)
+        return self._finish(x, out, summed, residual)
+
+
+@dataclass(frozen=True)
+class ClassicPath(GatherPath):
+    """pre -> ttnn.all_gather -> post. Not trace-safe on T3000 (tt-metal #48469): the all_gather barrier is set up at
+    capture only."""
+
+    def _check_gather(self, stats):
+        rules.check_all_gather(
+            stats,
+            3,
+            cluster_axis=self.call.cluster_axis,
+            mesh_shape=self.call.mesh_shape,
+            memory_config=self.norm.stats_memory_config,
+        )
+
+    def _gather(self, stats):
+        return ttnn.all_gather(
+            stats, 3, cluster_axis=self.call.cluster_axis, memory_config=self.norm.stats_memory_config
+        )
+
+
+@dataclass(frozen=True)
+class AsyncPath(GatherPath):
+    """pre -> ttnn.experimental.all_gather_async into a persistent buffer, with the CCL resources' cycled semaphores
+    and barrier -> post: what tt-metal models run under trace."""
+
+    def _check_gather(self, stats):
+        ccl_rules.check_all_gather_async(
+            stats,
+            3,
+            cluster_axis=self.call.cluster_axis,
+            mesh_shape=self.call.mesh_shape,
+            memory_config=self.norm.stats_memory_config,
+            persistent_output_tensor=self.gathered,
+            num_links=self._num_links,
+        )
+
+    def _gather(self, stats):
+        semaphores, barrier = self.ccl.next_gather()
+        return ttnn.experimental.all_gather_async(
+            stats,
+            dim=3,
+            cluster_axis=self.call.cluster_axis,
+            mesh_device=self.mesh_device,
+            topology=self.ccl.links.topology,
+            multi_device_global_semaphore=semaphores,
+            barrier_semaphore=barrier,
+            num_links=self.ccl.links.num_links,
+            memory_config=self.norm.stats_memory_config,
+            persistent_output_tensor=self.gathered,
+        )
+
+
+@dataclass(frozen=True)
+class LocalPath(PathPlan):
+    """ttnn.rms_norm: one device on the gather axis, so there is nothing to gather (traced on a Blackhole submesh,
+    tt-metal PR #54530 measured 67 us against 183 us for the pre/post pair). With a residual, x + residual is added
+    first so that the sum can be returned as the next residual stream."""
+
+    def check(self, x, w, residual):
+        if residual is not None:
+            rules._check_residual(x, residual)
+        rules.check_rms_norm(
+            x,
+            epsilon=self.call.epsilon,
+            weight=w,
+            memory_config=self.call.memory_config,
+            program_config=self.norm.program_config,
+            compute_kernel_config=self.norm.compute_kernel_config,
+            compute_grid=self.compute_grid,
+        )
+
+    def run(self, x, w, residual):
+        if residual is not None:
+            x = ttnn.add(x, residual)
+        kw = {"weight": w} if w is not None else {}
+        if self.call.memory_config is not None:
+            kw["memory_config"] = self.call.memory_config
+        out = ttnn.rms_norm(
+            x,
+            epsilon=self.call.epsilon,
+            program_config=self.norm.program_config,
+            compute_kernel_config=self.norm.compute_kernel_config,
+            **kw,
+        )
+        return out if residual is None else (out, x)
+
+
+@dataclass(frozen=True)
+class FusedPath(PathPlan):
+    """ttnn.fused_rms_minimal: pre, the stats gather and post (and the residual add, written back over the residual)
+    in one program on the width-sharded decode input, as tt-metal's Galaxy decode runs it."""
+
+    def check(self, x, w, residual):
+        h = self.input_desc(x)
+        res = None if residual is None else self.input_desc(residual)
+        if residual is not None:
+            rules._check_residual(x, residual)
+        ccl_rules.check_fused_rms_minimal(
+            h,
+            self.norm.program_config,
+            self.call.cluster_axis,
+            self.call.mesh_shape,
+            semaphore_cores=self.ccl.cores if self.ccl is not None else h.shard_spec.grid,
+            weight=w,
+            stats=self.fused_stats,
+            residual_input_tensor=res,
+            persistent_output_tensor=self.fused_intermediate,
+            memory_config=h.memory_config,
+            dtype=self.call.dtype,
+            compute_kernel_config=self.norm.compute_kernel_config,
+            epsilon=self.call.epsilon,
+            num_links=self._num_links,
+        )
+
+    def run(self, x, w, residual):
+        norm = self.norm
+        h = x if norm.input_memory_config is None else ttnn.to_memory_config(x, norm.input_memory_config)
+        if residual is not None and norm.input_memory_config is not None:
+            residual = ttnn.to_memory_config(residual, norm.input_memory_config)
+        kw = {}
+        if self.call.dtype is not None:
+            kw["dtype"] = self.call.dtype
+        if residual is not None:
+            kw["residual_input_tensor"] = residual
+        out = ttnn.fused_rms_minimal(
+            h,
+            norm.program_config,
+            self.call.cluster_axis,
+            self.mesh_device,
+            self.ccl.next_fused(),
+            persistent_output_tensor=self.fused_intermediate,
+            num_links=self.ccl.links.num_links,
+            topology=self.ccl.links.topology,
+            compute_kernel_config=norm.compute_kernel_config,
+            memory_config=h.memory_config(),
+            epsilon=self.call.epsilon,
+            weight=w,
+            stats=self.fused_stats,
+            **kw,
+        )
+        if self.move_output is not None:
+            out = ttnn.to_memory_config(out, self.move_output)
+        return out if residual is None else (out, residual)
+
+
+def choose(local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = "auto") -> tuple[str, str]:
+    """(path, why) for a per-device activation shape. `path` other than "auto" is taken as given (the rules then say
+    whether it can run)."""
+    if path not in ("auto", *PATHS):
+        raise rules.RuleError("path.name", "unknown path", path, f"one of {('auto', *PATHS)}")
+    if path != "auto":
+        return path, "asked for"
+    if num_devices == 1:
+        return "local", "one device on the gather axis: plain rms_norm, no stats gather"
+    if ccl is None:
+        return "classic", "no CCL resources given: async and fused need semaphores created before the call"
+    if one_tile_row(local_shape) and has_weight and math.prod(local_shape[:-2]) == 1:
+        return "fused", "decode (one tile row): pre, gather and post in one program"
+    return "async", "trace-safe stats gather with persistent semaphores"

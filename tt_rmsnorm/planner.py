@@ -1,0 +1,211 @@
+"""From a call's tensors and arguments to a checked path plan (`tt_rmsnorm.paths`), with no device work until every
+rule of every op on the path has passed.
+
+`plan_call` works on device-free `TensorDesc`s: `plan_distributed_rms_norm` uses it with no device at all, and
+`distributed_rms_norm` once per call signature, after which only the plan's ttnn calls run. The persistent buffers a
+path needs are allocated from the call's `CCLResources` after the checks pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import ttnn
+
+from tt_rmsnorm import configs, paths, rules
+from tt_rmsnorm.tensors import TensorDesc
+from tt_rmsnorm.tiles import TILE
+
+_PATH_CLASSES = {
+    "classic": paths.ClassicPath,
+    "async": paths.AsyncPath,
+    "fused": paths.FusedPath,
+    "local": paths.LocalPath,
+}
+
+
+def copy_config(cfg):
+    """A fresh ttnn config with `cfg`'s fields: ttnn's config objects are mutable, and a plan must keep what was
+    checked."""
+    if cfg is None:
+        return None
+    if isinstance(cfg, ttnn.LayerNormShardedMultiCoreProgramConfig):
+        g = cfg.compute_with_storage_grid_size
+        return ttnn.LayerNormShardedMultiCoreProgramConfig(
+            compute_with_storage_grid_size=ttnn.CoreCoord(g.x, g.y),
+            subblock_w=cfg.subblock_w,
+            block_h=cfg.block_h,
+            block_w=cfg.block_w,
+            inplace=cfg.inplace,
+            use_welford=cfg.use_welford,
+        )
+    if isinstance(cfg, ttnn.LayerNormDefaultProgramConfig):
+        return ttnn.LayerNormDefaultProgramConfig(legacy_reduction=cfg.legacy_reduction, use_welford=cfg.use_welford)
+    if isinstance(cfg, ttnn.WormholeComputeKernelConfig):
+        return ttnn.WormholeComputeKernelConfig(
+            math_fidelity=cfg.math_fidelity,
+            math_approx_mode=cfg.math_approx_mode,
+            fp32_dest_acc_en=cfg.fp32_dest_acc_en,
+            packer_l1_acc=cfg.packer_l1_acc,
+            dst_full_sync_en=cfg.dst_full_sync_en,
+        )
+    return cfg
+
+
+def config_key(cfg):
+    """The fields of a ttnn config that the rules read, as a hashable tuple (the configs hash by identity)."""
+    if cfg is None:
+        return None
+    if isinstance(cfg, ttnn.LayerNormShardedMultiCoreProgramConfig):
+        g = cfg.compute_with_storage_grid_size
+        return ("sharded", g.x, g.y, cfg.subblock_w, cfg.block_h, cfg.block_w, cfg.inplace, cfg.use_welford)
+    if isinstance(cfg, ttnn.LayerNormDefaultProgramConfig):
+        return ("default", cfg.legacy_reduction, cfg.use_welford)
+    if isinstance(cfg, ttnn.WormholeComputeKernelConfig):
+        return (
+            "compute",
+            cfg.math_fidelity,
+            cfg.math_approx_mode,
+            cfg.fp32_dest_acc_en,
+            cfg.packer_l1_acc,
+            cfg.dst_full_sync_en,
+        )
+    return ("object", id(cfg))
+
+
+def _layout(name: str, x: TensorDesc, sharded):
+    """Whether the layout plan is sharded: the local path keeps x where it is, the fused path is sharded by contract."""
+    if x.is_sharded and sharded is False:
+        raise rules.RuleError(
+            "mesh.sharded_override",
+            "x is already sharded; the interleaved path needs an interleaved input",
+            "sharded=False",
+            "ttnn.to_memory_config(x, ttnn.DRAM_MEMORY_CONFIG) first",
+        )
+    if name == "local":
+        return x.is_sharded
+    if name == "fused":
+        return True
+    return True if x.is_sharded else sharded
+
+
+def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_config, compute_kernel_config):
+    norm = configs.plan(
+        x.shape,
+        num_devices,
+        compute_grid=compute_grid,
+        dtype=x.dtype,
+        sharded=_layout(name, x, sharded),
+        program_config=program_config,
+        compute_kernel_config=compute_kernel_config,
+    )
+    if norm.path == "sharded" and x.is_sharded and program_config is None:
+        pc = configs.program_config_from_shard_spec(x.shard_spec, norm.compute_kernel_config)
+        norm = replace(norm, program_config=pc, input_memory_config=None)
+    return norm
+
+
+def _check_path_fits(name: str, num_devices: int, ccl) -> None:
+    if name == "local" and num_devices != 1:
+        raise rules.RuleError(
+            "path.local_one_device",
+            "the local path normalizes one device's slice by itself: it needs one device on the gather axis",
+            f"{num_devices} devices on the gather axis",
+            'path="auto" (or "classic"/"async"/"fused")',
+        )
+    if name in ("async", "fused") and ccl is None:
+        raise rules.RuleError(
+            "path.needs_ccl",
+            f"the {name} path signals through global semaphores created once, before the call",
+            "ccl=None",
+            "create ccl = tt_rmsnorm.CCLResources(mesh_device, cluster_axis=...) once; pass ccl=ccl",
+        )
+
+
+def _stats_buffer_desc(num_devices: int, fp32_acc: bool, core) -> TensorDesc:
+    """fused_rms_minimal's stats buffer: one tile per device on the first core of the input's grid, in the compute
+    accumulation format."""
+    spec = ttnn.ShardSpec(
+        ttnn.CoreRangeSet({ttnn.CoreRange(core, core)}), [TILE, TILE * num_devices], ttnn.ShardOrientation.ROW_MAJOR
+    )
+    mc = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
+    dtype = ttnn.float32 if fp32_acc else ttnn.bfloat16
+    return TensorDesc((1, 1, TILE, TILE * num_devices), dtype=dtype, memory_config=mc)
+
+
+def _buffers(name: str, plan: paths.PathPlan, x: TensorDesc) -> dict[str, TensorDesc]:
+    """Descriptions of the persistent buffers a path passes to ttnn, by plan field."""
+    if name == "async":
+        return {"gathered": plan.stats_desc(x)}
+    if name == "fused":
+        h = plan.input_desc(x)
+        first = h.shard_spec.grid.bounding_box().start
+        fp32 = bool(plan.norm.compute_kernel_config.fp32_dest_acc_en)
+        return {"fused_stats": _stats_buffer_desc(plan.call.num_devices, fp32, first)}
+    return {}
+
+
+def _allocate(desc: TensorDesc, mesh_device):
+    return ttnn.from_torch(
+        _zeros(desc.shape),
+        dtype=desc.dtype,
+        layout=ttnn.TILE_LAYOUT,
+        device=mesh_device,
+        memory_config=desc.memory_config,
+        mesh_mapper=ttnn.ReplicateTensorToMesh(mesh_device),
+    )
+
+
+def _zeros(shape):
+    import torch
+
+    return torch.zeros(shape)
+
+
+def plan_call(
+    x: TensorDesc,
+    w: TensorDesc | None,
+    residual: TensorDesc | None,
+    *,
+    mesh_device,
+    compute_grid,
+    num_devices: int,
+    call: paths.Call,
+    path: str = "auto",
+    sharded=None,
+    program_config=None,
+    compute_kernel_config=None,
+    ccl=None,
+) -> paths.PathPlan:
+    """The checked plan for one call signature. With a `mesh_device` the path's persistent buffers are allocated from
+    `ccl` once every check has passed; without one (planning only) the plan carries their descriptions."""
+    name, reason = paths.choose(x.shape, num_devices, ccl=ccl, has_weight=w is not None, path=path)
+    _check_path_fits(name, num_devices, ccl)
+    norm = _norm_plan(name, x, num_devices, compute_grid, sharded, program_config, compute_kernel_config)
+    h_memory_config = norm.input_memory_config or x.memory_config
+    target = call.memory_config
+    move = None
+    if name != "local" and norm.path == "sharded":
+        want = target or x.memory_config
+        move = None if want == h_memory_config else want
+    plan = _PATH_CLASSES[name](
+        name=name,
+        reason=reason,
+        norm=norm,
+        call=call,
+        mesh_device=mesh_device,
+        compute_grid=tuple(compute_grid),
+        ccl=ccl if ccl is not True else None,
+        x_memory_config=x.memory_config,
+        move_output=move,
+    )
+    buffers = _buffers(name, plan, x)
+    plan = replace(plan, **buffers)
+    plan.check(x, w, residual)
+    if mesh_device is not None and buffers:
+        made = {
+            k: ccl.buffer((k, d.shape, d.dtype, d.memory_config), lambda d=d: _allocate(d, mesh_device))
+            for k, d in buffers.items()
+        }
+        plan = replace(plan, **made)
+    return plan
