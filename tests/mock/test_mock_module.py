@@ -1,0 +1,167 @@
+"""`DistributedRMSNorm` on mock T3000 and Galaxy meshes: built from a state_dict named like a Llama checkpoint, its
+weight cache (a second construction converts nothing), the unit offset, decode and prefill with and without a
+residual, the output memory config for the next matmul, the output gather, and replicated activations."""
+
+import pytest
+
+from tt_rmsnorm import mock_cluster
+
+pytestmark = pytest.mark.mock_cluster
+
+DIM = 8192
+AXIS = {"t3k": None, "galaxy": 1}
+
+
+def _state_dict(layers=2):
+    import torch
+
+    torch.manual_seed(0)
+    sd = {"norm.weight": 1 + 0.1 * torch.randn(DIM)}
+    for i in range(layers):
+        sd[f"layers.{i}.attention_norm.weight"] = 1 + 0.1 * torch.randn(DIM)
+        sd[f"layers.{i}.ffn_norm.weight"] = 1 + 0.1 * torch.randn(DIM)
+    return sd
+
+
+def _cache_reuse(mesh, cache_dir, add_unit_offset):
+    """First construction writes the cache; the second, with ttnn.from_torch refusing to run, reads it. Returns the
+    cached replicated weight as the host reads it back, and the state_dict's weight."""
+    from pathlib import Path
+
+    import ttnn
+
+    import tt_rmsnorm
+
+    sd = _state_dict(1)
+    kw = dict(layer_num=0, weight_cache_path=cache_dir, add_unit_offset=add_unit_offset, cluster_axis=None)
+    tt_rmsnorm.DistributedRMSNorm(mesh, DIM, sd, "attention_norm", **kw)
+    files = sorted(p.name for p in Path(cache_dir).iterdir())
+    saved = ttnn.from_torch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    ttnn.from_torch = refuse
+    try:
+        tt_rmsnorm.DistributedRMSNorm(mesh, DIM, sd, "attention_norm", **kw)
+    finally:
+        ttnn.from_torch = saved
+    replicated = next(p for p in Path(cache_dir).iterdir() if "_distributed" not in p.name)
+    host = ttnn.to_torch(ttnn._ttnn.tensor.load_tensor_flatbuffer(str(replicated)))
+    return files, host.float().reshape(-1), sd["layers.0.attention_norm.weight"]
+
+
+@pytest.mark.parametrize("add_unit_offset", [False, True], ids=["plain", "unit_offset"])
+def test_weight_cache_is_reused_and_holds_the_offset_weight(tmp_path, add_unit_offset):
+    import torch
+
+    files, cached, weight = mock_cluster.run_isolated("t3k", _cache_reuse, str(tmp_path), add_unit_offset)
+    assert len(files) == 2 and any("_distributed" in f for f in files), files
+    expect = (weight + (1.0 if add_unit_offset else 0.0)).to(torch.bfloat16).float()
+    assert torch.equal(cached, expect)  # offset added before tilizing, then rounded once to bf16
+
+
+def _forward(mesh, system, mode, residual, output, gather):
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm import configs
+    from tt_rmsnorm import mesh as tt_mesh
+
+    axis = AXIS[system]
+    n = tuple(mesh.shape)[1]
+    tokens = 32 if mode == "decode" else 128
+    ccl = tt_rmsnorm.CCLResources(mesh, cluster_axis=axis)
+    out_mc = None
+    if output == "sharded":
+        grid = mesh.compute_with_storage_grid_size()
+        plan = configs.plan((1, 1, tokens, DIM // n), n, compute_grid=(grid.x, grid.y))
+        out_mc = plan.input_memory_config  # width-sharded L1, as the next matmul takes it
+    norm = tt_rmsnorm.DistributedRMSNorm(
+        mesh,
+        DIM,
+        _state_dict(),
+        "ffn_norm",
+        layer_num=1,
+        cluster_axis=axis,
+        ccl=ccl,
+        output_memory_config={mode: out_mc},
+        gather_output=gather,
+    )
+    x = tt_mesh.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
+    r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
+    result = norm(x, mode, residual=r) if residual else norm(x, mode)
+    y, summed = result if residual else (result, None)
+    first = ttnn.get_device_tensors(y)[0]
+    return {
+        "shape": tuple(first.shape),
+        "devices": len(ttnn.get_device_tensors(y)),
+        "matches_out_mc": out_mc is not None and first.memory_config() == out_mc,
+        "layout": str(first.memory_config().memory_layout).rsplit(".", 1)[-1],
+        "summed": None if summed is None else tuple(ttnn.get_device_tensors(summed)[0].shape),
+    }
+
+
+FORWARD = [
+    ("t3k", "decode", False, None, False),
+    ("t3k", "decode", True, "sharded", False),
+    ("t3k", "prefill", True, None, False),
+    ("t3k", "prefill", False, None, True),
+    ("galaxy", "decode", True, "sharded", False),
+    ("galaxy", "prefill", False, None, True),
+]
+
+
+@pytest.mark.parametrize(
+    "system, mode, residual, output, gather",
+    FORWARD,
+    ids=[
+        f"{s}-{m}{'-residual' if r else ''}{'-sharded_out' if o else ''}{'-gathered' if g else ''}"
+        for s, m, r, o, g in FORWARD
+    ],
+)
+def test_forward(system, mode, residual, output, gather):
+    got = mock_cluster.run_isolated(system, _forward, system, mode, residual, output, gather)
+    mesh = mock_cluster.MESH_SHAPES[system]
+    tokens = 32 if mode == "decode" else 128
+    width = DIM if gather else DIM // mesh[1]
+    assert got["shape"] == (1, 1, tokens, width) and got["devices"] == mesh[0] * mesh[1]
+    if output == "sharded":
+        assert got["matches_out_mc"] and got["layout"] == "WIDTH_SHARDED"
+    else:
+        assert got["layout"] == "INTERLEAVED"
+    assert got["summed"] == ((1, 1, tokens, DIM // mesh[1]) if residual else None)
+
+
+def _replicated(mesh, mode):
+    """is_distributed(mode) False: full-width replicated activations, plain rms_norm with the replicated weight."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
+    dim = 4096  # the interleaved rms_norm holds a full row of a core's L1: 8192 with a weight does not fit
+    sd = {"norm.weight": torch.randn(dim)}
+    norm = tt_rmsnorm.DistributedRMSNorm(mesh, dim, sd, "norm", is_distributed=lambda m: m == "prefill")
+    tokens = 32 if mode == "decode" else 128
+    x = ttnn.from_torch(
+        torch.randn(1, 1, tokens, dim),
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=mesh,
+        mesh_mapper=ttnn.ReplicateTensorToMesh(mesh)
+        if mode == "decode"
+        else ttnn.ShardTensor2dMesh(mesh, mesh_shape=tuple(mesh.shape), dims=(None, 3)),
+    )
+    y = norm(x, mode)
+    norm(x, mode)
+    return tuple(ttnn.get_device_tensors(y)[0].shape), len(norm._local_plans)
+
+
+@pytest.mark.parametrize(
+    "mode, width, local_plans", [("decode", 4096, 1), ("prefill", 512, 0)], ids=["decode", "prefill"]
+)
+def test_is_distributed_policy_picks_the_weight_and_path(mode, width, local_plans):
+    shape, plans = mock_cluster.run_isolated("t3k", _replicated, mode)
+    assert shape == (1, 1, 32 if mode == "decode" else 128, width) and plans == local_plans
