@@ -10,27 +10,19 @@ pytestmark = pytest.mark.mock_cluster
 HIDDEN = 8192  # Llama-70B
 
 
-@pytest.mark.parametrize("system", ["t3k", "galaxy"])
-def test_distributed_rms_norm_dry_run(system):
+@pytest.mark.parametrize("system", ["n150", "n300", "t3k", "galaxy"])
+def test_every_path_is_accepted_by_real_ttnn(system):
     rows = mock_cluster.dry_run(system)
     mesh = mock_cluster.MESH_SHAPES[system]
-    devices = mesh[0] * mesh[1]
-    local = HIDDEN // mesh[1]  # hidden sharded over mesh columns (cluster_axis=1)
-    by_case = {}
-    for row in rows:
-        by_case.setdefault(row["case"], []).append(row)
-    assert set(by_case) == {"prefill_interleaved", "decode_sharded"}
-    for case, case_rows in by_case.items():
-        assert sorted(r["device"] for r in case_rows) == list(range(devices))
-        seq = case_rows[0]["input_shape"][2]
-        for r in case_rows:
-            assert r["plan"].startswith(case.split("_")[1]), r  # the path ttnn was driven through
-            assert r["output_shape"] == (1, 1, seq, local), r
-            assert (r["dtype"], r["layout"]) == ("BFLOAT16", "TILE"), r
-            if case == "prefill_interleaved":
-                assert r["memory_config"] == "INTERLEAVED DRAM", r
-            else:
-                assert r["memory_config"].startswith("WIDTH_SHARDED L1 shard [32, "), r
+    hidden = mock_cluster.DRY_RUN_HIDDEN[system]
+    expect = {(m, p) for m, _ in mock_cluster.DRY_RUN_MODES for p in mock_cluster.DRY_RUN_PATHS[system]}
+    expect -= {("prefill", "fused")}  # fused_rms_minimal takes one tile row
+    assert {(r["mode"], r["path"]) for r in rows} == expect
+    for r in rows:
+        assert r["verdict"] == "ACCEPTED", r
+        assert r["devices"] == mesh[0] * mesh[1], r
+        # every device returns its slice, bf16, in x's memory config (DRAM interleaved here)
+        assert r["outputs"] == [((1, 1, r["tokens"], hidden // mesh[1]), "BFLOAT16", "INTERLEAVED DRAM")], r
 
 
 def _decode_from_sharded_activation(mesh):
@@ -66,11 +58,10 @@ def _residual_and_dtype(mesh, tokens, out_dtype):
     r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, HIDDEN), mesh)
     w = tt_mesh.prepare_weight(torch.randn(HIDDEN), mesh)
     y, h = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, residual=r, dtype=getattr(ttnn, out_dtype))
-    describe = lambda t: (
-        tuple(t.shape),
-        str(t.dtype).rsplit(".", 1)[-1],
-        str(t.memory_config().memory_layout).rsplit(".", 1)[-1],
-    )
+
+    def describe(t):
+        return tuple(t.shape), str(t.dtype).rsplit(".", 1)[-1], str(t.memory_config().memory_layout).rsplit(".", 1)[-1]
+
     return [describe(t) for t in ttnn.get_device_tensors(y)], [describe(t) for t in ttnn.get_device_tensors(h)]
 
 
