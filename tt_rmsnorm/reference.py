@@ -58,7 +58,9 @@ import torch
 from tt_rmsnorm.accuracy import dtype_name
 
 TILE_WIDTH = 32
-PATHS = ("interleaved", "sharded")
+# "fused" is fused_rms_minimal: the sharded path's local means, gathered in the compute accumulation format (float32
+# stats with fp32_dest_acc_en, else bfloat16) instead of always bfloat16.
+PATHS = ("interleaved", "sharded", "fused")
 DEVICE_DTYPES = ("bfloat16", "float32", "bfloat8_b")
 _TORCH_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 # The cluster bfloat8_b host packing is done against when no hardware or mock is set (any Wormhole will do).
@@ -105,6 +107,10 @@ def pre_all_gather(x_local, *, path="interleaved", stats_dtype="bfloat16", resid
     stats_name = dtype_name(stats_dtype)
     if stats_name not in DEVICE_DTYPES:
         raise ValueError(f"stats_dtype {stats_name!r} is not a TT stats dtype; use one of {DEVICE_DTYPES}")
+    if path == "fused" and stats_name not in ("bfloat16", "float32"):
+        raise ValueError(
+            f"fused_rms_minimal's stats are in the accumulation format, bfloat16 or float32; got {stats_name!r}"
+        )
     if path == "sharded" and stats_name != "bfloat16":
         raise ValueError(
             f"the sharded path supports bfloat16 stats only (ttnn: 'Only bfloat16 is supported for stats'), "
@@ -274,7 +280,10 @@ def _bf16_truncate(value: float) -> float:
 
 def _check_path(path):
     if path not in PATHS:
-        raise ValueError(f"path={path!r}; use 'interleaved' (DRAM, prefill) or 'sharded' (L1 width/block, decode)")
+        raise ValueError(
+            f"path={path!r}; use 'interleaved' (DRAM, prefill), 'sharded' (L1 width/block, decode) or 'fused' "
+            "(fused_rms_minimal, decode)"
+        )
 
 
 def _row(t, width, what):
