@@ -95,6 +95,12 @@ def _accumulation_dtype(compute_kernel_config):
     return ttnn.float32 if rules._compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16
 
 
+def _check_count(sems: SemaphoreDesc | None, want: int, rule: str, fix: str):
+    if sems is None or sems.count != want:
+        op = {"fused": "fused_rms_minimal"}.get(rule.split(".")[0], rule.split(".")[0])
+        _fail(rule, f"{op} takes exactly {want} global semaphore(s)", f"{sems.count if sems else 0} handle(s)", fix)
+
+
 def _check_num_links(num_links, mesh_shape, rule: str, grid_rows: int | None = None):
     if num_links is None:
         return
@@ -134,13 +140,12 @@ def check_all_gather_async(
         input_tensor, dim, cluster_axis=cluster_axis, mesh_shape=mesh_shape, memory_config=memory_config
     )
     sems = multi_device_global_semaphore
-    if sems is None or sems.count != 2:
-        _fail(
-            "all_gather_async.semaphore_count",
-            "the default all_gather_async implementation requires exactly 2 global semaphores",
-            "none" if sems is None else f"{sems.count} handle(s)",
-            "multi_device_global_semaphore=[s0, s1], each created once with ttnn.create_global_semaphore",
-        )
+    _check_count(
+        sems,
+        2,
+        "all_gather_async.semaphore_count",
+        "multi_device_global_semaphore=[s0, s1], each created once with ttnn.create_global_semaphore",
+    )
     ids = [*sems.ids, *(barrier_semaphore.ids if barrier_semaphore is not None else ())]
     if len(ids) != len(set(ids)):
         _fail(
@@ -229,13 +234,12 @@ def check_fused_rms_minimal(
     x = describe(input_tensor)
     _check_on_device(x, "input")
     n = _check_fused_axis(cluster_axis, mesh_shape)
-    if global_semaphore is None or global_semaphore.count != 1:
-        _fail(
-            "fused.semaphore",
-            "fused_rms_minimal takes one global semaphore",
-            "none" if global_semaphore is None else f"{global_semaphore.count} handles",
-            "pass one handle created once on the input's shard grid (cycle two between calls)",
-        )
+    _check_count(
+        global_semaphore,
+        1,
+        "fused.semaphore",
+        "pass one handle created once on the input's shard grid (cycle two between calls)",
+    )
     for what, t in (("stats", stats), ("weight", weight)):
         if t is None:
             _fail(

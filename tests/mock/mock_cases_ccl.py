@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import mock_cases
 import ttnn
-from mock_cases import CK, DTYPES, GRIDS, PC, S, T, compute_kernel_config, memory_config, program_config, tensor_desc
+from mock_cases import CK, GRIDS, PC, S, T, tensor_desc
 
 from tt_rmsnorm.ccl_rules import (
     SemaphoreDesc,
@@ -69,24 +70,11 @@ def semaphore_descs(case, handles) -> dict:
 
 
 def op_kwargs(kw: dict) -> dict:
-    """ttnn objects for the specs in `kw` (nested "pre"/"gather"/"post" dicts for compositions)."""
-    out = {}
-    for key, value in kw.items():
-        if isinstance(value, dict):
-            out[key] = op_kwargs(value)
-        elif key == "memory_config":
-            out[key] = memory_config(value)
-        elif key == "program_config":
-            out[key] = program_config(value)
-        elif key == "compute_kernel_config":
-            out[key] = compute_kernel_config(value)
-        elif key == "dtype":
-            out[key] = DTYPES[value]
-        elif key == "topology":
-            out[key] = getattr(ttnn.Topology, value)
-        else:
-            out[key] = value
-    return out
+    """ttnn objects for the specs in `kw` (nested "pre"/"gather" dicts for compositions; topology by name)."""
+    flat = mock_cases.op_kwargs({k: v for k, v in kw.items() if not isinstance(v, dict) and k != "topology"})
+    if "topology" in kw:
+        flat["topology"] = getattr(ttnn.Topology, kw["topology"])
+    return {**flat, **{k: op_kwargs(v) for k, v in kw.items() if isinstance(v, dict)}}
 
 
 def output_text(t) -> dict:
@@ -298,51 +286,11 @@ def _fused_cases(system):
     fused("persistent-fp32", "pkg:fused.persistent_output", persistent=T((1, 1, 32, w), "fp32", mem=XM))
     fused("axis2", "pkg:fused.cluster_axis", cluster_axis=2)
     fused("links0", "pkg:fused.num_links", num_links=0)
-
-
-t3k, gal = LAYOUT["t3k"], LAYOUT["galaxy"]
-case(
-    "axis0-one-device",
-    "fused",
-    "t3k",
-    T((1, 1, 32, 1024), mem=S("WIDTH", t3k["grid"], (32, 32))),
-    "pkg:fused.num_devices",
-    weight=T((1, 1, 32, 32), layout="RM"),
-    stats=T((1, 1, 32, 32), mem=_one_core((0, 0), 32)),
-    sems=SEM(t3k["grid"]),
-    program_config=t3k["pc"],
-    cluster_axis=0,
-    topology="Linear",
-    num_links=1,
-)
-case(
-    "links4",
-    "fused",
-    "t3k",
-    T((1, 1, 32, 1024), mem=S("WIDTH", t3k["grid"], (32, 32))),
-    "pkg:fused.num_links",
-    weight=T((1, 1, 32, 32), layout="RM"),
-    stats=T((1, 1, 32, 256), mem=_one_core((0, 0), 256)),
-    sems=SEM(t3k["grid"]),
-    program_config=t3k["pc"],
-    cluster_axis=1,
-    topology="Linear",
-    num_links=4,
-)
-case(
-    "axis0",
-    "fused",
-    "galaxy",
-    T((1, 1, 32, 2048), mem=S("WIDTH", gal["grid"], (32, 128))),
-    A,
-    weight=T((1, 1, 64, 32), layout="RM"),
-    stats=T((1, 1, 32, 256), mem=_one_core((1, 0), 256)),
-    sems=SEM(gal["grid"]),
-    program_config=gal["pc"],
-    cluster_axis=0,
-    topology="Linear",
-    num_links=1,
-)
+    if system == "t3k":
+        fused("links4", "pkg:fused.num_links", num_links=4)  # T3000's fabric has 2
+        fused("axis0-one-device", "pkg:fused.num_devices", cluster_axis=0)
+    else:
+        fused("axis0", A, cluster_axis=0, stats=T((1, 1, 32, 256), mem=_one_core(first, 256)))
 
 
 # --- all_gather_async of the stats ---------------------------------------------------------------------------------
@@ -393,60 +341,11 @@ def _gather_cases(system):
     gather("persistent-truncated", "pkg:all_gather_async.persistent_truncated", persistent=T((1, 1, 128, 16 * n)))
     gather("one-handle-twice", "pkg:all_gather_async.distinct_semaphores", persistent=P, sems=SEM(count=2, shared=True))
     gather("barrier-is-gather-semaphore", "pkg:all_gather_async.distinct_semaphores", persistent=P, barrier="gather0")
-
-
-case(
-    "axis0-one-device",
-    "all_gather_async",
-    "t3k",
-    T((1, 1, 128, 32)),
-    R,
-    sems=SEM(count=2),
-    barrier=SEM(),
-    dim=3,
-    cluster_axis=0,
-    topology="Linear",
-    num_links=1,
-)
-case(
-    "no-axis",
-    "all_gather_async",
-    "t3k",
-    T((1, 1, 128, 32)),
-    A,
-    sems=SEM(count=2),
-    barrier=SEM(),
-    dim=3,
-    persistent=T((1, 1, 128, 256)),
-    topology="Linear",
-    num_links=1,
-)
-case(
-    "no-axis",
-    "all_gather_async",
-    "galaxy",
-    T((1, 1, 128, 32)),
-    R,
-    sems=SEM(count=2),
-    barrier=SEM(),
-    dim=3,
-    topology="Linear",
-    num_links=1,
-)
-case(
-    "axis0",
-    "all_gather_async",
-    "galaxy",
-    T((1, 1, 128, 32)),
-    A,
-    sems=SEM(count=2),
-    barrier=SEM(),
-    dim=3,
-    persistent=T((1, 1, 128, 256)),
-    cluster_axis=0,
-    topology="Linear",
-    num_links=4,
-)
+    gather("no-axis", A if system == "t3k" else R, persistent=P, cluster_axis=None)  # a 2-D mesh needs the axis
+    if system == "t3k":
+        gather("axis0-one-device", R, cluster_axis=0)
+    else:
+        gather("axis0", A, persistent=T((1, 1, 128, 256)), cluster_axis=0, num_links=4)
 
 
 # --- pre -> all_gather_async -> post ----------------------------------------------------------------------------------
