@@ -382,30 +382,17 @@ def _compose_cases(system):
         persistent=T((1, 1, 32, 32 * n), mem=PN),
         gather={"memory_config": PN},
     )
-    compose(
-        "decode",
-        A,
-        T((1, 1, 32, w), mem=XM),
-        persistent=T((1, 1, 32, 32 * n), mem=PN),
-        gather={"memory_config": PN},
-        program_config=L["pc"],
-    )
-    compose(
-        "decode-residual",
-        A,
-        T((1, 1, 32, w), mem=XM),
-        persistent=T((1, 1, 32, 32 * n), mem=PN),
-        gather={"memory_config": PN},
-        program_config=L["pc"],
-        residual=T((1, 1, 32, w), mem=XM),
-    )
-    compose("decode-no-persistent", A, T((1, 1, 32, w), mem=XM), gather={"memory_config": PN}, program_config=L["pc"])
+    XD = T((1, 1, 32, w), mem=XM)
+    DEC = dict(persistent=T((1, 1, 32, 32 * n), mem=PN), gather={"memory_config": PN}, program_config=L["pc"])
+    compose("decode", A, XD, **DEC)
+    compose("decode-residual", A, XD, **DEC, residual=T((1, 1, 32, w), mem=XM))
+    compose("decode-no-persistent", A, XD, **{**DEC, "persistent": None})
     compose("prefill-stats-fp32-no-acc", R, XP, persistent=T((1, 1, 128, 32 * n), "fp32"), pre={"dtype": "fp32"})
     compose("prefill-persistent-rows", R, XP, persistent=T((1, 1, 32, 32 * n)))
     compose(
         "decode-stats-to-dram",
         R,
-        T((1, 1, 32, w), mem=XM),
+        XD,
         persistent=T((1, 1, 32, 32 * n)),
         gather={"memory_config": "DRAM"},
         program_config=L["pc"],
@@ -413,7 +400,7 @@ def _compose_cases(system):
     compose(
         "decode-persistent-memory-config",
         R,
-        T((1, 1, 32, w), mem=XM),
+        XD,
         persistent=T((1, 1, 32, 32 * n), mem=PN),
         program_config=L["pc"],
     )
@@ -421,7 +408,7 @@ def _compose_cases(system):
     compose(
         "decode-truncated",
         "pkg:all_gather_async.persistent_truncated",
-        T((1, 1, 32, w), mem=XM),
+        XD,
         persistent=T((1, 1, 32, 16 * n), mem=_one_core(first, 16 * n)),
         gather={"memory_config": _one_core(first, 16 * n)},
         program_config=L["pc"],
