@@ -44,6 +44,16 @@ PACKAGE_ONLY_RULES = {
     "program_config.ignored": "a sharded program config on an interleaved input is silently ignored by pre/post",
     "sharded_pre.dtype_ignored": "the sharded pre always writes bfloat16 stats and ignores `dtype`",
     "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved path; the sharded path ignores it",
+    # tt_rmsnorm.ccl_rules: all_gather_async and fused_rms_minimal
+    "all_gather_async.distinct_semaphores": "ttnn accepts one handle passed twice; cycling needs distinct handles",
+    "all_gather_async.persistent_truncated": "ttnn accepts a buffer smaller than the gather and returns it truncated",
+    "fused.cluster_axis": "fused_rms_minimal reads any cluster_axis other than 0 as the column axis (2 is accepted)",
+    "fused.num_devices": "fused_rms_minimal accepts a gather axis with one device (ttnn.rms_norm is the right call)",
+    "fused.num_links": "fused_rms_minimal accepts num_links 0 and more links than the fabric has (4 on T3000's 2)",
+    "fused.stats_layout": "fused_rms_minimal accepts a ROW_MAJOR stats buffer; the docstring and kernels want TILE",
+    "fused.stats_width": "fused_rms_minimal takes the device count from stats width / 32 and accepts any width",
+    "fused.stats_core": "the stats circular buffer sits on the input grid's first core; ttnn accepts stats elsewhere",
+    "fused.persistent_output": "persistent_output_tensor is returned as the output: ttnn accepts a (32, 32) buffer",
 }
 
 # Every rule id this module raises, with what it guards. The test suite has a violating case for each.
@@ -109,6 +119,41 @@ RULES = {
     "all_gather.cluster_axis": "cluster_axis is an axis of the mesh",
     "all_gather.num_devices": "more than one device on the gather axis",
     "all_gather.sharded_needs_memory_config": "sharded input needs an output memory_config",
+    # tt_rmsnorm.ccl_rules: experimental.all_gather_async (dim, cluster_axis, devices: the all_gather ids above)
+    "all_gather_async.semaphore_count": "exactly 2 gather semaphores",
+    "all_gather_async.distinct_semaphores": "gather and barrier semaphores are distinct handles",
+    "all_gather_async.num_links": "1 <= num_links <= the fabric's links (and the grid rows)",
+    "all_gather_async.persistent_on_device": "persistent output buffer on device",
+    "all_gather_async.persistent_shape": "persistent buffer: input rank and dims, gather dim <= input * devices",
+    "all_gather_async.persistent_truncated": "persistent buffer holds the whole gather",
+    "all_gather_async.persistent_dtype": "persistent buffer dtype equals the input's",
+    "all_gather_async.persistent_layout": "persistent buffer layout equals the input's",
+    "all_gather_async.persistent_memory_config": "persistent buffer memory config equals memory_config or the input's",
+    # tt_rmsnorm.ccl_rules: fused_rms_minimal
+    "fused.cluster_axis": "cluster_axis is an axis of the mesh",
+    "fused.num_devices": "more than one device on the gather axis",
+    "fused.semaphore": "one global semaphore",
+    "fused.stats_required": "a stats buffer is given",
+    "fused.weight_required": "a weight is given",
+    "fused.input_shape": "input (1, 1, M <= 32, N % 32 == 0)",
+    "fused.input.dtype": "input is bfloat16, bfloat8_b or float32",
+    "fused.input_sharded": "input WIDTH_SHARDED in L1",
+    "fused.input_orientation": "input shards in ROW_MAJOR orientation",
+    "fused.semaphore_grid": "the semaphore's grid contains the input's shard grid",
+    "fused.output_memory_config": "output memory config sharded, ROW_MAJOR orientation",
+    "fused.program_config": "a LayerNormShardedMultiCoreProgramConfig",
+    "fused.grid_fits_shards": "shard grid fits the program config grid",
+    "fused.block_w": "block_w == ceil(Wt / cores), block_w * 32 == shard width",
+    "fused.subblock_w": "subblock_w divides block_w",
+    "fused.subblock_w_limit": "subblock_w within the dst-register limit",
+    "fused.weight_layout": "weight is ROW_MAJOR",
+    "fused.stats_dtype": "stats dtype is the accumulation format",
+    "fused.stats_one_core": "stats sharded in L1 on one core",
+    "fused.stats_layout": "stats in TILE layout",
+    "fused.stats_width": "stats 32 * devices wide",
+    "fused.stats_core": "stats on the input grid's first core",
+    "fused.persistent_output": "persistent output has the output's shape, memory config and dtype",
+    "fused.num_links": "1 <= num_links <= the fabric's links",
 }
 
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)

@@ -8,7 +8,7 @@ import torch
 import ttnn
 
 from tt_rmsnorm.mock_cluster import _memory_config_text
-from tt_rmsnorm.tensors import mark_stats
+from tt_rmsnorm.tensors import mark_stats, stats_kind_of
 
 
 def build_tensor(mesh, spec):
@@ -107,3 +107,90 @@ def worker_identity(mesh) -> str:
     import os
 
     return f"{os.getpid()} {os.environ['TT_METAL_CACHE'].rstrip('/')}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The CCL battery (mock_cases_ccl): all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post.
+
+
+def _all_gather_async_call(mesh, x, kw, handles, persistent):
+    """A zero-argument call of ttnn.experimental.all_gather_async in the case's overload."""
+    kw = dict(kw)
+    dim, overload = kw.pop("dim"), kw.pop("overload", "buffer")
+    common = dict(barrier_semaphore=handles["barrier"], **kw)
+    if overload == "mesh":
+        axis, topology = common.pop("cluster_axis"), common.pop("topology")
+        return lambda: ttnn.experimental.all_gather_async(
+            x, dim, axis, mesh, topology, handles["sems"], persistent_output_tensor=persistent, **common
+        )
+    return lambda: ttnn.experimental.all_gather_async(
+        x, persistent_output_buffer=persistent, dim=dim, multi_device_global_semaphore=handles["sems"], **common
+    )
+
+
+def _fused_call(mesh, case, t, kw, handles):
+    kw = dict(kw)
+    pc, axis = kw.pop("program_config"), kw.pop("cluster_axis")
+    sem = handles["sems"][0] if len(handles["sems"]) == 1 else handles["sems"]
+    slots = dict(
+        weight="weight", stats="stats", residual_input_tensor="residual", persistent_output_tensor="persistent"
+    )
+    kw.update({name: t[slot] for name, slot in slots.items() if slot in t})
+    return lambda: ttnn.fused_rms_minimal(t["x"], pc, axis, mesh, sem, **kw)
+
+
+def _compose_stages(mesh, t, kw, handles, produced):
+    """The pre, all_gather_async and post calls of a composition; each stage records what it returned in `produced`."""
+    shared = {k: kw[k] for k in ("program_config", "compute_kernel_config") if k in kw}
+
+    def pre():
+        stats = ttnn.rms_norm_pre_all_gather(
+            t["x"], residual_input_tensor=t.get("residual"), **shared, **kw.get("pre", {})
+        )
+        mark_stats(stats, "means" if t["x"].memory_config().is_sharded() else "sums")
+        produced["stats"] = stats
+        return stats
+
+    def gather():
+        out = _all_gather_async_call(mesh, produced["stats"], kw["gather"], handles, t.get("persistent"))()
+        mark_stats(out, stats_kind_of(produced["stats"]))
+        produced["gathered"] = out
+        return out
+
+    def post():
+        return ttnn.rms_norm_post_all_gather(
+            t["x"], produced["gathered"], epsilon=1e-5, weight=t.get("weight"), **shared
+        )
+
+    return [pre, gather, post]
+
+
+def run_ccl_case(mesh, case: dict) -> dict:
+    """ttnn's verdict on a mock_cases_ccl case, and the package's verdict on the same real tensors and semaphores.
+    Everything up to the ttnn calls runs outside the try: a case that cannot be built raises (a broken case)."""
+    import mock_cases_ccl
+
+    t = {k: build_tensor(mesh, case[k]) for k in mock_cases_ccl.TENSOR_SLOTS if case.get(k)}
+    handles = mock_cases_ccl.semaphores(case, lambda grid: ttnn.create_global_semaphore(mesh, grid, 0))
+    kw = mock_cases_ccl.op_kwargs(case["kw"])
+    produced = {}
+    if case["op"] == "fused":
+        stages = [_fused_call(mesh, case, t, kw, handles)]
+    elif case["op"] == "all_gather_async":
+        stages = [_all_gather_async_call(mesh, t["x"], kw, handles, t.get("persistent"))]
+    else:
+        stages = _compose_stages(mesh, t, kw, handles, produced)
+    verdict, message, out = "accept", "", None
+    for stage in stages:
+        try:
+            out = stage()
+        except (
+            Exception
+        ) as e:  # TT_FATAL as RuntimeError; nanobind argument errors as TypeError; bad_alloc as MemoryError
+            verdict, message = "reject", f"{type(e).__name__}: {e}".split("backtrace:")[0].strip()
+            break
+    result = {"verdict": verdict, "message": message}
+    if verdict == "accept":
+        result["output"] = describe_output(produced.get("gathered", out))
+    result["package_on_real"] = mock_cases_ccl.package_verdict(case, t, handles, produced)
+    return result

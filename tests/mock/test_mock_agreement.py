@@ -58,4 +58,5 @@ def test_battery_covers_every_op_and_guard():
     by_op = {op: sum(c["op"] == op for c in mock_cases.CASES) for op in OPS}
     assert len(mock_cases.CASES) >= 200 and all(n >= 20 for n in by_op.values()), by_op
     exercised = {c["expect"][4:] for c in mock_cases.CASES if c["expect"].startswith("pkg:")}
-    assert exercised == set(PACKAGE_ONLY_RULES), f"guards without a case: {set(PACKAGE_ONLY_RULES) - exercised}"
+    guards = {r for r in PACKAGE_ONLY_RULES if not r.startswith(("fused.", "all_gather_async."))}  # CCL: own battery
+    assert exercised == guards, f"guards without a case: {guards - exercised}"

@@ -230,7 +230,8 @@ def test_violation_raises_named_rule(rule, fragment, check):
 
 def test_every_rule_has_a_violating_case():
     covered = {b[0] for b in BAD}
-    assert covered == set(rules.RULES), f"untested: {set(rules.RULES) - covered}; unknown: {covered - set(rules.RULES)}"
+    own = {r for r in rules.RULES if not r.startswith(("fused.", "all_gather_async."))}  # those: test_ccl_rules.py
+    assert covered == own, f"untested: {own - covered}; unknown: {covered - own}"
 
 
 def test_package_only_rules_are_rules():

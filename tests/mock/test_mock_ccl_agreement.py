@@ -1,0 +1,70 @@
+"""The CCL agreement battery: tt_rmsnorm.ccl_rules and real ttnn (mock T3000 and Galaxy) judge the same
+all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post calls, and must agree; where they accept,
+the package's prediction of the output (shape, dtype, memory config) must be what ttnn returned. The exceptions are
+the package-only guards (tt_rmsnorm.rules.PACKAGE_ONLY_RULES), where ttnn accepts and the package rejects on purpose."""
+
+import mock_cases_ccl
+import mock_worker
+import pytest
+
+from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.rules import PACKAGE_ONLY_RULES, RULES
+
+pytestmark = pytest.mark.mock_cluster
+
+OPS = ("fused", "all_gather_async", "compose")
+CCL_PREFIXES = ("fused.", "all_gather_async.")
+
+
+def ttnn_side(case: dict) -> dict:
+    """The worker's answer. A case that cannot be built, or any error outside the ttnn calls, raises IsolatedError
+    here: it fails the test instead of counting as a rejection."""
+    return mock_cluster.run_isolated(case["system"], mock_worker.run_ccl_case, case, timeout=120)
+
+
+def _both(pkg: dict, got: dict) -> str:
+    return f"\n  package: {pkg['verdict']} {pkg['message']}\n  ttnn:    {got['verdict']} {got['message'][:600]}"
+
+
+@pytest.mark.parametrize("case", mock_cases_ccl.CASES, ids=[c["id"] for c in mock_cases_ccl.CASES])
+def test_package_and_ttnn_agree(case, request):
+    if case["id"] in mock_cases_ccl.KNOWN_DISAGREEMENTS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=mock_cases_ccl.KNOWN_DISAGREEMENTS[case["id"]]))
+    pkg = mock_cases_ccl.package_side(case)
+    got = ttnn_side(case)
+    expect = case["expect"]
+    if expect.startswith("pkg:"):
+        rule = expect[len("pkg:") :]
+        assert rule in PACKAGE_ONLY_RULES, f"{rule} is not a documented package-only guard"
+        assert got["verdict"] == "accept", f"ttnn rejects a case listed as package-only ({rule}):" + _both(pkg, got)
+        assert (pkg["verdict"], pkg["rule"]) == ("reject", rule), f"the guard {rule} did not fire:" + _both(pkg, got)
+    else:
+        assert pkg["verdict"] == got["verdict"], "package and ttnn disagree:" + _both(pkg, got)
+        assert got["verdict"] == expect, f"ttnn no longer behaves as the table says ({expect}):" + _both(pkg, got)
+    if pkg["verdict"] == "accept":  # what the package predicts (persistent buffers are sized from it) is what ttnn made
+        assert pkg["predicted"] == got["output"], f"predicted {pkg['predicted']}, ttnn returned {got['output']}"
+    real = got["package_on_real"]  # the same rules fed the real tensors and semaphore handles must say the same
+    assert (real["verdict"], real["rule"]) == (pkg["verdict"], pkg["rule"]), f"TensorDesc vs real: {real} vs {pkg}"
+
+
+def test_battery_covers_every_op_system_and_guard():
+    by = {
+        (op, s): sum(c["op"] == op and c["system"] == s for c in mock_cases_ccl.CASES)
+        for op in OPS
+        for s in ("t3k", "galaxy")
+    }
+    assert len(mock_cases_ccl.CASES) >= 80 and all(n >= 10 for n in by.values()), by
+    expects = {c["expect"] if not c["expect"].startswith("pkg:") else "pkg" for c in mock_cases_ccl.CASES}
+    assert expects == {"accept", "reject", "pkg"}
+    ccl_guards = {r for r in PACKAGE_ONLY_RULES if r.startswith(CCL_PREFIXES)}
+    exercised = {c["expect"][4:] for c in mock_cases_ccl.CASES if c["expect"].startswith("pkg:")}
+    assert ccl_guards <= exercised, f"guards without a case: {ccl_guards - exercised}"
+    assert exercised <= set(RULES) | set(PACKAGE_ONLY_RULES)
+
+
+def test_a_broken_case_fails_instead_of_agreeing():
+    """A case the worker cannot even build (here an unknown dtype spec) must not come back as a 'reject' verdict."""
+    case = dict(mock_cases_ccl.CASES[0])
+    case["x"] = {**case["x"], "dtype": "no-such-dtype"}
+    with pytest.raises(mock_cluster.IsolatedError, match="no-such-dtype"):
+        ttnn_side(case)
