@@ -8,8 +8,9 @@ cycles them call by call, so that one call's semaphores are never reset while th
 
 `CCLResources` is that object for the stats gather of the distributed RMSNorm: `num_sets` cycled sets of
 all_gather_async semaphores with their barrier semaphores and the fused decode op's semaphore, all on every worker
-core (as `TT_CCL` creates them), and the persistent buffers of the gather, one per gathered-stats shape. Semaphores are created in the constructor only. A buffer is
-allocated the first time a plan needs it (the warm-up call); asked for during trace capture it raises instead.
+core (as `TT_CCL` creates them), and the persistent buffers of the gather, one per gathered-stats shape. Semaphores
+are created in the constructor only. A buffer is allocated the first time a plan needs it (the warm-up call); asked
+for during trace capture it raises instead.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import ttnn
 
+from tt_rmsnorm.ccl_rules import SemaphoreDesc
 from tt_rmsnorm.rules import RuleError
 
 
@@ -62,7 +64,26 @@ def link_choice(mesh_shape) -> LinkChoice:
 def full_grid(mesh_device) -> ttnn.CoreRangeSet:
     """Every worker core of the device: where model code creates its CCL semaphores."""
     g = mesh_device.compute_with_storage_grid_size()
-    return ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(g.x - 1, g.y - 1))})
+    return _grid((g.x, g.y))
+
+
+def _grid(compute_grid) -> ttnn.CoreRangeSet:
+    gx, gy = compute_grid
+    return ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(gx - 1, gy - 1))})
+
+
+def semaphore_descs(resources, compute_grid) -> tuple[SemaphoreDesc, SemaphoreDesc, SemaphoreDesc]:
+    """(gather, barrier, fused) semaphores as the rules see them: those of `resources`, or, when planning without a
+    device, those `CCLResources` would create on a device with `compute_grid`."""
+    if isinstance(resources, CCLResources):
+        gather, barrier = resources._gather[0], resources._barrier[0]
+        return (
+            SemaphoreDesc.of(gather, resources.cores),
+            SemaphoreDesc.of(barrier, resources.cores),
+            SemaphoreDesc.of(resources._fused[0], resources.cores),
+        )
+    cores = _grid(compute_grid)
+    return SemaphoreDesc(cores, 2, (0, 1)), SemaphoreDesc(cores, 1, (2,)), SemaphoreDesc(cores, 1, (3,))
 
 
 class CCLResources:
@@ -126,8 +147,9 @@ class CCLResources:
         return made
 
     def describe(self) -> str:
+        topology = str(self.links.topology).rsplit(".", 1)[-1]
         return (
             f"{self.links.system}: axis {self.cluster_axis} ({self.num_devices} devices), {self.num_sets} cycled "
-            f"semaphore sets (2 gather + barrier + fused each), {self.links.num_links} link(s) {str(self.links.topology).rsplit('.', 1)[-1]} "
+            f"semaphore sets (2 gather + barrier + fused each), {self.links.num_links} link(s) {topology} "
             f"({self.links.reason}); {len(self._buffers)} persistent buffer(s)"
         )

@@ -115,7 +115,9 @@ class DistributedRMSNorm:
         else:
             dims = [None, None]
             dims[axis] = 2
-            mapper = ttnn.ShardTensor2dMesh(self.mesh_device, mesh_shape=tuple(self.mesh_device.shape), dims=tuple(dims))
+            mapper = ttnn.ShardTensor2dMesh(
+                self.mesh_device, mesh_shape=tuple(self.mesh_device.shape), dims=tuple(dims)
+            )
         if self.dim % (TILE * (self.num_devices if axis is not None else 1)):
             raise rules.RuleError(
                 "distributed.width_multiple_of_32",

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 
 import ttnn
 
-from tt_rmsnorm import ccl_rules, configs, rules
+from tt_rmsnorm import ccl, ccl_rules, rules
 from tt_rmsnorm.configs import NormPlan
-from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc
-from tt_rmsnorm.tiles import TILE, one_tile_row
+from tt_rmsnorm.tensors import TensorDesc
+from tt_rmsnorm.tiles import one_tile_row
 
 PATHS = ("classic", "async", "fused", "local")
 
@@ -76,20 +76,19 @@ class PathPlan:
             return x
         return replace(x, memory_config=self.norm.input_memory_config)
 
+    def local_stats_desc(self, x: TensorDesc) -> TensorDesc:
+        """One device's stats as the pre writes them: sums in DRAM (interleaved), means on one core (sharded)."""
+        return ccl_rules.pre_stats_desc(self.input_desc(x))
+
     def stats_desc(self, x: TensorDesc) -> TensorDesc:
-        """The gathered stats the post receives: one 32-wide tile per device, sums or means by layout."""
-        kind = STATS_MEANS if self.sharded else STATS_SUMS
-        return TensorDesc(
-            (*x.shape[:-1], TILE * self.call.num_devices),
-            dtype=ttnn.bfloat16,
-            memory_config=self.norm.stats_memory_config,
-            stats_kind=kind,
+        """The gathered stats the post receives: one 32-wide tile per device on the gather axis."""
+        return ccl_rules.gathered_desc(
+            self.local_stats_desc(x), 3, self.call.num_devices, self.norm.stats_memory_config
         )
 
-    def local_stats_desc(self, x: TensorDesc) -> TensorDesc:
-        """One device's stats as the pre writes them (the sharded pre writes them to one core)."""
-        mc = configs.stats_memory_config(1) if self.sharded else ttnn.DRAM_MEMORY_CONFIG
-        return TensorDesc((*x.shape[:-1], TILE), dtype=ttnn.bfloat16, memory_config=mc)
+    def semaphores(self):
+        """(gather, barrier, fused) semaphore descriptions: the resources' own, or as `CCLResources` creates them."""
+        return ccl.semaphore_descs(self.ccl, self.compute_grid)
 
     def check(self, x: TensorDesc, w: TensorDesc | None, residual: TensorDesc | None) -> None:
         raise NotImplementedError
@@ -221,14 +220,18 @@ class AsyncPath(GatherPath):
     and barrier -> post: what tt-metal models run under trace."""
 
     def _check_gather(self, stats):
+        gather, barrier, _ = self.semaphores()
         ccl_rules.check_all_gather_async(
             stats,
             3,
+            multi_device_global_semaphore=gather,
+            barrier_semaphore=barrier,
             cluster_axis=self.call.cluster_axis,
             mesh_shape=self.call.mesh_shape,
             memory_config=self.norm.stats_memory_config,
-            persistent_output_tensor=self.gathered,
+            persistent_output_buffer=self.gathered,
             num_links=self._num_links,
+            compute_grid=self.compute_grid,
         )
 
     def _gather(self, stats):
@@ -297,15 +300,13 @@ class FusedPath(PathPlan):
             self.norm.program_config,
             self.call.cluster_axis,
             self.call.mesh_shape,
-            semaphore_cores=self.ccl.cores if self.ccl is not None else h.shard_spec.grid,
+            self.semaphores()[2],
             weight=w,
             stats=self.fused_stats,
             residual_input_tensor=res,
-            persistent_output_tensor=self.fused_intermediate,
             memory_config=h.memory_config,
             dtype=self.call.dtype,
             compute_kernel_config=self.norm.compute_kernel_config,
-            epsilon=self.call.epsilon,
             num_links=self._num_links,
         )
 

@@ -12,9 +12,8 @@ from dataclasses import replace
 
 import ttnn
 
-from tt_rmsnorm import configs, paths, rules
+from tt_rmsnorm import ccl_rules, configs, paths, rules
 from tt_rmsnorm.tensors import TensorDesc
-from tt_rmsnorm.tiles import TILE
 
 _PATH_CLASSES = {
     "classic": paths.ClassicPath,
@@ -122,26 +121,16 @@ def _check_path_fits(name: str, num_devices: int, ccl) -> None:
         )
 
 
-def _stats_buffer_desc(num_devices: int, fp32_acc: bool, core) -> TensorDesc:
-    """fused_rms_minimal's stats buffer: one tile per device on the first core of the input's grid, in the compute
-    accumulation format."""
-    spec = ttnn.ShardSpec(
-        ttnn.CoreRangeSet({ttnn.CoreRange(core, core)}), [TILE, TILE * num_devices], ttnn.ShardOrientation.ROW_MAJOR
-    )
-    mc = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
-    dtype = ttnn.float32 if fp32_acc else ttnn.bfloat16
-    return TensorDesc((1, 1, TILE, TILE * num_devices), dtype=dtype, memory_config=mc)
-
-
 def _buffers(name: str, plan: paths.PathPlan, x: TensorDesc) -> dict[str, TensorDesc]:
     """Descriptions of the persistent buffers a path passes to ttnn, by plan field."""
     if name == "async":
         return {"gathered": plan.stats_desc(x)}
     if name == "fused":
-        h = plan.input_desc(x)
-        first = h.shard_spec.grid.bounding_box().start
-        fp32 = bool(plan.norm.compute_kernel_config.fp32_dest_acc_en)
-        return {"fused_stats": _stats_buffer_desc(plan.call.num_devices, fp32, first)}
+        return {
+            "fused_stats": ccl_rules.fused_stats_desc(
+                plan.input_desc(x), plan.call.num_devices, plan.norm.compute_kernel_config
+            )
+        }
     return {}
 
 
