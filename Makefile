@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test parity clean-venv
+.PHONY: demo test parity bench-host clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -22,6 +22,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench-host: $(STAMP)
+	PYTHONUNBUFFERED=1 $(PY) -m tt_rmsnorm.host_benchmark
 
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity

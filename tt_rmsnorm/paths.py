@@ -338,7 +338,11 @@ class FusedPath(PathPlan):
         )
         if self.move_output is not None:
             out = ttnn.to_memory_config(out, self.move_output)
-        return out if residual is None else (out, residual)
+        if residual is None:
+            return out
+        if norm.input_memory_config is not None:  # the sum was written over the moved copy: back where x lives
+            residual = ttnn.to_memory_config(residual, self.x_memory_config)
+        return out, residual
 
 
 def choose(local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = "auto") -> tuple[str, str]:
