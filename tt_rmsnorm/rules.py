@@ -362,8 +362,8 @@ NOC_MAX_BURST_BYTES = 8192
 def sharded_reduce_worker_tiles(x: TensorDesc, program_grid, block_ht: int) -> int:
     """Stats tiles that each all-to-all reduce worker of ttnn's sharded layernorm factory gathers and multicasts
     (its GridParams / WorkerDistribution): ceil(block_ht / n), n = the cores sharing a row's reduce; 0 if no
-    core-to-core reduce happens. 1-D (whole height in one shard) width sharding on a grid of several rows reduces in two stages,
-    first along each row of cores."""
+    core-to-core reduce happens. 1-D (whole height in one shard) width sharding on a grid of several rows reduces in
+    two stages, first along each row of cores."""
     spec = x.shard_spec
     gx, gy = _bbox_extent(spec)
     mcast_1d = x.physical_rows == block_ht * TILE
