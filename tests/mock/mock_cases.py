@@ -39,7 +39,8 @@ def T(shape, dtype="bf16", layout="TILE", mem="DRAM", host=False, kind=None):
 
 
 def S(strategy, grid, shard, orient="ROW"):
-    """A sharded L1 memory config spec: strategy, core range (x0, y0, x1, y1), shard shape (h, w)."""
+    """A sharded L1 memory config spec: strategy, core range (x0, y0, x1, y1) or a tuple of single cores ((x, y), ...),
+    shard shape (h, w)."""
     return ("shard", strategy, tuple(grid), tuple(shard), orient)
 
 
@@ -62,8 +63,14 @@ def memory_config(spec):
         return ttnn.DRAM_MEMORY_CONFIG
     if spec == "L1":
         return ttnn.L1_MEMORY_CONFIG
-    _, strategy, (x0, y0, x1, y1), shard, orient = spec
-    grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(x0, y0), ttnn.CoreCoord(x1, y1))})
+    if spec[0] == "sharded_no_spec":  # ("sharded_no_spec", strategy): the op fills in the shard spec
+        return ttnn.MemoryConfig(SHARDING[spec[1]], ttnn.BufferType.L1)
+    _, strategy, cores, shard, orient = spec
+    if isinstance(cores[0], tuple):  # a list of single cores (x, y), as model code's prefetcher grids
+        grid = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(*c), ttnn.CoreCoord(*c)) for c in cores])
+    else:
+        x0, y0, x1, y1 = cores
+        grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(x0, y0), ttnn.CoreCoord(x1, y1))})
     orientation = ttnn.ShardOrientation.ROW_MAJOR if orient == "ROW" else ttnn.ShardOrientation.COL_MAJOR
     return ttnn.MemoryConfig(SHARDING[strategy], ttnn.BufferType.L1, ttnn.ShardSpec(grid, list(shard), orientation))
 

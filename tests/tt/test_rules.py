@@ -13,7 +13,7 @@ from tt_rmsnorm.tensors import TensorDesc as D
 
 RM = ttnn.ROW_MAJOR_LAYOUT
 GRID_T3K = (8, 7)
-PLAN = configs.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K)  # T3K decode: width-sharded 8x4, block_w 1
+PLAN = configs.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K, grid=(8, 4))  # width-sharded 8x4, block_w 1
 CKC, PC = PLAN.compute_kernel_config, PLAN.program_config
 FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
 NO_FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=False)
