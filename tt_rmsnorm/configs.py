@@ -59,7 +59,8 @@ PLANNER_REASONS = {
         f"decode grid: {DECODE_TILES_PER_CORE} tiles of the local width per core (2048 -> 16 cores), tt-metal's TG "
         "Llama grid, the one with published timings; rows of cores filled first (8x2 as tt-metal's post test, where "
         "TG Llama lays the same 16 cores out 2x8 around its prefetcher). tt-metal's 1x4 for 1024 is a test of the "
-        "one-column reduce, not a model choice; 1024 gets 8x1 (4 tiles per core)",
+        "one-column reduce, not a model choice; 1024 gets 8x1 (4 tiles per core). An activation that arrives "
+        "sharded keeps its own grid (DeepSeek's 4x7 for 896 follows its matmuls' sharding)",
     ),
     "subblock_w": (
         "largest subblock_w within the dst limit",

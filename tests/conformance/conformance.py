@@ -26,7 +26,7 @@ import corpus  # noqa: E402
 import mock_cases  # noqa: E402
 from loguru import logger  # noqa: E402
 
-from tt_rmsnorm import mock_cluster  # noqa: E402
+from tt_rmsnorm import configs, mock_cluster  # noqa: E402
 from tt_rmsnorm.rules import PACKAGE_ONLY_RULES  # noqa: E402
 
 KEYWORD_RULE = "api.keyword"  # a keyword 0.81.1's ops do not take: a TypeError from the rules' signature, as from ttnn
@@ -149,6 +149,58 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def _tt_metal_config(c: dict) -> dict:
+    """What a tt-metal test passed to a distributed pre/post, in the terms the planner chooses."""
+    kw = c["kw"]
+    ck, pc, mem = kw.get("compute_kernel_config"), kw.get("program_config"), c["x"]["mem"]
+    cfg = {
+        "fp32_acc": bool(ck and ck[1]),
+        "fidelity": ck[2] if ck else "HiFi4",
+        "legacy_reduction": bool(pc and pc[0] == "default_pc" and pc[2]),
+        "2d_grid": bool(kw.get("use_2d_core_grid")),
+    }
+    if isinstance(mem, tuple) and mem[0] == "shard":
+        x0, y0, x1, y1 = mem[2]
+        cfg.update(grid=f"{x1 - x0 + 1}x{y1 - y0 + 1}", block_w=pc[4] if pc else None)
+    return cfg
+
+
+def _planned_config(c: dict, grid) -> dict:
+    sharded = isinstance(c["x"]["mem"], tuple)
+    p = configs.plan(c["x"]["shape"], 8, compute_grid=grid, sharded=sharded)
+    ck = p.compute_kernel_config
+    cfg = {
+        "fp32_acc": bool(ck.fp32_dest_acc_en),
+        "fidelity": str(ck.math_fidelity).rsplit(".", 1)[-1],
+        "legacy_reduction": False,
+        "2d_grid": False,
+    }
+    if sharded:
+        cfg.update(grid=f"{p.grid[0]}x{p.grid[1]}", block_w=p.program_config.block_w)
+    return cfg
+
+
+def planner_vs_tt_metal(entries) -> str:
+    """The planner's configs against the ones tt-metal's tests pass to the distributed ops, over distinct calls."""
+    rows = {}
+    for e in entries:
+        if e["intent"] != "runs" or e["notes"]:
+            continue
+        for c in e["calls"]:
+            if c["op"] in ("pre", "post"):
+                theirs = _tt_metal_config(c)
+                key = repr((c["op"], c["x"]["shape"], c["x"]["dtype"], sorted(theirs.items())))
+                rows.setdefault(key, (theirs, _planned_config(c, e["grid"])))
+    same = sum(theirs == ours for theirs, ours in rows.values())
+    lines = [f"planner vs tt-metal's configs for the distributed ops: {len(rows)} distinct calls, the same in {same}"]
+    for aspect in ("fp32_acc", "fidelity", "legacy_reduction", "2d_grid", "grid", "block_w"):
+        pairs = Counter((t.get(aspect), o.get(aspect)) for t, o in rows.values() if aspect in t or aspect in o)
+        differ = {f"{t}->{o}": n for (t, o), n in pairs.items() if t != o}
+        lines.append(f"  {aspect:<17} differs in {sum(differ.values()):3d}: {differ or ''}  (tt-metal -> planner)")
+    lines.append("  reasons: tt_rmsnorm.configs.PLANNER_REASONS, docs/planner.md")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sample", type=int, default=0, help="run a seeded sample of this many entries (0: all)")
@@ -163,6 +215,8 @@ def main(argv=None) -> int:
     finally:
         mock_cluster.shutdown_workers()
     print(table(rows))
+    print()
+    print(planner_vs_tt_metal(entries))
     return 1 if any(False in r["agree"] for r in rows) else 0
 
 
