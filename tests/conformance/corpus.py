@@ -219,24 +219,22 @@ entry(SRC, "test_smoke", {"norm": "rms_norm_no_welford"}, "t3k", utils_chain(1, 
 for layout in ("RM", "TILE"):
     calls = utils_chain(1, 1024, 4096, 1e-6, pc=NEW, weight_layout=layout)
     entry(SRC, "test_distributed_rmsnorm_memory_layouts", {"weight": layout, "welford": False}, "t3k", calls)
-entry(
-    SRC,
-    "test_distributed_rmsnorm_2d_core_grid",
-    {"batch_size": 1, "seq_len": 128, "hidden_dim": 2048},
-    "t3k",
-    utils_chain(1, 128, 2048, 1e-5, pc=NEW, use_2d=True),
-    "wrong",
-    "marked skip('Accuracy issue that needs to be investigated'): use_2d_core_grid=True gives bad output (#35435)",
-)
-entry(
-    SRC,
-    "test_distributed_rmsnorm_2d_core_grid_multi_row",
-    {"batch_size": 1, "seq_len": 1024, "hidden_dim": 2048},
-    "t3k",
-    utils_chain(1, 1024, 2048, 1e-5, pc=NEW, use_2d=True),
-    "wrong",
-    "regression test for #56908 (the 2-D grid corrupts rows when a core owns several row tiles); 0.81.1 has the bug",
-)
+for test, seq, eps, why in (
+    (
+        "test_distributed_rmsnorm_2d_core_grid",
+        128,
+        1e-5,
+        "marked skip('Accuracy issue that needs to be investigated'): use_2d_core_grid=True gives bad output (#35435)",
+    ),
+    (
+        "test_distributed_rmsnorm_2d_core_grid_multi_row",
+        1024,
+        1e-5,
+        "regression test for #56908 (the 2-D grid corrupts rows when a core owns several row tiles): 0.81.1 has it",
+    ),
+):
+    calls = utils_chain(1, seq, 2048, eps, pc=NEW, use_2d=True)
+    entry(SRC, test, {"batch_size": 1, "seq_len": seq, "hidden_dim": 2048}, "t3k", calls, "wrong", why)
 
 SRC = FUSED + "test_distributed_layernorm_allclose.py"
 for p in product(

@@ -25,16 +25,6 @@ def shard(layout, grid, shape, orientation=ttnn.ShardOrientation.ROW_MAJOR):
     return ttnn.MemoryConfig(layout, ttnn.BufferType.L1, ttnn.ShardSpec(crs, list(shape), orientation))
 
 
-def pc(grid, subblock_w, block_h, block_w):
-    return ttnn.LayerNormShardedMultiCoreProgramConfig(
-        compute_with_storage_grid_size=ttnn.CoreCoord(*grid),
-        subblock_w=subblock_w,
-        block_h=block_h,
-        block_w=block_w,
-        inplace=False,
-    )
-
-
 def rule_of(check) -> str | None:
     try:
         check()
@@ -93,7 +83,9 @@ def test_bad_user_repro_refused_naming_the_block_sharded_program_config():
     assert "compute_with_storage_grid_size=(8, 6), subblock_w=4, block_h=3, block_w=8" in err.value.fix
     # the named fix passes every rule, and so does the same sharding with bf16 accumulation (3 x 2048 B)
     fixed = TensorDesc((576, 2048), memory_config=shard(BLOCK, (8, 6), (96, 256)))
-    rules.check_rms_norm(fixed, program_config=pc((8, 6), 4, 3, 8), compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
+    pc = configs.program_config_from_shard_spec(fixed.shard_spec, FP32_ACC)
+    assert (pc.compute_with_storage_grid_size.x, pc.subblock_w, pc.block_h, pc.block_w) == (8, 4, 3, 8)
+    rules.check_rms_norm(fixed, program_config=pc, compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
     rules.check_rms_norm(BAD_USER, compute_kernel_config=NO_FP32_ACC, compute_grid=(8, 8))
 
 
@@ -144,7 +136,7 @@ def test_deepseek_sums_into_the_sharded_post_caught_once_marked():
     grid = shard(WIDTH, (4, 7), (32, 32))
     x = TensorDesc((1, 1, 32, 896), memory_config=grid)
     raw = TensorDesc((1, 1, 32, 256), memory_config=DECODE.stats_memory_config)
-    kw = dict(program_config=pc((4, 7), 1, 1, 1), compute_grid=(8, 8))
+    kw = dict(program_config=configs.program_config_from_shard_spec(grid.shard_spec), compute_grid=(8, 8))
     assert rule_of(lambda: rules.check_post_all_gather(x, raw, **kw)) is None  # unmarked: nothing to go on
     marked = mark_stats(raw, "sums")
     assert marked.stats_kind == STATS_SUMS and raw.stats_kind is None
