@@ -1,11 +1,12 @@
-# The two commands of the README: `make demo` (the main job) and `make test`.
+# The two commands of the README: `make demo` (the main job) and `make test`; `make conformance` runs tt-metal's own
+# RMSNorm test parameter sets through the package and ttnn on mock clusters (tests/conformance) and prints the table.
 # Each sets itself up: a .venv built from a Python 3.12 (see .ci/find-python), the project installed editable.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test parity bench-host clean-venv
+.PHONY: demo test conformance parity bench-host clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -25,6 +26,8 @@ test: $(STAMP)
 
 bench-host: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m tt_rmsnorm.host_benchmark
+conformance: $(STAMP)
+	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PY) tests/conformance/conformance.py
 
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity

@@ -12,6 +12,7 @@ from importlib import import_module
 _EXPORTS = {
     "RuleError": "rules",
     "TensorDesc": "tensors",
+    "mark_stats": "tensors",
     "rms_norm_pre_all_gather": "ops",
     "rms_norm_post_all_gather": "ops",
     "rms_norm": "ops",

@@ -22,13 +22,60 @@ WIDTH, BLOCK = "width", "block"
 # Decode norm grids in tt-metal model code use 16-32 cores (1-4 tiles each): with more, multicasting the partial
 # stats between cores costs more than the tiny per-core work saves.
 MAX_DECODE_CORES = 32
+# Tiles of the local width each core of a decode (sharded) norm holds: TG Llama's 2048 per device on 16 cores, the grid
+# with published device timings (12.5 us / 10.9 us for pre + post on Galaxy 4U / 6U).
+DECODE_TILES_PER_CORE = 4
+
+# Where the planner's choices depart from what tt-metal's tests and model code usually pass, and why: key -> (summary,
+# reason). NormPlan.reasons picks the keys that apply to a plan; docs/planner.md has the evidence.
+PLANNER_REASONS = {
+    "fp32_dest_acc_en": (
+        "fp32 accumulation (a bf16 dest loses sum(x^2) precision)",
+        "fp32_dest_acc_en=True (ttnn's default is False): sum(x^2) over 1024-8192 elements in a bf16 dest register "
+        "keeps ~8 bits; tt-metal's own pre test needs rtol 0.1*W without it (its issue 9908) and its distributed "
+        "helpers and models/common/rmsnorm.py turn it on. Off only where the interleaved pre's row does not fit L1 "
+        "with it",
+    ),
+    "math_fidelity": (
+        "HiFi3 (ttnn warns HiFi4 with fp32 accumulation is less accurate on Wormhole)",
+        "HiFi3 with fp32 accumulation, HiFi4 without: ttnn 0.81.1 itself warns that on Wormhole fp32 accumulation "
+        "with HiFi4 can be less accurate than HiFi3 (a hardware bug) and to prefer HiFi3; tt-metal's models use HiFi2"
+        " there",
+    ),
+    "legacy_reduction": (
+        "new reduction (keeps the post's reduction in fp32)",
+        "legacy_reduction=False, as ttnn's default and tt-metal's exhaustive and ULP tests (thresholds stated 'with "
+        "new reduction'); its allclose test also runs True, with no tighter bound. False keeps the post's reduction "
+        "in fp32",
+    ),
+    "use_2d_core_grid": (
+        "no 2-D grid (wrong output in 0.81.1: #35435, #56908)",
+        "use_2d_core_grid never: tt-metal's own reproducer of #35435 xfails with it (bad PCC), its exhaustive 2-D "
+        "test is skipped for accuracy, and #56908 (rows corrupted when a core owns several row tiles) is fixed after "
+        "0.81.1; the 2-D pre also needs more L1. Galaxy model code hard-codes it off",
+    ),
+    "decode_grid": (
+        "4 tiles per core (tt-metal's TG Llama decode grid)",
+        f"decode grid: {DECODE_TILES_PER_CORE} tiles of the local width per core (2048 -> 16 cores), tt-metal's TG "
+        "Llama grid, the one with published timings; rows of cores filled first (8x2 as tt-metal's post test, where "
+        "TG Llama lays the same 16 cores out 2x8 around its prefetcher). tt-metal's 1x4 for 1024 is a test of the "
+        "one-column reduce, not a model choice; 1024 gets 8x1 (4 tiles per core). An activation that arrives "
+        "sharded keeps its own grid (DeepSeek's 4x7 for 896 follows its matmuls' sharding)",
+    ),
+    "subblock_w": (
+        "largest subblock_w within the dst limit",
+        "subblock_w = the largest divisor of block_w within the dst limit (4 with fp32 accumulation, 8 without), as "
+        "tt-metal's create_sharded_norm_config; tt-metal's TG Llama test passes 1, which adds dst round trips",
+    ),
+}
 
 
 def compute_kernel_config(*, fp32_dest_acc_en: bool = True, math_fidelity=None, dst_full_sync_en: bool = False):
-    """Defaults for RMSNorm, with the reason for each:
+    """Defaults for RMSNorm, with the reason for each (PLANNER_REASONS: the departures from tt-metal's usual configs):
 
-    - math_fidelity HiFi4: x*x and x*rsqrt go through the FPU multiplier; lower fidelities drop mantissa bits of bf16
-      operands (LoFi keeps ~4 of 7), which shows up directly in the output ULPs;
+    - math_fidelity HiFi3 with fp32 accumulation, HiFi4 without: x*x and x*rsqrt go through the FPU multiplier and
+      lower fidelities drop mantissa bits of bf16 operands (LoFi keeps ~4 of 7), but on Wormhole HiFi4 with fp32
+      accumulation can be less accurate than HiFi3 (a hardware bug ttnn 0.81.1 warns about);
     - math_approx_mode False: RMSNorm's one transcendental (rsqrt) should be exact; the cost is one op per row;
     - fp32_dest_acc_en True: the sum of squares over 1024-8192 elements accumulated in a bf16 dest register loses most
       of its 8 bits (tt-metal's pre test needs rtol 0.1*W without it); costs L1 on the interleaved pre (its local width
@@ -36,8 +83,9 @@ def compute_kernel_config(*, fp32_dest_acc_en: bool = True, math_fidelity=None, 
     - packer_l1_acc False: these kernels pack each tile once; L1 accumulation only helps multi-pass matmul packing;
     - dst_full_sync_en False: double-buffered dest; keeps subblock_w <= 4 (fp32) which the sharded configs respect.
     """
+    default_fidelity = ttnn.MathFidelity.HiFi3 if fp32_dest_acc_en else ttnn.MathFidelity.HiFi4
     return ttnn.WormholeComputeKernelConfig(
-        math_fidelity=math_fidelity or ttnn.MathFidelity.HiFi4,
+        math_fidelity=math_fidelity or default_fidelity,
         math_approx_mode=False,
         fp32_dest_acc_en=fp32_dest_acc_en,
         packer_l1_acc=False,
@@ -49,7 +97,8 @@ _default_compute = compute_kernel_config  # `plan` has a parameter of the same n
 
 
 def interleaved_program_config():
-    """legacy_reduction=False keeps the fp32 reduction in the post when fp32_dest_acc_en is on; no Welford for RMS."""
+    """legacy_reduction=False keeps the fp32 reduction in the post when fp32_dest_acc_en is on (PLANNER_REASONS
+    "legacy_reduction"); no Welford for RMS (ttnn refuses it)."""
     return ttnn.LayerNormDefaultProgramConfig(legacy_reduction=False, use_welford=False)
 
 
@@ -69,14 +118,20 @@ def choose_path(shape, sharded: bool | None = None) -> str:
     return "sharded" if sharded else "interleaved"
 
 
-def width_shard_grid(padded_width: int, compute_grid=(8, 8), max_cores: int | None = None) -> tuple[int, int]:
-    """The largest rectangle of cores (x, y) inside compute_grid whose core count divides the width in tiles.
+def width_shard_grid(
+    padded_width: int,
+    compute_grid=(8, 8),
+    max_cores: int | None = None,
+    tiles_per_core: int = DECODE_TILES_PER_CORE,
+) -> tuple[int, int]:
+    """The largest rectangle of cores (x, y) inside compute_grid whose core count divides the width in tiles, with at
+    least `tiles_per_core` tiles on each core (PLANNER_REASONS "decode_grid"); one core for narrower widths.
 
     Rows are filled first (x up to the grid width), as tt_transformers lays out its norm grids."""
     kt = padded_width // TILE
     gx, gy = compute_grid
     best = (1, 1)
-    for n in range(1, min(kt, gx * gy, max_cores or gx * gy) + 1):
+    for n in range(1, min(max(kt // tiles_per_core, 1), gx * gy, max_cores or gx * gy) + 1):
         if kt % n:
             continue
         x = min(n, gx)
@@ -120,7 +175,8 @@ def _largest_divisor_at_most(n: int, limit: int) -> int:
 
 def sharded_program_config(shape, grid: tuple[int, int], strategy: str = WIDTH, compute_kernel_config=None):
     """LayerNormShardedMultiCoreProgramConfig for `shape` sharded as `sharded_memory_config(shape, grid, strategy)`:
-    block_w/block_h are the shard in tiles, subblock_w the largest divisor of block_w within the dst limit."""
+    block_w/block_h are the shard in tiles, subblock_w the largest divisor of block_w within the dst limit
+    (PLANNER_REASONS "subblock_w")."""
     shard_h, shard_w = _shard_shape(tile_padded(tuple(shape)), grid, strategy)
     block_w = shard_w // TILE
     return ttnn.LayerNormShardedMultiCoreProgramConfig(
@@ -184,7 +240,24 @@ class NormPlan:
             )
         else:
             cfg = "LayerNormDefaultProgramConfig(legacy_reduction=False); input/stats/output DRAM interleaved"
-        return f"{self.path}: {cfg}; compute {fid} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}"
+        why = "; ".join(PLANNER_REASONS[key][0] for key in self.reasons)
+        return (
+            f"{self.path}: {cfg}; compute {fid} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}; why: {why}"
+        )
+
+    def explain(self) -> str:
+        """One line per choice of this plan that departs from tt-metal's usual configs, with its full reason."""
+        return "\n".join(f"{key}: {PLANNER_REASONS[key][1]}" for key in self.reasons)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The PLANNER_REASONS keys behind this plan's choices where they differ from tt-metal's usual configs."""
+        c = self.compute_kernel_config
+        keys = ["fp32_dest_acc_en"]
+        if c.fp32_dest_acc_en and c.math_fidelity == ttnn.MathFidelity.HiFi3:
+            keys.append("math_fidelity")
+        keys += ["decode_grid", "subblock_w"] if self.path == "sharded" else ["legacy_reduction", "use_2d_core_grid"]
+        return tuple(keys)
 
 
 def plan(

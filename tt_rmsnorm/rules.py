@@ -10,6 +10,7 @@ and the fix. The rule ids are stable: tests and the agreement battery refer to t
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import warnings
 from dataclasses import dataclass
@@ -38,7 +39,10 @@ PACKAGE_ONLY_RULES = {
     "input.on_device": "ttnn segfaults on a host-resident input tensor instead of raising (ttnn-findings #2)",
     "distributed.rank": "pre accepts rank 5 and returns a wrong-shaped stats tensor (ttnn-findings #5)",
     "distributed.width_multiple_of_32": "post divides sum(x^2) by the *padded* local width: a ragged width is biased",
-    "bias.needs_weight": "ttnn applies beta only inside the gamma branch: bias without weight is silently dropped",
+    "bias.needs_weight": (
+        "the interleaved post's kernel (rmsnorm_post_allgather.cpp) adds beta only inside its gamma branch: a bias "
+        "without a weight is silently dropped there (the sharded post and rms_norm kernels apply it)"
+    ),
     "stats.kind_mismatch": "sharded pre stores means, interleaved post expects sums (and the reverse): off by W_local",
     "stats.rows_match": "the sharded post never compares stats rows/batch with the input's (ttnn-findings #3)",
     "program_config.ignored": "a sharded program config on an interleaved input is silently ignored by pre/post",
@@ -54,6 +58,10 @@ PACKAGE_ONLY_RULES = {
     "fused.stats_width": "fused_rms_minimal takes the device count from stats width / 32 and accepts any width",
     "fused.stats_core": "the stats circular buffer sits on the input grid's first core; ttnn accepts stats elsewhere",
     "fused.persistent_output": "persistent_output_tensor is returned as the output: ttnn accepts a (32, 32) buffer",
+    "sharded.stats_gather_burst": (
+        "ttnn runs it and returns wrong rows: tt-metal's test_rms_norm_bad_user_repro (576 rows width-sharded over 8x8 "
+        "cores, fp32 accumulation) is the one sharded RMSNorm case whose per-worker stats gather exceeds one NOC burst"
+    ),
 }
 
 # Every rule id this module raises, with what it guards. The test suite has a violating case for each.
@@ -112,7 +120,8 @@ RULES = {
     "bias.tile_height": "TILE bias is one tile high",
     "weight.row_major_shape": "RM weight is [1, 1, W/32, 32]",
     "bias.row_major_shape": "RM bias is [1, 1, W/32, 32]",
-    "bias.needs_weight": "no bias without weight",
+    "bias.needs_weight": "no bias without weight on the interleaved post",
+    "sharded.stats_gather_burst": "sharded rms_norm: each reduce worker's stats tiles fit one NOC burst",
     "bias.same_layout": "weight and bias share a layout (sharded post, rms_norm)",
     "rms_norm.sharded_config_interleaved": "rms_norm: no sharded config on an interleaved input",
     "all_gather.dim": "gather dim within the rank",
@@ -166,6 +175,41 @@ DEFAULT_COMPUTE_GRID = (8, 8)
 # (below) sum to 1,576,960 B.
 L1_SIZE = 1_499_136
 L1_BASE = 105_824
+# The ttnn release the L1 model (L1_BASE and the circular-buffer sums of pre_l1_bytes / post_l1_bytes) is calibrated on.
+# Other releases size the factories differently (newer pre factories stream wide rows in chunks), so the limits move.
+L1_MODEL_TTNN_VERSION = "0.81.1"
+
+
+class L1ModelVersionWarning(UserWarning):
+    """The installed ttnn is not the release the L1 model was calibrated on: its L1 verdicts may be wrong."""
+
+
+def installed_ttnn_version() -> str | None:
+    try:
+        return importlib.metadata.version("ttnn")
+    except importlib.metadata.PackageNotFoundError:
+        return getattr(ttnn, "__version__", None)
+
+
+_warned_versions: set[str | None] = set()
+
+
+def check_l1_model_version() -> bool:
+    """True when the installed ttnn is L1_MODEL_TTNN_VERSION; otherwise warns (loguru and `L1ModelVersionWarning`),
+    once per installed version, and returns False. The L1 rules still run: their verdicts are those of the calibrated
+    release."""
+    installed = installed_ttnn_version()
+    if installed == L1_MODEL_TTNN_VERSION:
+        return True
+    if installed not in _warned_versions:
+        _warned_versions.add(installed)
+        msg = (
+            f"tt_rmsnorm's L1 model is calibrated on ttnn {L1_MODEL_TTNN_VERSION} but ttnn {installed} is installed: "
+            "the pre.l1_budget / post.l1_budget verdicts may accept calls that do not fit or refuse calls that do"
+        )
+        logger.warning(msg)
+        warnings.warn(msg, L1ModelVersionWarning, stacklevel=3)
+    return False
 
 
 def _name(x) -> str:
@@ -355,6 +399,83 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
             )
 
 
+# One NOC packet on Wormhole (NOC_MAX_BURST_SIZE). The sharded factory's reduce workers read and multicast their
+# share of the per-row stats; the sender kernel takes a separate path above this size.
+NOC_MAX_BURST_BYTES = 8192
+
+
+def sharded_reduce_worker_tiles(x: TensorDesc, program_grid, block_ht: int) -> int:
+    """Stats tiles that each all-to-all reduce worker of ttnn's sharded layernorm factory gathers and multicasts
+    (its GridParams / WorkerDistribution): ceil(block_ht / n), n = the cores sharing a row's reduce; 0 if no
+    core-to-core reduce happens. 1-D (whole height in one shard) width sharding on a grid of several rows reduces in
+    two stages, first along each row of cores."""
+    spec = x.shard_spec
+    gx, gy = _bbox_extent(spec)
+    mcast_1d = x.physical_rows == block_ht * TILE
+    row_wise = spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    num_blocks = spec.grid.num_cores() if mcast_1d else (gx if row_wise else gy)
+    if num_blocks <= 1:
+        return 0
+    two_stage = mcast_1d and (
+        (row_wise and 1 < gx <= program_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == program_grid[1])
+    )
+    sharing = (gx if row_wise else gy) if two_stage else num_blocks
+    return -(-block_ht // sharing)
+
+
+def _block_sharded_fix(x: TensorDesc, compute_grid, fp32: bool) -> str:
+    """The BLOCK_SHARDED layout and program config with the most cores whose reduce workers stay within one burst."""
+    ht, wt = x.physical_rows // TILE, x.padded_width // TILE
+    tile = TILE_BYTES[ttnn.float32 if fp32 else ttnn.bfloat16]
+    best = None
+    for gy in range(1, compute_grid[1] + 1):
+        for gx in range(1, compute_grid[0] + 1):
+            if ht % gy or wt % gx or -(-(ht // gy) // gx) * tile > NOC_MAX_BURST_BYTES:
+                continue
+            if best is None or gx * gy > best[0] * best[1]:
+                best = (gx, gy)
+    if best is None:
+        return "shard the rows over more cores (BLOCK_SHARDED) so each core holds fewer tile rows"
+    gx, gy = best
+    block_h, block_w = ht // gy, wt // gx
+    limit = max_subblock_w(_Compute(fp32, False))
+    subblock_w = max(d for d in range(1, min(block_w, limit) + 1) if block_w % d == 0)
+    return (
+        f"block-shard the input: BLOCK_SHARDED L1 on a {gx}x{gy} grid, shard [{block_h * TILE}, {block_w * TILE}], "
+        "with "
+        f"program_config=LayerNormShardedMultiCoreProgramConfig(compute_with_storage_grid_size=({gx}, {gy}), "
+        f"subblock_w={subblock_w}, block_h={block_h}, block_w={block_w}, inplace=False)"
+    )
+
+
+def _check_stats_gather(x: TensorDesc, program_config, compute_kernel_config, compute_grid):
+    """sharded.stats_gather_burst: see PACKAGE_ONLY_RULES. Without a program config ttnn derives one from the shard
+    spec (create_layernorm_program_config: bounding-box grid, block_h = shard height / 32)."""
+    if _is_sharded_pc(program_config):
+        grid = (program_config.compute_with_storage_grid_size.x, program_config.compute_with_storage_grid_size.y)
+        block_ht = program_config.block_h
+    else:
+        grid, block_ht = _bbox_extent(x.shard_spec), x.shard_spec.shape[0] // TILE
+    if compute_kernel_config is None:  # rms_norm's default accumulates in fp32 for a FLOAT32 input only
+        fp32 = x.dtype == ttnn.float32
+    else:
+        fp32 = _compute(compute_kernel_config).fp32_dest_acc_en
+    tiles = sharded_reduce_worker_tiles(x, grid, block_ht)
+    tile = TILE_BYTES[ttnn.float32 if fp32 else ttnn.bfloat16]
+    if tiles * tile > NOC_MAX_BURST_BYTES:
+        alt = ""
+        if fp32 and tiles * TILE_BYTES[ttnn.bfloat16] <= NOC_MAX_BURST_BYTES:
+            alt = "; or keep this sharding with fp32_dest_acc_en=False (bfloat16 stats tiles fit one burst)"
+        _fail(
+            "sharded.stats_gather_burst",
+            f"each stats-reduce worker would move {tiles} {'fp32' if fp32 else 'bf16'} stats tiles ({tiles * tile} B, "
+            f"more than one {NOC_MAX_BURST_BYTES} B NOC burst); ttnn runs this sharding and returns wrong rows "
+            "(tt-metal's test_rms_norm_bad_user_repro)",
+            f"block_h={block_ht} on a {_bbox_extent(x.shard_spec)[0]}x{_bbox_extent(x.shard_spec)[1]} shard grid",
+            _block_sharded_fix(x, compute_grid, fp32) + alt,
+        )
+
+
 def _check_interleaved_program_config(program_config, welford_rule: str, welford_message: str) -> None:
     """The interleaved pre/post take a default (non-sharded) program config without Welford; each op words its own
     Welford error."""
@@ -451,10 +572,13 @@ def _check_width_multiple_of_32(x: TensorDesc):
 
 
 def _check_bias_needs_weight(weight, bias):
+    """Only the interleaved post loses a lone bias: its compute kernel adds beta inside the gamma branch. The sharded
+    post (layernorm_sharded_post_allgather.cpp) and rms_norm (layernorm.cpp, layernorm_sharded.cpp) add beta to the
+    normalised x when there is no gamma; tt-metal's test_rms_norm_sharded_with_bias_only runs that."""
     if bias is not None and weight is None:
         _fail(
             "bias.needs_weight",
-            "bias without weight is silently dropped by ttnn's RMSNorm kernels",
+            "a bias given without a weight is silently dropped by the interleaved rms_norm_post_all_gather",
             "bias given, weight None",
             "pass weight (ones if you only want the bias)",
         )
@@ -518,7 +642,8 @@ def _check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
 
 
 def _check_gamma_beta(x, weight, bias, path):
-    _check_bias_needs_weight(weight, bias)
+    if path == "interleaved_post":
+        _check_bias_needs_weight(weight, bias)
     _check_gamma(x, weight, "weight", path)
     _check_gamma(x, bias, "bias", path)
     if path == "sharded" and weight is not None and bias is not None and weight.layout != bias.layout:
@@ -589,12 +714,14 @@ def post_l1_bytes(
 
 
 def _check_l1(needed: int, op: str, x: TensorDesc):
+    check_l1_model_version()
     if needed > L1_SIZE:
         _fail(
             f"{op}.l1_budget",
             f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B) and needs {needed} B",
             f"local width {x.padded_width} {_name(x.dtype)}",
-            "shard the hidden dim over more devices, use bfloat8_b input, or turn fp32_dest_acc_en off",
+            "shard the hidden dim over more devices, use bfloat8_b input, or turn fp32_dest_acc_en off "
+            f"(L1 model of ttnn {L1_MODEL_TTNN_VERSION})",
         )
 
 
@@ -820,6 +947,7 @@ def check_rms_norm(
         _check_sharded_input(x, grid, distributed=False)
         if program_config is not None and _is_sharded_pc(program_config):
             _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
+        _check_stats_gather(x, program_config, compute_kernel_config, grid)
         _check_output_memory_config(x, memory_config)
         path = "sharded"
     else:

@@ -9,7 +9,7 @@ references, so the ops record it by `tensor_id`, which ttnn never reuses within 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ttnn
 
@@ -103,12 +103,28 @@ _STATS_KIND: OrderedDict[int, str] = OrderedDict()
 _STATS_KIND_CAP = 65536
 
 
-def mark_stats(t, kind: str) -> None:
-    """Record that ttnn tensor `t` holds stats of `kind` (STATS_SUMS or STATS_MEANS)."""
-    if isinstance(t, ttnn.Tensor):
-        _STATS_KIND[t.tensor_id] = kind
-        while len(_STATS_KIND) > _STATS_KIND_CAP:
-            _STATS_KIND.popitem(last=False)
+STATS_KINDS = (STATS_SUMS, STATS_MEANS)
+
+
+def mark_stats(t, kind: str):
+    """Record that stats tensor `t` holds per-device `kind` ("sums" or "means") and return it, so that
+    `rms_norm_post_all_gather` refuses the wrong kind (rule stats.kind_mismatch). The package's own ops mark what they
+    produce; mark raw ttnn tensors yourself, e.g. stats built on the host:
+
+        stats = tt_rmsnorm.mark_stats(ttnn.from_torch(sum_x2, ...), "sums")
+
+    The kind cannot be inferred from the layout: a host-built tensor moved to one core's L1 looks exactly like the
+    gathered output of the sharded pre, and either kind can sit in DRAM. A TensorDesc is returned as a marked copy."""
+    if kind not in STATS_KINDS:
+        raise ValueError(f"stats kind must be one of {STATS_KINDS}, got {kind!r}")
+    if isinstance(t, TensorDesc):
+        return replace(t, stats_kind=kind)
+    if not isinstance(t, ttnn.Tensor):
+        raise TypeError(f"expected a ttnn.Tensor or tt_rmsnorm.TensorDesc, got {type(t).__name__}")
+    _STATS_KIND[t.tensor_id] = kind
+    while len(_STATS_KIND) > _STATS_KIND_CAP:
+        _STATS_KIND.popitem(last=False)
+    return t
 
 
 def stats_kind_of(t) -> str | None:

@@ -39,7 +39,8 @@ def T(shape, dtype="bf16", layout="TILE", mem="DRAM", host=False, kind=None):
 
 
 def S(strategy, grid, shard, orient="ROW"):
-    """A sharded L1 memory config spec: strategy, core range (x0, y0, x1, y1), shard shape (h, w)."""
+    """A sharded L1 memory config spec: strategy, core range (x0, y0, x1, y1) or a tuple of single cores ((x, y), ...),
+    shard shape (h, w)."""
     return ("shard", strategy, tuple(grid), tuple(shard), orient)
 
 
@@ -51,8 +52,8 @@ def DPC(welford=False, legacy_reduction=False):
     return ("default_pc", welford, legacy_reduction)
 
 
-def CK(fp32=False, fidelity="HiFi4", approx=True, dst_sync=False):
-    return ("compute", fp32, fidelity, approx, dst_sync)
+def CK(fp32=False, fidelity="HiFi4", approx=True, dst_sync=False, packer_l1_acc=False):
+    return ("compute", fp32, fidelity, approx, dst_sync, packer_l1_acc)
 
 
 def memory_config(spec):
@@ -62,8 +63,14 @@ def memory_config(spec):
         return ttnn.DRAM_MEMORY_CONFIG
     if spec == "L1":
         return ttnn.L1_MEMORY_CONFIG
-    _, strategy, (x0, y0, x1, y1), shard, orient = spec
-    grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(x0, y0), ttnn.CoreCoord(x1, y1))})
+    if spec[0] == "sharded_no_spec":  # ("sharded_no_spec", strategy): the op fills in the shard spec
+        return ttnn.MemoryConfig(SHARDING[spec[1]], ttnn.BufferType.L1)
+    _, strategy, cores, shard, orient = spec
+    if isinstance(cores[0], tuple):  # a list of single cores (x, y), as model code's prefetcher grids
+        grid = ttnn.CoreRangeSet([ttnn.CoreRange(ttnn.CoreCoord(*c), ttnn.CoreCoord(*c)) for c in cores])
+    else:
+        x0, y0, x1, y1 = cores
+        grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(x0, y0), ttnn.CoreCoord(x1, y1))})
     orientation = ttnn.ShardOrientation.ROW_MAJOR if orient == "ROW" else ttnn.ShardOrientation.COL_MAJOR
     return ttnn.MemoryConfig(SHARDING[strategy], ttnn.BufferType.L1, ttnn.ShardSpec(grid, list(shard), orientation))
 
@@ -87,12 +94,12 @@ def program_config(spec):
 def compute_kernel_config(spec):
     if spec is None:
         return None
-    _, fp32, fidelity, approx, dst_sync = spec
+    _, fp32, fidelity, approx, dst_sync, packer_l1_acc = spec
     return ttnn.WormholeComputeKernelConfig(
         math_fidelity=getattr(ttnn.MathFidelity, fidelity),
         math_approx_mode=approx,
         fp32_dest_acc_en=fp32,
-        packer_l1_acc=False,
+        packer_l1_acc=packer_l1_acc,
         dst_full_sync_en=dst_sync,
     )
 
@@ -127,7 +134,7 @@ def tensor_desc(spec) -> TensorDesc:
 def package_verdict(case: dict, tensors: dict) -> dict:
     """Run the package's rule check for `case` on `tensors` (TensorDescs or real ttnn tensors)."""
     kw = op_kwargs(case["kw"])
-    grid = GRIDS[case["system"]]
+    grid = case.get("grid") or GRIDS[case["system"]]
     x = tensors["x"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -405,7 +412,7 @@ case(
     weight=T((1, 1, 1, 1024)),
     bias=GRM,
 )
-case("sharded-bias-only", "post", T(X, mem=W8), "pkg:bias.needs_weight", stats=SS, program_config=PC8, bias=GRM)
+case("sharded-bias-only", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, bias=GRM)  # its kernel adds beta
 case(
     "sharded-weight-short", "post", T(X, mem=W8), R, stats=SS, program_config=PC8, weight=T((1, 1, 16, 32), layout="RM")
 )
@@ -491,7 +498,19 @@ case("weight-tile-logical-wider", "rms_norm", T((1, 1, 32, 100)), A, weight=T((1
 case("weight-tile-narrow", "rms_norm", T(X), R, weight=T((1, 1, 1, 512)))
 case("weight-bias", "rms_norm", T(X), A, weight=T((1, 1, 1, 1024)), bias=T((1, 1, 1, 1024)))
 case("weight-tile-bias-rm", "rms_norm", T(X), R, weight=T((1, 1, 1, 1024)), bias=GRM)
-case("bias-only", "rms_norm", T(X), "pkg:bias.needs_weight", bias=T((1, 1, 1, 1024)))
+case("bias-only", "rms_norm", T(X), A, bias=T((1, 1, 1, 1024)))  # layernorm.cpp adds beta without gamma
+case("sharded-bias-only", "rms_norm", T(X, mem=W8), A, program_config=PC8, bias=GRM)
+# tt-metal's test_rms_norm_bad_user_repro: ttnn accepts it and returns wrong rows; the block-sharded fix it names runs
+BAD_USER = T((576, 2048), mem=S("WIDTH", (0, 0, 7, 7), (576, 32)))
+case("sharded-bad-user-repro", "rms_norm", BAD_USER, "pkg:sharded.stats_gather_burst", compute_kernel_config=FP32)
+case(
+    "sharded-bad-user-fix",
+    "rms_norm",
+    T((576, 2048), mem=S("BLOCK", (0, 0, 7, 5), (96, 256))),
+    A,
+    program_config=PC((8, 6), 4, 3, 8),
+    compute_kernel_config=FP32,
+)
 case("residual", "rms_norm", T(X), A, residual=T(X))
 case("residual-shape", "rms_norm", T(X), R, residual=T((1, 1, 64, 1024)))
 case("out-L1", "rms_norm", T(X), A, memory_config="L1")

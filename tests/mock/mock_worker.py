@@ -26,7 +26,7 @@ def build_tensor(mesh, spec):
     return t
 
 
-def _call_ttnn(case, tensors, kw):
+def call_ttnn(case, tensors, kw):
     x = tensors["x"]
     if case["op"] == "pre":
         return ttnn.rms_norm_pre_all_gather(x, residual_input_tensor=tensors.get("residual"), **kw)
@@ -62,7 +62,7 @@ def run_case(mesh, case: dict) -> dict:
     package_on_real = mock_cases.package_verdict(case, tensors)
     kw = mock_cases.op_kwargs(case["kw"])
     try:
-        out = _call_ttnn(case, tensors, kw)
+        out = call_ttnn(case, tensors, kw)
     except Exception as e:  # TT_FATAL/TT_THROW arrive as RuntimeError; "std::get: wrong index" and the like as others
         return {
             "verdict": "reject",

@@ -56,17 +56,20 @@ def test_subblock_w_is_largest_divisor_within_dst_limit():
 @pytest.mark.parametrize(
     "width, grid, expect",
     [
-        (1024, (8, 7), (8, 4)),
-        (2048, (8, 9), (8, 4)),
+        (1024, (8, 7), (8, 1)),
+        (2048, (8, 9), (8, 2)),  # tt-metal's TG Llama decode: 2048 per device on 16 cores
         (4096, (8, 7), (8, 4)),
-        (96, (8, 8), (3, 1)),
-        (7 * 32, (8, 8), (7, 1)),
+        (8192, (8, 7), (8, 4)),  # capped at MAX_DECODE_CORES: 8 tiles per core
+        (896, (8, 8), (7, 1)),
+        (96, (8, 8), (1, 1)),
+        (7 * 32, (8, 8), (1, 1)),
     ],
 )
 def test_width_shard_grid(width, grid, expect):
     got = configs.width_shard_grid(width, grid, max_cores=configs.MAX_DECODE_CORES)
     assert got == expect
     assert (width // 32) % (got[0] * got[1]) == 0 and got[0] <= grid[0] and got[1] <= grid[1]
+    assert width // 32 // (got[0] * got[1]) >= min(configs.DECODE_TILES_PER_CORE, width // 32)
 
 
 def test_block_sharded_rms_norm_config_accepted():
@@ -107,8 +110,27 @@ def test_stats_memory_config_one_core():
 
 def test_compute_kernel_config_defaults():
     c = configs.compute_kernel_config()
-    assert c.math_fidelity == ttnn.MathFidelity.HiFi4 and c.math_approx_mode is False
+    assert c.math_fidelity == ttnn.MathFidelity.HiFi3 and c.math_approx_mode is False
     assert c.fp32_dest_acc_en is True and c.packer_l1_acc is False and c.dst_full_sync_en is False
+    # without fp32 accumulation the Wormhole HiFi4 defect does not apply: the highest fidelity
+    assert configs.compute_kernel_config(fp32_dest_acc_en=False).math_fidelity == ttnn.MathFidelity.HiFi4
+
+
+@pytest.mark.parametrize(
+    "shape, reasons",
+    [
+        ((1, 1, 32, 2048), ("fp32_dest_acc_en", "math_fidelity", "decode_grid", "subblock_w")),
+        ((1, 1, 128, 1024), ("fp32_dest_acc_en", "math_fidelity", "legacy_reduction", "use_2d_core_grid")),
+        ((1, 1, 32, 8192), ("fp32_dest_acc_en", "legacy_reduction", "use_2d_core_grid")),  # no fp32 acc: HiFi4
+    ],
+    ids=["decode", "prefill", "prefill-no-fp32-acc"],
+)
+def test_plan_describes_why_it_departs_from_tt_metal(shape, reasons):
+    plan = configs.plan(shape, 4, compute_grid=(8, 9), sharded=shape[-2] == 32 and shape[-1] <= 2048)
+    assert plan.reasons == reasons
+    text = plan.describe()
+    assert all(configs.PLANNER_REASONS[k][0] in text for k in reasons)
+    assert plan.explain().count("\n") == len(reasons) - 1 and "tt-metal" in plan.explain()
 
 
 def test_plan_drops_fp32_acc_only_where_l1_needs_it():

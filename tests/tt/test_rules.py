@@ -13,7 +13,7 @@ from tt_rmsnorm.tensors import TensorDesc as D
 
 RM = ttnn.ROW_MAJOR_LAYOUT
 GRID_T3K = (8, 7)
-PLAN = configs.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K)  # T3K decode: width-sharded 8x4, block_w 1
+PLAN = configs.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K, grid=(8, 4))  # width-sharded 8x4, block_w 1
 CKC, PC = PLAN.compute_kernel_config, PLAN.program_config
 FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
 NO_FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=False)
@@ -211,6 +211,15 @@ BAD = [
     ("bias.needs_weight", "silently dropped", post(x(), sums(), bias=rm_weight())),
     ("bias.same_layout", "same layout", rms(x(), weight=rm_weight(), bias=D((1, 1, 1, 1024)))),
     ("rms_norm.sharded_config_interleaved", "needs a sharded input", rms(x(), program_config=PC)),
+    (  # tt-metal's test_rms_norm_bad_user_repro: 576 rows width-sharded over 8x8 cores, fp32 accumulation
+        "sharded.stats_gather_burst",
+        "BLOCK_SHARDED L1 on a 8x6 grid, shard [96, 256]",
+        rms(
+            D((576, 2048), memory_config=shard_mc(W_SHARD, (8, 8), (576, 32))),
+            compute_kernel_config=FP32_ACC,
+            compute_grid=(8, 8),
+        ),
+    ),
     ("all_gather.dim", "dim must be in", gather(x(), dim=4)),
     ("all_gather.cluster_axis", "cluster_axis must be an axis", gather(x(), cluster_axis=2)),
     ("all_gather.num_devices", "more than one device", gather(x(), cluster_axis=0)),
