@@ -45,13 +45,13 @@ def kernels():
         import programs.nki.kernels as real
 
         return real
-    from programs.nki.emulator import neuronxcc_modules
+    from programs.nki.emulator import nki_modules
 
     # The kernel file is imported unchanged; its `import neuronxcc.nki...` lines bind to the emulator, which is
     # registered under those names only for the duration of this import.
     spec = importlib.util.spec_from_file_location("programs.nki._kernels_on_emulator", KERNELS_FILE)
     module = importlib.util.module_from_spec(spec)
-    with neuronxcc_modules():
+    with nki_modules():
         spec.loader.exec_module(module)
     return module
 
