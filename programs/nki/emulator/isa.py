@@ -254,15 +254,6 @@ def bn_stats_value(data, *, mask=None, dtype=None, place=True):
     nl._check_oob([data], data.shape, m, api)
     x = data.data.astype(np.float64).reshape(data.shape[0], -1)
     considered = (np.ones(data.shape, bool) if m is None else m).reshape(data.shape[0], -1)
-    if data.defined is not None:
-        bad = considered & ~data.defined.reshape(considered.shape)
-        if bad.any():
-            fail(
-                "bn_stats reads undefined elements",
-                f"{int(bad.sum())} elements",
-                "mask them out",
-                limits.API_COMMON + "#nki-api-masking",
-            )
     out = np.zeros((data.shape[0], 6), np.float64)
     for p in range(data.shape[0]):
         vals = x[p][considered[p]]
@@ -271,7 +262,25 @@ def bn_stats_value(data, *, mask=None, dtype=None, place=True):
             mu = part.mean() if c else 0.0
             out[p, 3 * h : 3 * h + 3] = (c, mu, ((part - mu) ** 2).sum() if c else 0.0)
     rtype = nl.float32 if dtype is None else nl.out_dtype(dtype, [data], api)
-    return nl.finish(out.astype(np.float32), [], out.shape, None, rtype, api, place=place)
+    return nl.finish(
+        out.astype(np.float32),
+        [],
+        out.shape,
+        None,
+        rtype,
+        api,
+        defined=_partition_defined(data, considered, 6),
+        place=place,
+    )
+
+
+def _partition_defined(data, considered, width):
+    """A partition's statistics are defined when every element it reads is (undefined rows of a partial tile give
+    undefined statistics, which a masked store then skips)."""
+    if data.defined is None:
+        return None
+    ok = (~considered | data.defined.reshape(considered.shape)).all(axis=1)
+    return None if ok.all() else np.repeat(ok[:, None], width, axis=1)
 
 
 def bn_aggr_value(data, *, mask=None, dtype=None, place=True):
@@ -286,20 +295,14 @@ def bn_aggr_value(data, *, mask=None, dtype=None, place=True):
             "pass whole bn_stats outputs",
             limits.BN_AGGR,
         )
-    if data.defined is not None and not data.defined.all():
-        fail(
-            "bn_aggr reads undefined elements",
-            f"{int((~data.defined).sum())} elements",
-            "write every bn_stats slot first",
-            limits.BN_AGGR,
-        )
     t = flat.reshape(data.shape[0], -1, 3)
     count = t[..., 0].sum(axis=1)
     mean = (t[..., 0] * t[..., 1]).sum(axis=1) / np.maximum(count, 1)
     m2 = (t[..., 2] + t[..., 0] * (t[..., 1] - mean[:, None]) ** 2).sum(axis=1)
     res = np.stack([mean, m2 / np.maximum(count, 1)], axis=1).astype(np.float32)
     rtype = data.dtype if dtype is None else nl.out_dtype(dtype, [data], api)
-    return nl.finish(res, [], res.shape, mask, rtype, api, place=place)
+    defined = _partition_defined(data, np.ones(flat.shape, bool), 2)
+    return nl.finish(res, [], res.shape, mask, rtype, api, defined=defined, place=place)
 
 
 def dma_copy_into(dst, src, *, mask=None) -> None:
