@@ -206,8 +206,9 @@ def test_reduction_over_the_partition_axis_is_rejected():
 def test_float64_is_not_an_nki_dtype():
     x = np.ones((4, 64))
     with pytest.raises(NkiConstraintError, match="unsupported NKI data type: kernel argument 0 has dtype float64"):
-        nki.simulate_kernel(kernels().rms_norm_pre_stats_kernel, x)
-    assert nki.simulate_kernel(kernels().rms_norm_pre_stats_kernel, x.astype(np.float32))[0, 0] == 64.0
+        nki.simulate_kernel(kernels().rms_norm_pre_stats_kernel, x, np.ones((4, 1), np.float32))
+    ones = np.ones((4, 1), np.float32)
+    assert nki.simulate_kernel(kernels().rms_norm_pre_stats_kernel, x.astype(np.float32), ones)[0, 0] == 64.0
 
 
 def test_mixed_dtypes_promote_to_the_higher_precision():
@@ -293,12 +294,13 @@ def test_apis_outside_the_emulated_subset_fail_at_once():
 
 def test_real_fused_kernel_over_the_sbuf_budget_is_rejected():
     """The project's own kernel, launched directly (bypassing the driver's check): its resident broadcast weight for
-    65536 fp32 columns needs 256 KiB per partition."""
+    65536 fp32 columns needs 256 KiB per partition, more than a partition holds (a spill cannot place it either)."""
     k = kernels()
     x = np.ones((1, 32768), np.float32)
     w = np.ones((1, 32768), np.float32)
-    assert nki.simulate_kernel(k.rms_norm_kernel, x, w, 1e-5).shape == (1, 32768)
+    one = np.ones((1, 1), np.float32)
+    assert nki.simulate_kernel(k.rms_norm_kernel, x, w, one, 1e-5).shape == (1, 32768)
     assert 131072 < nki.last_launch["sbuf_peak_bytes_per_partition"] <= 196608
     x, w = np.ones((1, 65536), np.float32), np.ones((1, 65536), np.float32)
     with pytest.raises(NkiConstraintError, match="SBUF tile larger than one partition: .* 262144 bytes"):
-        nki.simulate_kernel(k.rms_norm_kernel, x, w, 1e-5)
+        nki.simulate_kernel(k.rms_norm_kernel, x, w, one, 1e-5)
