@@ -30,7 +30,8 @@ import neuronxcc.nki.language as nl
 PMAX = nl.tile_size.pmax
 # Columns per chunk. nl.broadcast_to and the Vector/Scalar engine instructions set no free-size limit below a tile's
 # SBUF room, so the width trades instruction count against SBUF: 2048 issues a quarter of the instructions of 512
-# (chunk_widths.py next to this file) and keeps the streaming tiles at 24 KiB (bfloat16) / 32 KiB (float32) per partition.
+# (chunk_widths.py next to this file) and keeps the streaming tiles at 24 KiB (bfloat16) / 32 KiB (float32) per
+# partition.
 FREE_TILE = 2048
 
 
