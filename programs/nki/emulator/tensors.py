@@ -429,10 +429,18 @@ class Access:
         self.layout = AccessLayout(arrays, part_pos)
         space = self.layout.space
         self.oob = self.layout.arrange(_out_of_bounds(arrays, shape, space))
-        self.index = tuple(
-            self.layout.arrange(np.clip(np.broadcast_to(a, space), 0, n - 1))
-            for a, n in zip(arrays, shape, strict=True)
-        )
+        if self.layout.shape == space and self.layout.order == tuple(range(len(space))):
+            # the tile is the index space itself: NumPy broadcasts the compact per-axis arrays during the gather
+            self.index = tuple(np.clip(a, 0, n - 1) for a, n in zip(arrays, shape, strict=True))
+        else:
+            self.index = tuple(
+                self.layout.arrange(np.clip(np.broadcast_to(a, space), 0, n - 1))
+                for a, n in zip(arrays, shape, strict=True)
+            )
+
+    def selected(self, write: np.ndarray):
+        """The index arrays restricted to the elements `write` selects."""
+        return tuple(np.broadcast_to(a, self.shape)[write] for a in self.index)
 
     @property
     def shape(self):
@@ -549,7 +557,12 @@ class HbmAccess:
         oob = acc.oob & write
         if oob.any():
             _oob_error(what, t, int(oob.sum()), "writes")
-        sel = tuple(a[write] for a in acc.index)
+        if write.all():
+            t.data[acc.index] = values
+            if t.defined is not None:
+                t.defined[acc.index] = True
+            return
+        sel = acc.selected(write)
         t.data[sel] = values[write]
         if t.defined is not None:
             t.defined[sel] = True
@@ -673,6 +686,7 @@ class OnChip:
         if not isinstance(value, OnChip):
             raise TypeError(f"{self.name}: assign a tile produced by an NKI API, got {type(value).__name__}")
         _promote_for_write(value, self.dtype, self.name)
+        acc = None
         if any(isinstance(k, IndexArray) for k in key):
             acc = Access(key, self.shape, self.pdim)
             shape, idx, oob = acc.shape, acc.index, acc.oob
@@ -700,8 +714,8 @@ class OnChip:
             if self.defined is not None:
                 self.defined[idx] = True
             return
-        if isinstance(idx, tuple) and all(isinstance(a, np.ndarray) for a in idx):
-            sel = tuple(a[write] for a in idx)
+        if acc is not None:
+            sel = acc.selected(write)
             self.data[sel] = vdata[write]
             if self.defined is not None:
                 self.defined[sel] = True
