@@ -304,3 +304,21 @@ def test_real_fused_kernel_over_the_sbuf_budget_is_rejected():
     x, w = np.ones((1, 65536), np.float32), np.ones((1, 65536), np.float32)
     with pytest.raises(NkiConstraintError, match="SBUF tile larger than one partition: .* 262144 bytes"):
         nki.simulate_kernel(k.rms_norm_kernel, x, w, one, 1e-5)
+
+
+def test_declared_on_chip_tensors_are_two_dimensional():
+    """[TUT]: SBUF tensors have a partition and a free axis; a 1-D vector is loaded as (1, N). Results of reductions
+    without keepdims are (P,) tiles and are accepted (test_nki_emulator_semantics)."""
+
+    def make(two_d):
+        @nki.jit
+        def kernel(g):
+            row = g.reshape((1, g.shape[0])) if two_d else g
+            nl.load(row)
+            return None
+
+        return kernel
+
+    make(True)(np.ones(8, np.float32))
+    with pytest.raises(NkiConstraintError, match=r"at least two-dimensional .* \(8,\)"):
+        make(False)(np.ones(8, np.float32))
