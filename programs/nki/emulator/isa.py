@@ -108,19 +108,15 @@ def tensor_scalar_value(
             tiles += [t] if t is not None else []
             f1 = alu(op1, api)
             x = f1(b, x) if reverse1 else f1(x, b)
+    return _finish_like(data, x, tiles[1:], mask, dtype, api, place)
+
+
+def _finish_like(data, x, operands, mask, dtype, api, place):
+    """The float32 result `x` of an instruction on `data` with per-partition `operands`, as a tile shaped like data."""
     rtype = nl.out_dtype(dtype, [data], api)
     m = mask_for(mask, data.shape, api, [data.layout])
-    return nl.finish(
-        np.asarray(x, dtype=np.float32),
-        [data],
-        data.shape,
-        None,
-        rtype,
-        api,
-        m=m,
-        place=place,
-        defined=_per_partition_defined(tiles[1:], data.shape),
-    )
+    defined = _per_partition_defined(operands, data.shape)
+    return nl.finish(np.asarray(x, np.float32), [data], data.shape, None, rtype, api, m=m, place=place, defined=defined)
 
 
 def _per_partition_defined(operands, shape):
@@ -180,19 +176,7 @@ def activation_value(op, data, *, bias=None, scale=1.0, mask=None, dtype=None, p
             tiles += [t] if t is not None else []
             x = x + b
         x = _ACTIVATION[op](x)
-    rtype = nl.out_dtype(dtype, [data], api)
-    m = mask_for(mask, data.shape, api, [data.layout])
-    return nl.finish(
-        np.asarray(x, dtype=np.float32),
-        [data],
-        data.shape,
-        None,
-        rtype,
-        api,
-        m=m,
-        place=place,
-        defined=_per_partition_defined(tiles[1:], data.shape),
-    )
+    return _finish_like(data, x, tiles[1:], mask, dtype, api, place)
 
 
 def nc_matmul_value(stationary, moving, *, mask=None, place=True, **_):
