@@ -166,7 +166,7 @@ def test_psum_capacity_is_16KiB_per_partition_then_it_spills(banks, ok):
 @pytest.mark.parametrize("free", [512, 1024, 8192])
 def test_partition_broadcast_has_no_512_column_limit(free):
     """nl.broadcast_to documents no free-size limit and returns an SBUF tile (AWS's layernorm broadcasts the whole
-    hidden row); the emulator once bounded it by gemm_moving_fmax, which rejected that kernel at 1024 columns."""
+    hidden row); a gemm_moving_fmax bound would reject that kernel at 1024 columns."""
 
     @nki.jit
     def kernel(w):
