@@ -5,6 +5,11 @@ otherwise on the NumPy emulator (programs/nki/emulator), and says which in a lab
 
 label is "nki-device", "nki-simulator" or "nki-emulated". num_devices > 1 runs the distributed form on one host:
 pre-stats on each hidden slice, the all-gather as a concatenation of the per-slice stats, post on each slice.
+
+Extreme values: rows whose float32 sum of squares could overflow get a power-of-two row scale (`row_scale`), which
+the kernels apply exactly, so they normalize like the float64 reference instead of returning zeros. NaN and Inf
+inputs propagate as in the float64 formula x / sqrt(mean(x^2) + epsilon), row by row: a NaN makes its whole row NaN;
+an infinite element becomes NaN and the rest of its row 0 (the limit x / inf); other rows are unaffected.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ EMULATED = "nki-emulated"
 DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32)}
 
 # The fused and post kernels keep the broadcast weight slice resident: hidden * itemsize bytes on every partition, next
-# to about 16 KiB of streaming tiles (LIMITS.md). SBUF holds 192 KiB per partition on NeuronCore-v2.
+# to the streaming tiles of one chunk: x and y in the input dtype, the square and x * rstd in float32, plus the
+# (128, 1) statistics (LIMITS.md). SBUF holds 192 KiB per partition on NeuronCore-v2; a slice that fits leaves the
+# kernel spill-free.
 SBUF_BYTES_PER_PARTITION = 192 * 1024
-STREAMING_RESERVE_BYTES = 16 * 1024
+STATISTICS_RESERVE_BYTES = 1024
+# |x| above 2^63 / sqrt(hidden) can make the float32 sum of squares reach 2^126 and, with rounding, overflow.
+OVERFLOW_SAFE_SQUARE_SUM = 2.0**126
 
 KERNELS_FILE = Path(__file__).with_name("kernels.py")
 
@@ -45,13 +54,13 @@ def kernels():
         import programs.nki.kernels as real
 
         return real
-    from programs.nki.emulator import neuronxcc_modules
+    from programs.nki.emulator import nki_modules
 
     # The kernel file is imported unchanged; its `import neuronxcc.nki...` lines bind to the emulator, which is
     # registered under those names only for the duration of this import.
     spec = importlib.util.spec_from_file_location("programs.nki._kernels_on_emulator", KERNELS_FILE)
     module = importlib.util.module_from_spec(spec)
-    with neuronxcc_modules():
+    with nki_modules():
         spec.loader.exec_module(module)
     return module
 
@@ -70,9 +79,28 @@ def launch(kernel, *args):
     return emulated.simulate_kernel(kernel, *args)
 
 
+def streaming_bytes(dtype: str) -> int:
+    """SBUF bytes per partition of the tiles one chunk streams through (on top of the resident weight)."""
+    chunk = kernels().FREE_TILE
+    return chunk * (2 * DTYPES[dtype].itemsize + 2 * 4) + STATISTICS_RESERVE_BYTES
+
+
 def max_local_hidden(dtype: str) -> int:
     itemsize = DTYPES[dtype].itemsize
-    return (SBUF_BYTES_PER_PARTITION - STREAMING_RESERVE_BYTES) // itemsize // 512 * 512
+    chunk = kernels().FREE_TILE
+    return (SBUF_BYTES_PER_PARTITION - streaming_bytes(dtype)) // itemsize // chunk * chunk
+
+
+def row_scale(x2: np.ndarray, hidden_size: int) -> np.ndarray:
+    """(rows, 1) float32 powers of two: 2^-e for rows whose largest |x| = m * 2^e (0.5 <= m < 1) could overflow the
+    float32 sum of squares over hidden_size elements, so that |x * c| < 1; 1 for every other row, and for rows whose
+    largest |x| is not finite (their NaN/Inf semantics stay those of the formula)."""
+    amax = np.abs(x2.astype(np.float32)).max(axis=1)
+    with np.errstate(over="ignore"):
+        risky = np.isfinite(amax) & (amax.astype(np.float64) ** 2 * hidden_size >= OVERFLOW_SAFE_SQUARE_SUM)
+    _, exponent = np.frexp(amax.astype(np.float64))
+    scale = np.where(risky, np.ldexp(1.0, -exponent), 1.0)
+    return scale.astype(np.float32).reshape(-1, 1)
 
 
 def _to_numpy(a, dtype: np.dtype, what: str) -> np.ndarray:
@@ -124,14 +152,15 @@ def run_rms_norm(x, weight=None, *, epsilon: float, num_devices: int = 1, dtype:
     w2 = None if weight is None else _to_numpy(weight, np_dtype, "weight").reshape(1, -1)
     k = kernels()
     label = toolchain()
+    scale = row_scale(x2, shape[-1])
     if num_devices == 1:
         y = (
-            launch(k.rms_norm_kernel, x2, w2, float(epsilon))
+            launch(k.rms_norm_kernel, x2, w2, scale, float(epsilon))
             if w2 is not None
-            else launch(k.rms_norm_unweighted_kernel, x2, float(epsilon))
+            else launch(k.rms_norm_unweighted_kernel, x2, scale, float(epsilon))
         )
     else:
-        y = _distributed(k, x2, w2, float(epsilon), num_devices)
+        y = _distributed(k, x2, w2, scale, float(epsilon), num_devices)
     logger.debug(f"NKI RMSNorm {x2.shape} {dtype} devices={num_devices} ran on {label}")
     y = y.reshape(shape)
     if type(x).__module__.startswith("torch"):
@@ -141,32 +170,40 @@ def run_rms_norm(x, weight=None, *, epsilon: float, num_devices: int = 1, dtype:
     return y, label
 
 
-def _distributed(k, x2, w2, epsilon, num_devices):
+def _distributed(k, x2, w2, scale, epsilon, num_devices):
+    """The row scale is the full row's, so every device scales a row alike and the partial sums add up."""
     hidden = x2.shape[1]
     local = hidden // num_devices
     slices = [np.ascontiguousarray(x2[:, d * local : (d + 1) * local]) for d in range(num_devices)]
-    stats = np.concatenate([launch(k.rms_norm_pre_stats_kernel, s) for s in slices], axis=1)  # the all-gather
+    stats = np.concatenate([launch(k.rms_norm_pre_stats_kernel, s, scale) for s in slices], axis=1)  # the all-gather
     outs = []
     for d, s in enumerate(slices):
         if w2 is None:
-            outs.append(launch(k.rms_norm_post_unweighted_kernel, s, stats, epsilon, hidden))
+            outs.append(launch(k.rms_norm_post_unweighted_kernel, s, stats, scale, epsilon, hidden))
         else:
             w_local = np.ascontiguousarray(w2[:, d * local : (d + 1) * local])
-            outs.append(launch(k.rms_norm_post_kernel, s, stats, w_local, epsilon, hidden))
+            outs.append(launch(k.rms_norm_post_kernel, s, stats, w_local, scale, epsilon, hidden))
     return np.concatenate(outs, axis=1)
 
 
-def run_pre_stats(x_local: np.ndarray) -> np.ndarray:
-    """Per-row float32 sum of squares of one device's slice (rows, local_hidden) -> (rows, 1)."""
-    return launch(kernels().rms_norm_pre_stats_kernel, x_local)
+def _unit_scale(x_local, scale):
+    return np.ones((x_local.shape[0], 1), np.float32) if scale is None else scale
 
 
-def run_post(x_local, stats, weight_local, *, epsilon: float, hidden_size: int) -> np.ndarray:
-    """Normalize one device's slice with the gathered (rows, devices) stats; weight_local (1, local_hidden) or None."""
+def run_pre_stats(x_local: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """Per-row float32 sum of squares of one device's slice (rows, local_hidden) -> (rows, 1), of x * scale when a
+    (rows, 1) row scale (`row_scale` of the full rows) is given."""
+    return launch(kernels().rms_norm_pre_stats_kernel, x_local, _unit_scale(x_local, scale))
+
+
+def run_post(x_local, stats, weight_local, *, epsilon: float, hidden_size: int, scale=None) -> np.ndarray:
+    """Normalize one device's slice with the gathered (rows, devices) stats; weight_local (1, local_hidden) or None;
+    scale: the row scale the stats were computed with (None: ones)."""
     k = kernels()
+    scale = _unit_scale(x_local, scale)
     if weight_local is None:
-        return launch(k.rms_norm_post_unweighted_kernel, x_local, stats, float(epsilon), int(hidden_size))
-    return launch(k.rms_norm_post_kernel, x_local, stats, weight_local, float(epsilon), int(hidden_size))
+        return launch(k.rms_norm_post_unweighted_kernel, x_local, stats, scale, float(epsilon), int(hidden_size))
+    return launch(k.rms_norm_post_kernel, x_local, stats, weight_local, scale, float(epsilon), int(hidden_size))
 
 
 if __name__ == "__main__":

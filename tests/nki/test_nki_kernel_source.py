@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from programs.nki import driver
-from programs.nki.emulator import MODULE_NAMES, neuronxcc_modules
+from programs.nki.emulator import MODULE_NAMES, nki_modules
 
 KERNELS = Path(driver.__file__).with_name("kernels.py")
 TREE = ast.parse(KERNELS.read_text())
@@ -75,5 +75,5 @@ def test_emulated_kernels_leave_no_neuronxcc_in_sys_modules():
 def test_emulator_refuses_to_shadow_an_imported_neuronxcc(monkeypatch):
     monkeypatch.setitem(sys.modules, "neuronxcc", types.ModuleType("neuronxcc"))
     with pytest.raises(RuntimeError, match="must not shadow the real NKI toolchain"):
-        with neuronxcc_modules():
+        with nki_modules():
             pass

@@ -6,6 +6,7 @@ same rounded inputs in float64.
 """
 
 import importlib.util
+import warnings
 from functools import lru_cache
 
 import numpy as np
@@ -16,13 +17,18 @@ from programs.nki.driver import (
     DEVICE,
     DTYPES,
     EMULATED,
+    SBUF_BYTES_PER_PARTITION,
     SIMULATOR,
+    kernels,
+    launch,
     max_local_hidden,
+    row_scale,
     run_post,
     run_pre_stats,
     run_rms_norm,
     toolchain,
 )
+from programs.nki.emulator import NkiSpillWarning, nki
 from tt_rmsnorm.accuracy import assert_close
 
 EPSILON = 1e-5
@@ -189,15 +195,81 @@ def test_hidden_slice_too_large_for_sbuf_is_rejected_before_launch():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_the_driver_limit_fits_the_emulated_sbuf(dtype):
-    """At max_local_hidden the fused kernel still fits SBUF (the emulator would raise otherwise); one more chunk is
-    refused by the driver."""
+    """At max_local_hidden the fused kernel fits SBUF without a spill; one more chunk is refused by the driver."""
     hidden = max_local_hidden(dtype)
     x, w = _inputs(3, hidden, dtype, seed=6)
-    y, _ = run_rms_norm(x, w, epsilon=EPSILON, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NkiSpillWarning)
+        y, label = run_rms_norm(x, w, epsilon=EPSILON, dtype=dtype)
+    if label == EMULATED:
+        assert nki.last_launch["sbuf_spill_bytes_per_partition"] == 0
+        assert nki.last_launch["sbuf_peak_bytes_per_partition"] <= SBUF_BYTES_PER_PARTITION
     _check_rms_norm(y, x, w, dtype, f"hidden {hidden} at the limit")
     x, w = _inputs(3, hidden + 512, dtype, seed=6)
     with pytest.raises(ValueError, match="would not fit SBUF"):
         run_rms_norm(x, w, epsilon=EPSILON, dtype=dtype)
+
+
+def _extreme_rows(dtype, hidden, seed):
+    """Rows 0-1 near the dtype's maximum (2^126..2^127.5: x^2 overflows float32), rows 2-3 subnormal (2^-140..2^-133
+    in float32, 2^-133..2^-127 in bfloat16), rows 4-6 ordinary."""
+    rng = np.random.default_rng(seed)
+    signs = rng.choice([-1.0, 1.0], size=(7, hidden))
+    mags = np.empty((7, hidden))
+    mags[:2] = 2.0 ** rng.uniform(126, 127.5, (2, hidden))
+    low = (-140, -133) if dtype == "float32" else (-133, -127)
+    mags[2:4] = 2.0 ** rng.uniform(*low, (2, hidden))
+    mags[4:] = np.abs(rng.standard_normal((3, hidden))) + 0.1
+    return (signs * mags).astype(np.float32).astype(DTYPES[dtype])
+
+
+@pytest.mark.parametrize("devices", [1, 4], ids=["fused", "4_devices"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_overflowing_and_subnormal_rows_match_the_reference(dtype, devices):
+    """Without the row scale the huge rows' float32 sum of squares is inf and their outputs 0; with it every row
+    matches the float64 formula. Subnormal rows need no scale: mean(x^2) << epsilon, y ~ x / sqrt(epsilon)."""
+    hidden = 2048
+    x = _extreme_rows(dtype, hidden, seed=11)
+    with np.errstate(over="ignore"):
+        assert np.isinf((x[:2].astype(np.float32) ** 2).sum(axis=1)).all()
+    w = (1.0 + 0.25 * np.random.default_rng(12).standard_normal(hidden)).astype(np.float32).astype(DTYPES[dtype])
+    if devices == 1:  # the unscaled kernel: the overflowing rows come out as zeros
+        unscaled = launch(kernels().rms_norm_kernel, x, w.reshape(1, -1), np.ones((7, 1), np.float32), EPSILON)
+        np.testing.assert_array_equal(unscaled[:2].astype(np.float32), 0.0)
+    y, label = run_rms_norm(x, w, epsilon=EPSILON, num_devices=devices, dtype=dtype)
+    assert np.isfinite(y.astype(np.float32)).all()
+    _check(y, reference(x, w, EPSILON), dtype, f"{label} extreme rows {dtype} devices={devices}")
+
+
+def test_row_scale_is_one_except_for_rows_that_could_overflow():
+    x = np.array([[1.0, -3.0], [2.0**100, 1.0], [np.inf, 1.0], [np.nan, 1.0], [2.0**62, 0.0]], np.float32)
+    scale = row_scale(x, hidden_size=2)
+    assert scale.dtype == np.float32 and scale.shape == (5, 1)
+    np.testing.assert_array_equal(scale[[0, 2, 3, 4], 0], 1.0)
+    assert scale[1, 0] == 2.0**-101 and abs(x[1, 0] * scale[1, 0]) < 1.0
+    np.testing.assert_array_equal(row_scale(np.full((1, 4), 2.0**62, np.float32), hidden_size=2**20), 2.0**-63)
+
+
+@pytest.mark.parametrize("devices", [1, 2], ids=["fused", "2_devices"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_nan_and_inf_follow_the_formula_row_by_row(dtype, devices):
+    """A NaN makes its whole row NaN; an infinite element becomes NaN and the rest of its row 0 (x / inf); the other
+    rows are untouched. The same as evaluating x / sqrt(mean(x^2) + eps) * w in float64."""
+    x = np.random.default_rng(13).standard_normal((4, 256)).astype(np.float32)
+    x[1, 7] = np.nan
+    x[2, 9] = np.inf
+    x[3, 0] = -np.inf
+    x = x.astype(DTYPES[dtype])
+    w = np.full(256, 0.5, np.float32).astype(DTYPES[dtype])
+    y, _ = run_rms_norm(x, w, epsilon=EPSILON, num_devices=devices, dtype=dtype)
+    y = y.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        expected = reference(x, w, EPSILON)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(expected))
+    assert np.isnan(y[1]).all() and np.isnan(y[2, 9]) and np.isnan(y[3, 0])
+    np.testing.assert_array_equal(np.delete(y[2], 9), 0.0)
+    np.testing.assert_array_equal(y[3, 1:], 0.0)
+    _check(y[:1], expected[:1], dtype, "the finite row")
 
 
 @pytest.mark.requires_neuron

@@ -1,12 +1,14 @@
-"""A NumPy functional emulator of the `neuronxcc.nki` subset that programs/nki/kernels.py uses.
+"""A NumPy functional emulator of NKI, in both spellings: `neuronxcc.nki` (the kernels' generation, NeuronCore-v2)
+and the standalone `nki` namespace (dst-style `nki.isa`).
 
-It is a stand-in for CI machines without the Neuron compiler: it runs the unmodified kernels, enforces the NKI limits
-listed in programs/nki/LIMITS.md (partition size, SBUF/PSUM capacity, PSUM and gemm free sizes, masks, dtypes) and
-raises `NkiConstraintError` when a kernel breaks one. Results from it are labelled "nki-emulated"; they say nothing
-about Trainium's own numerics or performance.
+It is a stand-in for CI machines without the Neuron compiler: it runs unmodified kernels, enforces the NKI limits
+listed in programs/nki/LIMITS.md (each with its documentation source) and raises `NkiConstraintError` when a kernel
+breaks one; live data over on-chip capacity is a spill (`NkiSpillWarning`), as in the compiler. Results from it are
+labelled "nki-emulated"; they say nothing about Trainium's own numerics or performance.
 
-`neuronxcc_modules()` temporarily registers the emulator under the `neuronxcc` module names, so that the kernel file's
-real imports (`import neuronxcc.nki.language as nl`) bind to it; nothing stays in sys.modules afterwards.
+`nki_modules()` temporarily registers the emulator under both spellings' module names, so that a kernel file's real
+imports (`import neuronxcc.nki.language as nl`, `import nki.isa as nisa`) bind to it; nothing stays in sys.modules
+afterwards, and it refuses to shadow a real toolchain that is already imported.
 """
 
 from __future__ import annotations
@@ -15,30 +17,84 @@ import sys
 import types
 from contextlib import contextmanager
 
-from programs.nki.emulator import isa, language, limits, nki
-from programs.nki.emulator.tensors import NkiConstraintError
+from programs.nki.emulator import isa, isa_dst, language, limits, nki, nki_typing
+from programs.nki.emulator.tensors import NkiConstraintError, NkiSpillWarning
 
-__all__ = ["NkiConstraintError", "isa", "language", "limits", "neuronxcc_modules", "nki"]
+__all__ = [
+    "NkiConstraintError",
+    "NkiSpillWarning",
+    "isa",
+    "isa_dst",
+    "language",
+    "limits",
+    "nki",
+    "nki_modules",
+    "spelling_modules",
+]
 
-MODULE_NAMES = ("neuronxcc", "neuronxcc.nki", "neuronxcc.nki.language", "neuronxcc.nki.isa")
+LEGACY_NAMES = ("neuronxcc", "neuronxcc.nki", "neuronxcc.nki.language", "neuronxcc.nki.isa", "neuronxcc.nki.typing")
+STANDALONE_NAMES = ("nki", "nki.language", "nki.isa", "nki.typing")
+MODULE_NAMES = LEGACY_NAMES + STANDALONE_NAMES
+
+
+def _module(name, doc, attrs, missing):
+    m = types.ModuleType(name, doc)
+    m.__dict__.update(attrs)
+
+    def __getattr__(attr):
+        raise AttributeError(f"{name}.{attr} is not emulated ({missing})")
+
+    m.__getattr__ = __getattr__
+    return m
+
+
+def spelling_modules() -> dict:
+    """The module objects of both spellings, by module name."""
+    legacy = _module(
+        "neuronxcc.nki",
+        "emulated neuronxcc.nki (programs.nki.emulator)",
+        dict(
+            jit=nki.jit,
+            baremetal=nki.baremetal,
+            simulate_kernel=nki.simulate_kernel,
+            language=language,
+            isa=isa,
+            typing=nki_typing,
+        ),
+        "neuronxcc.nki entry points emulated: jit, baremetal, simulate_kernel",
+    )
+    standalone = _module(
+        "nki",
+        "emulated standalone nki (programs.nki.emulator)",
+        dict(jit=nki.jit, simulate=nki.simulate, language=language, isa=isa_dst, typing=nki_typing),
+        "standalone nki entry points emulated: jit, simulate",
+    )
+    package = types.ModuleType("neuronxcc", "emulated neuronxcc (programs.nki.emulator)")
+    package.__path__ = []
+    package.nki = legacy
+    legacy.__path__ = []
+    standalone.__path__ = []
+    return {
+        "neuronxcc": package,
+        "neuronxcc.nki": legacy,
+        "neuronxcc.nki.language": language,
+        "neuronxcc.nki.isa": isa,
+        "neuronxcc.nki.typing": nki_typing,
+        "nki": standalone,
+        "nki.language": language,
+        "nki.isa": isa_dst,
+        "nki.typing": nki_typing,
+    }
 
 
 @contextmanager
-def neuronxcc_modules():
-    """Expose the emulator as `neuronxcc`, `neuronxcc.nki`, `.language`, `.isa` inside the block only."""
+def nki_modules():
+    """Expose the emulator as `neuronxcc.nki[.language|.isa|.typing]` and `nki[.language|.isa|.typing]` inside the
+    block only."""
     present = [n for n in MODULE_NAMES if n in sys.modules]
     if present:
         raise RuntimeError(f"{present} already imported: the emulator must not shadow the real NKI toolchain")
-    package = types.ModuleType("neuronxcc", "emulated neuronxcc (programs.nki.emulator)")
-    package.__path__ = []
-    package.nki = nki
-    modules = {
-        "neuronxcc": package,
-        "neuronxcc.nki": nki,
-        "neuronxcc.nki.language": language,
-        "neuronxcc.nki.isa": isa,
-    }
-    sys.modules.update(modules)
+    sys.modules.update(spelling_modules())
     try:
         yield
     finally:

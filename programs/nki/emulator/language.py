@@ -1,11 +1,16 @@
-"""Emulated `neuronxcc.nki.language`: exactly the subset programs/nki/kernels.py uses.
+"""Emulated `nki.language` (both the `neuronxcc.nki.language` and the standalone `nki.language` spellings): the
+subset AWS's public tutorial kernels and programs/nki/kernels.py use.
 
 Arithmetic follows the engines' documented behaviour: inputs are cast to float32, the math runs in float32 and the
-result is cast (round to nearest even) to the output dtype. Any other name raises AttributeError, so a kernel that
-starts using an API the emulator does not model fails at once instead of running on a guess.
+result is cast (round to nearest even) to the output dtype. Operands broadcast partition-first: a (P,) or (P, 1) tile
+against a (P, F) tile supplies one value per partition; a (1, F) tile is broadcast across partitions (nl.add docs).
+Any name not defined here raises AttributeError, so a kernel that starts using an API the emulator does not model fails
+at once instead of running on a guess.
 """
 
 from __future__ import annotations
+
+import builtins
 
 import numpy as np
 
@@ -17,6 +22,8 @@ from programs.nki.emulator.tensors import (
     OnChip,
     ParDim,
     check_dtype,
+    current_launch,
+    current_memory,
     fail,
     mask_for,
     poison,
@@ -50,6 +57,7 @@ class tile_size:  # noqa: N801 - the NKI name
     psum_fmax = limits.PSUM_FMAX
     gemm_stationary_fmax = limits.GEMM_STATIONARY_FMAX
     gemm_moving_fmax = limits.GEMM_MOVING_FMAX
+    bn_stats_fmax = limits.BN_STATS_FMAX
 
 
 def par_dim(n: int) -> ParDim:
@@ -60,12 +68,74 @@ def arange(start, stop=None, step=1) -> IndexArray:
     return IndexArray(np.arange(start, stop, step) if stop is not None else np.arange(start))
 
 
+class _Grid(tuple):
+    """The index expressions nl.mgrid returns; `grid.p` / `grid.x` name the first two (nl.mgrid docs)."""
+
+    @property
+    def p(self):
+        return self[0]
+
+    @property
+    def x(self):
+        return self[1]
+
+
+class _MGrid:
+    """nl.mgrid[0:P, 0:F, ...]: one index expression per grid axis, each varying along its own axis only (an open grid;
+    broadcast together they give NumPy's dense mgrid, which is what the docs describe)."""
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if not all(isinstance(k, slice) for k in key):
+            raise TypeError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]")
+        return _Grid(IndexArray(a) for a in np.ogrid[key])
+
+
+mgrid = _MGrid()
+
+
 def affine_range(start, stop=None, step=1):
     return range(start, stop, step) if stop is not None else range(start)
 
 
 def sequential_range(start, stop=None, step=1):
     return range(start, stop, step) if stop is not None else range(start)
+
+
+def static_range(start, stop=None, step=1):
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# SPMD
+
+
+def program_id(axis=0) -> int:
+    """Index of the current program along `axis` of the launch grid (nl.program_id)."""
+    launch = current_launch()
+    if axis >= len(launch.grid):
+        if not launch.grid and axis == 0:
+            return 0
+        fail(
+            "program_id axis outside the launch grid",
+            f"axis {axis} of a {len(launch.grid)}-d grid {launch.grid}",
+            "launch the kernel with kernel[grid](...) covering that axis",
+            limits.PROGRAM_ID,
+        )
+    return launch.program_id[axis]
+
+
+def num_programs(axes=None) -> int:
+    """Programs along `axes` of the launch grid, or in the whole grid (nl.num_programs)."""
+    grid = current_launch().grid or (1,)
+    if axes is None:
+        return int(np.prod(grid))
+    axes = [axes] if isinstance(axes, int) else list(axes)
+    return int(np.prod([grid[a] for a in axes]))
+
+
+def program_ndim() -> int:
+    return len(current_launch().grid)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -89,10 +159,32 @@ def _allocate(shape, dtype, buffer, name, init):
     else:
         data, defined = poison(dims, dtype), np.zeros(dims, dtype=bool)
     if buffer in _HBM_BUFFERS:
-        return HbmTensor(data, defined, name=name or "hbm_tensor")
+        return _hbm_tensor(data, defined, name, shared=buffer != private_hbm)
     if buffer not in (sbuf, psum):
         raise ValueError(f"unknown buffer {buffer!r}")
-    return OnChip.allocate(data, defined, pdim, buffer, name or f"{buffer}{list(dims)}")
+    return OnChip.allocate(data, defined, pdim, buffer, name or f"{buffer}{list(dims)}", min_ndim=2)
+
+
+def _hbm_tensor(data, defined, name, shared):
+    """A new HBM tensor; in an SPMD launch the k-th shared one of every program is the same tensor."""
+    if not shared:
+        return HbmTensor(data, defined, name=name or "hbm_tensor")
+    launch = current_launch()
+    k = launch.hbm_cursor
+    launch.hbm_cursor += 1
+    if k < len(launch.shared_hbm):
+        t = launch.shared_hbm[k]
+        if t.shape != data.shape or t.dtype != data.dtype:
+            fail(
+                "SPMD programs disagree on a shared HBM tensor",
+                f"program {launch.program_id} declares {data.shape} {data.dtype}, another {t.shape} {t.dtype}",
+                "declare shared_hbm outputs identically in every program",
+                limits.PROGRAM_ID,
+            )
+        return t
+    t = HbmTensor(data, defined, name=name or "hbm_tensor")
+    launch.shared_hbm.append(t)
+    return t
 
 
 def ndarray(shape, dtype, *, buffer=None, name=""):
@@ -107,7 +199,7 @@ def zeros(shape, dtype, *, buffer=None, name=""):
 # data movement
 
 
-def _hbm_access(t, api):
+def hbm_access(t, api):
     if isinstance(t, HbmTensor):
         return t[...]
     if isinstance(t, HbmAccess):
@@ -121,15 +213,18 @@ def _hbm_access(t, api):
 
 
 def load(src, *, mask=None, dtype=None):
-    access = _hbm_access(src, "nl.load")
-    values, defined, _ = access.load(mask, "nl.load")
+    access = hbm_access(src, "nl.load")
+    values, defined, _, layout = access.load(mask, "nl.load")
+    current_memory().count("dma")
     if dtype is not None:
         values = values.astype(check_dtype(dtype, "nl.load dtype"))
-    return OnChip.allocate(values, defined, 0, sbuf, f"load({access.tensor.name})")
+    t = OnChip.allocate(values, defined, 0, sbuf, f"load({access.tensor.name})", min_ndim=2)
+    t.layout = layout
+    return t
 
 
 def store(dst, value, *, mask=None):
-    access = _hbm_access(dst, "nl.store")
+    access = hbm_access(dst, "nl.store")
     _require_tile(value, "nl.store value")
     if value.dtype != access.tensor.dtype:
         fail(
@@ -138,6 +233,7 @@ def store(dst, value, *, mask=None):
             "produce the tile with dtype= equal to the output tensor's dtype",
             limits.NL_STORE,
         )
+    current_memory().count("dma")
     access.store(value.data, value.defined, mask, "nl.store")
 
 
@@ -162,115 +258,232 @@ def _require_tile(t, what):
         )
 
 
-def _out_dtype(dtype, tiles, api):
+_FLOAT_RANK = {float8_e4m3: 0, float8_e5m2: 0, float16: 1, bfloat16: 1, float32: 2}
+
+
+def promote(dtypes) -> np.dtype:
+    """NKI type promotion of an instruction's inputs: the higher-precision type; float16 with bfloat16 gives float32;
+    a float with an integer gives the float (API common fields, 'NKI Type Promotion')."""
+    kinds = list(dict.fromkeys(np.dtype(d) for d in dtypes))
+    if len(kinds) == 1:
+        return kinds[0]
+    floats = [d for d in kinds if d in _FLOAT_RANK]
+    if not floats:
+        return builtins.max(kinds, key=lambda d: d.itemsize)
+    top = builtins.max(_FLOAT_RANK[d] for d in floats)
+    best = [d for d in floats if _FLOAT_RANK[d] == top]
+    return best[0] if len(best) == 1 else float32
+
+
+def out_dtype(dtype, tiles, api):
     if dtype is not None:
         return check_dtype(dtype, f"{api} dtype")
-    kinds = {t.dtype for t in tiles}
-    if len(kinds) > 1:
-        fail(
-            "mixed input dtypes without an explicit output dtype",
-            f"{api} got {sorted(str(k) for k in kinds)}",
-            "pass dtype= (the emulator does not guess a promotion rule; see LIMITS.md)",
-            limits.API_COMMON + "#supported-data-types",
-        )
-    return next(iter(kinds))
+    return promote(t.dtype for t in tiles)
 
 
-def finish(result32: np.ndarray, tiles, shape, mask, dtype, api: str, min_ndim: int = 2, defined=None) -> OnChip:
+def aligned(t, ndim: int) -> np.ndarray:
+    """A tile's data (or an array) with trailing size-1 axes up to `ndim`: partition-first broadcasting, so that a
+    (P,) statistic meets a (P, F) tile one value per partition (NumPy's trailing-axis rule would spread it along F)."""
+    a = t.data if isinstance(t, OnChip) else t
+    return a.reshape(a.shape + (1,) * (ndim - a.ndim))
+
+
+def _aligned_mask(a, ndim):
+    return None if a is None else a.reshape(a.shape + (1,) * (ndim - a.ndim))
+
+
+def _check_oob(tiles, shape, m, api):
+    for t in tiles:
+        if t.oob is None:
+            continue
+        oob = np.broadcast_to(_aligned_mask(t.oob, len(shape)), shape)
+        bad = oob if m is None else (oob & m)
+        if bad.any():
+            fail(
+                "out-of-bounds on-chip access",
+                f"{api} reads {int(bad.sum())} elements of {t.name} outside the tensor",
+                "mask the instruction with the predicate that keeps the index inside the tile",
+                limits.API_COMMON + "#nki-api-masking",
+            )
+
+
+def finish(result32: np.ndarray, tiles, shape, mask, dtype, api: str, defined=None, m=None, place=True) -> OnChip:
     """Cast an fp32 result to `dtype`, apply the mask and the inputs' definedness, allocate the SBUF result."""
     shape = tuple(shape)
+    if m is None:
+        m = mask_for(mask, shape, api, [t.layout for t in tiles])
+    _check_oob(tiles, shape, m, api)
     for t in tiles:
         if t.defined is not None:
-            d = np.broadcast_to(t.defined, shape)
+            d = np.broadcast_to(_aligned_mask(t.defined, len(shape)), shape)
             defined = d.copy() if defined is None else (defined & d)
-    m = mask_for(mask, shape, api)
     if m is not None and not m.all():
         defined = m.copy() if defined is None else (defined & m)
     out = np.broadcast_to(result32, shape).astype(dtype)
     if defined is not None:
         out[~defined] = poison((), dtype)
-    return OnChip.allocate(out, defined, 0, sbuf, api, min_ndim=min_ndim)
+    current_memory().count("compute")
+    if not place:  # a dst-style instruction: the value goes straight into its destination
+        return OnChip(out, defined, 0, sbuf, api)
+    return OnChip.allocate(out, defined, 0, sbuf, api)
 
 
-def elementwise(api: str, fn, operands, dtype, mask) -> OnChip:
+def elementwise(api: str, fn, operands, dtype, mask, place=True) -> OnChip:
     tiles = [o for o in operands if isinstance(o, OnChip)]
     if not tiles:
         raise TypeError(f"{api}: at least one operand must be a tile")
-    for i, t in enumerate(tiles):
-        _require_tile(t, f"{api} operand {i}")
-    shape = np.broadcast_shapes(*(t.shape for t in tiles))
-    if any(t.shape[0] != shape[0] for t in tiles):
+    for i, o in enumerate(operands):
+        if isinstance(o, OnChip):
+            _require_tile(o, f"{api} operand {i}")
+        elif not isinstance(o, (int, float, np.integer, np.floating)):
+            _require_tile(o, f"{api} operand {i}")
+    ndim = builtins.max(t.ndim for t in tiles)
+    try:
+        shape = np.broadcast_shapes(*(aligned(t, ndim).shape for t in tiles))
+    except ValueError:
         fail(
-            "partition-axis broadcast is not implicit",
-            f"{api} operands have partition sizes {[t.shape[0] for t in tiles]}",
-            "broadcast across partitions explicitly with tile.broadcast_to((P, F))",
-            limits.RMSNORM_TUTORIAL,
+            "operand shapes do not broadcast",
+            f"{api} got {[t.shape for t in tiles]}",
+            "match the shapes, or give one operand size 1 on the axis to broadcast (partition axis first)",
+            limits.NL_ADD,
         )
-    out_dtype = _out_dtype(dtype, tiles, api)
-    args = [o.data.astype(np.float32) if isinstance(o, OnChip) else np.float32(o) for o in operands]
+    rtype = out_dtype(dtype, tiles, api)
+    args = [aligned(o, ndim).astype(np.float32) if isinstance(o, OnChip) else np.float32(o) for o in operands]
     with np.errstate(all="ignore"):
-        res = fn(*args).astype(np.float32)
-    return finish(res, tiles, shape, mask, out_dtype, api)
+        res = np.asarray(fn(*args), dtype=np.float32)
+    return finish(res, tiles, shape, mask, rtype, api, place=place)
 
 
-def square(x, *, dtype=None, mask=None):
-    return elementwise("nl.square", np.square, [x], dtype, mask)
+def _unary(name, fn):
+    def api(x, *, dtype=None, mask=None, **_):
+        return elementwise(f"nl.{name}", fn, [x], dtype, mask)
+
+    api.__name__ = name
+    api.__doc__ = f"nl.{name}: element-wise, computed in float32."
+    return api
 
 
-def rsqrt(x, *, dtype=None, mask=None):
-    return elementwise("nl.rsqrt", lambda a: np.float32(1.0) / np.sqrt(a), [x], dtype, mask)
+def _binary(name, fn):
+    def api(x, y, *, dtype=None, mask=None, **_):
+        return elementwise(f"nl.{name}", fn, [x, y], dtype, mask)
+
+    api.__name__ = name
+    api.__doc__ = f"nl.{name}: element-wise, operands broadcast partition-first, computed in float32."
+    return api
 
 
-def add(x, y, *, dtype=None, mask=None):
-    return elementwise("nl.add", np.add, [x, y], dtype, mask)
+exp = _unary("exp", np.exp)
+log = _unary("log", np.log)
+sqrt = _unary("sqrt", np.sqrt)
+rsqrt = _unary("rsqrt", lambda a: np.float32(1.0) / np.sqrt(a))
+square = _unary("square", np.square)
+abs = _unary("abs", np.abs)  # noqa: A001 - the NKI name
+negative = _unary("negative", np.negative)
+reciprocal = _unary("reciprocal", lambda a: np.float32(1.0) / a)
+tanh = _unary("tanh", np.tanh)
+add = _binary("add", np.add)
+subtract = _binary("subtract", np.subtract)
+multiply = _binary("multiply", np.multiply)
+divide = _binary("divide", np.divide)
+maximum = _binary("maximum", np.maximum)
+minimum = _binary("minimum", np.minimum)
+power = _binary("power", np.power)
 
 
-def multiply(x, y, *, dtype=None, mask=None):
-    return elementwise("nl.multiply", np.multiply, [x, y], dtype, mask)
+def copy(src, *, dtype=None, mask=None, **_):
+    """nl.copy: an element-wise copy of a tile (to `dtype` if given)."""
+    _require_tile(src, "nl.copy")
+    return elementwise("nl.copy", lambda a: a, [src], dtype, mask)
 
 
-def broadcast_to(src, shape):
-    """Partition-axis broadcast of a one-partition tile. Lowered to a TensorE matmul with a ones vector whose output
-    lands in one PSUM bank (architecture guide, 'Alternative Use Case'), so the free size obeys gemm_moving_fmax and
-    psum_fmax."""
+# ----------------------------------------------------------------------------------------------------------------------
+# reductions along the free axes
+
+
+_IDENTITY = {np.add: 0.0, np.maximum: -np.inf, np.minimum: np.inf, np.multiply: 1.0}
+
+
+def reduce(
+    api, ufunc, x, axis, *, dtype=None, mask=None, keepdims=False, negate=False, mean=False, place=True
+) -> OnChip:
+    """Reduce a tile along free axes ending at the last one (never the partition axis 0), in float32."""
+    _require_tile(x, api)
+    axes = sorted([axis] if isinstance(axis, int) else list(axis))
+    nd = x.ndim
+    if not axes or 0 in axes or axes != list(range(nd - len(axes), nd)):
+        fail(
+            "reduction axes must be free axes ending at the last one ([1], [1, 2], ...); never the partition axis 0",
+            f"{api} over axis {axis} of a {nd}-d tile",
+            "map the reduced axis to the free dimension (rows on partitions, reduce along axis=[1])",
+            limits.NL_SUM,
+        )
+    rtype = out_dtype(dtype, [x], api)
+    m = mask_for(mask, x.shape, api, [x.layout])
+    _check_oob([x], x.shape, m, api)
+    considered = np.ones(x.shape, dtype=bool) if m is None else m
+    x32 = x.data.astype(np.float32)
+    if m is not None:
+        x32 = np.where(m, x32, np.float32(_IDENTITY[ufunc]))
+    ax = tuple(axes)
+    with np.errstate(all="ignore"):
+        res = ufunc.reduce(x32, axis=ax, keepdims=True, dtype=np.float32)
+        if mean:
+            res = res / np.maximum(considered.sum(axis=ax, keepdims=True), 1).astype(np.float32)
+    if negate:
+        res = -res
+    # an output element is defined when its slice had at least one predicated-in element, all of them defined
+    defined = None
+    if m is not None or x.defined is not None:
+        defined = considered.any(axis=ax, keepdims=True)
+        if x.defined is not None:
+            defined = defined & (~considered | x.defined).all(axis=ax, keepdims=True)
+        if defined.all():
+            defined = None
+    out_shape = res.shape if keepdims else tuple(s for i, s in enumerate(res.shape) if i not in ax)
+    res = res.reshape(out_shape)
+    if defined is not None:
+        defined = defined.reshape(out_shape)
+    return finish(res, [], out_shape, None, rtype, api, defined=defined, place=place)
+
+
+def sum(x, axis, *, dtype=None, mask=None, keepdims=False, **_):  # noqa: A001 - the NKI name
+    return reduce("nl.sum", np.add, x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
+
+
+def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **_):
+    return reduce("nl.mean", np.add, x, axis, dtype=dtype, mask=mask, keepdims=keepdims, mean=True)
+
+
+def max(x, axis, *, dtype=None, mask=None, keepdims=False, **_):  # noqa: A001 - the NKI name
+    return reduce("nl.max", np.maximum, x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
+
+
+def min(x, axis, *, dtype=None, mask=None, keepdims=False, **_):  # noqa: A001 - the NKI name
+    return reduce("nl.min", np.minimum, x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# broadcast
+
+
+def broadcast_to(src, shape=None, *, dtype=None):
+    """A tile broadcast to `shape` by NumPy's rules on equal ranks: a (1, F) tile across partitions, a (P, 1) tile
+    along the free axis. The result is a new SBUF tile; the documentation sets no size limit beyond the tile's."""
     _require_tile(src, "broadcast_to source")
     shape = tuple(int(s) for s in shape)
-    if len(shape) != len(src.shape) or shape[1:] != src.shape[1:]:
+    if len(shape) != src.ndim or any(a != b and a != 1 for a, b in zip(src.shape, shape, strict=True)):
         fail(
-            "broadcast_to only broadcasts the partition axis here",
+            "broadcast_to needs the same rank and size-1 axes where the shape grows",
             f"{src.shape} -> {shape}",
-            "keep the free shape; broadcast scalars along the free axis with nisa.tensor_scalar",
-            limits.ARCH_GUIDE,
+            "load the vector as a (1, F) tile (or a (P, 1) column) and broadcast that",
+            limits.BROADCAST_TO,
         )
-    if src.shape[0] == shape[0]:
-        return finish(src.data.astype(np.float32), [src], shape, None, src.dtype, "broadcast_to")
-    if src.shape[0] != 1:
-        fail(
-            "partition broadcast needs a one-partition source",
-            f"{src.shape} -> {shape}",
-            "load the vector as a (1, F) tile",
-            limits.ARCH_GUIDE,
-        )
-    free = int(np.prod(shape[1:]))
-    limit = min(limits.GEMM_MOVING_FMAX, limits.PSUM_FMAX)
-    if free > limit:
-        fail(
-            "partition broadcast free size exceeds gemm_moving_fmax / psum_fmax",
-            f"broadcast of {free} elements per partition; one TensorE matmul into one PSUM bank moves at most {limit}",
-            "broadcast in chunks of at most 512 columns",
-            limits.ARCH_GUIDE + "#tensor-engine",
-        )
-    # the matmul's fp32 result occupies a PSUM bank until it is copied back to SBUF
-    staging = OnChip.allocate(
-        np.broadcast_to(src.data.astype(np.float32), shape).copy(), None, 0, psum, "broadcast_psum"
-    )
-    out = finish(staging.data, [src], shape, None, src.dtype, "broadcast_to")
-    del staging
-    return out
+    rtype = src.dtype if dtype is None else check_dtype(dtype, "broadcast_to dtype")
+    return finish(src.data.astype(np.float32), [src], shape, None, rtype, "broadcast_to")
 
 
 def __getattr__(name):
     raise AttributeError(
-        f"nki.language.{name} is not emulated: the emulator covers only the subset programs/nki/kernels.py uses "
-        "(extend programs/nki/emulator with its documented semantics and limits first)"
+        f"nki.language.{name} is not emulated: the emulator covers the API of AWS's tutorial kernels and "
+        "programs/nki/kernels.py (extend programs/nki/emulator with its documented semantics and limits first)"
     )

@@ -23,6 +23,18 @@ TENSOR_SCALAR = (
 NL_LOAD = "https://awsdocs-neuron.readthedocs-hosted.com/general/nki/api/generated/nki.language.load.html"
 NL_STORE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.store.html"
 RMSNORM_TUTORIAL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/tutorials/rmsnorm.html"
+_API = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/"
+NL_ADD = _API + "nki.language.add.html"
+BROADCAST_TO = _API + "nki.language.broadcast_to.html"
+PROGRAM_ID = _API + "nki.language.num_programs.html"
+TENSOR_TENSOR = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/generated/nki.isa.tensor_tensor.html"
+)
+NC_MATMUL = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.nc_matmul.html"
+BN_STATS = _API + "nki.isa.bn_stats.html"
+BN_AGGR = _API + "nki.isa.bn_aggr.html"
+NKI_TENSOR = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/deep-dives/nki-aps.html"
+NKI_RELEASE_NOTES = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/nki_rn.html"
 
 NUM_PARTITIONS = 128
 PMAX = 128  # [TC#1] nki.language.tile_size.pmax
@@ -30,6 +42,7 @@ PSUM_FMAX = 512  # [TC#2] free size of a PSUM tile, in fp32 elements (one 2 KiB 
 PSUM_BANK_BYTES = PSUM_FMAX * 4
 GEMM_STATIONARY_FMAX = 128  # [TC#3]
 GEMM_MOVING_FMAX = 512  # [TC#3]
+BN_STATS_FMAX = 512  # nki.language.tile_size.bn_stats_fmax (the page names it; 512 on NeuronCore-v2)
 SBUF_BYTES_PER_PARTITION = 192 * 1024  # 24 MiB SBUF / 128 partitions (NeuronCore-v2)
 PSUM_BYTES_PER_PARTITION = 16 * 1024  # 2 MiB PSUM / 128 partitions (NeuronCore-v2)
 

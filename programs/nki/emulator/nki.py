@@ -1,33 +1,45 @@
-"""Emulated `neuronxcc.nki`: `jit` and `simulate_kernel`, which run a kernel's Python on emulated HBM/SBUF/PSUM.
+"""Emulated kernel launch: `jit`, `baremetal`, `simulate_kernel` (the `neuronxcc.nki` entry points), `simulate` (the
+standalone `nki` one) and SPMD grids (`kernel[grid](...)`), which run a kernel's Python on emulated HBM/SBUF/PSUM.
 
-A launch takes NumPy arrays (as nki.simulate_kernel does), gives the kernel a fresh on-chip memory, and returns the
-kernel's HBM outputs as NumPy arrays. An output element the kernel never stored is an error.
+A launch takes NumPy arrays (as nki.simulate_kernel and nki.baremetal do), runs every program of the grid in order
+with a fresh on-chip memory, shares the kernel's `shared_hbm` outputs between the programs, and returns the HBM
+outputs as NumPy arrays. An output element no program stored is an error. `last_launch` records the on-chip peaks,
+spills and instruction counts of the latest launch.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 
 from programs.nki.emulator import isa as isa  # noqa: F401 - exposed as nki.isa
 from programs.nki.emulator import language as language  # noqa: F401 - exposed as nki.language
 from programs.nki.emulator import limits, tensors
+from programs.nki.emulator.nki_typing import TensorType
 from programs.nki.emulator.tensors import HbmTensor, check_dtype, fail
 
 last_launch: dict = {}
 
 
 class Kernel:
-    """What @nki.jit returns. Calling it runs the kernel (in the real toolchain a call with NumPy arrays runs it on
-    the device; here there is only the emulator)."""
+    """What @nki.jit / @nki.baremetal return. Calling it runs the kernel (in the real toolchain a call with NumPy
+    arrays runs it on the device; here there is only the emulator); `kernel[g0, g1](...)` runs an SPMD grid."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, grid=()):
         self.fn = fn
+        self.grid = grid
         functools.update_wrapper(self, fn)
 
+    def __getitem__(self, grid):
+        grid = tuple(grid) if isinstance(grid, tuple) else (grid,)
+        if not all(isinstance(g, (int, np.integer)) and g >= 1 for g in grid):
+            raise TypeError(f"an SPMD launch grid is a tuple of positive ints, got {grid!r}")
+        return Kernel(self.fn, tuple(int(g) for g in grid))
+
     def __call__(self, *args, **kwargs):
-        return _launch(self.fn, args, kwargs)
+        return _launch(self.fn, args, kwargs, self.grid)
 
 
 def jit(fn=None, **options):
@@ -36,9 +48,18 @@ def jit(fn=None, **options):
     return Kernel(fn)
 
 
+baremetal = jit
+
+
 def simulate_kernel(kernel, *args, **kwargs):
-    fn = kernel.fn if isinstance(kernel, Kernel) else kernel
-    return _launch(fn, args, kwargs)
+    if isinstance(kernel, Kernel):
+        return _launch(kernel.fn, args, kwargs, kernel.grid)
+    return _launch(kernel, args, kwargs, ())
+
+
+def simulate(kernel):
+    """The standalone nki API: a CPU-simulated callable of the kernel (supports kernel[grid] as well)."""
+    return kernel if isinstance(kernel, Kernel) else Kernel(kernel)
 
 
 def _to_hbm(i, a):
@@ -70,19 +91,47 @@ def _from_hbm(t):
     )
 
 
-def _launch(fn, args, kwargs):
-    memory = tensors.Memory()
-    tensors._CURRENT.append(memory)
+def _check_annotations(fn, args, kwargs):
+    """Arguments annotated with nki.typing.tensor[shape, dtype] must have that shape and dtype."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return
+    for name, value in bound.arguments.items():
+        ann = fn.__annotations__.get(name)
+        if isinstance(ann, str):
+            try:
+                ann = eval(ann, fn.__globals__)  # noqa: S307 - the kernel's own annotation expression
+            except Exception:
+                continue
+        if isinstance(ann, TensorType):
+            ann.check(name, value)
+
+
+def _launch(fn, args, kwargs, grid):
+    launch = tensors.Launch(grid=grid)
+    tensors._CURRENT.append(launch)
     try:
         hbm_args = [_to_hbm(i, a) for i, a in enumerate(args)]
         hbm_kwargs = {k: _to_hbm(k, v) for k, v in kwargs.items()}
-        result = _from_hbm(fn(*hbm_args, **hbm_kwargs))
+        _check_annotations(fn, hbm_args, hbm_kwargs)
+        result = None
+        for pid in np.ndindex(*grid) if grid else [()]:
+            launch.start_program(pid)
+            result = fn(*hbm_args, **hbm_kwargs)
+        launch.fold_memory()
+        result = _from_hbm(result)
     finally:
         tensors._CURRENT.pop()
     last_launch.clear()
     last_launch.update(
         kernel=fn.__name__,
-        sbuf_peak_bytes_per_partition=memory.peak["sbuf"],
-        psum_peak_bytes_per_partition=memory.peak["psum"],
+        grid=grid,
+        sbuf_peak_bytes_per_partition=launch.peak["sbuf"],
+        psum_peak_bytes_per_partition=launch.peak["psum"],
+        sbuf_spill_bytes_per_partition=launch.spill_bytes["sbuf"],
+        psum_spill_bytes_per_partition=launch.spill_bytes["psum"],
+        dma_instructions=launch.counts["dma"],
+        compute_instructions=launch.counts["compute"],
     )
     return result
