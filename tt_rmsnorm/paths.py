@@ -51,6 +51,7 @@ class PathPlan:
     compute_grid: tuple[int, int] = (8, 8)
     ccl: object = field(default=None, repr=False, compare=False)
     x_memory_config: object = None  # x's own memory config: the returned residual stream goes back there
+    written_memory_config: object = None  # where a sharded op writes its output
     move_output: object = None  # where the output is moved after the norm (None: it stays where the op wrote it)
     gathered: object = field(default=None, repr=False, compare=False)  # persistent all_gather_async output
     fused_stats: object = field(default=None, repr=False, compare=False)  # stats buffer of fused_rms_minimal
@@ -304,7 +305,7 @@ class FusedPath(PathPlan):
             weight=w,
             stats=self.fused_stats,
             residual_input_tensor=res,
-            memory_config=h.memory_config,
+            memory_config=self.written_memory_config,
             dtype=self.call.dtype,
             compute_kernel_config=self.norm.compute_kernel_config,
             num_links=self._num_links,
@@ -330,7 +331,7 @@ class FusedPath(PathPlan):
             num_links=self.ccl.links.num_links,
             topology=self.ccl.links.topology,
             compute_kernel_config=norm.compute_kernel_config,
-            memory_config=h.memory_config(),
+            memory_config=self.written_memory_config,
             epsilon=self.call.epsilon,
             weight=w,
             stats=self.fused_stats,

@@ -151,6 +151,30 @@ def _zeros(shape):
     return torch.zeros(shape)
 
 
+def _output_placement(name: str, norm, x: TensorDesc, target):
+    """(where the sharded op writes its output, where it is moved afterwards or None). The sharded post writes into
+    its input's shards; fused_rms_minimal writes any width-sharded L1 config itself (a fused reshard, as tt-metal's
+    decode hands the next matmul its input), so only other targets cost a move. Interleaved paths pass the target to
+    the op."""
+    if name == "local" or norm.path != "sharded":
+        return None, None
+    h_memory_config = norm.input_memory_config or x.memory_config
+    want = target or x.memory_config
+    written = h_memory_config
+    if name == "fused" and _width_sharded_l1(want):
+        written = want
+    return written, None if want == written else want
+
+
+def _width_sharded_l1(mc) -> bool:
+    return (
+        mc.memory_layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED
+        and mc.buffer_type == ttnn.BufferType.L1
+        and mc.shard_spec is not None
+        and mc.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    )
+
+
 def plan_call(
     x: TensorDesc,
     w: TensorDesc | None,
@@ -171,12 +195,7 @@ def plan_call(
     name, reason = paths.choose(x.shape, num_devices, ccl=ccl, has_weight=w is not None, path=path)
     _check_path_fits(name, num_devices, ccl)
     norm = _norm_plan(name, x, num_devices, compute_grid, sharded, program_config, compute_kernel_config)
-    h_memory_config = norm.input_memory_config or x.memory_config
-    target = call.memory_config
-    move = None
-    if name != "local" and norm.path == "sharded":
-        want = target or x.memory_config
-        move = None if want == h_memory_config else want
+    written, move = _output_placement(name, norm, x, call.memory_config)
     plan = _PATH_CLASSES[name](
         name=name,
         reason=reason,
@@ -186,6 +205,7 @@ def plan_call(
         compute_grid=tuple(compute_grid),
         ccl=ccl if ccl is not True else None,
         x_memory_config=x.memory_config,
+        written_memory_config=written,
         move_output=move,
     )
     buffers = _buffers(name, plan, x)

@@ -229,3 +229,26 @@ def test_a_planned_call_allocates_no_semaphore_or_buffer(system, tokens, path):
     before, after, resources = mock_cluster.run_isolated(system, _planned_call_allocates_nothing, system, tokens, path)
     assert before == after >= 1, resources
     assert "persistent buffer" in resources
+
+
+def _fused_into_next_matmul_config(mesh):
+    """Decode with the output asked for in another width-sharded L1 layout (the next matmul's input): the fused op
+    writes it directly, with no move after the norm."""
+    import ttnn
+
+    from tt_rmsnorm import configs
+
+    tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 32)
+    target = configs.sharded_memory_config((1, 1, 32, 1024), (8, 4))
+    assert target != plan.norm.input_memory_config
+    x = ttnn.to_memory_config(x, plan.norm.input_memory_config)  # decode activations live in L1, as models keep them
+    call = dict(epsilon=1e-5, ccl=ccl, memory_config=target)
+    tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+    with _Recorder(ttnn) as rec:
+        y = tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+    return rec.calls, all(t.memory_config() == target for t in ttnn.get_device_tensors(y))
+
+
+def test_fused_writes_the_next_matmuls_memory_config():
+    calls, placed = mock_cluster.run_isolated("t3k", _fused_into_next_matmul_config)
+    assert calls == ["fused_rms_minimal"] and placed
