@@ -55,7 +55,14 @@ class PathPlan:
     move_output: object = None  # where the output is moved after the norm (None: it stays where the op wrote it)
     gathered: object = field(default=None, repr=False, compare=False)  # persistent all_gather_async output
     fused_stats: object = field(default=None, repr=False, compare=False)  # stats buffer of fused_rms_minimal
-    fused_intermediate: object = field(default=None, repr=False, compare=False)  # its (32, 32) gather intermediate
+
+    def __post_init__(self):
+        # the keyword arguments of every ttnn call, bound once: a planned call only looks them up
+        object.__setattr__(self, "kw", self.bind())
+
+    def bind(self) -> dict:
+        """The per-call keyword arguments of each ttnn call of the path, by call."""
+        return {}
 
     @property
     def _num_links(self) -> int:
@@ -129,57 +136,6 @@ class PathPlan:
         if target is not None and self.sharded and target.is_sharded():
             rules._check_output_memory_config(h, target)
 
-    def _pre(self, x, residual):
-        """(x as the post sees it, the local stats, the residual stream after the add)."""
-        norm = self.norm
-        if not self.sharded:
-            if residual is not None:
-                x = ttnn.add(x, residual)
-            stats = ttnn.rms_norm_pre_all_gather(
-                x,
-                dtype=ttnn.bfloat16,
-                compute_kernel_config=norm.compute_kernel_config,
-                program_config=norm.program_config,
-            )
-            return x, stats, x
-        h = x if norm.input_memory_config is None else ttnn.to_memory_config(x, norm.input_memory_config)
-        if residual is not None and norm.input_memory_config is not None:
-            residual = ttnn.to_memory_config(residual, norm.input_memory_config)
-        stats = ttnn.rms_norm_pre_all_gather(
-            h,
-            dtype=ttnn.bfloat16,
-            residual_input_tensor=residual,
-            compute_kernel_config=norm.compute_kernel_config,
-            program_config=norm.program_config,
-        )
-        return h, stats, h  # the sharded pre writes x + residual over h's shards
-
-    def _post(self, h, stats, w):
-        norm, call = self.norm, self.call
-        kw = {"weight": w} if w is not None else {}
-        if call.dtype is not None:
-            kw["dtype"] = call.dtype
-        if not self.sharded and call.memory_config is not None:
-            kw["memory_config"] = call.memory_config
-        out = ttnn.rms_norm_post_all_gather(
-            h,
-            stats,
-            epsilon=call.epsilon,
-            compute_kernel_config=norm.compute_kernel_config,
-            program_config=norm.program_config,
-            **kw,
-        )
-        if self.move_output is not None:
-            out = ttnn.to_memory_config(out, self.move_output)
-        return out
-
-    def _finish(self, x, out, summed, residual):
-        if residual is None:
-            return out
-        if self.sharded and summed is not x:
-            summed = ttnn.to_memory_config(summed, self.x_memory_config)
-        return out, summed
-
 
 class GatherPath(PathPlan):
     """pre -> a stats gather -> post; the subclasses differ in the gather."""
@@ -188,11 +144,40 @@ class GatherPath(PathPlan):
         self._check_pre_post(x, w, residual, self.compute_grid)
         self._check_gather(self.local_stats_desc(x))
 
+    def bind(self) -> dict:
+        norm, call = self.norm, self.call
+        configs = {"compute_kernel_config": norm.compute_kernel_config, "program_config": norm.program_config}
+        post = {"epsilon": call.epsilon, **configs}
+        if call.dtype is not None:
+            post["dtype"] = call.dtype
+        if not self.sharded and call.memory_config is not None:
+            post["memory_config"] = call.memory_config
+        to_l1 = norm.input_memory_config if self.sharded else None
+        return {"pre": {"dtype": ttnn.bfloat16, **configs}, "post": post, "gather": self.gather_kw(), "to_l1": to_l1}
+
     def run(self, x, w, residual):
-        h, stats, summed = self._pre(x, residual)
-        stats = self._gather(stats)
-        out = self._post(h, stats, w)
-        return self._finish(x, out, summed, residual)
+        kw = self.kw
+        to_l1 = kw["to_l1"]
+        if not self.sharded:  # the interleaved post normalizes its input: it must be given x + residual itself
+            h = x if residual is None else ttnn.add(x, residual)
+            stats = ttnn.rms_norm_pre_all_gather(h, **kw["pre"])
+        else:  # the sharded pre adds the residual and writes x + residual over h's shards
+            h = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
+            if residual is not None and to_l1 is not None:
+                residual = ttnn.to_memory_config(residual, to_l1)
+            stats = ttnn.rms_norm_pre_all_gather(h, residual_input_tensor=residual, **kw["pre"])
+        stats = self.gather(stats)
+        if w is None:
+            out = ttnn.rms_norm_post_all_gather(h, stats, **kw["post"])
+        else:
+            out = ttnn.rms_norm_post_all_gather(h, stats, weight=w, **kw["post"])
+        if self.move_output is not None:
+            out = ttnn.to_memory_config(out, self.move_output)
+        if residual is None:
+            return out
+        if to_l1 is not None:
+            h = ttnn.to_memory_config(h, self.x_memory_config)
+        return out, h
 
 
 @dataclass(frozen=True)
@@ -209,10 +194,11 @@ class ClassicPath(GatherPath):
             memory_config=self.norm.stats_memory_config,
         )
 
-    def _gather(self, stats):
-        return ttnn.all_gather(
-            stats, 3, cluster_axis=self.call.cluster_axis, memory_config=self.norm.stats_memory_config
-        )
+    def gather_kw(self) -> dict:
+        return {"cluster_axis": self.call.cluster_axis, "memory_config": self.norm.stats_memory_config}
+
+    def gather(self, stats):
+        return ttnn.all_gather(stats, 3, **self.kw["gather"])
 
 
 @dataclass(frozen=True)
@@ -235,19 +221,21 @@ class AsyncPath(GatherPath):
             compute_grid=self.compute_grid,
         )
 
-    def _gather(self, stats):
+    def gather_kw(self) -> dict:
+        return {
+            "dim": 3,
+            "cluster_axis": self.call.cluster_axis,
+            "mesh_device": self.mesh_device,
+            "topology": self.ccl.links.topology if self.ccl is not None else None,
+            "num_links": self._num_links,
+            "memory_config": self.norm.stats_memory_config,
+            "persistent_output_tensor": self.gathered,
+        }
+
+    def gather(self, stats):
         semaphores, barrier = self.ccl.next_gather()
         return ttnn.experimental.all_gather_async(
-            stats,
-            dim=3,
-            cluster_axis=self.call.cluster_axis,
-            mesh_device=self.mesh_device,
-            topology=self.ccl.links.topology,
-            multi_device_global_semaphore=semaphores,
-            barrier_semaphore=barrier,
-            num_links=self.ccl.links.num_links,
-            memory_config=self.norm.stats_memory_config,
-            persistent_output_tensor=self.gathered,
+            stats, multi_device_global_semaphore=semaphores, barrier_semaphore=barrier, **self.kw["gather"]
         )
 
 
@@ -270,19 +258,20 @@ class LocalPath(PathPlan):
             compute_grid=self.compute_grid,
         )
 
+    def bind(self) -> dict:
+        kw = {
+            "epsilon": self.call.epsilon,
+            "program_config": self.norm.program_config,
+            "compute_kernel_config": self.norm.compute_kernel_config,
+        }
+        if self.call.memory_config is not None:
+            kw["memory_config"] = self.call.memory_config
+        return kw
+
     def run(self, x, w, residual):
         if residual is not None:
             x = ttnn.add(x, residual)
-        kw = {"weight": w} if w is not None else {}
-        if self.call.memory_config is not None:
-            kw["memory_config"] = self.call.memory_config
-        out = ttnn.rms_norm(
-            x,
-            epsilon=self.call.epsilon,
-            program_config=self.norm.program_config,
-            compute_kernel_config=self.norm.compute_kernel_config,
-            **kw,
-        )
+        out = ttnn.rms_norm(x, **self.kw) if w is None else ttnn.rms_norm(x, weight=w, **self.kw)
         return out if residual is None else (out, x)
 
 
@@ -311,37 +300,40 @@ class FusedPath(PathPlan):
             num_links=self._num_links,
         )
 
-    def run(self, x, w, residual):
-        norm = self.norm
-        h = x if norm.input_memory_config is None else ttnn.to_memory_config(x, norm.input_memory_config)
-        if residual is not None and norm.input_memory_config is not None:
-            residual = ttnn.to_memory_config(residual, norm.input_memory_config)
-        kw = {}
+    def bind(self) -> dict:
+        kw = {
+            "num_links": self._num_links,
+            "topology": self.ccl.links.topology if self.ccl is not None else None,
+            "compute_kernel_config": self.norm.compute_kernel_config,
+            "memory_config": self.written_memory_config,
+            "epsilon": self.call.epsilon,
+            "stats": self.fused_stats,
+        }
         if self.call.dtype is not None:
             kw["dtype"] = self.call.dtype
-        if residual is not None:
-            kw["residual_input_tensor"] = residual
+        return kw
+
+    def run(self, x, w, residual):
+        norm = self.norm
+        to_l1 = norm.input_memory_config
+        h = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
+        if residual is not None and to_l1 is not None:
+            residual = ttnn.to_memory_config(residual, to_l1)
         out = ttnn.fused_rms_minimal(
             h,
             norm.program_config,
             self.call.cluster_axis,
             self.mesh_device,
             self.ccl.next_fused(),
-            persistent_output_tensor=self.fused_intermediate,
-            num_links=self.ccl.links.num_links,
-            topology=self.ccl.links.topology,
-            compute_kernel_config=norm.compute_kernel_config,
-            memory_config=self.written_memory_config,
-            epsilon=self.call.epsilon,
             weight=w,
-            stats=self.fused_stats,
-            **kw,
+            residual_input_tensor=residual,
+            **self.kw,
         )
         if self.move_output is not None:
             out = ttnn.to_memory_config(out, self.move_output)
         if residual is None:
             return out
-        if norm.input_memory_config is not None:  # the sum was written over the moved copy: back where x lives
+        if to_l1 is not None:  # the sum was written over the moved copy: back where x lives
             residual = ttnn.to_memory_config(residual, self.x_memory_config)
         return out, residual
 
