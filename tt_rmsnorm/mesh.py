@@ -221,11 +221,6 @@ def _remember(key, specs, plan) -> None:
     bucket.append((specs, plan))
 
 
-def _spec(t):
-    """What the rules read of a tensor: its spec (shape, dtype, layout, memory config, tile) and where it is stored."""
-    return None if t is None else (t.spec, t.storage_type())
-
-
 def distributed_rms_norm(
     x,
     w,
@@ -254,7 +249,12 @@ def distributed_rms_norm(
     says otherwise.
     """
     try:
-        specs = (x.spec, x.storage_type(), _spec(w), _spec(residual))
+        specs = (
+            x.spec,
+            x.storage_type(),
+            None if w is None else (w.spec, w.storage_type()),
+            None if residual is None else (residual.spec, residual.storage_type()),
+        )
         key = (
             mesh_device,
             x.memory_config(),
@@ -264,8 +264,8 @@ def distributed_rms_norm(
             sharded,
             dtype,
             memory_config,
-            planner.config_key(compute_kernel_config),
-            planner.config_key(program_config),
+            None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
+            None if program_config is None else planner.config_key(program_config),
             ccl,
         )
         for seen, plan in _PLANS.get(key, ()):
