@@ -649,48 +649,48 @@ def test_decode_rows_sliced(gpu):
 def test_backward_streams_rows_up_to_16384_columns(gpu):
     """The backward streams rows up to 16384 columns, with the L2 look-ahead on CUDA where the rows allow a bulk
     prefetch, and cuts longer rows over split programs (CPU: the two-kernel path)."""
-    from programs.triton import backward_config as rmsnorm_bwd
+    from programs.triton import backward_config as bwd_cfg
 
-    streaming = rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132, stream=True, l2_ahead=1)
-    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu) == streaming
-    assert rmsnorm_bwd.bwd_config(4096, 12288, gpu) == streaming
-    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu, l2_ok=False).l2_ahead == 0
-    assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).l2_ahead == 0
-    assert rmsnorm_bwd.bwd_config(2048, 65536, gpu).kernel == "split"
-    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132)
-    assert rmsnorm_bwd.bwd_config(2048, 65536, torch.device("cpu")).kernel == "cols"
+    streaming = bwd_cfg.BwdConfig("rows", 32, block_m=1, programs=132, stream=True, l2_ahead=1)
+    assert bwd_cfg.bwd_config(4096, 16384, gpu) == streaming
+    assert bwd_cfg.bwd_config(4096, 12288, gpu) == streaming
+    assert bwd_cfg.bwd_config(4096, 16384, gpu, l2_ok=False).l2_ahead == 0
+    assert bwd_cfg.bwd_config(4096, 16384, torch.device("cpu")).l2_ahead == 0
+    assert bwd_cfg.bwd_config(2048, 65536, gpu).kernel == "split"
+    assert bwd_cfg.bwd_config(8192, 8192, gpu) == bwd_cfg.BwdConfig("rows", 32, block_m=1, programs=132)
+    assert bwd_cfg.bwd_config(2048, 65536, torch.device("cpu")).kernel == "cols"
 
 
 def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
     """H100 (25 GB/s of DRAM a SM) ran the backward rows kernel 2-5% faster at 8 warps on rows of 4096-8192 columns
     with >= 32 tiles a program; H200 (36.5) lost 5% that way, and fewer tiles a program or other widths kept their
     warps on both."""
-    from programs.triton import backward_config as rmsnorm_bwd
+    from programs.triton import backward_config as bwd_cfg
 
     assert fwd_mod.dram_gbps_per_sm(torch.device("cpu")) is None
-    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(bwd_cfg, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
-    monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 25.4)
-    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 8, block_m=1, programs=132)
-    assert rmsnorm_bwd.bwd_config(32768, 4096, gpu) == rmsnorm_bwd.BwdConfig("rows", 8, block_m=2, programs=132)
-    assert rmsnorm_bwd.bwd_config(2048, 8192, gpu).num_warps == 32  # 15.5 tiles a program
-    assert rmsnorm_bwd.bwd_config(4096, 4096, gpu).num_warps == 16
-    assert rmsnorm_bwd.bwd_config(65536, 1024, gpu).num_warps == 16
-    assert rmsnorm_bwd.bwd_config(8192, 16384, gpu).num_warps == 32  # the streaming kernel: 32 warps measured best
+    monkeypatch.setattr(bwd_cfg, "dram_gbps_per_sm", lambda device: 25.4)
+    assert bwd_cfg.bwd_config(8192, 8192, gpu) == bwd_cfg.BwdConfig("rows", 8, block_m=1, programs=132)
+    assert bwd_cfg.bwd_config(32768, 4096, gpu) == bwd_cfg.BwdConfig("rows", 8, block_m=2, programs=132)
+    assert bwd_cfg.bwd_config(2048, 8192, gpu).num_warps == 32  # 15.5 tiles a program
+    assert bwd_cfg.bwd_config(4096, 4096, gpu).num_warps == 16
+    assert bwd_cfg.bwd_config(65536, 1024, gpu).num_warps == 16
+    assert bwd_cfg.bwd_config(8192, 16384, gpu).num_warps == 32  # the streaming kernel: 32 warps measured best
     for unknown in (None, 36.5):
-        monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device, gbps=unknown: gbps)
-        assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).num_warps == 32
+        monkeypatch.setattr(bwd_cfg, "dram_gbps_per_sm", lambda device, gbps=unknown: gbps)
+        assert bwd_cfg.bwd_config(8192, 8192, gpu).num_warps == 32
 
 
 def test_backward_split_holds_words_where_a_row_is_cut_in_a_power_of_two_chunks(monkeypatch):
     """Words measured faster at 4, 8, 16 and 32 chunks of 8192 and 3-4% slower at 3, 5, 6, 7, 9, 12 and 24; 4 stages
     only at 32 (H200 and H100). Never where words do not fit, nor under the interpreter."""
-    from programs.triton import backward_config as rmsnorm_bwd
+    from programs.triton import backward_config as bwd_cfg
 
-    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(bwd_cfg, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
-    cfg = rmsnorm_bwd.bwd_config
-    assert cfg(2048, 65536, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig(
+    cfg = bwd_cfg.bwd_config
+    assert cfg(2048, 65536, gpu, words_ok=True) == bwd_cfg.BwdConfig(
         "split", 16, block_m=1, programs=132, block_n=8192, words=True, stages=3
     )
     assert [
@@ -698,9 +698,7 @@ def test_backward_split_holds_words_where_a_row_is_cut_in_a_power_of_two_chunks(
         for n in (32768, 131072, 262144, 524288)
     ] == [(True, 3), (True, 3), (True, 4), (True, 4)]
     for n in (24576, 40960, 57344, 73728, 98304, 196608):
-        assert cfg(2048, n, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig(
-            "split", 16, block_m=1, programs=132, block_n=8192
-        )
+        assert cfg(2048, n, gpu, words_ok=True) == bwd_cfg.BwdConfig("split", 16, block_m=1, programs=132, block_n=8192)
     assert cfg(2048, 65000, gpu, words_ok=True).words  # 8 chunks, the last partial (268.1 us against 410.8)
     assert not cfg(2048, 65536, gpu).words
     assert cfg(2048, 65536, torch.device("cpu"), words_ok=True).kernel == "cols"
