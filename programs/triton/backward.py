@@ -183,27 +183,20 @@ class _Launch:
     def placeholder(self, t: torch.Tensor | None) -> torch.Tensor:
         return t if t is not None else self.h2
 
+    def head(self) -> tuple:
+        """The inputs every backward kernel reads first: dy, h, the weight and rsigma."""
+        return (self.dy2, self.dy2.stride(0), self.h2, self.h2.stride(0), self.placeholder(self.weight), self.rsig)
+
+    def outputs(self) -> tuple:
+        """dx (with the dresidual added into it) and the dweight and dbias partials."""
+        dr2 = self.dr2
+        dr_stride = dr2.stride(0) if dr2 is not None else 0
+        dw, db = self.placeholder(self.dwp), self.placeholder(self.dbp)
+        return (self.dx2, self.dx2.stride(0), self.placeholder(dr2), dr_stride, dw, db)
+
     def args(self) -> tuple:
         """The rows, decode and split kernels' shared leading arguments."""
-        dr2 = self.dr2
-        return (
-            self.dy2,
-            self.dy2.stride(0),
-            self.h2,
-            self.h2.stride(0),
-            self.placeholder(self.weight),
-            self.rsig,
-            self.dx2,
-            self.dx2.stride(0),
-            self.placeholder(dr2),
-            dr2.stride(0) if dr2 is not None else 0,
-            self.placeholder(self.dwp),
-            self.placeholder(self.dbp),
-            self.m,
-            self.n,
-            1.0 / self.n,
-            self.weight_offset,
-        )
+        return (*self.head(), *self.outputs(), self.m, self.n, 1.0 / self.n, self.weight_offset)
 
     def flags(self) -> dict:
         return dict(HAS_W=self.weight is not None, NEED_DB=self.need_bias_grad, HAS_DRES=self.dr2 is not None)
@@ -241,21 +234,14 @@ def _run_decode(L: _Launch) -> None:
 def _run_cols(L: _Launch) -> None:
     cfg, m, n = L.cfg, L.m, L.n
     c = torch.empty(m, dtype=torch.float32, device=L.h2.device)
-    head = (L.dy2, L.dy2.stride(0), L.h2, L.h2.stride(0), L.placeholder(L.weight), L.rsig)
     chunk = min(4096, triton.next_power_of_2(n))
     _bwd_rowdot_kernel[(m,)](
-        *head, c, m, n, 1.0 / n, L.weight_offset, HAS_W=L.weight is not None, CHUNK=chunk, num_warps=8
+        *L.head(), c, m, n, 1.0 / n, L.weight_offset, HAS_W=L.weight is not None, CHUNK=chunk, num_warps=8
     )
-    dr2 = L.dr2
     _bwd_cols_kernel[(triton.cdiv(n, cfg.block_n), L.groups)](
-        *head,
+        *L.head(),
         c,
-        L.dx2,
-        L.dx2.stride(0),
-        L.placeholder(dr2),
-        dr2.stride(0) if dr2 is not None else 0,
-        L.placeholder(L.dwp),
-        L.placeholder(L.dbp),
+        *L.outputs(),
         m,
         n,
         L.weight_offset,

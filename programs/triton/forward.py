@@ -163,6 +163,11 @@ class _Launch:
             Y_SUB=y_sub,
         )
 
+    def gluon_args(self, p: _Pass) -> tuple:
+        """The Gluon kernels' (cluster, cp.async) shared leading launch arguments."""
+        rsig = p.rsig if p.store_rsig else None
+        return (p.src, p.y, self.weight, self.bias, rsig, self.n, self.inv_hidden, self.eps, self.weight_offset)
+
     def run(self, p: _Pass) -> None:
         runner = _RUNNERS.get(self.cfg.kernel)
         if runner is None:
@@ -271,46 +276,12 @@ def _run_split(L: _Launch, p: _Pass) -> None:
 
 def _run_cluster(L: _Launch, p: _Pass) -> None:
     cfg = L.cfg
-    rsig = p.rsig if p.store_rsig else None
-    rmsnorm_cluster.launch(
-        p.src,
-        p.y,
-        L.weight,
-        L.bias,
-        rsig,
-        L.n,
-        L.inv_hidden,
-        L.eps,
-        L.weight_offset,
-        cfg.chunk,
-        cfg.num_warps,
-        cfg.maxnreg,
-        L.busy,
-        p.out_mode,
-        p.sc,
-        p.scale_in,
-        L.ub,
-        L.fmax,
-        L.pdl,
-    )
+    tail = (cfg.chunk, cfg.num_warps, cfg.maxnreg, L.busy, p.out_mode, p.sc, p.scale_in, L.ub, L.fmax, L.pdl)
+    rmsnorm_cluster.launch(*L.gluon_args(p), *tail)
 
 
 def _run_async(L: _Launch, p: _Pass) -> None:
-    rsig = p.rsig if p.store_rsig else None
-    rmsnorm_async.launch(
-        p.src,
-        p.y,
-        L.weight,
-        L.bias,
-        rsig,
-        L.n,
-        L.inv_hidden,
-        L.eps,
-        L.weight_offset,
-        L.cfg.block_m,
-        L.cfg.num_warps,
-        L.pdl,
-    )
+    rmsnorm_async.launch(*L.gluon_args(p), L.cfg.block_m, L.cfg.num_warps, L.pdl)
 
 
 _RUNNERS = {"rows": _run_rows, "looped": _run_looped, "split": _run_split, "cluster": _run_cluster, "async": _run_async}
