@@ -5,9 +5,9 @@ line why it wins where it applies; the measurements behind the thresholds (H100 
 next rule down would give, in the same run) are in docs/gpu-performance.md. The constants are the rules' thresholds,
 named so that the tests and ptx_report can check the launches they lead to.
 
-The kernels: "rows" (rmsnorm's register-resident rows kernel), "looped" (a row in chunks, a stats and a normalize
-pass), "split" (a row over co-resident programs exchanging partials), "cluster" (a row a thread-block cluster,
-rmsnorm_cluster.py) and "async" (whole rows moved by cp.async, rmsnorm_async.py).
+The kernels: "rows" (whole rows in registers), "looped" (a row in chunks, a stats and a normalize pass), "split" (a row
+over co-resident programs exchanging partials), "cluster" (a row a thread-block cluster, rmsnorm_cluster.py) and
+"async" (whole rows moved by cp.async, rmsnorm_async.py).
 """
 
 from __future__ import annotations
