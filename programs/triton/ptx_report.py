@@ -44,7 +44,7 @@ class Report:
     registers: int
     spill_bytes: int
     atomics: int
-    wide_loads: int  # 16-byte global loads (4-wide vector ld.global): the JIT's vectorized loads, given the divisibility hints
+    wide_loads: int  # 16-byte global loads (4-wide ld.global): the JIT's vectorized loads, given divisibility hints
     fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
     l2_prefetches: (

@@ -610,9 +610,9 @@ SPLIT_REPEATS = {
 @pytest.mark.requires_cuda
 @pytest.mark.parametrize("case", list(SPLIT_REPEATS), ids=list(SPLIT_REPEATS))
 def test_split_exchange_repeats_bit_for_bit(case):
-    """The split kernels' exchange, repeated 20 times on the same inputs: every run has the bits of the first, and the first
-    agrees with float64. It caught a stale copy of an exchange word in the first fence-free exchange
-    that the single-run tests missed; split_reduce's re-read of stale copies is what it holds."""
+    """The split kernels' exchange, repeated 20 times on the same inputs: every run has the bits of the first, and the
+    first agrees with float64. It caught a stale copy of an exchange word in the first fence-free exchange that the
+    single-run tests missed; split_reduce's re-read of stale copies is what it holds."""
     fcfg, bcfg = SPLIT_REPEATS[case]
     m, n = 1000, 65536
     x, w, dy = rand(m, n, seed=50), rand(n, seed=51), rand(m, n, seed=52)
