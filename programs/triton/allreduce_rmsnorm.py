@@ -41,9 +41,11 @@ import torch.distributed as dist
 import triton
 
 from programs.triton import fp8 as fp8mod
+from programs.triton import interpreter
 from programs.triton.allreduce import kernels
 from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_epsilon, check_vector
-from programs.triton.rmsnorm_fwd import RMSNormOutput, rmsnorm_fwd, sm_count
+from programs.triton.forward import RMSNormOutput, rmsnorm_fwd
+from programs.triton.launch import sm_count
 
 MAX_WORLD = 8
 # Per-rank payload ceil(T/W)*H*itemsize at and above which the two-stage path runs. Measured on 2xH200, H=8192 bf16
@@ -218,6 +220,7 @@ def launch(
     t, h = x.shape
     if t == 0:
         return
+    interpreter.use_exact_casts(x.device)  # exact bf16 casts where the kernels are interpreted
     if stage == 0:
         if config is not None and config[0] != 1:
             raise TritonRuleError(

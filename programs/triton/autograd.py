@@ -16,9 +16,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from programs.triton.backward import rmsnorm_bwd
 from programs.triton.checks import TritonRuleError
-from programs.triton.rmsnorm_bwd import rmsnorm_bwd
-from programs.triton.rmsnorm_fwd import rmsnorm_fwd
+from programs.triton.forward import rmsnorm_fwd
 
 _FP8_NAMES = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 
@@ -129,7 +129,8 @@ def _fp8_dtype(name: str) -> torch.dtype:
 class RMSNormFunction(torch.autograd.Function):
     """y, residual_out = RMSNormFunction.apply(x, weight, bias, residual, epsilon, weight_offset).
 
-    residual_out is an empty tensor when residual is None. The backward uses the saved rsigma and h (x, or residual_out)."""
+    residual_out is an empty tensor when residual is None. The backward uses the saved rsigma and h (x, or
+    residual_out)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, residual, epsilon, weight_offset):

@@ -19,8 +19,6 @@ import statistics
 import sys
 from pathlib import Path
 
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
@@ -35,7 +33,7 @@ if STDLIB:
 
 from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, PUSH_PROGRAMS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
 from programs.triton.benchmark import on_capture_stream, pin_launch_state  # noqa: E402
-from programs.triton.rmsnorm_fwd import rmsnorm_fwd  # noqa: E402
+from programs.triton.forward import rmsnorm_fwd  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 EPS = 1e-6
@@ -111,6 +109,8 @@ def copy_bandwidth(comm, world, rank, pin) -> tuple[float, float]:
 
 
 def main():
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before any communicator or symmetric memory exists
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", default="1,8,32,64,128,256,512,1024,2048,4096,8192")
     ap.add_argument("--hidden", type=int, default=8192)

@@ -10,7 +10,8 @@ FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 class TritonRuleError(ValueError):
     """A violated input rule: `rule` (stable id), `seen` (the offending value) and `fix` (what to do).
 
-    Same message shape as tt_rmsnorm.rules.RuleError, which cannot be imported here: it needs ttnn, absent on GPU hosts."""
+    Same message shape as tt_rmsnorm.rules.RuleError, which cannot be imported here: it needs ttnn, absent on GPU
+    hosts."""
 
     def __init__(self, rule: str, message: str, seen, fix: str):
         self.rule, self.seen, self.fix = rule, seen, fix
@@ -41,7 +42,8 @@ def check_activation(x, name: str = "x") -> None:
 
 
 def as_rows(x, name: str = "x") -> torch.Tensor:
-    """x as a 2-D [M, N] view (rows may be strided). Leading dims that cannot be flattened without a copy are refused."""
+    """x as a 2-D [M, N] view (rows may be strided). Leading dims that cannot be flattened without a copy are
+    refused."""
     n = x.shape[-1]
     if x.dim() == 2:
         return x

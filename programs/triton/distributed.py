@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from programs.triton.checks import TritonRuleError, check_activation
-from programs.triton.rmsnorm_fwd import rmsnorm_fwd, row_sum_of_squares
+from programs.triton.forward import rmsnorm_fwd, row_sum_of_squares
 
 
 def pre_stats(x_local: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ q = fp8(clamp(v * (0 if scale == 0 else 1/scale), -fp8_max, fp8_max)); v ~= q * 
 Triton's interpreter (CPU CI) converts fp32 to fp8 with a rounding that drops the exponent carry, so under the
 interpreter the kernels pre-round FP8 values to the target grid (round to nearest even, as the GPU's cvt.rn does) and
 the cast becomes exact. `downcast_consts` gives the constants for that; on the GPU they are all zero. (Its bf16 casts
-are replaced by exact ones: programs/triton/interpreter.py.)
+are replaced by exact ones: interpreter.py.)
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def interpreting() -> bool:
 
 
 def downcast_consts(dtype) -> tuple[int, float, float]:
-    """(DROP, MIN_NORMAL, SUB_MAGIC) for the kernels' `pre_round`: mantissa bits to drop from fp32, the target's smallest
-    normal magnitude and the magic constant that rounds its subnormals. (0, 0, 0) means "cast directly"."""
+    """(DROP, MIN_NORMAL, SUB_MAGIC) for the kernels' `pre_round`: mantissa bits to drop from fp32, the target's
+    smallest normal magnitude and the magic constant that rounds its subnormals. (0, 0, 0) means "cast directly"."""
     if not interpreting() or not is_fp8(dtype):  # numpy's fp16 cast rounds to nearest even, bf16: interpreter.py
         return 0, 0.0, 0.0
     f = fp8_format(dtype)

@@ -3,13 +3,17 @@
 The interpreter stores bf16 as uint16 and casts it with a generic bit-field converter, `_convert_float`, that gets
 subnormals wrong: bf16 and fp32 share the exponent range, and it maps 3 * 2^-128 to 2^-127, 2^-130 to 0 (Triton 3.8;
 the GPU's cvt is exact). The parity runner's "tiny" rows (2^-133..2^-126) then failed only under the interpreter.
-A bf16 is the top half of an fp32, so both directions are bit operations; this swaps them in for that pair only.
+A bf16 is the top half of an fp32, so both directions are bit operations; install() swaps them in for that pair only,
+and use_exact_casts(device) does so where the kernels run under the interpreter (the launchers call it; importing
+this module patches nothing).
 
 fp32 -> bf16 rounds to nearest even, as the GPU's cvt.rn.bf16.f32 does for `.to(tl.bfloat16)`, unless round-toward-
 zero is asked for; NaN stays a quiet NaN. Every other pair of types goes to the interpreter's own converter.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import triton.language as tl
@@ -35,3 +39,10 @@ def install() -> None:
 
     convert.exact_bf16 = True
     interpreter._convert_float = convert
+
+
+def use_exact_casts(device) -> None:
+    """install() where kernels run under the interpreter (a CPU device, TRITON_INTERPRET=1): the launchers call this
+    before their first launch, so importing the package patches nothing."""
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") == "1":
+        install()

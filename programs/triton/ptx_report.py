@@ -4,7 +4,7 @@ spills, and the PTX shows layout conversions through shared memory.
     python3 -m programs.triton.ptx_report            # the split kernels and the fused all-reduce kernels
     python3 -m programs.triton.ptx_report --check    # exit 1 if a known pathology is back (used by the tests)
 
-Why it exists (NOTES.md v6): the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
+Why it exists: the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
 shared-memory stores per thread where the bf16 variant held 2 (a layout conversion Triton generated); and the
 pipelined split kernels spilled at some launch shapes. Both show here in seconds, with no device time. The fused
 all-reduce kernels are compiled with their GPU-only synchronization (the interpreter tests skip it), and stage 0's
@@ -27,8 +27,9 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from programs.triton import rmsnorm_bwd, rmsnorm_fwd
+from programs.triton import backward_config, backward_kernels, forward_config, forward_kernels, forward_split_kernels
 from programs.triton.allreduce import kernels as ar_kernels
+from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 
 TARGET = GPUTarget("cuda", 90, 32)
 # a split kernel's FP8-row store at 16 warps / chunk 8192: 6 shared stores after the fix, 4,096 before
@@ -43,10 +44,12 @@ class Report:
     registers: int
     spill_bytes: int
     atomics: int
-    wide_loads: int  # 16-byte global loads (ld.global...v4): the JIT's vectorized loads, given the divisibility hints
+    wide_loads: int  # 16-byte global loads (4-wide ld.global): the JIT's vectorized loads, given divisibility hints
     fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
-    l2_prefetches: int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (rmsnorm_bwd.l2_prefetch)
+    l2_prefetches: (
+        int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (backward_kernels.l2_prefetch_row)
+    )
     async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
     async_copies: (
         int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
@@ -68,14 +71,14 @@ def ptxas() -> str:
 
 def _signature(fn, pointers: dict[str, str], floats: tuple[str, ...]) -> dict[str, str]:
     """Triton signature: pointers as given, the named floats fp32, other runtime arguments i32, the rest constexpr."""
-    consts = {name for name, p in zip(fn.arg_names, fn.params) if p.is_constexpr}
+    consts = {name for name, p in zip(fn.arg_names, fn.params, strict=True) if p.is_constexpr}
     return {n: "constexpr" if n in consts else pointers.get(n, "fp32" if n in floats else "i32") for n in fn.arg_names}
 
 
 def _divisibility(fn, signature: dict[str, str]) -> dict:
     """The JIT's specialization of a real launch: pointers 16-byte aligned, strides and sizes multiples of 16 (as at
     the benchmark shapes). Without it the loads compile to 2-byte scalar loads and the register and spill counts are
-    not those of the kernel that runs (NOTES.md v8)."""
+    not those of the kernel that runs."""
     names = [
         n
         for n, t in signature.items()
@@ -183,18 +186,18 @@ def fwd_rows(
     block_m: int,
     maxnreg: int = 0,
     store_rsigma: bool = False,
-    out_mode: int = rmsnorm_fwd.OUT_CAST,
+    out_mode: int = OUT_CAST,
     joint_max: bool = False,
 ) -> Report:
     """The register-resident forward as the plain call launches it (bf16 in and out, a weight; rsigma stored as the
     autograd forward asks); out_mode FP8: e4m3 output, joint_max as the launch sets JOINT_MAX."""
-    fn = rmsnorm_fwd._fwd_rows_kernel
+    fn = forward_kernels._fwd_rows_kernel
     consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, JOINT_MAX=joint_max, **_fwd_flags(out_mode, store_rsigma))
     return compile_report(
         f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
         f"{' rsigma' if store_rsigma else ''} out_mode={out_mode}{' joint' if joint_max else ''}",
         fn,
-        _fwd_signature(fn, out_mode != rmsnorm_fwd.OUT_CAST),
+        _fwd_signature(fn, out_mode != OUT_CAST),
         consts,
         num_warps,
         maxnreg,
@@ -202,7 +205,7 @@ def fwd_rows(
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
-    fn = rmsnorm_fwd._fwd_split_kernel
+    fn = forward_split_kernels._fwd_split_kernel
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, **_fwd_flags(out_mode))
     return compile_report(
         f"fwd split chunk={chunk} warps={num_warps}{_cap(maxnreg)} block_m={block_m} out_mode={out_mode}",
@@ -215,7 +218,7 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
 
 
 def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnreg: int = 0) -> Report:
-    fn = rmsnorm_fwd._fwd_split_words_kernel
+    fn = forward_split_kernels._fwd_split_words_kernel
     sig = _signature(
         fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "RSIG": "*fp32", "XSS": "*i64"}, ("inv_n", "eps", "w_off")
     )
@@ -268,16 +271,16 @@ def fwd_cluster(
     store_rsigma: bool = True,
     maxnreg: int = 0,
     bias: bool = False,
-    out_mode: int = rmsnorm_fwd.OUT_CAST,
+    out_mode: int = OUT_CAST,
     busy: bool = True,
 ) -> Report:
-    """The cluster forward with a weight (and a bias if asked); out_mode FP8 (rmsnorm_fwd.OUT_*): e4m3 output; busy
+    """The cluster forward with a weight (and a bias if asked); out_mode FP8 (fp8.OUT_*): e4m3 output; busy
     as rmsnorm_cluster.x_staged takes it (False: too few CTAs to stage x)."""
     from programs.triton import rmsnorm_cluster as rc
 
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)
     fn = rc._fwd_cluster_kernel
-    sig = _fwd_signature(fn, out_mode in (rmsnorm_fwd.OUT_FP8_ROW, rmsnorm_fwd.OUT_FP8_STATIC))
+    sig = _fwd_signature(fn, out_mode in (OUT_FP8_ROW, OUT_FP8_STATIC))
     return _gluon_report(
         f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}"
         f" out_mode={out_mode}{'' if busy else ' not busy'}",
@@ -316,11 +319,11 @@ GLOBAL_ACCESS = re.compile(rf"\b(ld|st|atom|red)\.global|{ASYNC_COPY.pattern}")
 
 
 def pdl(kernel: str, enabled: bool = True) -> PdlReport:
-    """The rows, looped, cp.async or cluster forward ("rows", "looped", "async", "cluster") compiled as rmsnorm_fwd
+    """The rows, looped, cp.async or cluster forward ("rows", "looped", "async", "cluster") compiled as forward.py
     launches it with enable_pdl on (or off): a bf16 row of 4096-8192 columns with a weight (65536 in 8 CTAs of 8192
     for the cluster kernel, rsigma stored); or the backward's rows or decode kernel or the partials' sum ("bwd_rows",
-    "bwd_decode", "sum_partials") as rmsnorm_bwd launches it, with dweight, dbias and dresidual."""
-    f, flags = rmsnorm_fwd, _fwd_flags(rmsnorm_fwd.OUT_CAST)
+    "bwd_decode", "sum_partials") as backward.py launches it, with dweight, dbias and dresidual."""
+    f, flags = forward_kernels, _fwd_flags(OUT_CAST)
     num_ctas = 1
     if kernel == "cluster":
         from triton.experimental.gluon._runtime import GluonASTSource
@@ -337,7 +340,7 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
         fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
         sig = _gluon_signature(fn)
     elif kernel.startswith("bwd") or kernel == "sum_partials":
-        b, bflags = rmsnorm_bwd, dict(HAS_W=True, NEED_DB=True, HAS_DRES=True)
+        b, bflags = backward_kernels, dict(HAS_W=True, NEED_DB=True, HAS_DRES=True)
         fn, consts = {
             "bwd_rows": (b._bwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=4096, STREAM=False, L2_AHEAD=0, **bflags)),
             "bwd_decode": (b._bwd_decode_kernel, dict(BLOCK_M=1, BLOCK_N=8192, COLS=128, **bflags)),
@@ -382,14 +385,14 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
-    fn = rmsnorm_bwd._bwd_split_kernel
+    fn = backward_kernels._bwd_split_kernel
     sig = _bwd_signature(fn)
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
 def bwd_split_words(chunk: int, num_warps: int, stages: int, splits: int = 8) -> Report:
-    fn = rmsnorm_bwd._bwd_split_words_kernel
+    fn = backward_kernels._bwd_split_words_kernel
     consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True)
     return compile_report(
         f"bwd split words chunk={chunk} warps={num_warps} stages={stages}", fn, _bwd_signature(fn), consts, num_warps
@@ -397,7 +400,7 @@ def bwd_split_words(chunk: int, num_warps: int, stages: int, splits: int = 8) ->
 
 
 def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead: int) -> Report:
-    fn = rmsnorm_bwd._bwd_rows_kernel
+    fn = backward_kernels._bwd_rows_kernel
     consts = dict(
         BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, NEED_DB=False, HAS_DRES=False, STREAM=stream, L2_AHEAD=l2_ahead
     )
@@ -412,7 +415,7 @@ def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead:
 
 def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
     """The decode backward as launched for M rows of 8192 (dx programs and dweight column programs in one kernel)."""
-    fn = rmsnorm_bwd._bwd_decode_kernel
+    fn = backward_kernels._bwd_decode_kernel
     sig = _bwd_signature(fn)
     consts = dict(BLOCK_M=m, BLOCK_N=8192, COLS=cols, HAS_W=True, NEED_DB=True, HAS_DRES=True)
     return compile_report(f"bwd decode M={m} cols={cols} warps={num_warps}", fn, sig, consts, num_warps)
@@ -461,20 +464,20 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
 
 
 def default_reports() -> list[Report]:
-    f, b = rmsnorm_fwd, rmsnorm_bwd
+    f, b = forward_config, backward_config
     return [
         fwd_rows(16384, 32, 1, 32),
         fwd_rows(8192, 16, 1, 32, True),
-        fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, rmsnorm_fwd.OUT_CAST, False, f.SPLIT_MAXNREG),
+        fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, OUT_CAST, False, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG),
         fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
         fwd_cluster(65536, 4096, 4),
         fwd_cluster(131072, 8192, 4, maxnreg=f.CLUSTER_MAXNREG),
         fwd_cluster(262144, 16384, 8, maxnreg=f.CLUSTER_MAXNREG),
-        fwd_cluster(65536, 16384, 8, maxnreg=f.CLUSTER_ROW_MAX_MAXNREG, out_mode=rmsnorm_fwd.OUT_FP8_ROW),
+        fwd_cluster(65536, 16384, 8, maxnreg=f.CLUSTER_ROW_MAX_MAXNREG, out_mode=OUT_FP8_ROW),
         fwd_async(4096, 1, 4096 // 1024),
-        fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_ROW, True),
-        fwd_split(8192, 16, 1, rmsnorm_fwd.OUT_FP8_STATIC, True),
+        fwd_split(8192, 16, 1, OUT_FP8_ROW, True),
+        fwd_split(8192, 16, 1, OUT_FP8_STATIC, True),
         bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
         bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 3),
         bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 4, 32),
@@ -500,17 +503,19 @@ def main() -> int:
         return 2
     reports = default_reports()
     print(
-        f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} {'fences':>6} {'ld.v4':>5} {'L2 pf':>5} {'st.async':>8} {'cp.async':>8}"
+        f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} "
+        f"{'fences':>6} {'ld.16':>5} {'L2 pf':>5} {'st.async':>8} {'cp.async':>8}"
     )
     for r in reports:
         print(
-            f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} {r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d} {r.async_copies:8d}"
+            f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} "
+            f"{r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d} {r.async_copies:8d}"
         )
     bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
     for r in bad:
         print(
             f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "
-            "shared memory is back (NOTES.md v6)",
+            "shared memory is back",
             file=sys.stderr,
         )
     return 1 if (args.check and bad) else 0

@@ -4,7 +4,7 @@ kernel's loads hold theirs from issue), which is the difference between the two 
 
     rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps, pdl=False)
 
-H100 (NOTES.md v20, us, medians of 3 alternations, as the default against the launches before it): 4096 x 4096
+H100 (us, medians of 3 alternations, as the default against the launches before it): 4096 x 4096
 24.90 against 25.08, 2048 x 4096 10.76 against 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x
 8192 11.03 against 11.51, 4096 x 8192 47.30 against 47.63, 8192 x 8192 91.60 against 91.93; level at 16384 x 8192,
 32768 x 4096 and 4096 x 16384. 16-bit rows must be 16-byte aligned with a stride and length that are multiples of 16
@@ -31,7 +31,8 @@ VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
 
 
 def supported(device) -> bool:
-    """Whether the kernel can run here: Gluon (Triton >= 3.6) and a CUDA device with cp.async (compute capability 8+)."""
+    """Whether the kernel can run here: Gluon (Triton >= 3.6) and a CUDA device with cp.async (compute capability
+    8+)."""
     return GLUON and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
 
 
@@ -57,14 +58,17 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     if not supported(device):
         raise TritonRuleError(
             "config.async",
-            "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it does not run under the interpreter",
+            "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it "
+            "does not run under the interpreter",
             f"device {device}, Gluon {GLUON}",
             "config=None",
         )
     if not aligned(x2):
         raise TritonRuleError(
             "config.async",
-            "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 failed to compile)",
+            "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length "
+            "that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 "
+            "failed to compile)",
             f"base {x2.data_ptr() % 16} bytes past 16, stride {x2.stride(0)}, N {x2.shape[1]}",
             "config=None (the Triton rows kernel takes any alignment)",
         )
@@ -73,7 +77,8 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     if block_m & (block_m - 1) or block_m * block_n < vec * 32 * num_warps:
         raise TritonRuleError(
             "config.block_m",
-            f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one 16-byte load for each of its {32 * num_warps} threads",
+            f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one "
+            f"16-byte load for each of its {32 * num_warps} threads",
             block_m,
             f"block_m={max(1, vec * 32 * num_warps // block_n)}",
         )
@@ -81,7 +86,8 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     if block_m * block_n * x_size > limit:
         raise TritonRuleError(
             "config.block_m",
-            f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, at most {limit} bytes",
+            f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, "
+            f"at most {limit} bytes",
             block_m * block_n * x_size,
             "config=None (rows this long take the other kernels)",
         )
@@ -113,7 +119,7 @@ if GLUON:
         STORE_RSIG: gl.constexpr,
         PDL: gl.constexpr = False,
     ):
-        if PDL:  # wait for the previous kernel's writes (rmsnorm_fwd.dependent_launch's first step)
+        if PDL:  # wait for the previous kernel's writes (row_io.dependent_launch's first step)
             gdc_wait()
         rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, LAYOUT))
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, LAYOUT))
@@ -135,7 +141,7 @@ if GLUON:
             # waiting CTAs then take the SMs' free slots later (us, 7 rounds, trigger here / at the start; H100, two
             # runs: 4096 x 4096 23.90-23.92 / 24.00-24.01, 2048 x 4096 10.07-10.08 / 10.18-10.28, 8192 x 4096
             # 46.32-46.33 / 46.47-46.56; H200: 17.41 / 17.54, 8.55 / 8.74, 34.20 / 34.37, 8192 x 8192 66.19 /
-            # 66.50; NOTES.md v27). The two-pass forward measured the other way (H200, 16384 x 8192: 128.39 with
+            # 66.50). The two-pass forward measured the other way (H200, 16384 x 8192: 128.39 with
             # its trigger after the sum against 127.78 at the start), so it keeps its trigger at the start.
             gdc_launch_dependents()
         # each thread reads back the bytes it copied (the same layout): no barrier needed between them. The columns

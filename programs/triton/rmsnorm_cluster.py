@@ -9,7 +9,7 @@ The K partial sums of squares meet in distributed shared memory: Triton 3.6 cann
 thread j < K sends the CTA's partial into slot[rank] of CTA j with `st.async`, which credits CTA j's mbarrier with
 4 bytes; each CTA waits on its own mbarrier, then sums its K slots in rank order, so all K CTAs get the same bits.
 Through `barrier.cluster` instead (every thread of the K CTAs arriving, a gpu-scope fence on the release) the same
-kernel ran 197 us at 2048 x 65536 where the kernel with no exchange at all ran 181 (H100, NOTES.md v19); with the
+kernel ran 197 us at 2048 x 65536 where the kernel with no exchange at all ran 181 (H100); with the
 mbarrier, 180-181 us.
 
 The tensors are laid out [K, CHUNK] with the K axis split over the cluster (the layout's CGA bases), so every CTA
@@ -100,14 +100,14 @@ def exchange_asm(k: int, with_max: bool = False) -> str:
     also sends $3 (its max|x*w|, the FP8 row max before rs) beside $2, in one 8-byte st.async; $0 is the sum and $1
     the max of the K maxima. The wait loop's exit is voted by the whole warp: ptxas treats a loop over one shared
     address as uniform (its registers then too), and a warp that split there read a clobbered base address (seen
-    with polled slots, NOTES.md v19)."""
+    with polled slots)."""
     vals = 2 if with_max else 1
     send = "{bits, mbits}" if with_max else "bits"
     lines = [
         "{",
         ".reg .pred p, q;",
         ".reg .b32 base, bar, me, tid, la, ra, rb, bits, mbits;",
-        f".reg .f32 v<{vals * k}>;",
+        f".reg .f32 slot<{vals * k}>;",
         "mov.u32 base, rmsc_val;",
         "mov.u32 bar, rmsc_bar;",
         "mov.u32 me, %cluster_ctarank;",
@@ -131,15 +131,15 @@ def exchange_asm(k: int, with_max: bool = False) -> str:
     n = vals * k
     for j in range(0, n, 4):
         if n - j >= 4:
-            lines.append(f"ld.shared.v4.f32 {{v{j}, v{j + 1}, v{j + 2}, v{j + 3}}}, [base+{4 * j}];")
+            lines.append(f"ld.shared.v4.f32 {{slot{j}, slot{j + 1}, slot{j + 2}, slot{j + 3}}}, [base+{4 * j}];")
         else:
-            lines += [f"ld.shared.f32 v{i}, [base+{4 * i}];" for i in range(j, n)]
-    # slot j of rank r is v[vals * r + j]: the sums in rank order, the maxima in any order (max is exact)
-    lines += [f"add.f32 v0, v0, v{vals * r};" for r in range(1, k)]
+            lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(j, n)]
+    # value j of rank r is slot[vals * r + j]: the sums in rank order, the maxima in any order (max is exact)
+    lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
     if with_max:
-        lines += [f"max.f32 v1, v1, v{vals * r + 1};" for r in range(1, k)]
-        lines += ["mov.f32 $1, v1;"]
-    lines += ["mov.f32 $0, v0;", "}"]
+        lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
+        lines += ["mov.f32 $1, slot1;"]
+    lines += ["mov.f32 $0, slot0;", "}"]
     return "\n".join(lines)
 
 
@@ -160,7 +160,8 @@ if GLUON:
 
     @gluon.jit
     def _piece(P, offs, ok):
-        """P at this CTA's columns, as stored: every column (ok None: the row fills the cluster), else 0 past its end."""
+        """P at this CTA's columns, as stored: every column (ok None: the row fills the cluster), else 0 past its
+        end."""
         if ok is None:
             v = gl.load(P + offs)
         else:
@@ -188,7 +189,7 @@ if GLUON:
 
     @gluon.jit
     def weight_factor(w, w_off: gl.constexpr):
-        """The weight as the Gluon forwards multiply by it, w + weight_offset in fp32: rmsnorm_fwd.plus_offset's rule
+        """The weight as the Gluon forwards multiply by it, w + weight_offset in fp32: row_io.plus_offset's rule
         (no add at offset 0), which a Gluon kernel cannot call."""
         g = w.to(gl.float32)
         if w_off != 0:
@@ -234,11 +235,11 @@ if GLUON:
     ):
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
         # row max exchanged beside the sum: no bias, max|x*rs*w| = rs * max|x*w|); 2 FP8 with the one scale at SCALE_IN
-        # PDL: rmsnorm_fwd.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
+        # PDL: row_io.dependent_launch's two steps (a Gluon kernel cannot call a Triton jit function). The next
         # call's clusters are launched while this grid runs and wait on the SMs for its end: its launch latency is
         # hidden, not this grid's drain (H200, us, with / without:
         # 4096 x 32768 128.7 / 129.7, 2048 x 65536 132.8 / 133.2, 64 x 65536 6.39 / 6.58, 8 x 262144 5.00 / 5.16;
-        # FP8 row scales level; NOTES.md v27)
+        # FP8 row scales level)
         if PDL:
             gdc_wait()
             gdc_launch_dependents()
@@ -257,7 +258,7 @@ if GLUON:
         # weight staged, capped at 64 registers (4 a SM), 363-365 us; with x staged after its sum and the weight
         # loaded during the exchange instead (X_STAGED: its L2 latency behind the exchange's wait, not before x's
         # loads), 361.5 us; 360 us with no weight at all. X_STAGED lost at 32 elements a thread (2048 x 65536 182.7
-        # against 179.3, 64 x 65536 9.0 against 7.5; H100, NOTES.md v20).
+        # against 179.3, 64 x 65536 9.0 against 7.5; H100).
         if HAS_B:
             bs = _staged(B, offs, ok, SHARED)
         if HAS_W and not X_STAGED:
@@ -282,7 +283,7 @@ if GLUON:
                 xw = xw * weight_factor(_piece(W, offs, ok), w_off)
             # the sum and the max in one reduction: one pass through shared memory and its barriers where two took
             # theirs (H100, FP8 row scales, us: 1024 x 131072 184.96 -> 153.64, 2048 x 65536 156.43 -> 146.18,
-            # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes; NOTES.md v25)
+            # 1024 x 262144 312.22 -> 299.90, 4096 x 32768 147.37 -> 138.30; the same bytes)
             part, pmx = gl.reduce((x * x, gl.abs(xw)), 1, _sum_max)
             ss, mx = gl.inline_asm_elementwise(
                 EXCHANGE, "=f,=f,f,f", [part, pmx], dtype=(gl.float32, gl.float32), is_pure=False, pack=1
@@ -333,10 +334,10 @@ def x_staged(
 ) -> bool:
     """Whether x waits in shared memory through the exchange while the weight is loaded: at 64 elements a thread,
     with a weight of at most 16 bits (an fp32 weight in registers would take all 64 of them), no bias, and busy: at
-    least two CTAs for every SM, so that others run while one waits (H100, NOTES.md v20, us, against the weight and
+    least two CTAs for every SM, so that others run while one waits (H100, us, against the weight and
     bias staged: 1024 x 262144 with a bias 435.2 against 425.4; 8 x 262144, 128 CTAs, 6.58 against 6.24; 64 x
     262144 27.3 against 27.7). Only in rows of X_STAGED_MIN_CTAS: the weight's L2 latency hides behind the wait for
-    16 peers, not for 8 or fewer, where the weight staged before x's loads ran faster on H200 (NOTES.md v28, us, x
+    16 peers, not for 8 or fewer, where the weight staged before x's loads ran faster on H200 (us, x
     staged / the weight staged, H200 then H100: 2048 x 65536 131.9 / 130.2, 179.5 / 180.1; FP8 given scale 2048 x
     65536 104.5 / 100.0, 135.1 / 134.9; 8192 x 16384 101.9 / 97.4, 134.8 / 134.6; 16 CTAs, 1024 x 131072 132.3 /
     136.6, 180.2 / 181.9; 512 x 262144 134.8 / 155.6, 181.4 / 188.1). Only into a float output: into FP8 with a
@@ -410,14 +411,16 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
     if not supported(device):
         raise TritonRuleError(
             "config.cluster",
-            "the cluster kernel needs Gluon with CTA-split layouts (Triton >= 3.6) and a CUDA device of compute capability >= 9 (clusters, distributed shared memory); it does not run under the interpreter",
+            "the cluster kernel needs Gluon with CTA-split layouts (Triton >= 3.6) and a CUDA device of compute "
+            "capability >= 9 (clusters, distributed shared memory); it does not run under the interpreter",
             f"device {device}, Gluon {GLUON}",
             "config=None",
         )
     if chunk & (chunk - 1) or per_thread < VEC or per_thread % VEC:
         raise TritonRuleError(
             "config.chunk",
-            f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread ({VEC * 32 * num_warps} at {num_warps} warps)",
+            f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread "
+            f"({VEC * 32 * num_warps} at {num_warps} warps)",
             chunk,
             f"chunk={max(chunk, VEC * 32 * num_warps)}",
         )
@@ -432,7 +435,8 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
     if staged > limit:
         raise TritonRuleError(
             "config.chunk",
-            f"a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, {staged // chunk} bytes a column, within {limit} bytes",
+            "a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, "
+            f"{staged // chunk} bytes a column, within {limit} bytes",
             staged,
             f"chunk={1 << (limit // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)",
         )
@@ -522,7 +526,7 @@ def launch(
 # SM); how many registers the code needs depends on the compiler: the FP8 row-scale launch fits 80 under Triton 3.6
 # with either CUDA 12.8's ptxas or CUDA 13.0's (which torch.compile puts in TRITON_PTXAS_PATH), but Triton 3.8 spills
 # 144-160 bytes there. Whether spilled code at the higher occupancy beats unspilled code at the lower one varied
-# (NOTES.md v26, H100, CUDA 13.0's ptxas: 68-76 bytes spilled at 3 CTAs a SM ran level with or up to 7% faster than
+# (H100, CUDA 13.0's ptxas: 68-76 bytes spilled at 3 CTAs a SM ran level with or up to 7% faster than
 # 88 registers at 2; 228-264 bytes at 4 ran 1.3-2x slower than either), so a cap stays only where it costs at most
 # SPILL_OK_BYTES (a few registers stored once, well under the 68 that ran level) and is dropped for that launch from the
 # next call on otherwise. Triton 3.8 spills 4-16 bytes under the cap of 64 where the weight is staged at 64 elements a

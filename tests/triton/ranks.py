@@ -44,7 +44,7 @@ def run_ranks(script, world: int, backend: str, timeout: float) -> str:
                     p.kill()
                     p.wait()
         outs = [log.read_text() for log in logs]
-    failed = [(r, p.returncode, out) for r, (p, out) in enumerate(zip(procs, outs)) if p.returncode != 0]
+    failed = [(r, p.returncode, out) for r, (p, out) in enumerate(zip(procs, outs, strict=True)) if p.returncode != 0]
     assert not failed, "\n".join(f"rank {r} exited {rc}:\n{out[-4000:]}" for r, rc, out in failed)
     return "".join(outs)
 

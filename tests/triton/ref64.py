@@ -70,7 +70,8 @@ def grads64(x, weight, dy, *, epsilon=1e-5, weight_offset=0.0, bias=None, residu
 
 
 def assert_close_cancelling(actual, expected, dtype, *, context=""):
-    """The project's policy for results formed by cancellation (dx, y + bias): `tt_rmsnorm.accuracy`, cancelling=True."""
+    """The project's policy for results formed by cancellation (dx, y + bias): `tt_rmsnorm.accuracy`,
+    cancelling=True."""
     from tt_rmsnorm.accuracy import assert_close
 
     return assert_close(actual, expected, dtype, context=context, cancelling=True)

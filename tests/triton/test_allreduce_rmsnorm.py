@@ -181,7 +181,7 @@ def test_all_stages_agree_bitwise():
 
 def test_fused_matches_reference_path_interpreted():
     """The fused kernels and the reference path (fp32 sum, then rmsnorm_fwd) are the same function."""
-    from programs.triton.rmsnorm_fwd import rmsnorm_fwd
+    from programs.triton.forward import rmsnorm_fwd
 
     xs, w, res = partials(2, 5, 96, seed=13, device=DEV)
     fused = simulate(1, 2, xs, w, res, epsilon=1e-6)[0]

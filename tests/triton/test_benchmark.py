@@ -1,11 +1,12 @@
-"""The benchmark's timing rounds (programs/triton/benchmark.py), with the GPU timer replaced: what is reported is each
+"""The benchmark's timing rounds (programs/triton/bench_timing.py), with the GPU timer replaced: what is reported is
+each
 contender's median over interleaved rounds, and a peer that cannot run a shape is n/a, not retried."""
 
 import contextlib
 
 import torch
 
-from programs.triton import benchmark
+from programs.triton import bench_timing
 
 
 def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
@@ -16,9 +17,9 @@ def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
         order.append(name)
         return scripted[name].pop(0)
 
-    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
+    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
     runs = {"copy": lambda i: lambda: "copy", "ours": lambda i: lambda: "ours"}
-    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     assert t == {"copy": 2.0, "ours": 5.0}
     assert sorted(order) == ["copy"] * 3 + ["ours"] * 3 and order[:2] == ["copy", "ours"]
 
@@ -30,15 +31,15 @@ def test_timed_rounds_moves_every_contender_between_rounds(monkeypatch):
         order.append(calls[0]())
         return 1.0
 
-    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
+    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
     names = ["copy2d", "copyflat", "ours", "eager", "compile", "liger", "quack", "ours_fp8"]
     runs = {k: (lambda i, k=k: lambda: k) for k in names}
-    benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     rounds = [order[i * len(names) : (i + 1) * len(names)] for i in range(3)]
     assert rounds[0] == names and all(sorted(r) == sorted(names) for r in rounds)
     first_again = list(order)
     order.clear()
-    benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     assert order == first_again  # the same orders every run
     for k in ("ours", "quack"):
         places = {r.index(k) for r in rounds}
@@ -56,16 +57,16 @@ def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
             raise RuntimeError("Cannot launch Triton kernel since n = 262144 exceeds the recommended Triton blocksize")
         return 1.0
 
-    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
-    monkeypatch.setattr(benchmark.torch.cuda, "synchronize", lambda: None)  # try_time syncs after a failure
+    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(bench_timing.torch.cuda, "synchronize", lambda: None)  # try_time syncs after a failure
     runs = {"ours": lambda i: lambda: "ours", "liger": lambda i: lambda: "liger"}
-    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional={"liger"})
+    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional={"liger"})
     assert t == {"ours": 1.0, "liger": None}
     assert tried.count("liger") == 1 and tried.count("ours") == 3
 
 
 def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
-    """Every contender's timing gets the same `before` hook (the launch-state pin, NOTES.md v23), once a round each,
+    """Every contender's timing gets the same `before` hook (the launch-state pin), once a round each,
     and the hook changes no contender's number."""
     seen = []
 
@@ -73,10 +74,13 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
         seen.append((calls[0](), before))
         return {"copy": 2.0, "ours": 4.0}[calls[0]()]
 
-    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
-    hook = lambda: None  # noqa: E731
+    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
+
+    def hook():
+        return None
+
     runs = {k: (lambda i, k=k: lambda: k) for k in ("copy", "ours")}
-    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set(), before=hook)
+    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set(), before=hook)
     assert t == {"copy": 2.0, "ours": 4.0}
     assert len(seen) == 6 and all(b is hook for _, b in seen)
     assert sorted(name for name, _ in seen) == ["copy"] * 3 + ["ours"] * 3
@@ -84,7 +88,7 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
 
 def test_no_launch_state_pin_without_pdl():
     """Off Hopper (here: the CPU) there is no PDL launch to pin the state with, so the tables time without a hook."""
-    assert benchmark.pin_launch_state(torch.device("cpu")) is None
+    assert bench_timing.pin_launch_state(torch.device("cpu")) is None
 
 
 class _FakeCuda:
@@ -138,7 +142,7 @@ def _fake_gpu(monkeypatch, log):
 
 def test_allreduce_bench_pins_once_and_resets_by_graph(monkeypatch):
     """bench_allreduce re-copies the in-place NCCL input before each replay. Eager, that copy is a plain launch that
-    would put every replay after the first in the slow launch state (NOTES.md v23); as a graph replay it moves no
+    would put every replay after the first in the slow launch state; as a graph replay it moves no
     state, so one pin before the replays holds for all of them, and no rank waits on a per-replay sync."""
     log = []
     bench_allreduce = _fake_gpu(monkeypatch, log)
@@ -161,7 +165,7 @@ def test_allreduce_bench_without_reset_captures_no_empty_graph(monkeypatch):
 
 def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
     """Compiles (torch.compile's, the peers' JIT) all happen before the first timing: a torch.compile run moved every
-    later contender's time (NOTES.md v24), so none may be timed before another's first call. A peer whose first call
+    later contender's time, so none may be timed before another's first call. A peer whose first call
     fails is n/a without being timed; a failing contender of ours is an error."""
     events = []
 
@@ -179,10 +183,10 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
         return lambda i: run
 
-    monkeypatch.setattr(benchmark, "graph_time", fake_graph_time)
-    monkeypatch.setattr(benchmark.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(bench_timing.torch.cuda, "synchronize", lambda: None)
     runs = {k: call(k) for k in ("copy", "ours", "compile", "liger")}
-    t = benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional={"compile", "liger"})
+    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional={"compile", "liger"})
     assert t == {"copy": 1.0, "ours": 1.0, "compile": 1.0, "liger": None}
     first_timing = next(i for i, e in enumerate(events) if e[0] == "time")
     assert events[:first_timing] == [("call", k) for k in ("copy", "ours", "compile", "liger")]
@@ -190,7 +194,7 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
     runs["ours"] = call("liger")  # a failure of a contender that is not optional is raised, not reported as n/a
     try:
-        benchmark.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=1, optional={"compile", "liger"})
+        bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=1, optional={"compile", "liger"})
     except RuntimeError:
         pass
     else:

@@ -6,11 +6,14 @@ from ranks import run_ranks
 from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from test_distributed import WORKER
 
-from programs.triton import rmsnorm_bwd as bwd_module
-from programs.triton import rmsnorm_fwd as fwd_module
+from programs.triton import backward as bwd_module
+from programs.triton import forward as fwd_module
+from programs.triton import launch
 from programs.triton.autograd import RMSNorm
-from programs.triton.rmsnorm_bwd import BwdConfig, rmsnorm_bwd
-from programs.triton.rmsnorm_fwd import FwdConfig, rmsnorm_fwd, split_default
+from programs.triton.backward import rmsnorm_bwd
+from programs.triton.backward_config import BwdConfig
+from programs.triton.forward import rmsnorm_fwd
+from programs.triton.forward_config import FwdConfig, split_default
 from tt_rmsnorm.accuracy import assert_close
 
 
@@ -50,7 +53,7 @@ def test_forward_two_pass_default(shape, dtype):
     m, n = shape
     x = rand(m, n, dtype=dtype, seed=40)
     # without cp.async (which the default takes for rows of 4096 and 8192 where it runs): the two-pass launch
-    cfg = fwd_module.fwd_config(m, n, x.device, words_ok=fwd_module.wordable_rows(x))
+    cfg = fwd_module.fwd_config(m, n, x.device, words_ok=launch.wordable_rows(x))
     assert cfg.kernel == "looped" and cfg.programs == m
     for w, off in ((rand(n, dtype=dtype, seed=41), 1.0), (None, 0.0)):
         o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
@@ -254,7 +257,7 @@ def assert_forward_matches_float64(case, kernel: str, seed: int):
     w = None if w is None else rand(n, dtype=torch.float32 if w == "fp32" else dt, seed=seed + 1)
     b = rand(n, dtype=dt, seed=seed + 2) if kw.pop("bias", False) else None
     if cfg is None:
-        words = fwd_module.wordable_rows(x)
+        words = launch.wordable_rows(x)
         assert (
             fwd_module.fwd_config(
                 m,
@@ -317,7 +320,7 @@ def test_cluster_fp8_forward_matches_float64_and_the_looped_kernel(case):
     off, ub = kw.get("weight_offset", 0.0), kw.get("scale_ub", float("inf"))
     v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6, weight_offset=off)
     given = torch.tensor([float(v.abs().amax()) / 300.0], dtype=torch.float32, device="cuda")
-    looped = fwd_module.fwd_config(m, n, x.device, fused=True, words_ok=fwd_module.wordable_rows(x), bias=b is not None)
+    looped = fwd_module.fwd_config(m, n, x.device, fused=True, words_ok=launch.wordable_rows(x), bias=b is not None)
     assert looped.kernel != "cluster"
     for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
         for mode in modes:
@@ -340,7 +343,7 @@ def test_cluster_fp8_forward_matches_float64_and_the_looped_kernel(case):
                         fused=True,
                         bias=b is not None,
                         cluster_ok=True,
-                        words_ok=fwd_module.wordable_rows(x),
+                        words_ok=launch.wordable_rows(x),
                         row_max=mode == "row",
                     ).kernel
                     == "cluster"
@@ -433,7 +436,7 @@ def assert_graph_chain_matches_plain(chain, src, seeds) -> None:
         expected = chain(src, False)
         torch.cuda.synchronize()
         assert len(outs) == len(expected)
-        for i, (got, want) in enumerate(zip(outs, expected)):
+        for i, (got, want) in enumerate(zip(outs, expected, strict=True)):
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), f"output {i} differs on replay {seed}"
 
 
@@ -444,13 +447,13 @@ def test_pdl_chain_in_a_graph_matches_plain_launches(case):
     forward the previous one's y, captured in one graph and replayed on new data; every output equals, bit for bit,
     the same chain launched without PDL. A forward that read before its griddepcontrol.wait would see the previous
     replay's values."""
-    if not fwd_module.pdl_supported(torch.device("cuda")):
+    if not launch.pdl_supported(torch.device("cuda")):
         pytest.skip("PDL needs compute capability >= 9 and Triton's launch_pdl")
     (m, n), kw, kernel = PDL[case]
     kw = dict(kw)
     x, w = rand(m, n, seed=70), rand(n, seed=71)
     r = rand(m, n, seed=72) if kw.pop("residual", False) else None
-    words = fwd_module.wordable_rows(x)
+    words = launch.wordable_rows(x)
     assert (
         fwd_module.fwd_config(
             m, n, x.device, fused=r is not None, words_ok=words and r is None, async_ok=True, cluster_ok=True
@@ -475,7 +478,7 @@ def test_pdl_backward_chain_in_a_graph_matches_plain_launches(case):
     them wrote: a copy into dy (launched plainly), then each backward takes the one before's dx as its dy; captured
     in one graph and replayed on new data, dx, dweight and dbias equal, bit for bit, the same chain launched
     without PDL."""
-    if not fwd_module.pdl_supported(torch.device("cuda")):
+    if not launch.pdl_supported(torch.device("cuda")):
         pytest.skip("PDL needs compute capability >= 9 and Triton's launch_pdl")
     (m, n), kernel = BWD_PDL[case]
     x, w, dy0 = rand(m, n, seed=80), rand(n, seed=81), rand(m, n, seed=82)
@@ -607,9 +610,9 @@ SPLIT_REPEATS = {
 @pytest.mark.requires_cuda
 @pytest.mark.parametrize("case", list(SPLIT_REPEATS), ids=list(SPLIT_REPEATS))
 def test_split_exchange_repeats_bit_for_bit(case):
-    """The split kernels' exchange, run 20 times on the same inputs: every run has the bits of the first, and the first
-    agrees with float64. It caught a stale copy of an exchange word in the first fence-free exchange (NOTES.md v8)
-    that the single-run tests missed; split_reduce's re-read of stale copies is what it holds (v9)."""
+    """The split kernels' exchange, repeated 20 times on the same inputs: every run has the bits of the first, and the
+    first agrees with float64. It caught a stale copy of an exchange word in the first fence-free exchange that the
+    single-run tests missed; split_reduce's re-read of stale copies is what it holds."""
     fcfg, bcfg = SPLIT_REPEATS[case]
     m, n = 1000, 65536
     x, w, dy = rand(m, n, seed=50), rand(n, seed=51), rand(m, n, seed=52)
@@ -632,13 +635,16 @@ def test_split_exchange_repeats_bit_for_bit(case):
 @pytest.mark.requires_cuda
 def test_benchmark_captures_eager_backward():
     """The benchmark's backward contenders run their forward on the capture stream: with the forward on the default
-    stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100,
-    NOTES.md v21), and the table showed eager as n/a."""
-    from programs.triton import benchmark
+    stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100),
+    and the table showed eager as n/a."""
+    from programs.triton import bench_timing
 
     xs = [rand(256, 4096, seed=s) for s in (60, 61)]
     dys = [rand(256, 4096, seed=s) for s in (62, 63)]
     w = rand(4096, seed=64)
-    eager = lambda a, b: torch.nn.functional.rms_norm(a, (4096,), b, 1e-6)  # noqa: E731
-    t = benchmark.graph_time(benchmark.rotating(benchmark.autograd_calls(eager, xs, w, dys), 2, 4), 3)
+
+    def eager(a, b):
+        return torch.nn.functional.rms_norm(a, (4096,), b, 1e-6)
+
+    t = bench_timing.graph_time(bench_timing.rotating(bench_timing.autograd_calls(eager, xs, w, dys), 2, 4), 3)
     assert 0 < t < 1e-3

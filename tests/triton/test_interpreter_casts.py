@@ -1,13 +1,13 @@
 """bf16 <-> fp32 casts inside a kernel agree bit for bit with torch's (exact widening, round-to-nearest-even
 narrowing), subnormals, infinities and ties included: on the GPU that is the hardware's cvt, under the CPU interpreter
-the casts programs.triton installs (programs/triton/interpreter.py)."""
+the casts the launchers install (programs/triton/interpreter.py: use_exact_casts)."""
 
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-import programs.triton  # noqa: F401  (installs the interpreter's exact casts when TRITON_INTERPRET=1)
+from programs.triton.interpreter import use_exact_casts
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -52,6 +52,7 @@ def test_every_bf16_widens_exactly_and_fp32_narrows_to_nearest_even():
     b, f = every_bf16.to(DEV), fp32.to(DEV)
     wide = torch.empty(n, dtype=torch.float32, device=DEV)
     narrow = torch.empty(n, dtype=torch.bfloat16, device=DEV)
+    use_exact_casts(b.device)  # what every launcher does before it launches
     _round_trip_kernel[(triton.cdiv(n, 4096),)](b, f, wide, narrow, n, BLOCK=4096)
     want_wide, want_narrow = every_bf16.float(), fp32.to(torch.bfloat16)
     wide, narrow = wide.cpu(), narrow.cpu()
@@ -71,6 +72,7 @@ def test_interpreter_casts_are_installed_once():
 
     from programs.triton.interpreter import install
 
+    use_exact_casts(torch.device("cpu"))
     before = interpreter._convert_float
     install()
     assert interpreter._convert_float is before and getattr(before, "exact_bf16", False)

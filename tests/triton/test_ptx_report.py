@@ -18,9 +18,16 @@ def _compiled(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+# what every _compiled_json snippet may use: the report (p), the launch rules (f, b) and the output modes
+PRELUDE = (
+    "import json, torch, triton; from programs.triton import ptx_report as p, forward_config as f, "
+    "backward_config as b; from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC; "
+)
+
+
 def _compiled_json(code: str):
-    """Run `code` compiled (not interpreted); it prints one JSON value last, returned parsed."""
-    out = _compiled(code)
+    """Run PRELUDE + `code` compiled (not interpreted); it prints one JSON value last, returned parsed."""
+    out = _compiled(PRELUDE + code)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -35,18 +42,18 @@ pytestmark = pytest.mark.skipif(not _ptxas_present(), reason="Triton's NVIDIA ba
 
 def test_split_fp8_row_store_has_no_shared_memory_conversion():
     one_row, two_rows, limit = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
-        "print(json.dumps([p.fwd_split(8192, 16, 1, f.OUT_FP8_ROW, True).shared_stores, "
-        "p.fwd_split(8192, 16, 2, f.OUT_FP8_ROW, True).shared_stores, p.MAX_SHARED_STORES]))"
+        "print(json.dumps([p.fwd_split(8192, 16, 1, OUT_FP8_ROW, True).shared_stores, "
+        "p.fwd_split(8192, 16, 2, OUT_FP8_ROW, True).shared_stores, p.MAX_SHARED_STORES]))"
     )
-    # before the fix: 4,096 at one row per exchange (NOTES.md v6)
+    # a layout conversion through shared memory here stored 4,096 times a thread at one row per exchange
     assert one_row <= limit, f"one row per exchange: {one_row} shared stores"
     assert two_rows <= limit, f"two rows per exchange: {two_rows} shared stores"
 
 
 def test_report_check_passes_for_the_default_shapes():
     out = _compiled(
-        "import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; sys.exit(main())"
+        "import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; "
+        "sys.exit(main())"
     )
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "bwd split chunk=8192" in out.stdout
@@ -54,11 +61,12 @@ def test_report_check_passes_for_the_default_shapes():
 
 def test_capped_rows_forward_fills_the_sm_without_spilling():
     """fwd_config caps the plain rows forward at 32 registers on rows of >= 4096 columns at 16 elements a thread (a
-    full SM: two 32-warp or four 16-warp programs); uncapped the compilers took 38-40 (NOTES.md v11, v14). The cap
+    full SM: two 32-warp or four 16-warp programs); uncapped the compilers took 38-40. The cap
     must cost no spill in the kernels it is set for, with rsigma stored (the autograd forward) or not."""
     rows = _compiled_json(
-        "import json, torch, triton; from programs.triton import ptx_report as p, rmsnorm_fwd as f; f.sm_count = lambda d: 132; "
-        "cs = [(n, f.fwd_config(m, n, torch.device('cuda'))) for m, n in ((4096, 16384), (8192, 8192), (32768, 4096))]; "
+        "f.sm_count = lambda d: 132; "
+        "cs = [(n, f.fwd_config(m, n, torch.device('cuda'))) for m, n in ((4096, 16384), (8192, 8192), (32768, "
+        "4096))]; "
         "print(json.dumps([[n, c.num_warps, c.maxnreg, r.registers, r.spill_bytes] for n, c in cs for r in "
         "(p.fwd_rows(triton.next_power_of_2(n), c.num_warps, c.block_m, c.maxnreg, s) for s in (False, True))]))"
     )
@@ -70,10 +78,9 @@ def test_capped_rows_forward_fills_the_sm_without_spilling():
 def test_decode_fp8_row_scales_take_the_max_in_the_sum_reduction(block_n, warps):
     """Decode launches of the rows forward (<= 8 elements a thread, JOINT_MAX) with FP8 row scales reduce the sum of
     squares and max|x*w| together: fewer CTA barriers than the two reductions one after the other (H200, 1 x 8192:
-    2.04 against 2.29 us, NOTES.md v26), no spill; these launches are within JOINT_MAX_PER_THREAD."""
+    2.04 against 2.29 us), no spill; these launches are within JOINT_MAX_PER_THREAD."""
     r = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
-        f"rs = [p.fwd_rows({block_n}, {warps}, 1, out_mode=f.OUT_FP8_ROW, joint_max=j) for j in (False, True)]; "
+        f"rs = [p.fwd_rows({block_n}, {warps}, 1, out_mode=OUT_FP8_ROW, joint_max=j) for j in (False, True)]; "
         "print(json.dumps([[x.barriers, x.spill_bytes] for x in rs] + [f.JOINT_MAX_PER_THREAD]))"
     )
     (two, _), (one, spill), per_thread = r
@@ -82,26 +89,25 @@ def test_decode_fp8_row_scales_take_the_max_in_the_sum_reduction(block_n, warps)
 
 
 def test_fp8_rows_forward_at_32_elements_a_thread_spills_nothing():
-    """fwd_config's FP8 rows launches of 16-bit x as given take 32 elements a thread (NOTES.md v27): row scales (the
+    """fwd_config's FP8 rows launches of 16-bit x as given take 32 elements a thread: row scales (the
     sum, then the row max) and a given scale at 1024-8192 columns compile without a spill."""
     r = _compiled_json(
-        "import json, torch; from programs.triton import ptx_report as p, rmsnorm_fwd as f; f.sm_count = lambda d: 132; "
+        "f.sm_count = lambda d: 132; "
         "f.dram_gbps_per_sm = lambda d: 36.5; "
         "cs = [(n, f.fwd_config(m, n, torch.device('cuda'), fused=True, words_ok=True)) for m, n in "
         "((600, 8192), (32768, 4096), (65536, 2048), (65536, 1024))]; "
         "print(json.dumps([[n, c.num_warps, c.block_m, x.spill_bytes] for n, c in cs for x in "
-        "(p.fwd_rows(n, c.num_warps, c.block_m, out_mode=o) for o in (f.OUT_FP8_ROW, f.OUT_FP8_STATIC))]))"
+        "(p.fwd_rows(n, c.num_warps, c.block_m, out_mode=o) for o in (OUT_FP8_ROW, OUT_FP8_STATIC))]))"
     )
     assert [x[:3] for x in r] == [[8192, 8, 1]] * 2 + [[4096, 4, 1]] * 2 + [[2048, 2, 1]] * 2 + [[1024, 2, 2]] * 2, r
     assert all(x[3] == 0 for x in r), r
 
 
 def test_streaming_rows_backward_prefetches_into_l2_without_spilling():
-    """8192 < N <= 16384 (rmsnorm_bwd.STREAM_ROWS_N): the rows backward holds nothing ahead in registers and asks the
-    L2 for the next row's x and dy, two bulk prefetches; at 32 warps it must fit 64 registers with no spill (the
-    register look-ahead spilled 176 bytes there, NOTES.md v12). The small-N tile accumulator must not spill either."""
+    """8192 < N <= 16384 (backward_config.STREAM_ROWS_N): the rows backward holds nothing ahead in registers and asks
+    the L2 for the next row's x and dy, two bulk prefetches; at 32 warps it must fit 64 registers with no spill (the
+    register look-ahead spilled 176 bytes there). The small-N tile accumulator must not spill either."""
     stream, tile = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_bwd as b; "
         "print(json.dumps([[r.registers, r.spill_bytes, r.l2_prefetches] for r in "
         "(p.bwd_rows(b.STREAM_ROWS_N, 32, 1, True, 1), p.bwd_rows(1024, 16, 8, False, 0))]))"
     )
@@ -112,9 +118,8 @@ def test_streaming_rows_backward_prefetches_into_l2_without_spilling():
 def test_lean_dram_rows_backward_holds_its_look_ahead_without_spilling():
     """Where DRAM per SM is lean (H100) bwd_config gives the rows backward 8 warps at N = 4096-8192: each thread then
     holds 32-64 elements of x and dy, their look-ahead, the weight and the dweight accumulator; it must fit the
-    register file with no spill (ptxas: 254 registers at N = 8192 under Triton 3.6 and 3.8, NOTES.md v15)."""
+    register file with no spill (ptxas: 254 registers at N = 8192 under Triton 3.6 and 3.8)."""
     rows = _compiled_json(
-        "import json, torch, triton; from programs.triton import ptx_report as p, rmsnorm_bwd as b; "
         "b.sm_count = lambda d: 132; b.dram_gbps_per_sm = lambda d: 25.4; "
         "cs = [b.bwd_config(m, n, torch.device('cuda')) for m, n in ((8192, 8192), (32768, 4096))]; "
         "print(json.dumps([[c.num_warps, c.block_m, r.registers, r.spill_bytes] for c, n in zip(cs, (8192, 4096)) "
@@ -128,11 +133,11 @@ def test_split_backward_words_hold_their_stages_without_spilling():
     """The split backward's words (bwd_config where a row is cut in 8-16 chunks: 3 stages; 32 or more: 4) exist to
     hold the blocks in half the registers of 16-bit elements: at chunk 8192 / 16 warps the element kernel spills 24
     bytes under Triton 3.6 and the words kernel none at 3 stages (4 stages: none under 3.6, 8 bytes under 3.8), and its
-    blocks still load 16 bytes at a time (NOTES.md v16)."""
+    blocks still load 16 bytes at a time."""
     words3, words4 = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_bwd as b; "
         "print(json.dumps([[r.registers, r.spill_bytes, r.wide_loads] for r in "
-        "(p.bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 3), p.bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 4, 32))]))"
+        "(p.bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 3), p.bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 4, "
+        "32))]))"
     )
     assert words3[0] <= 128 and words3[1] == 0, words3
     assert words4[0] <= 128 and words4[1] <= 8, words4
@@ -142,9 +147,8 @@ def test_split_backward_words_hold_their_stages_without_spilling():
 def test_split_forward_words_hold_their_stages_without_spilling():
     """The split forward's words (fwd_config for plain 16-bit rows past 65536 columns; 4 stages from 32 chunks) at its
     launch (8 warps, two programs an SM under a 128-register cap, where the element kernel spills 22 bytes): no spill
-    at 3 stages, at 4 none under Triton 3.6 and 4 bytes under 3.8; x loaded 16 bytes at a time (NOTES.md v16)."""
+    at 3 stages, at 4 none under Triton 3.6 and 4 bytes under 3.8; x loaded 16 bytes at a time."""
     reports = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
         "print(json.dumps([[r.registers, r.spill_bytes, r.wide_loads] for r in "
         "(p.fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG), "
         "p.fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG))]))"
@@ -156,22 +160,22 @@ def test_split_forward_words_hold_their_stages_without_spilling():
 
 def test_split_kernels_compile_to_16_byte_loads():
     """Compiled with the JIT's divisibility hints (ptx_report._divisibility), the split kernels load x (and dy) 16
-    bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers (NOTES.md v8)."""
+    bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers."""
     wide = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
-        "print(json.dumps([r.wide_loads for r in (p.fwd_split(16384, 16, 1, f.OUT_CAST, False), p.bwd_split(8192, 16, 1))]))"
+        "print(json.dumps([r.wide_loads for r in (p.fwd_split(16384, 16, 1, OUT_CAST, False), p.bwd_split(8192, 16, "
+        "1))]))"
     )
     assert all(n >= 3 for n in wide), wide  # the pipeline's blocks: at least three 16-byte loads each kernel
 
 
 def test_split_exchange_has_no_atomics_or_fences():
-    """The split kernels exchange partials as flagged words (rmsnorm_fwd.split_publish / split_reduce): no counter
-    atomic and no fence, whose gpu-scope release waited for the look-ahead loads and drained the pipeline every step
-    (NOTES.md v8); the reads are volatile: a first read, the polling loop and the re-read of stale copies (v9)."""
+    """The split kernels exchange partials as flagged words (split_exchange.split_publish / split_reduce): no counter
+    atomic and no fence, whose gpu-scope release waited for the look-ahead loads and drained the pipeline every step;
+    the reads are volatile: a first read, the polling loop and the re-read of stale copies."""
     rows = _compiled_json(
-        "import json; from programs.triton import ptx_report as p, rmsnorm_fwd as f; "
-        "print(json.dumps([[r.atomics, r.fences, r.volatile_loads] for r in (p.fwd_split(16384, 16, 1, f.OUT_CAST, False), "
-        "p.fwd_split(8192, 16, 2, f.OUT_FP8_ROW, True), p.bwd_split(8192, 16, 1))]))"
+        "print(json.dumps([[r.atomics, r.fences, r.volatile_loads] for r in (p.fwd_split(16384, 16, 1, OUT_CAST, "
+        "False), "
+        "p.fwd_split(8192, 16, 2, OUT_FP8_ROW, True), p.bwd_split(8192, 16, 1))]))"
     )
     for atomics, fences, volatile in rows:
         assert atomics == 0 and fences == 0, rows
@@ -182,7 +186,6 @@ def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and stage
     0 must hold no atomics (its call counters are plain loads and stores, kernels.py) while the barrier stages do."""
     push2, push8, barrier = _compiled_json(
-        "import json; from programs.triton import ptx_report as p; "
         "print(json.dumps([p.allreduce(0, 2, 1, 16, True).atomics, p.allreduce(0, 8, 1, 16, False).atomics, "
         "p.allreduce(1, 3, 1, 8, False).atomics]))"
     )
@@ -195,8 +198,7 @@ def test_async_forward_compiles_to_16_byte_async_copies_and_no_spill(n, block_m,
     """The cp.async rows forward moves x into shared memory in 16-byte cp.async copies (32 elements a thread: 4 of
     them, masked rows too) and fits 64 registers without spilling (4 CTAs of 4 warps, or 2 of 8, a SM)."""
     r = _compiled_json(
-        "import json, dataclasses; from programs.triton import ptx_report as p; "
-        f"print(json.dumps(dataclasses.asdict(p.fwd_async({n}, {block_m}, {warps}))))"
+        f"import dataclasses; print(json.dumps(dataclasses.asdict(p.fwd_async({n}, {block_m}, {warps}))))"
     )
     assert r["async_copies"] == 4, r
     assert r["spill_bytes"] == 0 and r["registers"] <= 64, r
@@ -242,9 +244,9 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
     the default's cap of 64.
     FP8 row scales at 64 elements a thread hold the weight beside x for the row max: uncapped (fwd_config: under the
     cap they spilled), within 128 registers, so that two CTAs of 8 warps share an SM; at 32 a thread their joint
-    sum-and-max reduction takes a few registers past 64 uncapped (level with a cap of 64, NOTES.md v25)."""
+    sum-and-max reduction takes a few registers past 64 uncapped (level with a cap of 64)."""
     r = _compiled_json(
-        "import json, dataclasses; from programs.triton import ptx_report as p; "
+        "import dataclasses; "
         f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, "
         f"out_mode={out_mode}, busy={busy}))))"
     )
@@ -256,7 +258,7 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
     assert r["registers"] <= ((128 if chunk // (32 * warps) > 32 else 72) if out_mode == 1 else 64), r
 
 
-# where each kernel lets the next one launch (NOTES.md v27): at the start, but the cp.async forward once its x has
+# where each kernel lets the next one launch: at the start, but the cp.async forward once its x has
 # landed, and the persistent rows backward after its rows (triggered at its start, the partials' sum and the next
 # backward's CTAs crowded its one CTA an SM: 4096 x 4096 51.3 us against 33.4 plain on H200)
 PDL_TRIGGER = {
@@ -277,8 +279,7 @@ def test_pdl_kernels_wait_before_touching_global_memory(kernel):
     before their first global load, store or async copy, the weight's included; then trigger the next kernel's
     launch, each where PDL_TRIGGER says. Without it, none of this."""
     on, off = _compiled_json(
-        "import json, dataclasses; from programs.triton import ptx_report as p; "
-        f"print(json.dumps([dataclasses.asdict(p.pdl({kernel!r}, e)) for e in (True, False)]))"
+        f"import dataclasses; print(json.dumps([dataclasses.asdict(p.pdl({kernel!r}, e)) for e in (True, False)]))"
     )
     assert on["launch_pdl"] and on["waits"] == 1 and on["triggers"] == 1 and on["wait_first"], on
     assert on["trigger_at"] == PDL_TRIGGER[kernel], on

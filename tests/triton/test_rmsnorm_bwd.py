@@ -7,10 +7,11 @@ import pytest
 import torch
 from ref64 import assert_close_cancelling, grads64
 
-from programs.triton import rmsnorm_bwd as bwd_module
+from programs.triton import backward as bwd_module
+from programs.triton.backward import rmsnorm_bwd
+from programs.triton.backward_config import DECODE_M, BwdConfig
 from programs.triton.checks import TritonRuleError
-from programs.triton.rmsnorm_bwd import DECODE_M, BwdConfig, rmsnorm_bwd
-from programs.triton.rmsnorm_fwd import rmsnorm_fwd
+from programs.triton.forward import rmsnorm_fwd
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # "cols" at tiny N: 32-wide column tiles and 3 row groups, so partial sums span several programs
@@ -79,7 +80,7 @@ def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
     with pytest.raises(TritonRuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
         rmsnorm_bwd(dy, x, w, rs, enable_pdl=True)
     plain = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, enable_pdl=False)
-    for got, want in zip(plain, rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)):
+    for got, want in zip(plain, rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True), strict=True):
         assert torch.equal(got, want)
 
 
@@ -211,7 +212,7 @@ def test_split_words_refuses_what_it_cannot_hold_as_words():
         "weight 2 bytes past a word": dict(weight=rand(82, dtype=torch.bfloat16, seed=44)[1:81]),
         "rows kernel": dict(config=BwdConfig("rows", 4, block_m=1, programs=2, words=True)),
     }
-    for name, kw in refusals.items():
+    for kw in refusals.values():  # the keys name each refusal
         args = dict(weight=w, config=cfg) | kw
         with pytest.raises(TritonRuleError, match=r"\[config.words\]"):
             rmsnorm_bwd(dy, x, args.pop("weight"), rs, **args)

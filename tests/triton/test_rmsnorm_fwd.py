@@ -7,9 +7,12 @@ import pytest
 import torch
 from ref64 import fp8_expected, norm64
 
-from programs.triton import rmsnorm_fwd as fwd_mod
+from programs.triton import forward_config as fwd_mod
+from programs.triton import fp8
 from programs.triton.checks import TritonRuleError
-from programs.triton.rmsnorm_fwd import FwdConfig, pdl_supported, rmsnorm_fwd
+from programs.triton.forward import rmsnorm_fwd
+from programs.triton.forward_config import FwdConfig
+from programs.triton.launch import pdl_supported
 from tt_rmsnorm.accuracy import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -157,7 +160,7 @@ def test_forward_fp8(kernel, fmt, scaling):
 def test_decode_default_cuts_rows_into_slices():
     """The default launch at a decode shape: 5000 columns in 2048-column programs (the last one partial), each summing
     its whole row; a bias and rsigma ride along, and a residual falls back to whole rows."""
-    from programs.triton.rmsnorm_fwd import fwd_config
+    from programs.triton.forward_config import fwd_config
 
     x, w, b, r = (
         rand(*s, dtype=torch.bfloat16, seed=k) for k, s in enumerate([(3, 5000), (5000,), (5000,), (3, 5000)], 30)
@@ -221,14 +224,14 @@ def test_bad_input_names_the_rule(case):
 
 
 def test_long_row_launch_shape_plain_vs_fused():
-    """Wide chunks only for the plain forward they were measured faster on (H200, NOTES.md v5); a residual add,
+    """Wide chunks only for the plain forward they were measured faster on (H200); a residual add,
     distributed stats or FP8 output keep chunk 8192 with the register head, as do rows past 65536 columns."""
-    from programs.triton.rmsnorm_fwd import fwd_config
+    from programs.triton.forward_config import fwd_config
 
     cpu = torch.device("cpu")
     plain = fwd_config(2048, 65536, cpu)
     assert (plain.kernel, plain.chunk, plain.head, plain.words) == ("looped", 32768, 0, False)
-    # rows readable as 32-bit words: the stats pass loads each whole row at once (NOTES.md v13), FP8 output too
+    # rows readable as 32-bit words: the stats pass loads each whole row at once, FP8 output too
     # (fused, words_ok); a residual or distributed stats (words_ok False) keep the head
     words = fwd_config(2048, 65536, cpu, words_ok=True)
     assert (words.kernel, words.chunk, words.head, words.words) == ("looped", 16384, 0, True)
@@ -467,29 +470,40 @@ def test_split_needs_its_programs_resident_together():
         rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=2))
 
 
-def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
-    """On a GPU the split kernels serve the plain forward past 65536 columns and the backward past 16384 (H200,
-    NOTES.md v6, v12); the looped forward keeps N = 65536 and every fused variant; the backward streams rows up to
-    16384 columns, with the L2 look-ahead on CUDA where the rows allow a bulk prefetch. Checked without a GPU: only the SM count
-    is read from the device."""
-    from programs.triton import rmsnorm_bwd
-    from programs.triton import rmsnorm_fwd as fwd_mod
+@pytest.fixture
+def gpu(monkeypatch):
+    """A CUDA device as the launch rules see it, without a GPU: 132 SMs and H200's DRAM bandwidth a SM (36.5 GB/s;
+    only these are read from the device)."""
+    from programs.triton import backward_config
 
     monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
-    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
-    monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 36.5)  # H200 (H100: below)
+    monkeypatch.setattr(backward_config, "sm_count", lambda device: 132)
+    monkeypatch.setattr(backward_config, "dram_gbps_per_sm", lambda device: 36.5)  # H200 (H100: below)
     monkeypatch.setattr(fwd_mod, "dram_gbps_per_sm", lambda device: 36.5)
-    gpu = torch.device("cuda")
+    return torch.device("cuda")
+
+
+def test_cuda_split_forward_only_past_65536_columns(gpu):
+    """On a GPU the split kernels serve the plain forward past 65536 columns (H200); the looped forward keeps
+    N = 65536 and every fused variant."""
     assert fwd_mod.fwd_config(1024, 262144, gpu).kernel == "split"
     assert fwd_mod.fwd_config(2048, 65536, gpu).kernel == "looped"
+
+    assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
+    assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
+
+
+def test_cluster_forward_launches(gpu):
+    def cl(m, n, **kw):
+        return fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
+
     # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
-    # takes a row a cluster, 32 elements a thread (H100, NOTES.md v19); 16-bit rows of 262144: 64 elements a thread
-    # under a cap of 64 registers (v20); not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
-    # has ruled out a residual and distributed stats, v25); with FP8 row scales rows of 262144 take a looser cap (the
+    # takes a row a cluster, 32 elements a thread (H100); 16-bit rows of 262144: 64 elements a thread
+    # under a cap of 64 registers; not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
+    # has ruled out a residual and distributed stats); with FP8 row scales rows of 262144 take a looser cap (the
     # weight beside x for the row max spilled under the cap of 64). 16-bit x without a bias: 64 elements a
-    # thread past 65536 columns, and from 32M elements at 65536 or into FP8 (v26); FP8 row scales at 8 warps, capped
+    # thread past 65536 columns, and from 32M elements at 65536 or into FP8; FP8 row scales at 8 warps, capped
     # at 80 registers (3 CTAs a SM).
-    cl = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
     assert cl(2048, 65536) == cl(511, 65536, words_ok=True) == FwdConfig("cluster", 4, chunk=4096)
     assert (
         cl(2048, 65536, words_ok=True)
@@ -520,10 +534,18 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert (
         cl(2048, 49152).kernel == "looped" and cl(1024, 262144).kernel == "split" and cl(4096, 16384).kernel == "rows"
     )
-    # FP8 output at 8192 and 16384 columns from 8M elements: a row over two CTAs (v27); 64 elements a thread at 16384
+
+
+def test_fp8_forward_over_cluster_pairs(gpu):
+    def cl(m, n, **kw):
+        return fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
+
+    # FP8 output at 8192 and 16384 columns from 8M elements: a row over two CTAs; 64 elements a thread at 16384
     # with row scales (capped at 80) and from 32M elements with a tensor scale (capped at 64); not bf16 output, a
     # bias, fp32 rows or smaller tensors
-    f8 = lambda m, n, **kw: cl(m, n, fused=True, **{"words_ok": True, **kw})
+    def f8(m, n, **kw):
+        return cl(m, n, fused=True, **{"words_ok": True, **kw})
+
     assert f8(1024, 8192) == f8(16384, 8192) == f8(1024, 8192, row_max=True) == FwdConfig("cluster", 4, chunk=4096)
     assert (
         f8(512, 16384, row_max=True) == f8(8192, 16384, row_max=True) == FwdConfig("cluster", 4, chunk=8192, maxnreg=80)
@@ -535,10 +557,15 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert cl(4096, 8192, words_ok=True).kernel != "cluster"
     assert fwd_mod.fwd_config(4096, 8192, gpu, fused=True, words_ok=True).kernel == "rows"
     assert cl(1024, 524288, words_ok=True).kernel == "split"
+
+
+def test_async_forward_launches(gpu):
     # where cp.async runs: plain 16-bit rows of 4096 and 8192 columns past decode sizes take whole rows with x moved
-    # into shared memory, 32 elements a thread (v20); not with a bias, fused, fp32 rows, other widths or decode rows;
-    # from 16384 rows the two-pass launch takes tensors it serves (v26)
-    asy = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, async_ok=True, **{"words_ok": True, **kw})
+    # into shared memory, 32 elements a thread; not with a bias, fused, fp32 rows, other widths or decode rows;
+    # from 16384 rows the two-pass launch takes tensors it serves
+    def asy(m, n, **kw):
+        return fwd_mod.fwd_config(m, n, gpu, async_ok=True, **{"words_ok": True, **kw})
+
     assert asy(4096, 4096) == FwdConfig("async", 4, block_m=1)
     assert asy(16383, 8192) == FwdConfig("async", 8, block_m=1)
     assert asy(16384, 8192) == FwdConfig("looped", 16, chunk=4096, programs=16384, reverse=False, maxnreg=32)
@@ -546,8 +573,9 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert asy(4096, 4096, words_ok=False).kernel == asy(4096, 16384).kernel == asy(4096, 2048).kernel == "rows"
     assert asy(32, 8192).kernel == asy(528, 4096).kernel == "rows" and asy(529, 4096).kernel == "async"
     assert asy(4096, 6144).kernel == "rows"
-    assert fwd_mod.fwd_config(1024, 262144, gpu, fused=True).kernel == "looped"
-    assert fwd_mod.fwd_config(1024, 262144, gpu, split_ok=False).kernel == "looped"
+
+
+def test_rows_forward_register_cap(gpu):
     # a full SM of rows programs needs <= 32 registers a thread: capped for the plain kernel on rows of >= 4096
     # columns at 16 elements a thread (a bias, a fused variant or shorter rows in taller tiles would spill under the
     # cap, ptx_report), not at 32 elements a thread
@@ -557,17 +585,25 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert fwd_mod.fwd_config(4096, 16384, gpu, fused=True).maxnreg == 0
     assert fwd_mod.fwd_config(65536, 1024, gpu).maxnreg == 0
     assert fwd_mod.fwd_config(4096, 32768, gpu).maxnreg == 0
-    # the fused variants past decode sizes: tiles of 2048 elements, a row a program from 2048 columns (v26); the plain
+
+
+def test_fused_rows_forward_tiles(gpu, monkeypatch):
+    # the fused variants past decode sizes: tiles of 2048 elements, a row a program from 2048 columns; the plain
     # kernel with a bias keeps 8192-element tiles; rows under 1024 columns keep theirs
-    fz = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, fused=True, **kw)
+    def fz(m, n, **kw):
+        return fwd_mod.fwd_config(m, n, gpu, fused=True, **kw)
+
     assert fz(32768, 4096) == fz(32768, 4096, row_max=True) == FwdConfig("rows", 8, block_m=1)
     assert fz(65536, 2048) == FwdConfig("rows", 4, block_m=1) and fz(65536, 1024) == FwdConfig("rows", 4, block_m=2)
     assert fz(8192, 8192) == FwdConfig("rows", 16, block_m=1)
     assert fz(65536, 512) == FwdConfig("rows", 16, block_m=16)
     assert fwd_mod.fwd_config(32768, 4096, gpu, bias=True) == FwdConfig("rows", 16, block_m=2)
-    # FP8 output of 16-bit x as given (fused with words_ok): 32 elements a thread (v27); under 4096 columns only where
+
+    # FP8 output of 16-bit x as given (fused with words_ok): 32 elements a thread; under 4096 columns only where
     # DRAM per SM is not lean (H200 here; on H100 16 a thread); a residual or distributed stats (words_ok False) keep 16
-    f8 = lambda m, n, **kw: fz(m, n, words_ok=True, **kw)
+    def f8(m, n, **kw):
+        return fz(m, n, words_ok=True, **kw)
+
     assert f8(32768, 4096) == f8(32768, 4096, row_max=True) == FwdConfig("rows", 4, block_m=1)
     assert f8(600, 8192) == FwdConfig("rows", 8, block_m=1)
     assert f8(65536, 2048) == FwdConfig("rows", 2, block_m=1) and f8(65536, 1024) == FwdConfig("rows", 2, block_m=2)
@@ -576,9 +612,14 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     assert f8(32768, 4096) == FwdConfig("rows", 4, block_m=1) and f8(65536, 2048) == fz(65536, 2048)
     assert f8(65536, 1024) == fz(65536, 1024) == FwdConfig("rows", 4, block_m=2)
     monkeypatch.setattr(fwd_mod, "dram_gbps_per_sm", lambda device: 36.5)
-    # tall tensors of plain 16-bit rows of 1024..8192 columns: a row a program in two halves (H200 and H100, NOTES.md
-    # v17); not for fewer rows or elements, other widths, fp32 or odd strides (words_ok False), a bias or fused variants
-    two = lambda m, n, **kw: fwd_mod.fwd_config(m, n, gpu, words_ok=True, **kw)
+
+
+def test_two_pass_forward_of_tall_plain_tensors(gpu):
+    # tall tensors of plain 16-bit rows of 1024..8192 columns: a row a program in two halves (H200 and H100);
+    # not for fewer rows or elements, other widths, fp32 or odd strides (words_ok False), a bias or fused variants
+    def two(m, n, **kw):
+        return fwd_mod.fwd_config(m, n, gpu, words_ok=True, **kw)
+
     assert two(16384, 8192) == FwdConfig("looped", 16, chunk=4096, programs=16384, reverse=False, maxnreg=32)
     assert two(32768, 4096) == FwdConfig("looped", 8, chunk=2048, programs=32768, reverse=False, maxnreg=32)
     assert two(16384, 1024) == FwdConfig("looped", 2, chunk=512, programs=16384, reverse=False, maxnreg=32)
@@ -593,54 +634,63 @@ def test_cuda_launch_shapes_split_only_where_measured_faster(monkeypatch):
     ):
         assert two(m, n, **kw).kernel == "rows", (m, n, kw)
     assert fwd_mod.fwd_config(16384, 8192, gpu).kernel == "rows"
-    # decode rows cut into 2048-column programs (H100 sweep, NOTES.md v11), but not where a slice would need the whole
+
+
+def test_decode_rows_sliced(gpu):
+    # decode rows cut into 2048-column programs (H100 sweep), but not where a slice would need the whole
     # row's residual sum or row max (fused), nor past the measured sizes
     assert fwd_mod.fwd_config(32, 8192, gpu) == FwdConfig("rows", 8, block_m=1, chunk=2048)
     assert fwd_mod.fwd_config(1, 4096, gpu).chunk == 2048
     assert fwd_mod.fwd_config(32, 8192, gpu, fused=True).chunk == 0
     assert fwd_mod.fwd_config(256, 8192, gpu).chunk == 0 and fwd_mod.fwd_config(1, 16384, gpu).chunk == 0
     assert fwd_mod.fwd_config(1, 2048, gpu).chunk == 0
-    streaming = rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132, stream=True, l2_ahead=1)
-    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu) == streaming
-    assert rmsnorm_bwd.bwd_config(4096, 12288, gpu) == streaming
-    assert rmsnorm_bwd.bwd_config(4096, 16384, gpu, l2_ok=False).l2_ahead == 0
-    assert rmsnorm_bwd.bwd_config(4096, 16384, torch.device("cpu")).l2_ahead == 0
-    assert rmsnorm_bwd.bwd_config(2048, 65536, gpu).kernel == "split"
-    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 32, block_m=1, programs=132)
-    assert rmsnorm_bwd.bwd_config(2048, 65536, torch.device("cpu")).kernel == "cols"
+
+
+def test_backward_streams_rows_up_to_16384_columns(gpu):
+    """The backward streams rows up to 16384 columns, with the L2 look-ahead on CUDA where the rows allow a bulk
+    prefetch, and cuts longer rows over split programs (CPU: the two-kernel path)."""
+    from programs.triton import backward_config as bwd_cfg
+
+    streaming = bwd_cfg.BwdConfig("rows", 32, block_m=1, programs=132, stream=True, l2_ahead=1)
+    assert bwd_cfg.bwd_config(4096, 16384, gpu) == streaming
+    assert bwd_cfg.bwd_config(4096, 12288, gpu) == streaming
+    assert bwd_cfg.bwd_config(4096, 16384, gpu, l2_ok=False).l2_ahead == 0
+    assert bwd_cfg.bwd_config(4096, 16384, torch.device("cpu")).l2_ahead == 0
+    assert bwd_cfg.bwd_config(2048, 65536, gpu).kernel == "split"
+    assert bwd_cfg.bwd_config(8192, 8192, gpu) == bwd_cfg.BwdConfig("rows", 32, block_m=1, programs=132)
+    assert bwd_cfg.bwd_config(2048, 65536, torch.device("cpu")).kernel == "cols"
 
 
 def test_backward_rows_take_8_warps_where_dram_per_sm_is_lean(monkeypatch):
     """H100 (25 GB/s of DRAM a SM) ran the backward rows kernel 2-5% faster at 8 warps on rows of 4096-8192 columns
     with >= 32 tiles a program; H200 (36.5) lost 5% that way, and fewer tiles a program or other widths kept their
-    warps on both (NOTES.md v15)."""
-    from programs.triton import rmsnorm_bwd
-    from programs.triton import rmsnorm_fwd as fwd_mod
+    warps on both."""
+    from programs.triton import backward_config as bwd_cfg
 
     assert fwd_mod.dram_gbps_per_sm(torch.device("cpu")) is None
-    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(bwd_cfg, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
-    monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: 25.4)
-    assert rmsnorm_bwd.bwd_config(8192, 8192, gpu) == rmsnorm_bwd.BwdConfig("rows", 8, block_m=1, programs=132)
-    assert rmsnorm_bwd.bwd_config(32768, 4096, gpu) == rmsnorm_bwd.BwdConfig("rows", 8, block_m=2, programs=132)
-    assert rmsnorm_bwd.bwd_config(2048, 8192, gpu).num_warps == 32  # 15.5 tiles a program
-    assert rmsnorm_bwd.bwd_config(4096, 4096, gpu).num_warps == 16
-    assert rmsnorm_bwd.bwd_config(65536, 1024, gpu).num_warps == 16
-    assert rmsnorm_bwd.bwd_config(8192, 16384, gpu).num_warps == 32  # the streaming kernel: 32 warps measured best
+    monkeypatch.setattr(bwd_cfg, "dram_gbps_per_sm", lambda device: 25.4)
+    assert bwd_cfg.bwd_config(8192, 8192, gpu) == bwd_cfg.BwdConfig("rows", 8, block_m=1, programs=132)
+    assert bwd_cfg.bwd_config(32768, 4096, gpu) == bwd_cfg.BwdConfig("rows", 8, block_m=2, programs=132)
+    assert bwd_cfg.bwd_config(2048, 8192, gpu).num_warps == 32  # 15.5 tiles a program
+    assert bwd_cfg.bwd_config(4096, 4096, gpu).num_warps == 16
+    assert bwd_cfg.bwd_config(65536, 1024, gpu).num_warps == 16
+    assert bwd_cfg.bwd_config(8192, 16384, gpu).num_warps == 32  # the streaming kernel: 32 warps measured best
     for unknown in (None, 36.5):
-        monkeypatch.setattr(rmsnorm_bwd, "dram_gbps_per_sm", lambda device: unknown)
-        assert rmsnorm_bwd.bwd_config(8192, 8192, gpu).num_warps == 32
+        monkeypatch.setattr(bwd_cfg, "dram_gbps_per_sm", lambda device, gbps=unknown: gbps)
+        assert bwd_cfg.bwd_config(8192, 8192, gpu).num_warps == 32
 
 
 def test_backward_split_holds_words_where_a_row_is_cut_in_a_power_of_two_chunks(monkeypatch):
     """Words measured faster at 4, 8, 16 and 32 chunks of 8192 and 3-4% slower at 3, 5, 6, 7, 9, 12 and 24; 4 stages
-    only at 32 (H200 and H100, NOTES.md v16). Never where words do not fit, nor under the interpreter."""
-    from programs.triton import rmsnorm_bwd
+    only at 32 (H200 and H100). Never where words do not fit, nor under the interpreter."""
+    from programs.triton import backward_config as bwd_cfg
 
-    monkeypatch.setattr(rmsnorm_bwd, "sm_count", lambda device: 132)
+    monkeypatch.setattr(bwd_cfg, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
-    cfg = rmsnorm_bwd.bwd_config
-    assert cfg(2048, 65536, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig(
+    cfg = bwd_cfg.bwd_config
+    assert cfg(2048, 65536, gpu, words_ok=True) == bwd_cfg.BwdConfig(
         "split", 16, block_m=1, programs=132, block_n=8192, words=True, stages=3
     )
     assert [
@@ -648,16 +698,14 @@ def test_backward_split_holds_words_where_a_row_is_cut_in_a_power_of_two_chunks(
         for n in (32768, 131072, 262144, 524288)
     ] == [(True, 3), (True, 3), (True, 4), (True, 4)]
     for n in (24576, 40960, 57344, 73728, 98304, 196608):
-        assert cfg(2048, n, gpu, words_ok=True) == rmsnorm_bwd.BwdConfig(
-            "split", 16, block_m=1, programs=132, block_n=8192
-        )
+        assert cfg(2048, n, gpu, words_ok=True) == bwd_cfg.BwdConfig("split", 16, block_m=1, programs=132, block_n=8192)
     assert cfg(2048, 65000, gpu, words_ok=True).words  # 8 chunks, the last partial (268.1 us against 410.8)
     assert not cfg(2048, 65536, gpu).words
     assert cfg(2048, 65536, torch.device("cpu"), words_ok=True).kernel == "cols"
 
 
 def test_long_plain_rows_split_as_words_with_4_stages_from_32_chunks(monkeypatch):
-    """The split forward holds plain 16-bit rows as words wherever they fit (faster at 10-64 chunks, NOTES.md v16),
+    """The split forward holds plain 16-bit rows as words wherever they fit (faster at 10-64 chunks),
     with 4 stages from 32 chunks (at 16 and 24 chunks 4 stages were slower than 3)."""
     monkeypatch.setattr(fwd_mod, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
@@ -730,8 +778,7 @@ CLUSTER_ROUTES = {  # rmsnorm_fwd's options -> (cluster_ok, row_max) it hands fw
 def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
     """Where clusters run, rmsnorm_fwd offers the cluster kernel for x normalized as given, into a float or FP8 output,
     except a bias beside a row max (FP8 row or dynamic tensor scales), and says when the row max is taken."""
-    from programs.triton import rmsnorm_cluster
-    from programs.triton import rmsnorm_fwd as fwd_mod
+    from programs.triton import forward, rmsnorm_cluster
 
     seen = {}
 
@@ -743,7 +790,7 @@ def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
         raise Chosen
 
     monkeypatch.setattr(rmsnorm_cluster, "supported", lambda device: True)
-    monkeypatch.setattr(fwd_mod, "fwd_config", record)
+    monkeypatch.setattr(forward, "fwd_config", record)
     kw, want = dict(CLUSTER_ROUTES[case][0]), CLUSTER_ROUTES[case][1]
     x = rand(2, 64, dtype=torch.bfloat16, seed=34)
     for name, make in (
@@ -784,7 +831,10 @@ def test_async_launch_shape_rules(monkeypatch):
 
     monkeypatch.setattr(ra, "supported", lambda device: True)
     cpu = torch.device("cpu")
-    bf = lambda m, n, **kw: torch.empty(m, n, dtype=torch.bfloat16, **kw)
+
+    def bf(m, n, **kw):
+        return torch.empty(m, n, dtype=torch.bfloat16, **kw)
+
     ra.check(4096, 1, 4, bf(2, 4096), cpu)
     ra.check(5000, 2, 8, torch.empty(2, 5000), cpu)  # fp32: masked to 8192 columns, copied 4 bytes at a time
     with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*power of two"):
@@ -824,8 +874,7 @@ def test_cluster_launch_shape_rules(monkeypatch):
     assert rc.x_staged(262144, 16384, 8, 2, 0) and rc.x_staged(262144, 16384, 8, 0, 0)
     assert rc.x_staged(131072, 8192, 4, 2, 0) and not rc.x_staged(65536, 8192, 4, 2, 0)  # 16 CTAs a row, not 8
     assert not any(
-        rc.x_staged(262144, 16384, 8, 2, 0, out_mode=om)
-        for om in (fwd_mod.OUT_FP8_STATIC, fwd_mod.OUT_FP8_ROW, fwd_mod.OUT_AMAX)
+        rc.x_staged(262144, 16384, 8, 2, 0, out_mode=om) for om in (fp8.OUT_FP8_STATIC, fp8.OUT_FP8_ROW, fp8.OUT_AMAX)
     )
     assert not (
         rc.x_staged(262144, 16384, 8, 4, 0)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from programs.triton.rmsnorm_fwd import fp8_quantize, fp8_recip, weight_at
+from programs.triton.row_io import fp8_quantize, fp8_recip, weight_at
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
 N_SLOTS = 2  # barrier slots per program: start, middle (two stages)

@@ -1,0 +1,396 @@
+"""The RMSNorm forward launcher: y = h * rsqrt(mean(h^2) + eps) * (w + weight_offset) (+ bias), h = x (+ residual).
+
+    rmsnorm_fwd(x, weight=None, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, dtype=None,
+                scale_mode="row", scale=None, scale_ub=inf, return_rsigma=False, stats=None, hidden_size=None,
+                config=None, enable_pdl=None) -> RMSNormOutput(y, rsigma, residual_out, scale)
+
+    x         [..., N] bf16/fp16/fp32, hidden dim contiguous, rows may be strided; math in fp32, 64-bit offsets.
+    weight    [N] or None; the kernel multiplies by (weight + weight_offset) (weight_offset=1.0: zero-centered gamma).
+    residual  [..., N]: h = x + residual rounded to residual.dtype is both normalized and returned as residual_out.
+    dtype     output dtype: None (x.dtype), bf16/fp16/fp32, or torch.float8_e4m3fn / torch.float8_e5m2.
+    FP8       scale_mode="row":    one float32 scale per row, min(rowmax|v|, scale_ub) / fp8_max, returned [M]
+              scale_mode="tensor": one float32 scale [1]: `scale` if given (static), else min(max|v|, scale_ub)/fp8_max
+                                   from a first pass over x (dynamic); y = fp8(clamp(v / scale)), v ~= y * scale.
+    rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
+    stats     float32 [W, M] per-shard sums of squares (distributed post): summed in rank order, divided by hidden_size
+              (default N), instead of the sum over x's own row.
+    config    a FwdConfig to launch instead of forward_config.fwd_config's choice (checked before any device work).
+    enable_pdl programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
+              Hopper and later): each CTA first waits for the previous kernel in the stream to finish
+              (griddepcontrol.wait, before any load or store), then lets the next kernel's CTAs launch as this grid's
+              free their SMs, so back-to-back PDL kernels overlap one's launch with the other's tail. The split
+              launch, whose programs must all be resident at once (they wait on each other through global memory),
+              launches plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
+
+This module owns the call: its outputs, the choice of launch (forward_config.py, after the rules of
+forward_rules.py have passed, before any device work) and the launch itself, one function a kernel. The kernels live
+in forward_kernels.py, forward_split_kernels.py, rmsnorm_cluster.py and rmsnorm_async.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import triton
+
+from programs.triton import fp8 as fp8mod
+from programs.triton import interpreter, rmsnorm_async, rmsnorm_cluster
+from programs.triton.checks import (
+    TritonRuleError,
+    as_rows,
+    check_activation,
+    check_epsilon,
+    check_same_rows,
+    check_vector,
+)
+from programs.triton.forward_config import JOINT_MAX_PER_THREAD, FwdConfig, fwd_config
+from programs.triton.forward_kernels import _fwd_looped_kernel, _fwd_rows_kernel, _row_sumsq_kernel
+from programs.triton.forward_rules import (
+    Call,
+    check_gluon,
+    check_output,
+    check_stats,
+    check_words,
+    cluster_busy,
+    out_mode,
+)
+from programs.triton.forward_split_kernels import _fwd_split_kernel, _fwd_split_words_kernel
+from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from programs.triton.launch import (
+    launch_options,
+    resolve_pdl,
+    sm_count,
+    split_shape,
+    wordable_rows,
+    wordable_weight,
+)
+
+
+class RMSNormOutput(NamedTuple):
+    y: torch.Tensor | None  # output (x's shape), None for the amax-only pass
+    rsigma: torch.Tensor | None  # float32 [M] when asked for
+    residual_out: torch.Tensor | None  # x + residual when residual was given
+    scale: torch.Tensor | None  # FP8: float32 [M] (row) or [1] (tensor)
+
+
+def split_words_fit(x2: torch.Tensor, y2: torch.Tensor, weight, plain: bool) -> bool:
+    """Whether the split forward may hold its blocks as words (_fwd_split_words_kernel): the rows of x and y wordable
+    (so y in x's 16-bit dtype), the weight absent or 16-bit on a 4-byte boundary, and plain: x normalized as given
+    into a cast output, no bias."""
+    return plain and wordable_rows(x2) and wordable_rows(y2) and wordable_weight(weight)
+
+
+# --- the launches, one function a kernel ----------------------------------------------------------------------------
+
+
+class _Pass(NamedTuple):
+    """One pass over the rows: what it reads (src, the residual r), what it writes and how (out_mode)."""
+
+    src: torch.Tensor
+    out_mode: int
+    y: torch.Tensor
+    sc: torch.Tensor | None  # per-row scales or row maxima written
+    scale_in: torch.Tensor | None  # the one given scale read
+    store_rsig: bool
+    rsig: torch.Tensor | None
+    ro: torch.Tensor | None  # residual_out written
+    r: torch.Tensor | None  # residual read
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """A forward call's fixed launch arguments: the chosen shape, the vectors, the scalars and the FP8 constants."""
+
+    cfg: FwdConfig
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    stats: torch.Tensor | None
+    m: int
+    n: int
+    inv_hidden: float
+    eps: float
+    weight_offset: float
+    ub: float
+    fmax: float
+    pdl: bool
+    busy: bool
+    y_consts: tuple[int, float, float]  # fp8.downcast_consts of the output dtype
+
+    def args(self, p: _Pass) -> tuple:
+        """The rows, looped and split kernels' shared leading arguments (absent tensors: src as a placeholder)."""
+        d = p.src
+        st = self.stats
+        return (
+            p.src,
+            p.src.stride(0),
+            p.r if p.r is not None else d,
+            p.r.stride(0) if p.r is not None else 0,
+            p.ro if p.ro is not None else d,
+            p.ro.stride(0) if p.ro is not None else 0,
+            p.y,
+            p.y.stride(0),
+            self.weight if self.weight is not None else d,
+            self.bias if self.bias is not None else d,
+            p.rsig if p.rsig is not None else d,
+            p.sc if p.sc is not None else d,
+            st if st is not None else d,
+            st.stride(0) if st is not None else 0,
+            st.shape[0] if st is not None else 0,
+            p.scale_in if p.scale_in is not None else d,
+            self.m,
+            self.n,
+            self.inv_hidden,
+            self.eps,
+            self.weight_offset,
+            self.ub,
+            self.fmax,
+        )
+
+    def flags(self, p: _Pass) -> dict:
+        y_drop, y_min, y_sub = self.y_consts
+        return dict(
+            HAS_W=self.weight is not None,
+            HAS_B=self.bias is not None,
+            HAS_RES=p.r is not None,
+            HAS_STATS=self.stats is not None,
+            STORE_RSIG=p.store_rsig,
+            OUT_MODE=p.out_mode,
+            Y_DROP=y_drop,
+            Y_MIN_NORMAL=y_min,
+            Y_SUB=y_sub,
+        )
+
+    def gluon_args(self, p: _Pass) -> tuple:
+        """The Gluon kernels' (cluster, cp.async) shared leading launch arguments."""
+        rsig = p.rsig if p.store_rsig else None
+        return (p.src, p.y, self.weight, self.bias, rsig, self.n, self.inv_hidden, self.eps, self.weight_offset)
+
+    def run(self, p: _Pass) -> None:
+        runner = _RUNNERS.get(self.cfg.kernel)
+        if runner is None:
+            raise TritonRuleError(
+                "config.kernel",
+                "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
+                self.cfg.kernel,
+                "config=None",
+            )
+        runner(self, p)
+
+
+def _run_rows(L: _Launch, p: _Pass) -> None:
+    cfg, device = L.cfg, p.src.device
+    row_n = block_n = triton.next_power_of_2(L.n)
+    if cfg.chunk and cfg.chunk < row_n:
+        if cfg.chunk & (cfg.chunk - 1):
+            raise TritonRuleError(
+                "config.chunk",
+                "config.chunk of a rows launch (columns per program) must be a power of two",
+                cfg.chunk,
+                "chunk=0 (whole rows)",
+            )
+        block_n = cfg.chunk
+    slices = row_n // block_n
+    grid = (triton.cdiv(L.m, cfg.block_m) * slices,)
+    _fwd_rows_kernel[grid](
+        *L.args(p),
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=block_n,
+        SLICES=slices,
+        num_warps=cfg.num_warps,
+        PDL=L.pdl,
+        JOINT_MAX=cfg.block_m * block_n <= JOINT_MAX_PER_THREAD * 32 * cfg.num_warps,
+        **launch_options(device, maxnreg=cfg.maxnreg, pdl=L.pdl),
+        **L.flags(p),
+    )
+
+
+def _run_looped(L: _Launch, p: _Pass) -> None:
+    cfg, device = L.cfg, p.src.device
+    grid = (min(L.m, cfg.programs or sm_count(device)),)
+    if cfg.head and (cfg.head > L.n or cfg.head & (cfg.head - 1)):
+        raise TritonRuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
+    words = triton.next_power_of_2(triton.cdiv(L.n, 2)) if cfg.words else 0
+    _fwd_looped_kernel[grid](
+        *L.args(p),
+        CHUNK=cfg.chunk,
+        HEAD=cfg.head,
+        WORDS=words,
+        REVERSE=cfg.reverse,
+        ONE_ROW=grid[0] == L.m,
+        num_warps=cfg.num_warps,
+        PDL=L.pdl,
+        **launch_options(device, maxnreg=cfg.maxnreg, pdl=L.pdl),
+        **L.flags(p),
+    )
+
+
+def _run_split(L: _Launch, p: _Pass) -> None:
+    cfg, device = L.cfg, p.src.device
+    row_max = p.out_mode in (OUT_FP8_ROW, OUT_AMAX)
+    exchange = L.stats is None or row_max
+    splits, xw, lanes = split_shape(L.m, L.n, cfg.chunk, cfg.block_m, cfg.programs, device, exchange=exchange)
+    # the exchange words (split_publish) start unflagged: zeroed per call, one memset for both
+    xch = torch.zeros((2 if row_max else 1, L.m * xw), dtype=torch.int64, device=device)
+    options = launch_options(device, splits, cfg.maxnreg)
+    if cfg.words:
+        _fwd_split_words_kernel[(splits * lanes,)](
+            p.src,
+            p.src.stride(0),
+            p.y,
+            p.y.stride(0),
+            L.weight if L.weight is not None else p.src,
+            p.rsig if p.rsig is not None else p.src,
+            L.m,
+            L.n,
+            L.inv_hidden,
+            L.eps,
+            L.weight_offset,
+            xch[0],
+            SPLITS=splits,
+            XW=xw,
+            CHUNK=cfg.chunk,
+            BLOCK_M=cfg.block_m,
+            STAGES=cfg.stages,
+            HAS_W=L.weight is not None,
+            STORE_RSIG=p.store_rsig,
+            num_warps=cfg.num_warps,
+            **options,
+        )
+        return
+    _fwd_split_kernel[(splits * lanes,)](
+        *L.args(p),
+        xch[0],
+        xch[-1],
+        SPLITS=splits,
+        XW=xw,
+        CHUNK=cfg.chunk,
+        BLOCK_M=cfg.block_m,
+        num_warps=cfg.num_warps,
+        **options,
+        **L.flags(p),
+    )
+
+
+def _run_cluster(L: _Launch, p: _Pass) -> None:
+    cfg = L.cfg
+    tail = (cfg.chunk, cfg.num_warps, cfg.maxnreg, L.busy, p.out_mode, p.sc, p.scale_in, L.ub, L.fmax, L.pdl)
+    rmsnorm_cluster.launch(*L.gluon_args(p), *tail)
+
+
+def _run_async(L: _Launch, p: _Pass) -> None:
+    rmsnorm_async.launch(*L.gluon_args(p), L.cfg.block_m, L.cfg.num_warps, L.pdl)
+
+
+_RUNNERS = {"rows": _run_rows, "looped": _run_looped, "split": _run_split, "cluster": _run_cluster, "async": _run_async}
+
+
+def _default_config(c: Call) -> FwdConfig:
+    """forward_config.fwd_config asked what this call allows."""
+    x2, dev = c.x2, c.x2.device
+    m, n = x2.shape
+    return fwd_config(
+        m,
+        n,
+        dev,
+        fused=c.fused,
+        split_ok=not c.row_max_with_bias,
+        bias=c.bias is not None,
+        words_ok=wordable_rows(x2) and c.of_x,
+        split_words_ok=c.split_words_ok,
+        cluster_ok=rmsnorm_cluster.supported(dev) and c.of_x and not c.row_max_with_bias,
+        row_max=c.mode == OUT_FP8_ROW,
+        async_ok=rmsnorm_async.supported(dev) and rmsnorm_async.aligned(x2),
+    )
+
+
+# --- the entry points -----------------------------------------------------------------------------------------------
+
+
+def rmsnorm_fwd(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    *,
+    epsilon: float = 1e-5,
+    weight_offset: float = 0.0,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
+    scale_mode: str = "row",
+    scale: torch.Tensor | None = None,
+    scale_ub: float = math.inf,
+    return_rsigma: bool = False,
+    stats: torch.Tensor | None = None,
+    hidden_size: int | None = None,
+    config: FwdConfig | None = None,
+    enable_pdl: bool | None = None,
+) -> RMSNormOutput:
+    """Fused RMSNorm forward (see the module docstring for every argument)."""
+    check_activation(x)
+    eps = check_epsilon(epsilon)
+    n = x.shape[-1]
+    check_vector(weight, n, "weight", x.device)
+    check_vector(bias, n, "bias", x.device)
+    check_same_rows(residual, x, "residual")
+    out_dtype, hidden = check_output(x, weight, weight_offset, dtype, scale_mode, scale, scale_ub, hidden_size)
+    pdl = resolve_pdl(x.device, enable_pdl)
+    x2 = as_rows(x)
+    m = x2.shape[0]
+    check_stats(stats, residual, m, x.device)
+    mode = out_mode(out_dtype, scale_mode, scale)
+    interpreter.use_exact_casts(x.device)
+
+    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    rsig = torch.empty(m, dtype=torch.float32, device=x.device) if return_rsigma else None
+    res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None
+    sc = torch.empty(m, dtype=torch.float32, device=x.device) if mode == OUT_FP8_ROW else None
+    if m == 0:
+        if mode == OUT_FP8_STATIC:
+            sc = scale if scale is not None else torch.zeros(1, dtype=torch.float32, device=x.device)
+        return RMSNormOutput(y, rsig, res_out, sc)
+
+    y2 = y.view(-1, n)
+    plain = mode == OUT_CAST and residual is None and stats is None and bias is None
+    words_fit = split_words_fit(x2, y2, weight, plain)
+    c = Call(x2, weight, bias, residual, stats, out_dtype, mode, scale is not None, words_fit)
+    cfg = config or _default_config(c)
+    check_words(cfg, c)
+    check_gluon(cfg, c)
+    busy = cluster_busy(cfg, c) if cfg.kernel == "cluster" else False
+    fmax = fp8mod.fp8_format(out_dtype).max if mode != OUT_CAST else 1.0
+    ub = min(scale_ub, 3.0e38)  # scale_ub as the kernels take it: a finite float32
+    consts = fp8mod.downcast_consts(out_dtype)
+    scalars = (m, n, 1.0 / hidden, eps, float(weight_offset), float(ub), float(fmax))
+    L = _Launch(cfg, weight, bias, stats, *scalars, pdl, busy, consts)
+    r2 = as_rows(residual, "residual") if residual is not None else None
+    ro2 = res_out.view(-1, n) if res_out is not None else None
+    if c.dynamic_tensor_scale:
+        # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale
+        amax = torch.empty(m, dtype=torch.float32, device=x.device)
+        L.run(_Pass(x2, OUT_AMAX, y2, amax, None, return_rsigma, rsig, ro2, r2))
+        sc = (torch.clamp(amax.amax(), max=ub) / fmax).reshape(1)
+        # pass 2 normalizes residual_out (the rounded sum written by pass 1) when there is a residual
+        L.run(_Pass(ro2 if ro2 is not None else x2, OUT_FP8_STATIC, y2, None, sc, False, None, None, None))
+    else:
+        if mode == OUT_FP8_STATIC:
+            sc = scale
+        L.run(_Pass(x2, mode, y2, sc if mode == OUT_FP8_ROW else None, scale, return_rsigma, rsig, ro2, r2))
+    return RMSNormOutput(y, rsig, res_out, sc)
+
+
+def row_sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    """float32 [M]: the sum of squares of each row of x [..., N] (fp32 accumulation), the distributed pre-stats."""
+    check_activation(x)
+    x2 = as_rows(x)
+    m, n = x2.shape
+    out = torch.empty(m, dtype=torch.float32, device=x.device)
+    if m == 0:
+        return out
+    chunk = min(triton.next_power_of_2(n), 4096)
+    block_m = max(1, min(4096 // chunk, 16))
+    _row_sumsq_kernel[(triton.cdiv(m, block_m),)](
+        x2, x2.stride(0), out, m, n, BLOCK_M=block_m, CHUNK=chunk, num_warps=8
+    )
+    return out

@@ -1,0 +1,70 @@
+"""The import surface: public names are the functions they document (never a submodule of the same name), and
+importing a package or any module of the Triton port changes no environment variable (each checked in a fresh
+interpreter, since this test session sets TRITON_INTERPRET itself)."""
+
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import programs.triton
+
+ROOT = Path(__file__).resolve().parents[2]
+TRITON_MODULES = sorted(m.name for m in pkgutil.walk_packages(programs.triton.__path__, "programs.triton."))
+PACKAGES = {
+    "tt_rmsnorm": ["tt_rmsnorm"],
+    "programs": ["programs"],
+    "programs.nki": ["programs.nki"],
+    "programs.parity": ["programs.parity"],
+    "programs.triton": ["programs.triton", *TRITON_MODULES],
+}
+
+_SNIPPET = """
+import importlib, json, os, sys
+before = dict(os.environ)
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+after = dict(os.environ)
+changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+print(json.dumps(changed))
+"""
+
+
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_importing_leaves_the_environment_unchanged(package):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", _SNIPPET, *PACKAGES[package]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [], f"importing {package} changed these variables"
+
+
+def test_the_triton_port_has_modules_to_check():
+    assert {"programs.triton.forward", "programs.triton.backward", "programs.triton.autograd"} <= set(TRITON_MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(programs.triton.__all__))
+def test_public_names_are_what_they_document_not_submodules(name):
+    from types import ModuleType
+
+    value = getattr(programs.triton, name)
+    assert not isinstance(value, ModuleType), f"programs.triton.{name} is a module"
+    assert callable(value)
+
+
+def test_rmsnorm_fwd_is_the_launcher():
+    from programs.triton import rmsnorm_fwd
+    from programs.triton.forward import rmsnorm_fwd as launcher
+
+    assert rmsnorm_fwd is launcher
