@@ -50,7 +50,11 @@ MAX_PROGRAMS = (
 # at 1024 + b: the kernels write that literal), then stage 0's per-program call counters from PUSH_CALLS on (the
 # launcher passes that slice)
 PUSH_CALLS = N_SLOTS * MAX_PROGRAMS
-N_COUNTERS = PUSH_CALLS + MAX_PROGRAMS
+LAMPORT_CALLS = PUSH_CALLS + MAX_PROGRAMS  # stage 3's per-program call counters
+N_COUNTERS = LAMPORT_CALLS + MAX_PROGRAMS
+# Stage 3's empty mark: a 16-bit activation word no rank ever sends (-0.0, bits 0x8000; senders send +0.0 for it)
+LAMPORT_EMPTY = -32768
+_EMPTY: tl.constexpr = tl.constexpr(LAMPORT_EMPTY)
 
 
 @triton.jit
@@ -406,15 +410,16 @@ def two_stage_kernel(
                 Y_SUB,
             )
             tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
-            tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
             l1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
             r1 = RANK * TW + l1
             ok1 = (l1 < TW) & (r1 < T)
             tl.store(SC + r1, scale, mask=ok1)
-            tl.store(s_mine + half + r1, scale, mask=ok1)
-            if HAS_RES:
+            if HAS_RES:  # the peers take residual_out and normalize it themselves (its 2 bytes, not FP8 + bf16)
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
                 tl.store(o_mine + (rows64 + half) * H + cols, ro, mask=mask)
+            else:
+                tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
+                tl.store(s_mine + half + r1, scale, mask=ok1)
     if SYNC:
         _cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, ep_mid, RANK, WORLD)
     if PHASES & 4:  # all-gather the rows the peers own
@@ -426,14 +431,35 @@ def two_stage_kernel(
                     rows = r * TW + local
                     mask = (local < TW) & (rows < T) & col_ok
                     rows64 = rows.to(tl.int64)
-                    q = tl.load(_pick(r, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7) + (rows64 + half) * H + cols, mask=mask)
-                    tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
                     r1 = r * TW + l1
                     ok1 = (l1 < TW) & (r1 < T)
-                    tl.store(SC + r1, tl.load(_pick(r, S0, S1, S2, S3, S4, S5, S6, S7) + half + r1, mask=ok1), mask=ok1)
-                    if HAS_RES:
+                    if HAS_RES:  # residual_out from its owner; its norm as the owner computed it (same bits)
                         o = tl.load(_pick(r, O0, O1, O2, O3, O4, O5, O6, O7) + (rows64 + half) * H + cols, mask=mask)
                         tl.store(RO + rows64 * stride_ro + cols, o, mask=mask)
+                        q, scale, _ = _norm_quant(
+                            o.to(tl.float32),
+                            0.0,
+                            wf,
+                            mask,
+                            inv_h,
+                            eps,
+                            scale_ub,
+                            fp8_max,
+                            HAS_W,
+                            False,
+                            RO.dtype.element_ty,
+                            Y.dtype.element_ty,
+                            Y_DROP,
+                            Y_MIN_NORMAL,
+                            Y_SUB,
+                        )
+                        tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
+                        tl.store(SC + r1, scale, mask=ok1)
+                    else:
+                        q = tl.load(_pick(r, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7) + (rows64 + half) * H + cols, mask=mask)
+                        tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
+                        s_r = tl.load(_pick(r, S0, S1, S2, S3, S4, S5, S6, S7) + half + r1, mask=ok1)
+                        tl.store(SC + r1, s_r, mask=ok1)
 
 
 @triton.jit
@@ -570,3 +596,126 @@ def push_one_stage_kernel(
                 tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
     if SYNC:
         tl.store(CALLS + pid, flag)
+
+
+@triton.jit
+def lamport_one_stage_kernel(
+    X16,
+    stride_x16,
+    R,
+    stride_r,
+    RO,
+    stride_ro,
+    Y,
+    stride_y,
+    SC,
+    W,
+    B0,
+    B1,
+    B2,
+    B3,
+    B4,
+    B5,
+    B6,
+    B7,
+    CALLS,
+    T,
+    TL,
+    H,
+    inv_h,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PIECE: tl.constexpr,
+    XDT: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    SYNC: tl.constexpr,
+    PHASES: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+):
+    """One stage pushed with the flags in the data (the Lamport scheme of TensorRT-LLM's one-shot all-reduce fusion):
+    every rank stores its 16-bit rows, as they are, into every peer's receive buffer, which holds LAMPORT_EMPTY
+    (-0.0) in every word it is not holding data in; a sender sends +0.0 for -0.0, so a word that is not LAMPORT_EMPTY
+    is data of this call. A 16-bit store lands whole, so a receiver re-reads its own (local) buffer until no word of
+    the row is empty: no barrier, no flag word, half of stage 0's NVLink bytes. After reading a peer's row the
+    receiver writes LAMPORT_EMPTY back (local stores), so the buffer is empty again for its next use.
+
+    -0.0 read as +0.0 changes no sum except the sign of an exact zero where every partial was -0.0 (+0.0 here, -0.0 in
+    the fp32 rank-order definition); the own row is read the same way, so every rank computes the same bits.
+    Buffers B_r[half, src, row, H] are double-buffered by call parity: half p is written again in call c + 2, which a
+    peer starts only after it received this rank's rows of call c + 1, pushed after this rank's call c (and its
+    clearing of half p) ended. The grid is the same G programs in every stage-3 call of a workspace; each counts its
+    calls (CALLS[pid], plain load and store). The rows' words are pushed in pieces of PIECE words by all G programs;
+    row r is received by program r % G, which loads the weight, its own row and the residual before it polls."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    calls = tl.load(CALLS + pid)
+    half = (calls & 1).to(tl.int64)
+    if PHASES & 1:  # push this rank's rows to every peer, piece by piece
+        pc = tl.arange(0, PIECE)
+        per_row = tl.cdiv(H, PIECE)
+        for piece in range(pid, T * per_row, nprog):
+            row = piece // per_row
+            c = (piece - row * per_row) * PIECE + pc
+            ok = c < H
+            r64 = tl.cast(row, tl.int64)
+            d = tl.load(X16 + r64 * stride_x16 + c, mask=ok, other=0)
+            d = tl.where(d == _EMPTY, 0, d).to(tl.int16)
+            for r in tl.static_range(WORLD):
+                if r != RANK:
+                    dst = _pick(r, B0, B1, B2, B3, B4, B5, B6, B7) + ((half * WORLD + RANK) * TL + r64) * H
+                    tl.store(dst + c, d, mask=ok)
+    if PHASES & 2:
+        mine = _pick(RANK, B0, B1, B2, B3, B4, B5, B6, B7)
+        cols = tl.arange(0, BLOCK_H)[None, :]
+        col_ok = cols < H
+        wf = _weight_factor(W, cols, col_ok, w_off, HAS_W)
+        empty = tl.full([1, BLOCK_H], _EMPTY, tl.int16)
+        for row in range(pid, T, nprog):
+            rows64 = tl.cast(row, tl.int64) + tl.zeros([1, 1], dtype=tl.int64)
+            mask = col_ok & (rows64 < T)
+            own = tl.load(X16 + rows64 * stride_x16 + cols, mask=mask, other=0)
+            res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
+            acc = tl.zeros([1, BLOCK_H], dtype=tl.float32)
+            for r in tl.static_range(WORLD):  # rank order: every rank sums the same way
+                if r == RANK:
+                    d = own
+                else:
+                    src = mine + ((half * WORLD + r) * TL + rows64) * H + cols
+                    d = tl.load(src, mask=mask, other=0, volatile=True)
+                    if SYNC:
+                        while tl.max(tl.max(((d == _EMPTY) & mask).to(tl.int32), axis=1), axis=0) > 0:
+                            d = tl.load(src, mask=mask, other=0, volatile=True)
+                    tl.store(src, empty, mask=mask)
+                d = tl.where(d == _EMPTY, 0, d).to(tl.int16)
+                acc += d.to(XDT, bitcast=True).to(tl.float32)
+            q, scale, ro = _norm_quant(
+                acc,
+                res,
+                wf,
+                mask,
+                inv_h,
+                eps,
+                scale_ub,
+                fp8_max,
+                HAS_W,
+                HAS_RES,
+                RO.dtype.element_ty,
+                Y.dtype.element_ty,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
+            tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
+            tl.store(SC + row + tl.arange(0, 1), scale)
+            if HAS_RES:
+                tl.store(RO + rows64 * stride_ro + cols, ro, mask=mask)
+    if SYNC:
+        tl.store(CALLS + pid, calls + 1)
