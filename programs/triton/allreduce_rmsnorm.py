@@ -50,19 +50,21 @@ from programs.triton.checks import TritonRuleError, as_rows, check_activation, c
 from programs.triton.rmsnorm_fwd import RMSNormOutput, rmsnorm_fwd, sm_count
 
 MAX_WORLD = 8
-PUSH, PULL, TWO_STAGE, LAMPORT, NCCL = 0, 1, 2, 3, 4  # the values of `stage`
+PUSH, PULL, TWO_STAGE, LAMPORT, NCCL, LAMPORT2 = 0, 1, 2, 3, 4, 5  # the values of `stage`
 STAGE_NAMES = {
     PUSH: "1-stage pushed, flag words",
     PULL: "1-stage pulled",
-    TWO_STAGE: "2-stage",
+    TWO_STAGE: "2-stage pulled",
     LAMPORT: "1-stage pushed, flags in the data",
     NCCL: "NCCL reduce-scatter/all-gather + fused norm",
+    LAMPORT2: "2-stage pushed, flags in the data",
 }
 
 # Stage 0 (rows pushed as flag words): its receive buffers hold PUSH_MAX_TOKENS rows. Stage 3 (rows pushed as they are,
 # -0.0 marking an empty word): LAMPORT_MAX_TOKENS rows.
 PUSH_MAX_TOKENS = 128
 LAMPORT_MAX_TOKENS = 512
+LAMPORT2_MAX_TOKENS = 2048  # stage 5's all-gather buffers hold this many rows, its reduce-scatter buffers 1/W of them
 # Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
 # programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
 # r % grid normalizes row r. Stage 3 likewise, with one program per SM (up to MAX_PROGRAMS).
@@ -87,10 +89,10 @@ _DISPATCH_2 = (
     (None, TWO_STAGE, PULL),
 )
 _DISPATCH_4 = (
-    (16 * ROW, PUSH, PUSH),
-    (128 * ROW, LAMPORT, LAMPORT),
-    (1024 * ROW, TWO_STAGE, TWO_STAGE),
-    (None, NCCL, NCCL),
+    (8 * ROW, PUSH, PUSH),
+    (64 * ROW, LAMPORT, LAMPORT),
+    (2048 * ROW, LAMPORT2, LAMPORT2),
+    (None, TWO_STAGE, TWO_STAGE),
 )
 # 3 ranks take the 2-rank rows, 5-8 ranks the 4-rank rows (not measured: 8-GPU machines were not available)
 DISPATCH = {2: _DISPATCH_2, 4: _DISPATCH_4}
@@ -108,7 +110,7 @@ def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, *, residua
         if bound is None or payload <= bound:
             chosen = stage_res if residual else stage
             break
-    if chosen in (PUSH, LAMPORT) and not push_capable(hidden, itemsize):
+    if chosen in (PUSH, LAMPORT, LAMPORT2) and not push_capable(hidden, itemsize):
         return PULL
     return chosen
 
@@ -157,6 +159,9 @@ class RankBuffers:
     flags: torch.Tensor  # [N_SLOTS * 1024 * W] int32: barrier flags, written by the peers
     recv: torch.Tensor  # [2 * W * min(T_max, PUSH_MAX_TOKENS) * H/2] int64: stage 0 words pushed by the peers
     lamport: torch.Tensor  # [2 * W * min(T_max, LAMPORT_MAX_TOKENS) * H] int16: stage 3 rows pushed by the peers
+    rs: torch.Tensor  # [2 * W * ceil(TL / W) * H] int16, TL = min(T_max, LAMPORT2_MAX_TOKENS): stage 5 reduce-scatter
+    ag: torch.Tensor  # [2 * TL * H] int16: stage 5 all-gather rows (FP8 byte pairs or residual_out)
+    ag_scale: torch.Tensor  # [2 * TL] int32: stage 5 all-gather scales
 
 
 def workspace_bytes(max_tokens: int, hidden: int, itemsize: int, world: int) -> int:
@@ -173,6 +178,7 @@ def _region_sizes(max_tokens, hidden, itemsize, world):
     ok = push_capable(hidden, itemsize)
     push = 2 * world * min(max_tokens, PUSH_MAX_TOKENS) * (hidden // 2) * 8 if ok else 0
     lamport = 2 * world * min(max_tokens, LAMPORT_MAX_TOKENS) * hidden * 2 if ok else 0
+    tl2 = min(max_tokens, LAMPORT2_MAX_TOKENS) if ok else 0
     return (
         kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4,
         t2 * hidden * itemsize,
@@ -181,6 +187,9 @@ def _region_sizes(max_tokens, hidden, itemsize, world):
         t2 * hidden * itemsize,
         push,
         lamport,
+        2 * world * math.ceil(tl2 / world) * hidden * 2,
+        2 * tl2 * hidden * 2,
+        2 * tl2 * 4,
     )
 
 
@@ -202,6 +211,9 @@ def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, w
         o=region(4, dtype, (2 * max_tokens, hidden)),
         recv=region(5, torch.int64, (-1,)),
         lamport=region(6, torch.int16, (-1,)),
+        rs=region(7, torch.int16, (-1,)),
+        ag=region(8, torch.int16, (-1,)),
+        ag_scale=region(9, torch.int32, (-1,)),
     )
 
 
@@ -209,20 +221,22 @@ def init_workspace(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch
     """A rank's workspace as it must be before its first call: flags and counters zero, stage 3's buffer empty."""
     raw.zero_()
     bufs = carve(raw, max_tokens, hidden, dtype, world)
-    bufs.lamport.fill_(kernels.LAMPORT_EMPTY)
+    for words in (bufs.lamport, bufs.rs, bufs.ag):
+        words.fill_(kernels.LAMPORT_EMPTY)
+    bufs.ag_scale.fill_(kernels.LAMPORT_EMPTY32)
     return bufs
 
 
 def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
-    """(block_m, num_warps, grid). Measured on 2xH200 at H=8192 (bench_allreduce.py sweep): one row per program while
-    every SM has at most ~4 row blocks, with 8 warps in stage 1 (its best shape at every T from 1 to 512, run 6) and
-    16 in stage 2; then 2 rows x 16 warps (best at T=2048 and 8192 in both stages, run 15; 4 rows x 32 warps spill
-    registers, ptx_report). The grid is one program per SM whatever T: all programs of a launch are resident
-    together (the barriers need that) and every program counts every call (kernels.py: the buffer half is the
-    program's own barrier epoch)."""
+    """(block_m, num_warps, grid) of stages 1 and 2. Measured at H=8192 (bench_allreduce.py sweeps): one row per
+    program below 512 rows a rank, with 8 warps in stage 1 (its best shape at every T from 1 to 512 on 2 x H200) and
+    16 in stage 2; from 512 rows 2 rows x 16 warps (best at T = 2048 and 8192 in both stages on 2 x H200, and stage 2's
+    best at T = 2048 (512 rows a rank) and 8192 on 4 x H100; 4 rows x 32 warps spill registers, ptx_report). The grid
+    is one program per SM whatever T: all programs of a launch are resident together (the barriers need that) and
+    every program counts every call (kernels.py: the buffer half is the program's own barrier epoch)."""
     block_h = triton.next_power_of_2(hidden)
     n_sm = sm_count(device)
-    block_m = 1 if rows <= 4 * n_sm else 2
+    block_m = 1 if rows < 512 else 2
     block_m = max(1, min(block_m, 32768 // block_h))
     num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 and stage == 2 else 1))
     return block_m, num_warps, min(n_sm, kernels.MAX_PROGRAMS)
@@ -249,7 +263,7 @@ def launch(
     push_programs: int = PUSH_PROGRAMS,
     lamport_programs: int = kernels.MAX_PROGRAMS,
 ) -> None:
-    """One kernel launch of fused stage 0-3 for `rank`, given every rank's buffers (already validated). sync=False
+    """One kernel launch of fused stage 0-3 or 5 for `rank`, given every rank's buffers (already validated). sync=False
     and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
     lamport_programs: the grids of stages 0 and 3 (capped at the SM count), which must stay the same for every call of
     that stage on these buffers."""
@@ -257,7 +271,7 @@ def launch(
     t, h = x.shape
     if t == 0:
         return
-    if stage in (PUSH, LAMPORT) and config is not None and config[0] != 1:
+    if stage in (PUSH, LAMPORT, LAMPORT2) and config is not None and config[0] != 1:
         raise TritonRuleError(
             "config.push_rows",
             f"stage {stage} takes one row per program: config must be (1, num_warps)",
@@ -284,8 +298,9 @@ def launch(
             programs=push_programs,
         )
         return
-    if stage == LAMPORT:
+    if stage in (LAMPORT, LAMPORT2):
         _launch_lamport(
+            stage,
             rank,
             bufs,
             epoch,
@@ -435,6 +450,7 @@ def _launch_push(
 
 
 def _launch_lamport(
+    stage,
     rank,
     bufs,
     epoch,
@@ -455,13 +471,32 @@ def _launch_lamport(
 ):
     world = len(bufs)
     t, h = x.shape
-    tl_rows = bufs[0].lamport.numel() // (2 * world * h)
     fmax = fp8mod.fp8_format(y.dtype).max
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
     block_h = triton.next_power_of_2(h)
     num_warps = num_warps or lamport_warps(h)
     x16 = x.view(torch.int16)
-    kernels.lamport_one_stage_kernel[(max(1, min(programs, sm_count(x.device))),)](
+    none = [None] * (MAX_WORLD - world)
+    if stage == LAMPORT:
+        kernel = kernels.lamport_one_stage_kernel
+        middle = (*[b.lamport for b in bufs], *none, epoch[kernels.LAMPORT_CALLS :], t, lamport_rows(bufs, h))
+    else:
+        kernel = kernels.lamport_two_stage_kernel
+        tl2 = bufs[0].ag.numel() // (2 * h)
+        middle = (
+            *[b.rs for b in bufs],
+            *none,
+            *[b.ag for b in bufs],
+            *none,
+            *[b.ag_scale for b in bufs],
+            *none,
+            epoch[kernels.LAMPORT2_CALLS :],
+            t,
+            math.ceil(t / world),
+            math.ceil(tl2 / world),
+            tl2,
+        )
+    kernel[(max(1, min(programs, sm_count(x.device))),)](
         x16,
         x16.stride(0),
         residual if residual is not None else x,
@@ -472,11 +507,7 @@ def _launch_lamport(
         y.stride(0),
         scale,
         weight if weight is not None else x,
-        *[b.lamport for b in bufs],
-        *([None] * (MAX_WORLD - world)),
-        epoch[kernels.LAMPORT_CALLS :],
-        t,
-        tl_rows,
+        *middle,
         h,
         1.0 / h,
         float(epsilon),
@@ -497,6 +528,11 @@ def _launch_lamport(
         Y_SUB=y_sub,
         num_warps=num_warps,
     )
+
+
+def lamport_rows(bufs: list[RankBuffers], hidden: int) -> int:
+    """Rows stage 3's receive buffers hold."""
+    return bufs[0].lamport.numel() // (2 * len(bufs) * hidden)
 
 
 def lamport_warps(hidden: int) -> int:
@@ -632,6 +668,8 @@ class AllReduceRMSNormFP8:
             if stage == PUSH and not (t <= self.push_rows() and int32_view_ok(x2)):
                 stage = PULL
             if stage == LAMPORT and t > self.lamport_rows():
+                stage = LAMPORT2
+            if stage == LAMPORT2 and t > self.lamport2_rows():
                 stage = TWO_STAGE
         if stage == NCCL:
             out = nccl_allreduce_rmsnorm_fp8(
@@ -675,7 +713,11 @@ class AllReduceRMSNormFP8:
 
     def lamport_rows(self) -> int:
         """Rows stage 3's receive buffers hold."""
-        return self.bufs[0].lamport.numel() // (2 * self.world * self.hidden)
+        return lamport_rows(self.bufs, self.hidden)
+
+    def lamport2_rows(self) -> int:
+        """Rows stage 5's all-gather buffers hold."""
+        return self.bufs[0].ag.numel() // (2 * self.hidden)
 
 
 def nccl_allreduce_rmsnorm_fp8(
@@ -788,14 +830,14 @@ def check_call(
             (x.dtype, hidden, x2.stride(0), x2.storage_offset()),
             "stage=None or stage=1",
         )
-    if stage == LAMPORT and not push_capable(hidden, x.dtype.itemsize):
+    if stage in (LAMPORT, LAMPORT2) and not push_capable(hidden, x.dtype.itemsize):
         raise TritonRuleError(
             "stage.push",
-            "stage 3 needs 16-bit activations and an even hidden size",
+            f"stage {stage} needs 16-bit activations and an even hidden size",
             (x.dtype, hidden),
             "stage=None or stage=1",
         )
-    for st, cap in ((PUSH, PUSH_MAX_TOKENS), (LAMPORT, LAMPORT_MAX_TOKENS)):
+    for st, cap in ((PUSH, PUSH_MAX_TOKENS), (LAMPORT, LAMPORT_MAX_TOKENS), (LAMPORT2, LAMPORT2_MAX_TOKENS)):
         if stage == st and x2.shape[0] > min(max_tokens, cap):
             raise TritonRuleError(
                 "stage.push_tokens", f"stage {st} takes at most {min(max_tokens, cap)} rows", x2.shape[0], "stage=None"

@@ -4,11 +4,11 @@
 
 World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
 (median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
-all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every stage (allreduce_rmsnorm.py:
-0-3 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T it serves, stages 0-3 with the
-best launch shape of a small sweep; "best stage" is the fastest of them and its ratio against NCCL all_reduce + our
-fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the call as users make it (dispatched
-stage, default shape). KiB/rank is the payload T * H * 2 of every rank.
+all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every stage of
+allreduce_rmsnorm.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
+it serves, the fused ones with the best launch shape of a small sweep; "best stage" is the fastest of them and its
+ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
+call as users make it (dispatched stage, default shape). KiB/rank is the payload T * H * 2 of every rank.
 Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state, NOTES.md v23).
 """
 
@@ -37,6 +37,8 @@ if STDLIB:
 
 from programs.triton.allreduce_rmsnorm import (  # noqa: E402
     LAMPORT,
+    LAMPORT2,
+    LAMPORT2_MAX_TOKENS,
     LAMPORT_MAX_TOKENS,
     NCCL,
     PUSH,
@@ -200,7 +202,7 @@ def main():
         )
         for stage in STAGE_NAMES:
             r[f"s{stage}"], r[f"s{stage}_shape"] = math.nan, None
-            if t > {PUSH: PUSH_MAX_TOKENS, LAMPORT: LAMPORT_MAX_TOKENS}.get(stage, t):
+            if t > {PUSH: PUSH_MAX_TOKENS, LAMPORT: LAMPORT_MAX_TOKENS, LAMPORT2: LAMPORT2_MAX_TOKENS}.get(stage, t):
                 continue
             best = None
             for grid, c in push_comms.items() if stage == PUSH else [(None, comm)]:
@@ -228,7 +230,7 @@ def main():
     def shapes(t, stage):
         if stage == NCCL:
             return [None]
-        if stage in (PUSH, LAMPORT):  # one row per program
+        if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
             return [s for s in sweep if s[0] == 1]
         rows = t if stage == 1 else math.ceil(t / world)
         return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]

@@ -162,6 +162,10 @@ SIM_CASES = {
     "two_stage_w8_fewer_rows_than_ranks": (2, 8, 5, 48, True),
     "lamport_w2_residual": (3, 2, 5, 96, True),
     "lamport_w4": (3, 4, 6, 64, False),
+    "lamport_two_stage_w2_residual": (5, 2, 5, 96, True),
+    "lamport_two_stage_w3_uneven": (5, 3, 7, 80, False),
+    "lamport_two_stage_w4_residual": (5, 4, 9, 64, True),
+    "lamport_two_stage_w8_fewer_rows_than_ranks": (5, 8, 5, 48, False),
 }
 
 
@@ -190,7 +194,8 @@ def test_all_stages_agree_bitwise():
     two = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     push = simulate(0, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     lamport = simulate(3, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    for other in (two, push, lamport):
+    lamport2 = simulate(5, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[0]  # rank 0 receives row 3 from rank 1
+    for other in (two, push, lamport, lamport2):
         assert torch.equal(one.y.view(torch.uint8), other.y.view(torch.uint8)) and torch.equal(one.scale, other.scale)
     check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
     assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
@@ -200,21 +205,29 @@ def test_all_stages_agree_bitwise():
     )
 
 
-def test_lamport_reads_negative_zero_as_zero_and_leaves_its_buffers_empty():
-    """Stage 3 marks empty words with -0.0: a -0.0 partial is sent as +0.0 (same sums), and every word a receiver
-    read is empty again after the call (the buffer's next use needs that)."""
-    xs, w, res = partials(4, 3, 64, seed=14, device=DEV)
+@pytest.mark.parametrize("stage", [3, 5], ids=["one_stage", "two_stage"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(stage, with_res):
+    """Stages 3 and 5 mark empty words with 0x8000 (-0.0) and send words inverted, so a -0.0 partial (and every other
+    value) arrives as it was: the same bits as the pulled stage 1. Every word a receiver read is empty again after the
+    call, which the buffers' next use needs."""
+    xs, w, res = partials(4, 6, 64, seed=14, device=DEV)
+    res = res if with_res else None
     for x in xs:
-        x[0, :8] = -0.0  # a column of -0.0 on every rank
+        x[0, :8] = -0.0  # -0.0 on every rank: the words that look most like the empty mark
     xs[1][1, 8:16] = -0.0
+    xs[2][4, 3] = float("nan")  # a NaN partial: the same outputs as stage 1
     bufs = []
-    outs = simulate(3, 4, xs, w, res, epsilon=1e-6, bufs_out=bufs)
-    exp = expected(xs, w, res, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf)
+    outs = simulate(stage, 4, xs, w, res, epsilon=1e-6, bufs_out=bufs)
+    pulled = simulate(1, 4, xs, w, res, epsilon=1e-6)
     for r, o in enumerate(outs):
-        check(o, exp, context=f"rank {r}")
-        assert torch.equal(o.y.view(torch.uint8), outs[0].y.view(torch.uint8))
-        assert bool((bufs[r].lamport == ar.kernels.LAMPORT_EMPTY).all()), f"rank {r}: words left in the buffer"
-    assert outs[0].residual_out[0, :8].equal(res[0, :8]), "a zero sum plus the residual is the residual"
+        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}"
+        assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
+        if with_res:
+            assert torch.equal(o.residual_out.view(torch.int16), pulled[r].residual_out.view(torch.int16))
+        for name in ("lamport", "rs", "ag"):
+            assert bool((getattr(bufs[r], name) == ar.kernels.LAMPORT_EMPTY).all()), f"rank {r}: words left in {name}"
+        assert bool((bufs[r].ag_scale == ar.kernels.LAMPORT_EMPTY32).all()), f"rank {r}: scales left"
 
 
 def test_fused_matches_reference_path_interpreted():
@@ -265,7 +278,7 @@ RULES = {
     "weight_offset.no_weight": dict(weight=lambda: None, weight_offset=1.0),
     "dtype.fp8": dict(dtype=torch.bfloat16),
     "scale_ub.range": dict(scale_ub=0.0),
-    "stage.value": dict(stage=5),
+    "stage.value": dict(stage=6),
     "stage.push": dict(x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], stage=0),  # rows at odd offsets
     "stage.push_tokens": dict(
         x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), stage=0, max_tokens=1000
@@ -368,19 +381,20 @@ def nccl_worker(rank, world, dist):
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
     cases = [  # (stage, tokens (call k takes tokens[k % len]), calls)
-        (0, 1, 24),
-        (0, (1, 8, 3, 40, 2), 20),
-        (3, 1, 24),
-        (3, (1, 37, 128, 5, 300), 20),
-        (None, 64, 12),
-        (1, 33, 16),
-        (2, 33, 16),
-        (2, 3, 12),
-        (1, 300, 8),
-        (2, 1027, 8),
-        (4, 256, 8),
-        (4, 37, 6),
-        (None, 4096, 4),
+        (0, 1, 12),
+        (0, (1, 8, 3, 40, 2), 10),
+        (3, 1, 12),
+        (3, (1, 37, 128, 5, 300), 10),
+        (5, (1, 37, 128, 5, 1030), 10),
+        (None, 64, 8),
+        (1, 33, 8),
+        (2, 33, 8),
+        (2, 3, 8),
+        (1, 300, 6),
+        (2, 1027, 4),
+        (4, 256, 6),
+        (4, 37, 4),
+        (None, 2048, 3),
     ]
     total = 0
     for ci, (stage, t, calls) in enumerate(cases):
