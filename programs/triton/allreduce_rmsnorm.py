@@ -19,12 +19,18 @@ Paths (`stage`, default from `choose_stage`, which reads the measured table DISP
   2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
      quantize the owned rows, all-gather the FP8 rows and scales from their owners (with a residual: residual_out
      alone, which every rank normalizes itself).
-  3  one stage, pushed with the flags in the data (TensorRT-LLM's Lamport one-shot): rows are stored as they are into
-     every peer's receive buffer, where -0.0 marks an empty word; receivers poll until no word of the row is empty,
-     then empty it again. Half of stage 0's bytes, one program per SM: for tens to hundreds of rows on 4 ranks.
+  3  one stage, pushed with the flags in the data (TensorRT-LLM's Lamport one-shot): every 16-bit word is stored
+     (inverted) into every peer's receive buffer, where 0x8000 marks an empty word; receivers poll until no word of
+     the row is empty, then empty it again. Half of stage 0's bytes, one program per SM: tens of rows on 4 ranks.
   4  NCCL as the transport (nccl_allreduce_rmsnorm_fp8): reduce-scatter, the fused norm on the owned rows, all-gather
-     of FP8 rows and scales; with a residual reduce-scatter + all-gather, then the fused norm. Where no fused stage
-     beats NCCL all_reduce + the fused norm, this is that path (its sums are NCCL's, rounded to the activation dtype).
+     of FP8 rows and scales; with a residual reduce-scatter + all-gather, then the fused norm (its sums are NCCL's,
+     rounded to the activation dtype). The path for sizes where no fused stage beats NCCL all_reduce + the fused
+     norm; on 4 x H100 none was measured (torch's all_reduce works in place, so the plain unfused path costs a copy of
+     x here, and this variant was slower than stage 2 at every T), so no DISPATCH row takes it.
+  5  two stages pushed with the flags in the data (TensorRT-LLM's two-shot with Lamport buffers): rows pushed to their
+     owners (reduce-scatter), normalized and quantized there, the FP8 rows and scales (with a residual: residual_out)
+     pushed to every peer (all-gather). (W-1)/W of stage 3's bytes in the first push, no barrier: from tens to
+     hundreds of rows on 4 ranks.
 
 Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
 get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels and their
@@ -74,32 +80,42 @@ _ALIGN = 256
 
 # The dispatch, per world size: rows (largest payload T * H * itemsize per rank, stage, stage with a residual), the
 # first row whose payload bound holds is taken. Bounds are in rows of H = 8192 bf16 (16 KiB), the shape every number
-# was measured at with programs/triton/bench_allreduce.py (slowest rank, CUDA-graph replays); a payload between two
-# measured T goes to the smaller T's stage.
+# was measured at with programs/triton/bench_allreduce.py (slowest rank, CUDA-graph replays, ratios against NCCL
+# all_reduce + our fused norm/FP8 in the same run); a payload between two measured T goes to the smaller T's stage.
 ROW = 8192 * 2
 _DISPATCH_2 = (
     # 2 x H100 and 2 x H200: stage 0 led stage 1 at T = 1..32 in every same-run pair on 2 x H100 (7.9-8.9 against
     # 8.9-10.0 us at T = 32) and tied at T = 32 on 2 x H200 (8.6 / 8.5)
     (32 * ROW, PUSH, PUSH),
     # stage 1 up to 1 MiB per rank (T = 128: 12.4 against stage 2's 14.4 us, 2 x H200); stage 2 from T = 256 (a tie
-    # there, 21.0 / 20.7 us on 2 x H100), 1.55x NCCL + fused norm at T = 8192. With a residual stage 2 also
-    # all-gathered FP8 + bf16 and lost to stage 1 at every T up to 8192 (1.18x there): not re-measured since it
-    # all-gathers residual_out alone
+    # there, 21.0 / 20.7 us on 2 x H100), 1.55x at T = 8192. With a residual stage 1 led at every T up to 8192 (1.18x
+    # there) while stage 2 all-gathered FP8 + bf16 rows; stages 3 and 5 and the residual_out-only all-gather of stage
+    # 2 are not measured on 2 ranks
     (254 * ROW, PULL, PULL),
     (None, TWO_STAGE, PULL),
 )
 _DISPATCH_4 = (
+    # 4 x H100 (NV18 between every pair), three runs. T = 1: stage 0 7.7-7.9 us against stage 3 7.9-9.5 (1.82-1.88x);
+    # T = 8: stage 0 10.1-10.4 against stage 3 9.3-11.2, a tie (1.38-1.47x); with a residual T = 1 2.11x, T = 8 1.40x
     (8 * ROW, PUSH, PUSH),
-    (64 * ROW, LAMPORT, LAMPORT),
-    (2048 * ROW, LAMPORT2, LAMPORT2),
+    # T = 32: stage 3 12.7-14.1 us against stage 5 12.4 and stage 0 16.6-17.0 (1.36x dispatched); with a residual
+    # stage 3 13.1 against stage 5 14.4 (1.43x)
+    (32 * ROW, LAMPORT, LAMPORT),
+    # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-18.8 against stage 3 25.6-27.9 and
+    # stage 2 33.3-35.2 (1.84-2.03x), T = 256 25.9 (1.72x), T = 512 46.8 against stage 2 63.5 (1.40x); with a
+    # residual (it all-gathers residual_out) T = 64 1.32x, 128 1.41x, 256 1.34x, 512 1.24x. Stage 5 is measured
+    # up to 512 rows in CUDA graphs (the benchmark stopped at T = 1024, see bench_allreduce.py), so it ends here
+    (512 * ROW, LAMPORT2, LAMPORT2),
+    # stage 2 (2 rows x 16 warps from 512 rows a rank): T = 2048 170.2 us (1.14x), 8192 592.6 (1.15x, stage 4's
+    # NCCL reduce-scatter + all-gather 592.5, a tie); with a residual 223.8 (1.00x against 223.0) and 736.9 (1.05x)
     (None, TWO_STAGE, TWO_STAGE),
 )
-# 3 ranks take the 2-rank rows, 5-8 ranks the 4-rank rows (not measured: 8-GPU machines were not available)
+# 3 ranks and 5-8 ranks take the 4-rank rows (not measured: 8-GPU machines were not available)
 DISPATCH = {2: _DISPATCH_2, 4: _DISPATCH_4}
 
 
 def dispatch_rows(world: int) -> tuple:
-    return DISPATCH[2] if world <= 3 else DISPATCH[4]
+    return DISPATCH[2] if world == 2 else DISPATCH[4]
 
 
 def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False) -> int:
@@ -278,28 +294,8 @@ def launch(
             config,
             "config=(1, 16) or config=None",
         )
-    if stage == PUSH:
-        _launch_push(
-            rank,
-            bufs,
-            epoch,
-            x,
-            weight,
-            residual,
-            y,
-            scale,
-            residual_out,
-            epsilon=epsilon,
-            weight_offset=weight_offset,
-            scale_ub=scale_ub,
-            sync=sync,
-            phases=phases,
-            num_warps=config[1] if config is not None else None,
-            programs=push_programs,
-        )
-        return
-    if stage in (LAMPORT, LAMPORT2):
-        _launch_lamport(
+    if stage in (PUSH, LAMPORT, LAMPORT2):
+        _launch_pushed(
             stage,
             rank,
             bufs,
@@ -316,7 +312,7 @@ def launch(
             sync=sync,
             phases=phases,
             num_warps=config[1] if config is not None else None,
-            programs=lamport_programs,
+            programs=push_programs if stage == PUSH else lamport_programs,
         )
         return
     tw = math.ceil(t / world)
@@ -384,72 +380,7 @@ def launch(
         )
 
 
-def _launch_push(
-    rank,
-    bufs,
-    epoch,
-    x,
-    weight,
-    residual,
-    y,
-    scale,
-    residual_out,
-    *,
-    epsilon,
-    weight_offset,
-    scale_ub,
-    sync,
-    phases,
-    num_warps,
-    programs,
-):
-    world = len(bufs)
-    t, h = x.shape
-    tll = bufs[0].recv.numel() // (2 * world * (h // 2))
-    x32 = x.view(torch.int32)  # two activations per int32 (check_call verified that this view exists)
-    fmax = fp8mod.fp8_format(y.dtype).max
-    y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
-    block_h = triton.next_power_of_2(h)
-    kernels.push_one_stage_kernel[(max(1, min(programs, sm_count(x.device))),)](
-        x32,
-        x32.stride(0),
-        residual if residual is not None else x,
-        residual.stride(0) if residual is not None else 0,
-        residual_out if residual_out is not None else x,
-        residual_out.stride(0) if residual_out is not None else 0,
-        y,
-        y.stride(0),
-        scale,
-        weight if weight is not None else x,
-        *[b.recv for b in bufs],
-        *([None] * (MAX_WORLD - world)),
-        epoch[kernels.PUSH_CALLS :],
-        t,
-        tll,
-        h,
-        h // 2,
-        1.0 / h,
-        float(epsilon),
-        float(weight_offset),
-        float(min(scale_ub, 3.0e38)),
-        float(fmax),
-        RANK=rank,
-        WORLD=world,
-        BLOCK_H=block_h,
-        PIECE=max(16, min(PUSH_PIECE, block_h // 8)),
-        XDT=tl_dtype(x.dtype),
-        HAS_W=weight is not None,
-        HAS_RES=residual is not None,
-        SYNC=sync,
-        PHASES=phases,
-        Y_DROP=y_drop,
-        Y_MIN_NORMAL=y_min,
-        Y_SUB=y_sub,
-        num_warps=num_warps or min(32, max(4, block_h // 512)),
-    )
-
-
-def _launch_lamport(
+def _launch_pushed(
     stage,
     rank,
     bufs,
@@ -469,19 +400,27 @@ def _launch_lamport(
     num_warps,
     programs,
 ):
+    """Stages 0, 3 and 5: one program per row, a fixed grid of `programs` (capped at the SM count)."""
     world = len(bufs)
     t, h = x.shape
     fmax = fp8mod.fp8_format(y.dtype).max
     y_drop, y_min, y_sub = fp8mod.downcast_consts(y.dtype)
     block_h = triton.next_power_of_2(h)
-    num_warps = num_warps or lamport_warps(h)
-    x16 = x.view(torch.int16)
     none = [None] * (MAX_WORLD - world)
-    if stage == LAMPORT:
+    if stage == PUSH:
+        kernel = kernels.push_one_stage_kernel
+        xv = x.view(torch.int32)  # two activations per int32 (check_call verified that this view exists)
+        tll = bufs[0].recv.numel() // (2 * world * (h // 2))
+        middle = (*[b.recv for b in bufs], *none, epoch[kernels.PUSH_CALLS :], t, tll, h, h // 2)
+        num_warps = num_warps or min(32, max(4, block_h // 512))
+        piece = max(16, min(PUSH_PIECE, block_h // 8))
+    elif stage == LAMPORT:
         kernel = kernels.lamport_one_stage_kernel
-        middle = (*[b.lamport for b in bufs], *none, epoch[kernels.LAMPORT_CALLS :], t, lamport_rows(bufs, h))
+        xv = x.view(torch.int16)
+        middle = (*[b.lamport for b in bufs], *none, epoch[kernels.LAMPORT_CALLS :], t, lamport_rows(bufs, h), h)
     else:
         kernel = kernels.lamport_two_stage_kernel
+        xv = x.view(torch.int16)
         tl2 = bufs[0].ag.numel() // (2 * h)
         middle = (
             *[b.rs for b in bufs],
@@ -495,10 +434,14 @@ def _launch_lamport(
             math.ceil(t / world),
             math.ceil(tl2 / world),
             tl2,
+            h,
         )
+    if stage != PUSH:
+        num_warps = num_warps or lamport_warps(h)
+        piece = min(block_h, num_warps * 32 * 8)  # 8 words (16 bytes) a thread per store
     kernel[(max(1, min(programs, sm_count(x.device))),)](
-        x16,
-        x16.stride(0),
+        xv,
+        xv.stride(0),
         residual if residual is not None else x,
         residual.stride(0) if residual is not None else 0,
         residual_out if residual_out is not None else x,
@@ -508,7 +451,6 @@ def _launch_lamport(
         scale,
         weight if weight is not None else x,
         *middle,
-        h,
         1.0 / h,
         float(epsilon),
         float(weight_offset),
@@ -517,7 +459,7 @@ def _launch_lamport(
         RANK=rank,
         WORLD=world,
         BLOCK_H=block_h,
-        PIECE=min(block_h, num_warps * 32 * 8),  # 8 words (16 bytes) a thread per store
+        PIECE=piece,
         XDT=tl_dtype(x.dtype),
         HAS_W=weight is not None,
         HAS_RES=residual is not None,

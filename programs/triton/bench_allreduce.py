@@ -10,6 +10,9 @@ it serves, the fused ones with the best launch shape of a small sweep; "best sta
 ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
 call as users make it (dispatched stage, default shape). KiB/rank is the payload T * H * 2 of every rank.
 Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state, NOTES.md v23).
+Open: on 4 x H100 a run with --tokens ...,512,1024,... printed no row after T = 512 for 150 s, while eager calls of
+stages 1, 2, 4 and 5 at T = 1024, 1027 and 2048 (both shapes of 2 and 5, with and without a residual) completed in
+another run; which timed method stalls at T = 1024 is not known, so 4-rank runs here use T <= 512 and 2048, 8192.
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ def test_stage_choice_follows_the_dispatch_table():
                 assert ar.choose_stage(tokens, h, isz, world) == stage, (world, tokens)
                 assert ar.choose_stage(tokens, h, isz, world, residual=True) == stage_res, (world, tokens)
             lo = bound or lo
-    assert ar.dispatch_rows(3) is ar.DISPATCH[2] and ar.dispatch_rows(8) is ar.DISPATCH[4]
+    assert ar.dispatch_rows(3) is ar.DISPATCH[4] and ar.dispatch_rows(8) is ar.DISPATCH[4]
     assert ar.choose_stage(1, h, isz, 2) == ar.PUSH and ar.choose_stage(32, h, isz, 2) == ar.PUSH
     assert ar.choose_stage(8192, h, isz, 2, residual=True) == ar.PULL, (
         "2 ranks with a residual: one stage measured faster"

@@ -18,8 +18,9 @@ Phases (PHASES bit mask; all set on the GPU, with SYNC):
   one stage: A publish this rank's rows into its symmetric input -> start barrier -> B read every rank's rows, sum in
              fp32 in rank order, residual, RMSNorm, FP8, write the local outputs.
   two stage: A publish the rows other ranks own -> start barrier -> B sum + normalize + quantize the owned rows and
-             post them (FP8 rows, scales, residual_out) in this rank's symmetric scratch -> middle barrier -> C copy
-             the peers' owned rows from their scratch into the local outputs.
+             post them (FP8 rows and scales, or with a residual residual_out alone) in this rank's symmetric scratch
+             -> middle barrier -> C copy the peers' owned rows from their scratch into the local outputs (with a
+             residual: copy residual_out and normalize it, the owner's bits).
 Start barrier: no rank reads a peer row before the peer wrote it (the start barrier of call k orders program b's
 writes of call k before the peers' program b reads of call k). Middle barrier: the same for the owners' results.
 Reuse, without an end barrier and without atomics across programs: the symmetric buffers are double-buffered. Call k
@@ -28,8 +29,10 @@ every rank, above). A rank overwrites half k % 2 again only in call k + 2, which
 in call k + 1 its program b passed the start barrier, so the peers' program b had started call k + 1, so (stream
 order) every peer had finished call k and all its reads of that half. Outputs are local. Kernels of one call run on
 every rank (collective), one program per SM, so all programs of a launch are resident together and the spins end.
-Stage 0 (push_one_stage_kernel) keeps its own per-program call counters. Without SYNC (CPU tests under the
-interpreter, ranks simulated in one process) the phases run in separate launches and the counters stay 0.
+Stage 0 (push_one_stage_kernel) and the Lamport stages 3 and 5 (lamport_one_stage_kernel, lamport_two_stage_kernel:
+no barrier, the flags are the data words themselves, polled until none is the empty mark) keep their own per-program
+call counters. Without SYNC (CPU tests under the interpreter, ranks simulated in one process) the phases run in
+separate launches and the counters stay 0.
 
 Rank-order fp32 summation makes every rank compute the same bits, run to run and rank to rank.
 """
@@ -629,6 +632,26 @@ def _lamport_poll(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr):
 
 
 @triton.jit
+def _lamport_sum(
+    X16, stride_x16, rows64, slot64, mine, half, CAP, H, cols, mask, RANK: tl.constexpr, WORLD: tl.constexpr, XDT, SYNC
+):
+    """fp32 sum in rank order of row rows64: this rank's from x, every peer's from its words at mine[half, peer,
+    slot64] (CAP slots a peer), polled until all arrived and then emptied for the buffer's next use."""
+    own = tl.load(X16 + rows64 * stride_x16 + cols, mask=mask, other=0)
+    acc = tl.zeros(cols.shape, dtype=tl.float32)
+    for r in tl.static_range(WORLD):
+        if r == RANK:
+            d = own
+        else:
+            src = mine + ((half * WORLD + r) * CAP + slot64) * H + cols
+            d = _lamport_poll(src, mask, _EMPTY, SYNC)
+            tl.store(src, tl.full(cols.shape, _EMPTY, tl.int16), mask=mask)
+            d = _lamport_value(d)
+        acc += d.to(XDT, bitcast=True).to(tl.float32)
+    return acc
+
+
+@triton.jit
 def lamport_one_stage_kernel(
     X16,
     stride_x16,
@@ -704,22 +727,11 @@ def lamport_one_stage_kernel(
         cols = tl.arange(0, BLOCK_H)[None, :]
         col_ok = cols < H
         wf = _weight_factor(W, cols, col_ok, w_off, HAS_W)
-        empty = tl.full([1, BLOCK_H], _EMPTY, tl.int16)
         for row in range(pid, T, nprog):
             rows64 = tl.cast(row, tl.int64) + tl.zeros([1, 1], dtype=tl.int64)
             mask = col_ok & (rows64 < T)
-            own = tl.load(X16 + rows64 * stride_x16 + cols, mask=mask, other=0)
             res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
-            acc = tl.zeros([1, BLOCK_H], dtype=tl.float32)
-            for r in tl.static_range(WORLD):  # rank order: every rank sums the same way
-                if r == RANK:
-                    d = own
-                else:
-                    src = mine + ((half * WORLD + r) * TL + rows64) * H + cols
-                    d = _lamport_poll(src, mask, _EMPTY, SYNC)
-                    tl.store(src, empty, mask=mask)
-                    d = _lamport_value(d)
-                acc += d.to(XDT, bitcast=True).to(tl.float32)
+            acc = _lamport_sum(X16, stride_x16, rows64, rows64, mine, half, TL, H, cols, mask, RANK, WORLD, XDT, SYNC)
             q, scale, ro = _norm_quant(
                 acc,
                 res,
@@ -851,18 +863,11 @@ def lamport_two_stage_kernel(
             row = RANK * TW + local
             rows64 = tl.cast(row, tl.int64) + tl.zeros([1, 1], dtype=tl.int64)
             mask = col_ok & (rows64 < T)
-            own = tl.load(X16 + rows64 * stride_x16 + cols, mask=mask, other=0)
             res = _residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
-            acc = tl.zeros([1, BLOCK_H], dtype=tl.float32)
-            for r in tl.static_range(WORLD):
-                if r == RANK:
-                    d = own
-                else:
-                    src = b_mine + ((half * WORLD + r) * TWL + local) * H + cols
-                    d = _lamport_poll(src, mask, _EMPTY, SYNC)
-                    tl.store(src, empty, mask=mask)
-                    d = _lamport_value(d)
-                acc += d.to(XDT, bitcast=True).to(tl.float32)
+            slot64 = tl.cast(local, tl.int64) + tl.zeros([1, 1], dtype=tl.int64)
+            acc = _lamport_sum(
+                X16, stride_x16, rows64, slot64, b_mine, half, TWL, H, cols, mask, RANK, WORLD, XDT, SYNC
+            )
             q, scale, ro = _norm_quant(
                 acc,
                 res,
