@@ -4,10 +4,15 @@
 
 World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
 (median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
-all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every fused stage is timed at every T
-it serves (stages 1 and 2 with their best launch shape of a small sweep, stage 0 up to PUSH_MAX_TOKENS rows), then
-the call as users make it (dispatched stage, default shape): the crossovers are where the next stage starts to win.
-Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state, NOTES.md v23).
+all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every stage of
+allreduce_rmsnorm.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
+it serves, the fused ones with the best launch shape of a small sweep; "best stage" is the fastest of them and its
+ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
+call as users make it (dispatched stage, default shape). KiB/rank is the payload T * H * 2 of every rank.
+Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state).
+Open: on 4 x H100 a run with --tokens ...,512,1024,... printed no row after T = 512 for 150 s, while eager calls of
+stages 1, 2, 4 and 5 at T = 1024, 1027 and 2048 (both shapes of 2 and 5, with and without a residual) completed in
+another run; which timed method stalls at T = 1024 is not known, so 4-rank runs here use T <= 512 and 2048, 8192.
 """
 
 from __future__ import annotations
@@ -31,7 +36,19 @@ if STDLIB:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-from programs.triton.allreduce_rmsnorm import PUSH_MAX_TOKENS, PUSH_PROGRAMS, AllReduceRMSNormFP8, choose_stage  # noqa: E402
+from programs.triton.allreduce_rmsnorm import (  # noqa: E402
+    LAMPORT,
+    LAMPORT2,
+    LAMPORT2_MAX_TOKENS,
+    LAMPORT_MAX_TOKENS,
+    NCCL,
+    PUSH,
+    PUSH_MAX_TOKENS,
+    PUSH_PROGRAMS,
+    STAGE_NAMES,
+    AllReduceRMSNormFP8,
+    choose_stage,
+)
 from programs.triton.benchmark import on_capture_stream, pin_launch_state  # noqa: E402
 from programs.triton.forward import rmsnorm_fwd  # noqa: E402
 
@@ -55,8 +72,8 @@ def torch_norm_quant(x, weight, residual):
 def graph_time_us(fn, reset, calls, reps, pin=None) -> float:
     """Median µs per call of `calls` back-to-back calls captured in one CUDA graph; this rank's number.
     reset (None: none): run untimed before each replay, as a graph of its own. On H100 graph replays ran ~0.3 µs a
-    kernel slower after plain eager launches than after a PDL one, and graph replays did not move that state
-    (NOTES.md v23): with no eager launch between them, one pin (benchmark.pin_launch_state) holds for every replay."""
+    kernel slower after plain eager launches than after a PDL one, and graph replays did not move that state: with no
+    eager launch between them, one pin (benchmark.pin_launch_state) holds for every replay."""
     with on_capture_stream():
         for _ in range(3):
             if reset is not None:
@@ -102,7 +119,7 @@ def copy_bandwidth(comm, world, rank, pin) -> tuple[float, float]:
     out = []
     for src in (src_local, src_peer):
         dist.barrier()
-        us = slowest(graph_time_us(lambda: dst.copy_(src), None, calls=5, reps=10, pin=pin))
+        us = slowest(graph_time_us(lambda src=src: dst.copy_(src), None, calls=5, reps=10, pin=pin))
         nbytes = src.numel() * src.element_size()
         out.append((2 * nbytes if src is src_local else nbytes) / us / 1e3)
     return out[0], out[1]
@@ -125,6 +142,7 @@ def main():
         default=str(PUSH_PROGRAMS),
         help="stage 0 grids tried (each on its own workspace: a workspace keeps one stage-0 grid)",
     )
+    ap.add_argument("--torch-baseline", action="store_true", help="also time NCCL + torch norm/FP8 (unfused)")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
     args = ap.parse_args()
 
@@ -148,65 +166,74 @@ def main():
     }
     pin = pin_launch_state(dev)
     hbm_gbs, nvl_gbs = copy_bandwidth(comm, world, rank, pin)
+    nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
     lines = [
-        f"# {world}x {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
-        f"H={h}, bf16 -> fp8 e4m3 + per-row scales, CUDA graphs ({args.calls} calls/graph, median of {args.reps}, slowest rank)",
+        f"# {world}x {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, NCCL {nccl_version}, "
+        f"H={h}, bf16 -> fp8 e4m3 + per-row scales, CUDA graphs ({args.calls} calls/graph, "
+        f"median of {args.reps}, slowest rank)",
         f"# measured: local HBM copy {hbm_gbs:.0f} GB/s (read+write), pull from a peer over NVLink {nvl_gbs:.0f} GB/s",
     ]
 
+    def timed(fn, rst=None):
+        dist.barrier()
+        return slowest(graph_time_us(fn, rst, args.calls, args.reps, pin))
+
+    def measure(t, with_res, shapes):
+        """One row of a table: every method at T = t."""
+        g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * rank)
+        x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(
+            torch.bfloat16
+        )
+        res = (
+            torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16)
+            if with_res
+            else None
+        )
+        a = x.clone()
+
+        def reset():
+            a.copy_(x)
+
+        r = {"T": t, "per_rank_kib": t * h * 2 / 1024}
+        r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
+        r["nccl+fused"] = timed(
+            lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset
+        )
+        r["nccl+torch"] = (
+            timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset) if args.torch_baseline else None
+        )
+        for stage in STAGE_NAMES:
+            r[f"s{stage}"], r[f"s{stage}_shape"] = math.nan, None
+            if t > {PUSH: PUSH_MAX_TOKENS, LAMPORT: LAMPORT_MAX_TOKENS, LAMPORT2: LAMPORT2_MAX_TOKENS}.get(stage, t):
+                continue
+            best = None
+            for grid, c in push_comms.items() if stage == PUSH else [(None, comm)]:
+                for shape in shapes(t, stage):
+                    us = timed(
+                        lambda c=c, stage=stage, shape=shape: c(
+                            x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape
+                        )
+                    )
+                    if best is None or us < best[0]:
+                        best = (us, shape_str(shape) + ("" if grid is None else f", {grid} programs"))
+            r[f"s{stage}"], r[f"s{stage}_shape"] = best
+        r["auto"] = choose_stage(t, h, 2, world, residual=with_res)
+        r["fused"] = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8))  # dispatched, default shape
+        if rank == 0:
+            logger.info(
+                f"T={t} res={with_res}: "
+                + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+            )
+        return r
+
     def run_table(token_list, with_res, shapes):
-        rows = []
-        for t in token_list:
-            g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * rank)
-            x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
-            w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(
-                torch.bfloat16
-            )
-            res = (
-                torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16)
-                if with_res
-                else None
-            )
-            a = x.clone()
-
-            def reset():
-                a.copy_(x)
-
-            def timed(fn, rst=None):
-                dist.barrier()
-                return slowest(graph_time_us(fn, rst, args.calls, args.reps, pin))
-
-            r = {"T": t, "per_rank_kib": math.ceil(t / world) * h * 2 / 1024}
-            r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
-            r["nccl+fused"] = timed(
-                lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset
-            )
-            r["nccl+torch"] = timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset)
-            r["s0"], r["s0_shape"] = math.nan, None
-            for stage in (0, 1, 2):
-                if stage == 0 and t > PUSH_MAX_TOKENS:
-                    continue
-                best = None
-                for g, c in push_comms.items() if stage == 0 else [(None, comm)]:
-                    for shape in shapes(t, stage):
-                        us = timed(lambda: c(x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape))
-                        if best is None or us < best[0]:
-                            best = (us, shape_str(shape) + ("" if g is None else f", {g} programs"))
-                r[f"s{stage}"], r[f"s{stage}_shape"] = best
-            r["auto"] = choose_stage(t, h, 2, world, residual=with_res, threshold=comm.threshold)
-            r["fused"] = timed(
-                lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8)
-            )  # dispatched stage, default shape
-            rows.append(r)
-            if rank == 0:
-                logger.info(
-                    f"T={t} res={with_res}: "
-                    + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
-                )
-        return rows
+        return [measure(t, with_res, shapes) for t in token_list]
 
     def shapes(t, stage):
-        if stage == 0:  # one row per program
+        if stage == NCCL:
+            return [None]
+        if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
             return [s for s in sweep if s[0] == 1]
         rows = t if stage == 1 else math.ceil(t / world)
         return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]
@@ -215,42 +242,23 @@ def main():
         return "default" if shape is None else f"{shape[0]}x{shape[1]}"
 
     def render(rows, title):
-        out = [
-            title,
-            "| T | KiB/rank | NCCL AR | AR + fused norm/FP8 | AR + torch norm/FP8 | stage 0: 1-stage pushed (best shape) | stage 1: 1-stage (best shape) | stage 2: 2-stage (best shape) | fused: dispatched stage, default shape | vs AR+fused | vs AR+torch | algbw GB/s |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        head = ["T", "KiB/rank", "NCCL AR", "AR + fused norm/FP8"]
+        head += ["AR + torch norm/FP8"] if args.torch_baseline else []
+        head += [f"stage {k}: {v} (best shape)" for k, v in STAGE_NAMES.items()]
+        head += ["best stage", "fused: dispatched stage, default shape", "vs AR+fused", "algbw GB/s"]
+        out = [title, "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
         for r in rows:
-            stage = r["auto"]  # the stage the dispatcher picks
-            best = r["fused"]
-            out.append(
-                f"| {r['T']} | {r['per_rank_kib']:.0f} | {r['nccl']:.1f} | {r['nccl+fused']:.1f} | {r['nccl+torch']:.1f} | "
-                f"{r['s0']:.1f}{'' if math.isnan(r['s0']) else ' (' + r['s0_shape'] + ')'} | {r['s1']:.1f} ({r['s1_shape']}) | {r['s2']:.1f} ({r['s2_shape']}) | "
-                f"{best:.1f} (stage {stage}) | {r['nccl+fused'] / best:.2f}x | {r['nccl+torch'] / best:.2f}x | "
-                f"{r['T'] * h * 2 / best / 1e3:.0f} |"
-            )
-        pushed = [r for r in rows if not math.isnan(r["s0"])]
-        loses = [r for r in pushed if r["s0"] >= r["s1"]]
-        out.append(
-            "stage 0 vs stage 1: "
-            + (f"stage 1 first wins at T={loses[0]['T']}" if loses else "stage 0 wins at every T it ran")
-            + f" (stage 0 ran for T <= {PUSH_MAX_TOKENS})"
-        )
-        wins = [r for r in rows if r["s2"] < r["s1"]]
-        first = wins[0] if wins else None
-        if first is None:
-            out.append("crossover: one stage wins at every T measured")
-        else:
-            prev = [r for r in rows if r["T"] < first["T"]]
-            out.append(
-                f"crossover: two stages first win at T={first['T']} ({first['per_rank_kib']:.0f} KiB per rank)"
-                + (
-                    f", one stage wins at T={prev[-1]['T']} ({prev[-1]['per_rank_kib']:.0f} KiB per rank)"
-                    if prev
-                    else ""
-                )
-                + f"; dispatch threshold in use: {comm.threshold // 1024} KiB per rank"
-            )
+            cells = [str(r["T"]), f"{r['per_rank_kib']:.0f}", f"{r['nccl']:.1f}", f"{r['nccl+fused']:.1f}"]
+            cells += [f"{r['nccl+torch']:.1f}"] if args.torch_baseline else []
+            for k in STAGE_NAMES:
+                us = r[f"s{k}"]
+                cells.append("-" if math.isnan(us) else f"{us:.1f} ({r[f's{k}_shape']})")
+            timed_stages = {k: r[f"s{k}"] for k in STAGE_NAMES if not math.isnan(r[f"s{k}"])}
+            best = min(timed_stages, key=timed_stages.get)
+            cells += [f"{best} ({r['nccl+fused'] / timed_stages[best]:.2f}x)"]
+            cells += [f"{r['fused']:.1f} (stage {r['auto']})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
+            cells += [f"{r['T'] * h * 2 / r['fused'] / 1e3:.0f}"]
+            out.append("| " + " | ".join(cells) + " |")
         return out
 
     lines += render(run_table(tokens, False, shapes), "\n## no residual (times in µs per call)")

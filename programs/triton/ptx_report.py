@@ -423,9 +423,17 @@ def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
 
 def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
     """A fused all-reduce kernel as the GPU runs it (SYNC: barriers, flag polling), rank 0 of `world`, H=8192."""
-    fn = {0: ar_kernels.push_one_stage_kernel, 1: ar_kernels.one_stage_kernel, 2: ar_kernels.two_stage_kernel}[stage]
+    fn = {
+        0: ar_kernels.push_one_stage_kernel,
+        1: ar_kernels.one_stage_kernel,
+        2: ar_kernels.two_stage_kernel,
+        3: ar_kernels.lamport_one_stage_kernel,
+        5: ar_kernels.lamport_two_stage_kernel,
+    }[stage]
+    lamport = stage in (3, 5)
     ptrs = {
         "X": "*bf16",
+        "X16": "*i16",
         "X32": "*i32",
         "R": "*bf16",
         "RO": "*bf16",
@@ -435,7 +443,8 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
         "EPOCH": "*i32",
         "CALLS": "*i32",
     }
-    for prefix, ty in (("B", "*i64"), ("I", "*bf16"), ("Q", "*fp8e4nv"), ("S", "*fp32"), ("O", "*bf16"), ("F", "*i32")):
+    peers = (("B", "*i16" if lamport else "*i64"), ("G", "*i16"), ("S", "*i32" if lamport else "*fp32"))
+    for prefix, ty in (*peers, ("I", "*bf16"), ("Q", "*fp8e4nv"), ("O", "*bf16"), ("F", "*i32")):
         ptrs.update({f"{prefix}{r}": ty for r in range(world)})
     sig = _signature(fn, ptrs, ("inv_h", "eps", "w_off", "scale_ub", "fp8_max"))
     consts = dict(
@@ -450,9 +459,10 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
         Y_MIN_NORMAL=0.0,
         Y_SUB=0.0,
     )
-    consts.update(dict(PIECE=1024, XDT=tl.bfloat16) if stage == 0 else dict(BLOCK_M=block_m))
+    piece = num_warps * 256 if lamport else 1024
+    consts.update(dict(PIECE=piece, XDT=tl.bfloat16) if stage in (0, 3, 5) else dict(BLOCK_M=block_m))
     for name in list(sig):  # the unused peers' pointers are None
-        if name[0] in "BIQSOF" and name[1:].isdigit() and int(name[1:]) >= world:
+        if name[0] in "BGIQSOF" and name[1:].isdigit() and int(name[1:]) >= world:
             sig[name], consts[name] = "constexpr", None
     return compile_report(
         f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
@@ -487,6 +497,7 @@ def default_reports() -> list[Report]:
         allreduce(0, 2, 1, 16, True),
         allreduce(1, 2, 1, 8, True),
         allreduce(2, 4, 2, 16, True),
+        allreduce(5, 4, 1, 16, False),
     ]
 
 

@@ -51,13 +51,14 @@ def expected(xs, w, res, *, epsilon, weight_offset, scale_ub, dtype=E4M3):
     total = sum(x.double() for x in xs)
     v, _, _ = norm64(total, w, epsilon=epsilon, weight_offset=weight_offset, residual=res)
     q, s = fp8_expected(v, dtype, "row", scale_ub)
-    ro = None
+    ro = ro64 = None
     if res is not None:
         acc = xs[0].float()
         for x in xs[1:]:
             acc = acc + x.float()
         ro = (acc + res.float()).to(res.dtype)
-    return q, s, ro
+        ro64 = total + res.double()
+    return q, s, ro, ro64
 
 
 def median_ub(xs, w, res, *, epsilon, weight_offset):
@@ -66,13 +67,17 @@ def median_ub(xs, w, res, *, epsilon, weight_offset):
     return float(v.abs().amax(-1).median())
 
 
-def check(out, exp, dtype=E4M3, context=""):
-    q, s, ro = exp
+def check(out, exp, dtype=E4M3, context="", bf16_sums=False):
+    """bf16_sums: the stage-4 path, whose sums NCCL rounds to bf16: scales and residual_out are held to the bf16
+    policy (residual_out against the float64 sum) instead of fp32 / bit equality with the fp32 rank-order sum."""
+    q, s, ro, _ = exp
     assert out.y.dtype == dtype and out.scale.dtype == torch.float32
     assert_close(out.y.float(), q, dtype, context=f"{context} fp8 values")
-    assert_close(out.scale, s, torch.float32, context=f"{context} row scales")
+    assert_close(out.scale, s, torch.bfloat16 if bf16_sums else torch.float32, context=f"{context} row scales")
     assert (out.residual_out is None) == (ro is None)
-    if ro is not None:
+    if ro is not None and bf16_sums:
+        assert_close(out.residual_out, exp[3], torch.bfloat16, context=f"{context} residual_out")
+    elif ro is not None:
         bad = out.residual_out != ro
         assert not bool(bad.any()), (
             f"{context}: residual_out differs from the fp32 rank-order sum + residual in "
@@ -85,14 +90,25 @@ def check(out, exp, dtype=E4M3, context=""):
 
 
 def simulate(
-    stage, world, xs, w, res, *, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf, max_tokens=None, dtype=E4M3
+    stage,
+    world,
+    xs,
+    w,
+    res,
+    *,
+    epsilon=1e-6,
+    weight_offset=0.0,
+    scale_ub=math.inf,
+    max_tokens=None,
+    dtype=E4M3,
+    bufs_out=None,
 ):
     t, h = xs[0].shape
     max_tokens = max_tokens or t
     dev = xs[0].device
     bufs = [
-        ar.carve(
-            torch.zeros(ar.workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
+        ar.init_workspace(
+            torch.empty(ar.workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
             max_tokens,
             h,
             xs[0].dtype,
@@ -100,6 +116,8 @@ def simulate(
         )
         for _ in range(world)
     ]
+    if bufs_out is not None:
+        bufs_out.extend(bufs)
     outs = [
         ar.RMSNormOutput(
             torch.empty(t, h, dtype=dtype, device=dev),
@@ -142,6 +160,12 @@ SIM_CASES = {
     "two_stage_w2_residual": (2, 2, 7, 96, True),
     "two_stage_w3_uneven": (2, 3, 7, 80, False),
     "two_stage_w8_fewer_rows_than_ranks": (2, 8, 5, 48, True),
+    "lamport_w2_residual": (3, 2, 5, 96, True),
+    "lamport_w4": (3, 4, 6, 64, False),
+    "lamport_two_stage_w2_residual": (5, 2, 5, 96, True),
+    "lamport_two_stage_w3_uneven": (5, 3, 7, 80, False),
+    "lamport_two_stage_w4_residual": (5, 4, 9, 64, True),
+    "lamport_two_stage_w8_fewer_rows_than_ranks": (5, 8, 5, 48, False),
 }
 
 
@@ -169,14 +193,41 @@ def test_all_stages_agree_bitwise():
     one = simulate(1, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     two = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     push = simulate(0, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    assert torch.equal(one.y.view(torch.uint8), two.y.view(torch.uint8)) and torch.equal(one.scale, two.scale)
-    assert torch.equal(one.y.view(torch.uint8), push.y.view(torch.uint8)) and torch.equal(one.scale, push.scale)
+    lamport = simulate(3, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    lamport2 = simulate(5, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[0]  # rank 0 receives row 3 from rank 1
+    for other in (two, push, lamport, lamport2):
+        assert torch.equal(one.y.view(torch.uint8), other.y.view(torch.uint8)) and torch.equal(one.scale, other.scale)
     check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
     assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
     clamped = v.abs().amax(-1) > ub
     assert bool(clamped.any()) and bool((one.y.float().abs().amax(-1)[clamped] == 448.0).all()), (
         "rows above scale_ub saturate"
     )
+
+
+@pytest.mark.parametrize("stage", [3, 5], ids=["one_stage", "two_stage"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(stage, with_res):
+    """Stages 3 and 5 mark empty words with 0x8000 (-0.0) and send words inverted, so a -0.0 partial (and every other
+    value) arrives as it was: the same bits as the pulled stage 1. Every word a receiver read is empty again after the
+    call, which the buffers' next use needs."""
+    xs, w, res = partials(4, 6, 64, seed=14, device=DEV)
+    res = res if with_res else None
+    for x in xs:
+        x[0, :8] = -0.0  # -0.0 on every rank: the words that look most like the empty mark
+    xs[1][1, 8:16] = -0.0
+    xs[2][4, 3] = float("nan")  # a NaN partial: the same outputs as stage 1
+    bufs = []
+    outs = simulate(stage, 4, xs, w, res, epsilon=1e-6, bufs_out=bufs)
+    pulled = simulate(1, 4, xs, w, res, epsilon=1e-6)
+    for r, o in enumerate(outs):
+        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}"
+        assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
+        if with_res:
+            assert torch.equal(o.residual_out.view(torch.int16), pulled[r].residual_out.view(torch.int16))
+        for name in ("lamport", "rs", "ag"):
+            assert bool((getattr(bufs[r], name) == ar.kernels.LAMPORT_EMPTY).all()), f"rank {r}: words left in {name}"
+        assert bool((bufs[r].ag_scale == ar.kernels.LAMPORT_EMPTY32).all()), f"rank {r}: scales left"
 
 
 def test_fused_matches_reference_path_interpreted():
@@ -191,26 +242,30 @@ def test_fused_matches_reference_path_interpreted():
     assert_close(fused.scale, ref.scale.double(), torch.float32, context="fused vs reference scales")
 
 
-def test_stage_choice_follows_measured_thresholds():
-    thr = ar.TWO_STAGE_MIN_BYTES
+def test_stage_choice_follows_the_dispatch_table():
     h, isz = 8192, 2
-    t_switch = 2 * math.ceil(thr / (h * isz))  # 2 ranks: ceil(t/2) rows per rank
-    assert ar.choose_stage(1, h, isz, 2) == 0 and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 2) == 0
-    assert ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 2) == 1
-    assert (
-        ar.choose_stage(ar.PUSH_DISPATCH_TOKENS, h, isz, 4) == 0
-        and ar.choose_stage(ar.PUSH_DISPATCH_TOKENS + 1, h, isz, 4) == 1
+    for world in (2, 3, 4, 8):
+        table = ar.dispatch_rows(world)
+        assert table[-1][0] is None, "the last row takes every larger payload"
+        assert [b for b, _, _ in table[:-1]] == sorted(b for b, _, _ in table[:-1])
+        lo = 0
+        for bound, stage, stage_res in table:
+            for tokens in {lo // (h * isz) + 1, (bound or 16 * lo) // (h * isz)}:
+                assert ar.choose_stage(tokens, h, isz, world) == stage, (world, tokens)
+                assert ar.choose_stage(tokens, h, isz, world, residual=True) == stage_res, (world, tokens)
+            lo = bound or lo
+    assert ar.dispatch_rows(3) is ar.DISPATCH[4] and ar.dispatch_rows(8) is ar.DISPATCH[4]
+    assert ar.choose_stage(1, h, isz, 2) == ar.PUSH and ar.choose_stage(32, h, isz, 2) == ar.PUSH
+    assert ar.choose_stage(8192, h, isz, 2, residual=True) == ar.PULL, (
+        "2 ranks with a residual: one stage measured faster"
     )
-    assert ar.choose_stage(1, h, 4, 2) == 1, "fp32 activations cannot be packed two per word"
-    assert ar.choose_stage(1, 8191, isz, 2) == 1, "odd hidden size cannot be packed two per word"
-    assert ar.choose_stage(t_switch, h, isz, 2) == 2
-    assert ar.choose_stage(t_switch - 2, h, isz, 2) == 1
-    assert ar.choose_stage(8192, h, isz, 2, residual=True) == 1, "2 ranks with a residual: one stage measured faster"
-    # 4 ranks (and 8, unmeasured): two stages from 512 KiB per rank (4xH200: T=128 at H=8192)
-    assert ar.stage_switch_bytes(4) == ar.stage_switch_bytes(8) == 512 * 1024 < thr
-    assert ar.choose_stage(128, h, isz, 4) == 2 and ar.choose_stage(124, h, isz, 4) == 1
-    assert ar.choose_stage(128, h, isz, 4, residual=True) == 2
-    assert ar.choose_stage(128, h, isz, 4, threshold=thr) == 1, "an explicit threshold wins"
+    # stages 0 and 3 carry 16-bit words: fp32 activations or an odd hidden size go to stage 1 instead
+    for world in (2, 4):
+        small = [t for t in (1, 8, 16, 32, 64, 128) if ar.choose_stage(t, h, isz, world) in (ar.PUSH, ar.LAMPORT)]
+        assert small, "some small payload is pushed"
+        for t in small:
+            assert ar.choose_stage(t, h // 2, 4, world) == ar.PULL, "fp32 activations cannot be packed"
+            assert ar.choose_stage(t, 8191, isz, world) == ar.PULL, "odd hidden size cannot be packed"
 
 
 RULES = {
@@ -223,7 +278,7 @@ RULES = {
     "weight_offset.no_weight": dict(weight=lambda: None, weight_offset=1.0),
     "dtype.fp8": dict(dtype=torch.bfloat16),
     "scale_ub.range": dict(scale_ub=0.0),
-    "stage.value": dict(stage=3),
+    "stage.value": dict(stage=6),
     "stage.push": dict(x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], stage=0),  # rows at odd offsets
     "stage.push_tokens": dict(
         x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), stage=0, max_tokens=1000
@@ -292,8 +347,11 @@ def test_reference_path_gloo(world):
 
 
 @pytest.mark.requires_multi_gpu
-def test_fused_nccl_back_to_back():
-    print(run_ranks(__file__, 2, "nccl", timeout=400.0))
+@pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks"])
+def test_fused_nccl_back_to_back(world):
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs, {torch.cuda.device_count()} present")
+    print(run_ranks(__file__, world, "nccl", timeout=400.0))
 
 
 def gloo_worker(rank, world, dist):
@@ -323,17 +381,20 @@ def nccl_worker(rank, world, dist):
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
     cases = [  # (stage, tokens (call k takes tokens[k % len]), calls)
-        (0, 1, 64),
-        (0, 37, 48),
-        (0, (1, 8, 3, 40, 2), 40),
-        (None, 64, 24),
-        (1, 1, 48),
-        (1, 33, 48),
-        (2, 33, 48),
-        (2, 3, 32),
-        (1, 300, 16),
-        (2, 1027, 10),
-        (None, 4096, 4),
+        (0, 1, 12),
+        (0, (1, 8, 3, 40, 2), 10),
+        (3, 1, 12),
+        (3, (1, 37, 128, 5, 300), 10),
+        (5, (1, 37, 128, 5, 1030), 10),
+        (None, 64, 8),
+        (1, 33, 8),
+        (2, 33, 8),
+        (2, 3, 8),
+        (1, 300, 6),
+        (2, 1027, 4),
+        (4, 256, 6),
+        (4, 37, 4),
+        (None, 2048, 3),
     ]
     total = 0
     for ci, (stage, t, calls) in enumerate(cases):
@@ -355,19 +416,20 @@ def nccl_worker(rank, world, dist):
                 torch.cuda._sleep(int(torch.randint(1000, 200000, (1,), generator=skew).item()))  # delay this rank
             outs.append(comm(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub, stage=stage))
         torch.cuda.synchronize()
-        for k, out in zip(order, outs):
+        for k, out in zip(order, outs, strict=True):
             xs, w, res, eps, off, ub = ins[k]
             check(
                 out,
                 expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub),
                 context=f"stage {stage} T={t} call {k}",
+                bf16_sums=stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL),
             )
             bits = out.y.view(torch.uint8).contiguous()
             gathered = [torch.empty_like(bits) for _ in range(world)]
             dist.all_gather(gathered, bits)
             assert all(torch.equal(g, gathered[0]) for g in gathered), f"stage {stage} T={t} call {k}: ranks disagree"
             total += 1
-        first, *again = [o for k, o in zip(order, outs) if k == repeat]
+        first, *again = [o for k, o in zip(order, outs, strict=True) if k == repeat]
         for o in again:
             assert torch.equal(o.y.view(torch.uint8), first.y.view(torch.uint8)) and torch.equal(
                 o.scale, first.scale
@@ -380,10 +442,16 @@ def nccl_worker(rank, world, dist):
         same = (ref.y.view(torch.uint8) == first.y.view(torch.uint8)).float().mean().item()
         assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
         print(
-            f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; fp8 bits equal to the reference path: {same:.5f}",
+            f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; "
+            f"fp8 bits equal to the reference path: {same:.5f}",
             flush=True,
         )
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
+
+
+def comm_stage(comm, xs, res):
+    """The stage a dispatched call of these partials takes."""
+    return ar.choose_stage(xs[0].shape[0], comm.hidden, comm.dtype.itemsize, comm.world, residual=res is not None)
 
 
 def work(rank, world, backend):

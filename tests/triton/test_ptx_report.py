@@ -183,13 +183,16 @@ def test_split_exchange_has_no_atomics_or_fences():
 
 
 def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
-    """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and stage
-    0 must hold no atomics (its call counters are plain loads and stores, kernels.py) while the barrier stages do."""
-    push2, push8, barrier = _compiled_json(
+    """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and the
+    pushed stages 0, 3 and 5 must hold no atomics (their call counters are plain loads and stores, kernels.py) while
+    the barrier stages do."""
+    push2, push8, lamport, lamport2, barrier = _compiled_json(
         "print(json.dumps([p.allreduce(0, 2, 1, 16, True).atomics, p.allreduce(0, 8, 1, 16, False).atomics, "
+        "p.allreduce(3, 4, 1, 16, True).atomics, p.allreduce(5, 4, 1, 16, True).atomics, "
         "p.allreduce(1, 3, 1, 8, False).atomics]))"
     )
     assert push2 == 0 and push8 == 0, f"stage 0 compiled with {push2} / {push8} atomic instructions"
+    assert lamport == 0 and lamport2 == 0, f"stages 3 / 5 compiled with {lamport} / {lamport2} atomic instructions"
     assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
 
 
