@@ -22,10 +22,13 @@ demo: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) demos/distributed_rmsnorm.py
 
 test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench-host: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m tt_rmsnorm.host_benchmark
+
 conformance: $(STAMP)
 	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PY) tests/conformance/conformance.py
 
