@@ -310,7 +310,8 @@ def compare(
     p = pcc(af, ef)  # over the elements finite in both: non-finite ones are judged above
     frac = None
     if tol.fp8_frac_within_1ulp is not None:
-        frac = float((fp8_ulp_distance(a, e, tol.dtype) <= 1.0).to(torch.float64).mean())
+        within = fp8_ulp_distance(a, e, tol.dtype) <= 1.0
+        frac = float((within if bool(both.all()) else within[both]).to(torch.float64).mean()) if n else math.nan
     varies = n > 1 and float(ef.std()) > 2.0**-BF16_MANTISSA_BITS * float(ef.abs().mean())
 
     failures = []
@@ -318,16 +319,19 @@ def compare(
         failures.append(f"{became_nonfinite} non-finite values where the reference is finite")
     if special_lost:
         failures.append(f"{special_lost} values differ from the reference's NaN/Inf there")
-    if varies and not (p >= tol.pcc_min):
-        failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
-    if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
-        failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
-    if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
-        failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
-    if tol.max_abs_rel is not None and not (max_abs_rel <= tol.max_abs_rel):
-        failures.append(f"max abs error {max_abs:.3g} is {max_abs_rel:.3g} of max|expected|, > {tol.max_abs_rel:.3g}")
-    if frac is not None and not (frac >= tol.fp8_frac_within_1ulp):
-        failures.append(f"only {frac:.5f} of elements within 1 FP8 ULP (< {tol.fp8_frac_within_1ulp})")
+    if n:  # the bounds judge the elements finite in both (there are none where all-NaN is expected and returned)
+        if varies and not (p >= tol.pcc_min):
+            failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
+        if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
+            failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
+        if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
+            failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
+        if tol.max_abs_rel is not None and not (max_abs_rel <= tol.max_abs_rel):
+            failures.append(
+                f"max abs error {max_abs:.3g} is {max_abs_rel:.3g} of max|expected|, > {tol.max_abs_rel:.3g}"
+            )
+        if frac is not None and not (frac >= tol.fp8_frac_within_1ulp):
+            failures.append(f"only {frac:.5f} of elements within 1 FP8 ULP (< {tol.fp8_frac_within_1ulp})")
     return Report(
         dtype=tol.dtype,
         pcc=p,

@@ -287,10 +287,31 @@ def test_non_finite_values():
         assert kind in report.failures[0]
 
 
+def test_all_nan_result_where_all_nan_is_expected_passes():
+    nan = torch.full((2, 16), math.nan, dtype=torch.float64)
+    for dtype in TOLERANCES:
+        report = compare(nan.clone(), nan, dtype)
+        assert report.passed and report.nonfinite == 0, (dtype, report.summary())
+    mixed = torch.tensor([math.nan, 1.0, 2.0, 3.0], dtype=torch.float64)
+    report = compare(mixed.clone(), mixed, "float8_e4m3fn")
+    assert report.fp8_frac_within_1ulp == 1.0 and report.passed  # over the finite elements only
+
+
+def test_pcc_is_judged_from_two_elements():
+    """Only PCC judged (a tolerance of PCC alone): two anti-correlated values fail, one value is never judged."""
+    only_pcc = accuracy.Tolerance(dtype="bfloat16", pcc_min=0.9, max_ulp=None, mean_ulp=None, max_abs_rel=None)
+    two = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert not compare(two.flip(0), two, "bfloat16", tolerance=only_pcc).passed
+    assert compare(two, two, "bfloat16", tolerance=only_pcc).passed
+    assert compare(torch.tensor([5.0]), torch.tensor([1.0]), "bfloat16", tolerance=only_pcc).passed
+
+
 def test_zero_expected_and_constant_tensors():
     zeros = torch.zeros(64, dtype=torch.float64)
     assert compare(zeros, zeros, "bfloat16").passed
     assert accuracy.pcc(zeros, zeros) == 1.0 and accuracy.pcc(zeros + 1.0, zeros) == 0.0
+    ramp = torch.arange(64, dtype=torch.float64)
+    assert accuracy.pcc(zeros + 1.0, ramp) == 0.0 and accuracy.pcc(ramp, zeros + 1.0) == 0.0  # one side constant
     off = compare(torch.full((64,), 1e-30), zeros, "bfloat8_b")
     assert off.max_abs_rel == math.inf and not off.passed
     assert math.isnan(accuracy.pcc(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0])))
