@@ -219,12 +219,10 @@ def verdict(run: ParityRun) -> str:
     n_cmp = sum(r.status in COMPARED for r in run.results)
     n_fail = len(run.failures)
     n_limit = sum(r.status == "limit" for r in run.results)
-    limits = (
-        f" ({n_limit} of them outside it only where a documented hardware/library limit applies)" if n_limit else ""
-    )
+    limits = f"; {n_limit} of them within it on every row but those of a documented limit" if n_limit else ""
     if not n_fail:
         return f"PASS: all {n_cmp} compared runs within tolerance{limits}"
-    return f"FAIL: {n_fail} backend run(s) outside tolerance or raised (of {n_cmp} compared{limits})"
+    return f"FAIL: {n_fail} backend run(s) outside tolerance or raised, of {n_cmp} compared{limits}"
 
 
 def terminal_report(run: ParityRun) -> str:

@@ -438,6 +438,8 @@ def test_reference_imports_and_runs_without_ttnn():
         (lambda x: ref.distributed_rms_norm(x, num_devices=2, epsilon=EPS, residual=x[..., :512]), "residual shape"),
         (lambda x: ref.quantize(x, "float16"), "not a TT device dtype"),
         (lambda x: ref.all_gather_stats([]), "no per-device stats"),
+        (lambda x: ref.all_gather_stats([ref.pre_all_gather(x), torch.zeros(1, 1, 32, 16)]), "device 1 stats"),
+        (lambda x: ref.all_gather_stats([ref.pre_all_gather(x), torch.zeros(1, 1, 64, 32)]), "[1, 1, 32, 32*k]"),
     ],
     ids=[
         "sharded_bf8_stats",
@@ -450,6 +452,8 @@ def test_reference_imports_and_runs_without_ttnn():
         "residual_shape",
         "fp16_quantize",
         "empty_gather",
+        "gather_width_16",
+        "gather_rows_mismatch",
     ],
 )
 def test_bad_input_names_the_rule(call, fragment):
