@@ -1,0 +1,120 @@
+"""Rule boundaries the one-violation-per-rule table (test_rules.py) leaves open: each condition checked on the side
+it must reject and the side it must accept, and the L1 byte counts against what ttnn 0.81.1 reported on a mock N150."""
+
+import pytest
+import ttnn
+
+from tt_rmsnorm import configs, rules
+from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm.tensors import TensorDesc as D
+
+W_SHARD = ttnn.TensorMemoryLayout.WIDTH_SHARDED
+FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
+
+
+def shard_mc(grid, shard):
+    crs = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(grid[0] - 1, grid[1] - 1))})
+    return ttnn.MemoryConfig(
+        W_SHARD, ttnn.BufferType.L1, ttnn.ShardSpec(crs, list(shard), ttnn.ShardOrientation.ROW_MAJOR)
+    )
+
+
+def pc(grid, block_h, block_w, subblock_w=1):
+    return ttnn.LayerNormShardedMultiCoreProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(*grid),
+        subblock_w=subblock_w,
+        block_h=block_h,
+        block_w=block_w,
+        inplace=False,
+    )
+
+
+def _rule(check, *args, **kw):
+    """The id of the rule `check(*args, **kw)` raises."""
+    with pytest.raises(RuleError) as err:
+        check(*args, **kw)
+    return err.value.rule
+
+
+# ttnn's "Statically allocated dataflow buffers ... grow to N B" for the interleaved pre (the agreement battery's
+# cases): the model's end address is exactly ttnn's.
+PRE_L1 = [
+    ((1, 1, 32, 8192), ttnn.bfloat16, None, False, 1682784),
+    ((1, 1, 32, 16384), ttnn.bfloat16, None, False, 3255648),
+    ((1, 1, 32, 12288), ttnn.bfloat8_b, None, False, 1731936),
+    ((1, 1, 32, 16384), ttnn.bfloat8_b, None, False, 2272608),
+    ((1, 1, 32, 4096), ttnn.float32, FP32_ACC, False, 1684832),
+    ((1, 1, 32, 6144), ttnn.bfloat16, FP32_ACC, False, 1684832),
+    ((1, 1, 32, 7168), ttnn.bfloat16, FP32_ACC, False, 1946976),
+    ((1, 1, 128, 8192), ttnn.bfloat8_b, None, True, 1736032),
+]
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, ckc, two_d, reported", PRE_L1, ids=lambda v: str(v) if isinstance(v, int) else None
+)
+def test_pre_l1_bytes_equal_ttnns_report(shape, dtype, ckc, two_d, reported):
+    assert rules.pre_l1_bytes(D(shape, dtype=dtype), ckc, use_2d_core_grid=two_d) == reported
+
+
+@pytest.mark.parametrize("width, reported", [(12288, 1703264), (14336, 1965408), (16384, 2227552), (20480, 2751840)])
+def test_post_l1_bytes_track_ttnns_report(width, reported):
+    """ttnn reports the end of the buffers allocated up to the one that crosses L1; the model counts every buffer of
+    the post, three bf16 tiles more, at every width (so the per-tile part of the model is ttnn's exactly)."""
+    assert rules.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 256))) - reported == 3 * 2048
+
+
+def test_post_l1_bytes_2d_core_grid_divide_the_row_over_the_largest_divisor():
+    """2-D post: each core row buffers Wt / cores_y tiles, cores_y the largest divisor of Wt up to the grid height."""
+    stats = D((1, 1, 32, 32))
+    one_tile = rules.post_l1_bytes(D((1, 1, 32, 32)), stats, use_2d_core_grid=True, grid_y=8)
+    per_tile = rules.post_l1_bytes(D((1, 1, 32, 64)), stats, use_2d_core_grid=True, grid_y=1) - one_tile
+    for wt, grid_y, cores_y in [(8, 8, 8), (16, 8, 8), (12, 8, 6), (7, 8, 7), (9, 8, 3), (5, 4, 1)]:
+        got = rules.post_l1_bytes(D((1, 1, 32, 32 * wt)), stats, use_2d_core_grid=True, grid_y=grid_y)
+        assert got == one_tile + (wt // cores_y - 1) * per_tile, (wt, grid_y)
+
+
+def test_sharded_block_h_must_equal_the_shard_height():
+    """rms_norm (not distributed) takes a 64-high shard: block_h 1 and 3 are both wrong, 2 is right."""
+    x = D((1, 1, 64, 1024), memory_config=shard_mc((8, 4), (64, 32)))
+    for block_h in (1, 3):
+        got = _rule(rules.check_rms_norm, x, program_config=pc((8, 4), block_h, 1), compute_grid=(8, 7))
+        assert got == "program_config.block_h_shard"
+    rules.check_rms_norm(x, program_config=pc((8, 4), 2, 1), compute_grid=(8, 7))
+
+
+def test_sharded_residual_must_match_the_input_sharding():
+    mc = shard_mc((8, 4), (32, 32))
+    x = D((1, 1, 32, 1024), memory_config=mc)
+    kw = dict(program_config=pc((8, 4), 1, 1), compute_grid=(8, 7))
+    rules.check_rms_norm(x, residual_input_tensor=D((1, 1, 32, 1024), memory_config=mc), **kw)
+    other = D((1, 1, 32, 1024), memory_config=shard_mc((4, 4), (32, 64)))
+    assert _rule(rules.check_rms_norm, x, residual_input_tensor=other, **kw) == "residual.same_sharding"
+
+
+def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
+    """On the sharded path ttnn asks for the input's padded width and at least its logical width (a wider logical
+    weight is fine); the interleaved post asks for both equal."""
+    mc = shard_mc((8, 4), (32, 32))
+    x = D((1, 1, 32, 1000), padded_shape=(1, 1, 32, 1024), memory_config=mc)
+    kw = dict(program_config=pc((8, 4), 1, 1), compute_grid=(8, 7))
+    narrow = D((1, 1, 32, 990), padded_shape=(1, 1, 32, 1024))
+    wide = D((1, 1, 32, 1010), padded_shape=(1, 1, 32, 1024))
+    assert _rule(rules.check_rms_norm, x, weight=narrow, **kw) == "weight.tile_width"
+    rules.check_rms_norm(x, weight=wide, **kw)
+
+
+@pytest.mark.parametrize(
+    "axis, rule", [(2, "all_gather.cluster_axis"), (3, "all_gather.cluster_axis"), (-1, "all_gather.cluster_axis")]
+)
+def test_all_gather_cluster_axis_outside_the_mesh(axis, rule):
+    assert _rule(rules.check_all_gather, D((1, 1, 32, 32)), 3, cluster_axis=axis, mesh_shape=(8, 4)) == rule
+    assert rules.check_all_gather(D((1, 1, 32, 32)), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
+
+
+def test_all_gather_dim_range():
+    for dim in (-4, 3):
+        assert rules.check_all_gather(D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8)) == 8
+    for dim in (-5, 4):
+        got = _rule(rules.check_all_gather, D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8))
+        assert got == "all_gather.dim"
