@@ -20,13 +20,14 @@ import argparse
 import ast
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
+import toml  # cosmic-ray's own dependency (tomllib needs Python 3.11)
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
@@ -38,7 +39,7 @@ TIMEOUT_S = 180
 
 def module_table(root: Path = ROOT) -> dict[str, dict]:
     """{module: {"paths": [...], "tests": [...]}} from pyproject.toml."""
-    data = tomllib.loads((root / "pyproject.toml").read_text())
+    data = toml.loads((root / "pyproject.toml").read_text())
     return data["tool"]["tt_rmsnorm"]["mutation"]
 
 
@@ -103,10 +104,11 @@ def sample(db: WorkDB, root: Path, n: int, seed: int) -> tuple[int, int]:
 
 
 def equivalents(path: Path = EQUIVALENT) -> dict[tuple[str, str, str], str]:
-    """{(file, original line, mutated line): reason} from the markdown table's rows `| file | `orig` | `mutated` | why |`."""
+    """{(file, original line, mutated line): reason} from the markdown table's rows
+    `| file | `orig` | `mutated` | why |` (a `|` inside a cell written as `\\|`)."""
     table = {}
     for line in path.read_text().splitlines() if path.exists() else ():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         if len(cells) == 4 and cells[1].startswith("`") and cells[2].startswith("`"):
             table[(cells[0], cells[1].strip("`"), cells[2].strip("`"))] = cells[3]
     return table
@@ -140,7 +142,9 @@ def report(module: str, db: WorkDB, total: int, equivalent: dict) -> tuple[int, 
             lines.append(f"  equivalent  {m.module_path}:{m.start_pos[0]} {m.operator_name}: {reason}")
         else:
             survived += 1
-            lines.append(f"  SURVIVED    {m.module_path}:{m.start_pos[0]} {m.operator_name}\n      - {orig}\n      + {new}")
+            lines.append(
+                f"  SURVIVED    {m.module_path}:{m.start_pos[0]} {m.operator_name}\n      - {orig}\n      + {new}"
+            )
     judged = killed + survived
     score = 100.0 * killed / judged if judged else float("nan")
     print(
