@@ -3,30 +3,14 @@ it must reject and the side it must accept, and the L1 byte counts against what 
 
 import pytest
 import ttnn
+from test_rules import pc, shard_mc
 
 from tt_rmsnorm import configs, rules
 from tt_rmsnorm.rules import RuleError
 from tt_rmsnorm.tensors import TensorDesc as D
 
-W_SHARD = ttnn.TensorMemoryLayout.WIDTH_SHARDED
 FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
-
-
-def shard_mc(grid, shard):
-    crs = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(grid[0] - 1, grid[1] - 1))})
-    return ttnn.MemoryConfig(
-        W_SHARD, ttnn.BufferType.L1, ttnn.ShardSpec(crs, list(shard), ttnn.ShardOrientation.ROW_MAJOR)
-    )
-
-
-def pc(grid, block_h, block_w, subblock_w=1):
-    return ttnn.LayerNormShardedMultiCoreProgramConfig(
-        compute_with_storage_grid_size=ttnn.CoreCoord(*grid),
-        subblock_w=subblock_w,
-        block_h=block_h,
-        block_w=block_w,
-        inplace=False,
-    )
+W_SHARD = ttnn.TensorMemoryLayout.WIDTH_SHARDED
 
 
 def _rule(check, *args, **kw):
@@ -76,28 +60,28 @@ def test_post_l1_bytes_2d_core_grid_divide_the_row_over_the_largest_divisor():
 
 def test_sharded_block_h_must_equal_the_shard_height():
     """rms_norm (not distributed) takes a 64-high shard: block_h 1 and 3 are both wrong, 2 is right."""
-    x = D((1, 1, 64, 1024), memory_config=shard_mc((8, 4), (64, 32)))
+    x = D((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))
     for block_h in (1, 3):
-        got = _rule(rules.check_rms_norm, x, program_config=pc((8, 4), block_h, 1), compute_grid=(8, 7))
+        got = _rule(rules.check_rms_norm, x, program_config=pc(block_h=block_h), compute_grid=(8, 7))
         assert got == "program_config.block_h_shard"
-    rules.check_rms_norm(x, program_config=pc((8, 4), 2, 1), compute_grid=(8, 7))
+    rules.check_rms_norm(x, program_config=pc(block_h=2), compute_grid=(8, 7))
 
 
 def test_sharded_residual_must_match_the_input_sharding():
-    mc = shard_mc((8, 4), (32, 32))
+    mc = shard_mc(W_SHARD, (8, 4), (32, 32))
     x = D((1, 1, 32, 1024), memory_config=mc)
-    kw = dict(program_config=pc((8, 4), 1, 1), compute_grid=(8, 7))
+    kw = dict(program_config=pc(), compute_grid=(8, 7))
     rules.check_rms_norm(x, residual_input_tensor=D((1, 1, 32, 1024), memory_config=mc), **kw)
-    other = D((1, 1, 32, 1024), memory_config=shard_mc((4, 4), (32, 64)))
+    other = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 4), (32, 64)))
     assert _rule(rules.check_rms_norm, x, residual_input_tensor=other, **kw) == "residual.same_sharding"
 
 
 def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
     """On the sharded path ttnn asks for the input's padded width and at least its logical width (a wider logical
     weight is fine); the interleaved post asks for both equal."""
-    mc = shard_mc((8, 4), (32, 32))
+    mc = shard_mc(W_SHARD, (8, 4), (32, 32))
     x = D((1, 1, 32, 1000), padded_shape=(1, 1, 32, 1024), memory_config=mc)
-    kw = dict(program_config=pc((8, 4), 1, 1), compute_grid=(8, 7))
+    kw = dict(program_config=pc(), compute_grid=(8, 7))
     narrow = D((1, 1, 32, 990), padded_shape=(1, 1, 32, 1024))
     wide = D((1, 1, 32, 1010), padded_shape=(1, 1, 32, 1024))
     assert _rule(rules.check_rms_norm, x, weight=narrow, **kw) == "weight.tile_width"
