@@ -10,7 +10,7 @@ from tt_rmsnorm.rules import RuleError
 from tt_rmsnorm.tensors import TensorDesc as D
 
 FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
-W_SHARD = ttnn.TensorMemoryLayout.WIDTH_SHARDED
+W_SHARD, B_SHARD = ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.TensorMemoryLayout.BLOCK_SHARDED
 
 
 def _rule(check, *args, **kw):
@@ -102,3 +102,11 @@ def test_all_gather_dim_range():
     for dim in (-5, 4):
         got = _rule(rules.check_all_gather, D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8))
         assert got == "all_gather.dim"
+
+
+def test_block_sharded_2d_config_with_more_rows_than_grid_rows():
+    """Block sharding, Ht = 4 tiles over 2 grid rows: block_h = 2 is right (Ht divisible by the rows), 1 is not."""
+    x = D((1, 1, 128, 1024), memory_config=shard_mc(B_SHARD, (8, 2), (64, 128)))
+    rules.check_rms_norm(x, program_config=pc((8, 2), block_h=2, block_w=4), compute_grid=(8, 7))
+    got = _rule(rules.check_rms_norm, x, program_config=pc((8, 2), block_h=1, block_w=4), compute_grid=(8, 7))
+    assert got == "program_config.block_h_shard"
