@@ -313,7 +313,8 @@ def test_zero_expected_and_constant_tensors():
     ramp = torch.arange(64, dtype=torch.float64)
     assert accuracy.pcc(zeros + 1.0, ramp) == 0.0 and accuracy.pcc(ramp, zeros + 1.0) == 0.0  # one side constant
     off = compare(torch.full((64,), 1e-30), zeros, "bfloat8_b")
-    assert off.max_abs_rel == math.inf and not off.passed
+    assert off.max_abs_rel == math.inf and off.rel_rms == math.inf and not off.passed
+    assert compare(zeros, zeros, "bfloat16").rel_rms == 0.0
     assert math.isnan(accuracy.pcc(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0])))
 
 

@@ -110,3 +110,16 @@ def test_block_sharded_2d_config_with_more_rows_than_grid_rows():
     rules.check_rms_norm(x, program_config=pc((8, 2), block_h=2, block_w=4), compute_grid=(8, 7))
     got = _rule(rules.check_rms_norm, x, program_config=pc((8, 2), block_h=1, block_w=4), compute_grid=(8, 7))
     assert got == "program_config.block_h_shard"
+
+
+def test_program_grid_larger_than_the_shard_grid_is_accepted():
+    """The shard grid must fit the program config's grid, not equal it (ttnn runs a 4x2 shard grid under 8x8)."""
+    x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (32, 32)))
+    for grid in [(8, 4), (8, 6), (8, 7)]:
+        rules.check_pre_all_gather(x, program_config=pc(grid), compute_grid=(8, 7))
+    assert _rule(rules.check_pre_all_gather, x, program_config=pc((8, 3)), compute_grid=(8, 7)) == (
+        "program_config.grid_fits_shards"
+    )
+    assert _rule(rules.check_pre_all_gather, x, program_config=pc((7, 4)), compute_grid=(8, 7)) == (
+        "program_config.grid_fits_shards"
+    )
