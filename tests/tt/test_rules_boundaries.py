@@ -123,3 +123,23 @@ def test_program_grid_larger_than_the_shard_grid_is_accepted():
     assert _rule(rules.check_pre_all_gather, x, program_config=pc((7, 4)), compute_grid=(8, 7)) == (
         "program_config.grid_fits_shards"
     )
+
+
+X, STATS = D((1, 1, 32, 1024)), D((1, 1, 32, 32))
+
+
+@pytest.mark.parametrize(
+    "check, args",
+    [
+        (rules.check_pre_all_gather, (X,)),
+        (rules.check_post_all_gather, (X, STATS)),
+        (rules.check_rms_norm, (X,)),
+        (rules.check_all_gather, (STATS, 3)),
+    ],
+    ids=["pre", "post", "rms_norm", "all_gather"],
+)
+def test_options_are_keyword_only(check, args):
+    """Past the tensors (and all_gather's dim) every option is keyword-only, as in ttnn's Python API: a stray positional
+    value is a TypeError, never silently taken for the next option."""
+    with pytest.raises(TypeError):
+        check(*args, ttnn.bfloat16)
