@@ -252,6 +252,14 @@ class Report:
         return f"{self.max_abs_rel:.2g} rel"
 
 
+def _max(t: torch.Tensor) -> float:
+    return float(t.max()) if t.numel() else math.nan
+
+
+def _mean(t: torch.Tensor) -> float:
+    return float(t.mean()) if t.numel() else math.nan
+
+
 def _same_special(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     """Where `e` is NaN or +-Inf: does `a` hold the same NaN or the same signed Inf."""
     return (torch.isnan(a) & torch.isnan(e)) | (torch.isinf(a) & (a == e))
@@ -289,29 +297,26 @@ def compare(
         rf = None if ulp_reference is None else _f64(ulp_reference).expand_as(e)[both]
     n = af.numel()
     diff = (af - ef).abs()
-    max_abs = float(diff.max()) if n else float("nan")
-    scale = float(ef.abs().max()) if n else 0.0
-    max_abs_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    max_abs = _max(diff)
+    max_abs_rel = rel_rms = math.nan  # nothing to measure where no element is finite in both
+    if n:
+        scale = float(ef.abs().max())
+        max_abs_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+        rms, denom = float(diff.pow(2).mean().sqrt()), float(ef.pow(2).mean().sqrt())
+        rel_rms = rms / denom if denom > 0 else (0.0 if rms == 0 else math.inf)
     max_ulp = mean_ulp = None
     if tol.max_ulp is not None or tol.mean_ulp is not None:
         mag = ef.abs() if rf is None else torch.maximum(ef.abs(), rf.abs())
         ulps = diff / bf16_ulp(mag.clamp_min(tol.ulp_floor))
-        max_ulp = float(ulps.max()) if n else float("nan")
-        mean_ulp = float(ulps.mean()) if n else float("nan")
+        max_ulp, mean_ulp = _max(ulps), _mean(ulps)
     max_step = mean_step = None
-    if tol.dtype == "bfloat8_b":
-        steps = (a - e).abs() / bf8_block_step(torch.where(fin_e, e, 0.0))
-        steps = steps.flatten() if bool(both.all()) else steps[both]
-        max_step = float(steps.max()) if n else float("nan")
-        mean_step = float(steps.mean()) if n else float("nan")
-    denom = float(ef.pow(2).mean().sqrt()) if n else 0.0
-    rms = float(diff.pow(2).mean().sqrt()) if n else float("nan")
-    rel_rms = rms / denom if denom > 0 else (0.0 if rms == 0 else math.inf)
+    if tol.dtype == "bfloat8_b":  # the block of a non-finite expected value is stepped by its finite values
+        steps = ((a - e).abs() / bf8_block_step(torch.where(fin_e, e, 0.0)))[both]
+        max_step, mean_step = _max(steps), _mean(steps)
     p = pcc(af, ef)  # over the elements finite in both: non-finite ones are judged above
     frac = None
     if tol.fp8_frac_within_1ulp is not None:
-        within = fp8_ulp_distance(a, e, tol.dtype) <= 1.0
-        frac = float((within if bool(both.all()) else within[both]).to(torch.float64).mean()) if n else math.nan
+        frac = _mean((fp8_ulp_distance(a, e, tol.dtype) <= 1.0)[both].to(torch.float64))
     varies = n > 1 and float(ef.std()) > 2.0**-BF16_MANTISSA_BITS * float(ef.abs().mean())
 
     failures = []

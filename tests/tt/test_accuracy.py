@@ -261,6 +261,15 @@ def test_bfloat8_b_reports_block_steps_not_ulps():
     assert bf16.max_bf8_step is None and bf16.headline() == f"{bf16.max_ulp:.2f} ULP"
 
 
+def test_bf8_block_steps_skip_non_finite_expected_values():
+    """A NaN among small values: the block's step comes from its finite values (0.01: 2^-13), not from a stand-in."""
+    expected = torch.full((1, 32), 0.01, dtype=torch.float64)
+    expected[0, 3] = math.nan
+    actual = expected + 2.0**-14
+    report = compare(actual, expected, "bfloat8_b")
+    assert report.max_bf8_step == pytest.approx(0.5) and report.mean_bf8_step == pytest.approx(0.5)
+
+
 def test_fp8_reports_its_own_ulps_not_bf16_ulps():
     x = torch.randn(1024, generator=_gen(12))
     report = compare(x.to(torch.float8_e4m3fn).float(), x.double(), torch.float8_e4m3fn)
@@ -292,6 +301,7 @@ def test_all_nan_result_where_all_nan_is_expected_passes():
     for dtype in TOLERANCES:
         report = compare(nan.clone(), nan, dtype)
         assert report.passed and report.nonfinite == 0, (dtype, report.summary())
+    assert all(math.isnan(v) for v in (report.max_abs, report.max_abs_rel, report.rel_rms))
     mixed = torch.tensor([math.nan, 1.0, 2.0, 3.0], dtype=torch.float64)
     report = compare(mixed.clone(), mixed, "float8_e4m3fn")
     assert report.fp8_frac_within_1ulp == 1.0 and report.passed  # over the finite elements only
