@@ -83,7 +83,9 @@ def _inside(pos, spans) -> bool:
 def sample(db: WorkDB, root: Path, n: int, seed: int) -> tuple[int, int]:
     """Mark as skipped every mutant in an unevaluated span, then all but `n` of the rest (n=0 keeps all).
     Returns (mutants in the module, mutants drawn)."""
-    items = sorted(db.pending_work_items, key=lambda i: [(str(m.module_path), m.occurrence) for m in i.mutations])
+    items = sorted(
+        db.pending_work_items, key=lambda i: [(str(m.module_path), m.operator_name, m.occurrence) for m in i.mutations]
+    )
     spans = {}
     live = []
     for item in items:

@@ -48,6 +48,27 @@ def test_post_l1_bytes_track_ttnns_report(width, reported):
     assert rules.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 256))) - reported == 3 * 2048
 
 
+@pytest.mark.parametrize("width", [24576, 32768])
+def test_streamed_post_l1_bytes_track_ttnns_report(width):
+    """Past 95 % of L1 the post streams the row in a fixed number of tiles: ttnn reports the same end address at any
+    width (fp32 accumulation, weight and bias: 1627488 B, rejected), the model three fp32 tiles more, as above."""
+    rm = D((1, 1, width // 32, 32), layout=ttnn.ROW_MAJOR_LAYOUT)
+    got = rules.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 32)), FP32_ACC, weight=rm, bias=rm)
+    assert got - 1627488 == 3 * 4096
+
+
+@pytest.mark.parametrize("width, accepted", [(20480, False), (21504, True), (22528, True)])
+def test_post_streams_rows_past_95_percent_of_l1(width, accepted):
+    """ttnn on a mock N150: a 20480-wide bf16 row is buffered whole and does not fit; from 21504 (672 tiles, past 95 %
+    of the 1.39 MB above the allocator base) the post streams it and runs."""
+    check = rules.check_post_all_gather
+    args = (D((1, 1, 32, width)), D((1, 1, 32, 32), stats_kind="sums"))
+    if accepted:
+        check(*args, compute_grid=(8, 8))
+    else:
+        assert _rule(check, *args, compute_grid=(8, 8)) == "post.l1_budget"
+
+
 def test_post_l1_bytes_2d_core_grid_divide_the_row_over_the_largest_divisor():
     """2-D post: each core row buffers Wt / cores_y tiles, cores_y the largest divisor of Wt up to the grid height."""
     stats = D((1, 1, 32, 32))
@@ -143,3 +164,22 @@ def test_options_are_keyword_only(check, args):
     value is a TypeError, never silently taken for the next option."""
     with pytest.raises(TypeError):
         check(*args, ttnn.bfloat16)
+
+
+def test_residual_needs_the_same_logical_and_padded_shape():
+    x = D((1, 1, 30, 1024))
+    assert _rule(rules.check_pre_all_gather, x, residual_input_tensor=D((1, 1, 32, 1024))) == "residual.shape"
+    padded_only = D((1, 1, 30, 1024), padded_shape=(1, 1, 64, 1024))
+    assert _rule(rules.check_pre_all_gather, x, residual_input_tensor=padded_only) == "residual.shape"
+    rules.check_pre_all_gather(x, residual_input_tensor=D((1, 1, 30, 1024)))
+
+
+@pytest.mark.parametrize("rows, accepted", [(6, True), (7, True), (8, False), (9, False)])
+def test_shard_grid_must_end_inside_the_compute_grid(rows, accepted):
+    """A width-sharded input over 1 x rows cores on an 8x7 compute grid: rows 0..6 exist, a 7th or 8th does not."""
+    x = D((1, 1, 32, 32 * rows), memory_config=shard_mc(W_SHARD, (1, rows), (32, 32)))
+    kw = dict(program_config=pc((1, rows)), compute_grid=(8, 7))
+    if accepted:
+        rules.check_rms_norm(x, **kw)
+    else:
+        assert _rule(rules.check_rms_norm, x, **kw) == "input.shard_grid_on_device"
