@@ -148,7 +148,10 @@ def print_report(rows, backend):
         print(f"  vs single-device rms_norm: {r['single'].summary()}")
         print(f"  wall time: {r['wall'] * 1e3:.1f} ms")
     print()
-    hdr = f"{'mesh':<14}{'case':<15}{'dtype':<11}{'path':<13}{'PCC':>10}{'max abs':>10}{'max error':>11}{'vs 1-dev PCC':>14}{'ms':>8}  verdict"
+    hdr = (
+        f"{'mesh':<14}{'case':<15}{'dtype':<11}{'path':<13}{'PCC':>10}{'max abs':>10}{'max error':>11}"
+        f"{'vs 1-dev PCC':>14}{'ms':>8}  verdict"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
