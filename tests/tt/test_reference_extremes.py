@@ -146,3 +146,28 @@ def test_nan_and_inf_inputs(path):
     golden = ref.golden_rms_norm(ref.quantize(x, "bfloat16"), epsilon=EPS)
     assert_close(out, golden, "bfloat16", context="NaN/Inf rows vs golden")
     assert not bool(ref.overflow_rows(x, num_devices=2, path=path).any())
+
+
+def test_overflow_is_per_device_sum():
+    """Each device sums only its slice: a row whose whole sum of squares is 1.2x the fp32 maximum overflows on one
+    device, not on four (0.3x each; the post scales before it adds)."""
+    value = math.sqrt(1.2 * torch.finfo(torch.float32).max / 128)
+    x = torch.full((1, 1, 32, 128), value)
+    assert bool(ref.overflow_rows(x, num_devices=1, dtype="float32").all())
+    assert not bool(ref.overflow_rows(x, num_devices=4, dtype="float32").any())
+    out, _ = ref.distributed_rms_norm(x, num_devices=4, epsilon=EPS, dtype="float32")
+    assert_close(out, ref.golden_rms_norm(x, epsilon=EPS), "bfloat16", context="4 devices, bf16 stats, no overflow")
+
+
+def test_weight_and_bias_on_every_device_slice():
+    """Each device gets its own slice of the weight and the bias: the N-device output is the golden's."""
+    x = _randn((1, 1, 32, 4096), 46)
+    weight = ref.quantize(1.0 + 0.1 * _randn((4096,), 47), "bfloat16").float()
+    bias = ref.quantize(_randn((4096,), 48), "bfloat16").float()
+    xq = ref.quantize(x, "bfloat16")
+    scaled = ref.golden_rms_norm(xq, weight, epsilon=EPS)
+    for num_devices in (2, 8):
+        out, _ = ref.distributed_rms_norm(x, weight, bias, num_devices=num_devices, epsilon=EPS)
+        golden = ref.golden_rms_norm(xq, weight, bias, epsilon=EPS)
+        # near-zero outputs (the bias cancelling x * r * w) carry the error of x * r * w: ULPs at its magnitude
+        assert_close(out, golden, "bfloat16", ulp_reference=scaled, context=f"{num_devices} devices, weight + bias")

@@ -183,3 +183,25 @@ def test_shard_grid_must_end_inside_the_compute_grid(rows, accepted):
         rules.check_rms_norm(x, **kw)
     else:
         assert _rule(rules.check_rms_norm, x, **kw) == "input.shard_grid_on_device"
+
+
+def test_post_stats_with_more_rows_than_the_input():
+    x, stats = D((1, 1, 32, 1024)), D((1, 1, 64, 32), stats_kind="sums")
+    assert _rule(rules.check_post_all_gather, x, stats, compute_grid=(8, 8)) == "post.stats_dims"
+
+
+def test_shard_wider_than_256_columns():
+    """One core holding the whole 1024-wide row: block_w 32 (shard width 1024) is right."""
+    x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (1, 1), (32, 1024)))
+    rules.check_pre_all_gather(x, program_config=pc((1, 1), subblock_w=8, block_w=32), compute_grid=(8, 8))
+    got = _rule(rules.check_pre_all_gather, x, program_config=pc((1, 1), subblock_w=8, block_w=16), compute_grid=(8, 8))
+    assert got == "program_config.block_w_shard"
+
+
+def test_host_tensor_is_a_rule_error_not_a_device_query_error():
+    """A real host tensor has no device to ask for its grid: the check falls back to the default grid and names the
+    rule, rather than failing in ttnn's device() call."""
+    import torch
+
+    host = ttnn.from_torch(torch.zeros(1, 1, 32, 32), dtype=ttnn.bfloat16)
+    assert _rule(rules.check_pre_all_gather, host) == "input.on_device"
