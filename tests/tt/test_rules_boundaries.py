@@ -205,3 +205,31 @@ def test_host_tensor_is_a_rule_error_not_a_device_query_error():
 
     host = ttnn.from_torch(torch.zeros(1, 1, 32, 32), dtype=ttnn.bfloat16)
     assert _rule(rules.check_pre_all_gather, host) == "input.on_device"
+
+
+def test_shard_grid_offset_from_the_origin_fits_by_its_extent():
+    """Shards on cores (2, 0)..(5, 1): a 4x2 box, which fits a 4x2 program grid wherever it starts."""
+    x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128), start=(2, 0)))
+    rules.check_pre_all_gather(x, program_config=pc((4, 2), block_w=4), compute_grid=(8, 7))
+    got = _rule(rules.check_pre_all_gather, x, program_config=pc((3, 2), block_w=4), compute_grid=(8, 7))
+    assert got == "program_config.grid_fits_shards"
+
+
+def test_block_w_is_the_ceiling_of_tiles_over_cores():
+    """34 tiles over 8 grid columns: block_w = ceil(34 / 8) = 5 (the last shard partial) is right, not 34 // 8."""
+    x = D((1, 1, 64, 1088), memory_config=shard_mc(B_SHARD, (8, 2), (32, 160)))
+    rules.check_rms_norm(x, program_config=pc((8, 2), block_h=1, block_w=5), compute_grid=(8, 7))
+
+
+def test_1d_block_w_below_the_ceiling_is_rejected():
+    """32 tiles over 16 cores need block_w 2; shards one tile wide (block_w 1) do not cover the row."""
+    x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 2), (32, 32)))
+    got = _rule(rules.check_pre_all_gather, x, program_config=pc((8, 2), block_w=1), compute_grid=(8, 7))
+    assert got == "program_config.block_w_cores"
+
+
+def test_interleaved_post_tile_weight_needs_the_inputs_padded_width():
+    x, stats = D((1, 1, 128, 1024)), D((1, 1, 128, 32), stats_kind="sums")
+    wide_pad = D((1, 1, 1, 1024), padded_shape=(1, 1, 32, 1056))
+    assert _rule(rules.check_post_all_gather, x, stats, weight=wide_pad, compute_grid=(8, 8)) == "weight.tile_width"
+    rules.check_post_all_gather(x, stats, weight=D((1, 1, 1, 1024)), compute_grid=(8, 8))
