@@ -293,7 +293,7 @@ def test_non_finite_values():
         actual[i] = v
         report = compare(actual, expected, "bfloat16")
         assert not report.passed and report.nonfinite == 1, (i, report.summary())
-        assert kind in report.failures[0]
+        assert len(report.failures) == 1 and kind in report.failures[0], report.failures  # the rest are exact
 
 
 def test_all_nan_result_where_all_nan_is_expected_passes():
@@ -381,6 +381,28 @@ def test_ttnn_dtype_names():
     assert accuracy.tolerance_for(ttnn.float32).dtype == "float32"
     with pytest.raises(KeyError, match="no tolerance for dtype 'int8'"):
         accuracy.tolerance_for(torch.int8)
+    with pytest.raises(KeyError, match="no tolerance for dtype '42'"):
+        accuracy.tolerance_for(42)
+
+
+# The policy itself, entry by entry: (PCC min, max ULP, mean ULP, max abs / max|expected|, FP8 share within 1 ULP, ULP
+# floor). The boundary tests above show `compare` applies whatever the table says; this pins what it says, so that a
+# looser (or tighter) bound is a change made here too, with its reason in the entry's `why`.
+POLICY = {
+    "float32": (0.999999, 0.05, 0.01, 1e-4, None, 0.0),
+    "bfloat16": (0.9999, 2.0, 0.5, 2.0**-6, None, 0.0),
+    "float16": (0.99999, 0.5, 0.1, 2.0**-9, None, 2.0**-14),
+    "bfloat8_b": (0.999, None, None, 2.0**-5, None, 0.0),
+    "float8_e4m3fn": (0.999, None, None, 2.0**-3, 0.999, 0.0),
+    "float8_e5m2": (0.995, None, None, 2.0**-2, 0.999, 0.0),
+}
+
+
+@pytest.mark.parametrize("dtype", list(POLICY))
+def test_policy_values(dtype):
+    t = TOLERANCES[dtype]
+    assert (t.pcc_min, t.max_ulp, t.mean_ulp, t.max_abs_rel, t.fp8_frac_within_1ulp, t.ulp_floor) == POLICY[dtype]
+    assert set(TOLERANCES) == set(POLICY)
 
 
 def test_every_entry_is_named_after_its_dtype_and_says_why():
