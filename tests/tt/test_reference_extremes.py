@@ -171,3 +171,13 @@ def test_weight_and_bias_on_every_device_slice():
         golden = ref.golden_rms_norm(xq, weight, bias, epsilon=EPS)
         # near-zero outputs (the bias cancelling x * r * w) carry the error of x * r * w: ULPs at its magnitude
         assert_close(out, golden, "bfloat16", ulp_reference=scaled, context=f"{num_devices} devices, weight + bias")
+
+
+def test_post_output_dtype_given_as_a_torch_dtype():
+    """dtype=torch.float64 (as the golden comparisons pass it) means unrounded, as a float64 input with dtype=None."""
+    x = ref.quantize(_randn((1, 1, 32, 256), 49), "bfloat16").double()
+    stats = ref.pre_all_gather(x)
+    unrounded = ref.post_all_gather(x, stats, epsilon=EPS)
+    assert unrounded.dtype == torch.float64
+    assert torch.equal(ref.post_all_gather(x, stats, epsilon=EPS, dtype=torch.float64), unrounded)
+    assert ref.post_all_gather(x, stats, epsilon=EPS, dtype=torch.bfloat16).dtype == torch.bfloat16
