@@ -316,6 +316,16 @@ def test_pcc_is_judged_from_two_elements():
     assert compare(torch.tensor([5.0]), torch.tensor([1.0]), "bfloat16", tolerance=only_pcc).passed
 
 
+def test_a_tolerance_with_a_max_ulp_bound_only():
+    only_max = accuracy.Tolerance(dtype="bfloat16", pcc_min=0.0, max_ulp=1.0, mean_ulp=None, max_abs_rel=None)
+    expected = _signed_unit(64, 13)
+    off = expected.clone()
+    off[0] += 2.0 * _ulp_bf16(float(expected[0]))
+    report = compare(off, expected, "bfloat16", tolerance=only_max)
+    assert report.max_ulp == pytest.approx(2.0) and report.mean_ulp == pytest.approx(2.0 / 64)
+    _failure_names(report, "max bf16 ULP")
+
+
 def test_zero_expected_and_constant_tensors():
     zeros = torch.zeros(64, dtype=torch.float64)
     assert compare(zeros, zeros, "bfloat16").passed
