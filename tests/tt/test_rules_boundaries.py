@@ -31,6 +31,9 @@ PRE_L1 = [
     ((1, 1, 32, 6144), ttnn.bfloat16, FP32_ACC, False, 1684832),
     ((1, 1, 32, 7168), ttnn.bfloat16, FP32_ACC, False, 1946976),
     ((1, 1, 128, 8192), ttnn.bfloat8_b, None, True, 1736032),
+    ((1, 1, 128, 16384), ttnn.bfloat16, None, True, 4324704),
+    ((1, 1, 256, 12288), ttnn.bfloat16, None, True, 3276128),
+    ((1, 1, 128, 16384), ttnn.bfloat8_b, None, True, 3341664),
 ]
 
 
@@ -233,3 +236,18 @@ def test_interleaved_post_tile_weight_needs_the_inputs_padded_width():
     wide_pad = D((1, 1, 1, 1024), padded_shape=(1, 1, 32, 1056))
     assert _rule(rules.check_post_all_gather, x, stats, weight=wide_pad, compute_grid=(8, 8)) == "weight.tile_width"
     rules.check_post_all_gather(x, stats, weight=D((1, 1, 1, 1024)), compute_grid=(8, 8))
+
+
+def test_sharded_post_input_is_one_tile_row_high():
+    x = D((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))
+    stats = D((1, 1, 64, 256), memory_config=shard_mc(W_SHARD, (1, 1), (64, 256)), stats_kind="means")
+    got = _rule(rules.check_post_all_gather, x, stats, program_config=pc(block_h=2), compute_grid=(8, 7))
+    assert got == "sharded.height_32"
+
+
+def test_rms_norm_takes_a_default_program_config_on_an_interleaved_input():
+    x = D((1, 1, 128, 1024))
+    rules.check_rms_norm(x, program_config=ttnn.LayerNormDefaultProgramConfig(), compute_grid=(8, 8))
+    assert _rule(rules.check_rms_norm, x, program_config=pc(), compute_grid=(8, 8)) == (
+        "rms_norm.sharded_config_interleaved"
+    )
