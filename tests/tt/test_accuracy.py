@@ -421,3 +421,10 @@ def test_every_entry_is_named_after_its_dtype_and_says_why():
         assert 0.99 <= tol.pcc_min < 1.0
         assert (tol.max_ulp is None) == (tol.mean_ulp is None)
         assert (tol.fp8_frac_within_1ulp is not None) == name.startswith("float8")
+
+
+def test_inputs_as_python_sequences_and_keyword_only_options():
+    assert compare([1.0, 2.0, 3.0], (1.0, 2.0, 3.0), "float32").passed
+    assert accuracy.pcc([1.0, 2.0, 3.0], [2.0, 4.0, 6.0]) == pytest.approx(1.0)
+    with pytest.raises(TypeError):
+        compare([1.0], [1.0], "float32", TOLERANCES["float32"])  # tolerance, ulp_reference, cancelling by keyword

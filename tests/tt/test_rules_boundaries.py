@@ -251,3 +251,12 @@ def test_rms_norm_takes_a_default_program_config_on_an_interleaved_input():
     assert _rule(rules.check_rms_norm, x, program_config=pc(), compute_grid=(8, 8)) == (
         "rms_norm.sharded_config_interleaved"
     )
+
+
+@pytest.mark.parametrize("dtype, cb", [(ttnn.bfloat16, None), (ttnn.bfloat8_b, FP32_ACC)], ids=["bf16", "bf8_fp32acc"])
+def test_2d_pre_l1_grows_by_the_same_bytes_per_tile(dtype, cb):
+    """Each tile of width adds two input tiles and two compute-format tiles (x^2 double-buffered) to the 2-D pre, at
+    any width (the calibration above sits at multiples of 4 tiles)."""
+    per_tile = 2 * D((1, 1, 32, 32), dtype=dtype).tile_bytes() + 2 * (4096 if cb else 2048)
+    sizes = [rules.pre_l1_bytes(D((1, 1, 128, 32 * wt), dtype=dtype), cb, use_2d_core_grid=True) for wt in range(1, 10)]
+    assert all(b - a == per_tile for a, b in zip(sizes, sizes[1:], strict=False))
