@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test conformance parity bench-host clean-venv
+.PHONY: demo test conformance parity bench-host mutation clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -34,6 +34,16 @@ conformance: $(STAMP)
 
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
+
+# Mutation testing, one module or all (MODULE=accuracy|reference|rules|configs|mesh|triton), SAMPLE mutants each drawn
+# with SEED (SAMPLE=0: every mutant; a full rules.py run is hours on two cores). Prints the score per module and the
+# survivors (tests/mutation/README.md).
+MODULE ?=
+SAMPLE ?= 60
+SEED ?= 0
+mutation: $(STAMP)
+	@$(PY) -c 'import cosmic_ray' 2>/dev/null || $(PY) -m pip install -q --no-cache-dir -e '.[mutation]'
+	$(PY) tests/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
 
 clean-venv:
 	rm -rf $(VENV)

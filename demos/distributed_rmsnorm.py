@@ -172,7 +172,7 @@ def print_numbers(rows, backend) -> bool:
     for r in rows:
         print(f"  {r['mesh']:<12} {r['case']:<13} {r['dtype']:<10} {r['plan'].describe()}")
     hdr = (
-        f"{'mesh':<14}{'case':<15}{'dtype':<11}{'path':<9}{'layout':<13}{'PCC':>10}{'max abs':>10}"
+        f"{'mesh':<14}{'case':<15}{'dtype':<11}{'path':<9}{'layout':<13}{'PCC':>10}{'max abs':>10}{'max error':>11}"
         f"{'vs 1-dev PCC':>14}{'ms':>8}  verdict"
     )
     print(hdr)
@@ -181,7 +181,7 @@ def print_numbers(rows, backend) -> bool:
         ok = r["golden"].passed and r["single"].passed
         print(
             f"{r['mesh']:<14}{r['case']:<15}{r['dtype']:<11}{r['plan'].name:<9}{r['plan'].norm.path:<13}"
-            f"{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}"
+            f"{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}{r['golden'].headline():>11}{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}"
             f"  {'PASS' if ok else 'FAIL'}"
         )
     for r in rows:

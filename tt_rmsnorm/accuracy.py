@@ -1,11 +1,20 @@
 """The project's one accuracy policy: metrics against a float64 reference, and the tolerance for each result dtype.
 
-Every test, the demo and the parity runner call `compare(actual, expected, dtype)`; no tolerance is written anywhere else.
-This module needs only torch, so the GPU and NKI ports can use it on machines without ttnn.
+Every test, the demo and the parity runner call `compare(actual, expected, dtype)`; no tolerance is written anywhere
+else. This module needs only torch, so the GPU and NKI ports can use it on machines without ttnn.
 
-Units. ULP distances are continuous and measured in **bfloat16 ULPs of the expected value** (the spacing of bf16 numbers
-at |expected|, with subnormals clamped to the smallest normal spacing), whatever the dtype under test: a correctly rounded
-bf16 result is within 0.5, an fp32 result is within ~2^-16. FP8 results also get an FP8-ULP count in their own format.
+Units. ULP distances are continuous and measured in **bfloat16 ULPs of the expected value** (the spacing of bf16
+numbers at |expected|, with subnormals clamped to the smallest normal spacing), whatever the dtype under test: a
+correctly rounded bf16 result is within 0.5, an fp32 result is within ~2^-16. They are reported only for the dtypes
+whose policy bounds them (float32, bfloat16, float16): a bf16 ULP of an FP8 or bfloat8_b value says nothing (a
+bfloat8_b element far below its block's maximum is flushed to zero, thousands of bf16 ULPs of its own magnitude).
+Those dtypes are reported in their own terms: FP8 results as the share of elements within one ULP of their FP8
+format, bfloat8_b results in steps of their shared-exponent block (`bf8_block_step`; a correctly rounded bfloat8_b
+value is within 0.5 step, or 1 step in a block whose largest value rounds up to the next power of two).
+
+Non-finite values: an element where the expected value is finite must be finite; where the expected value is NaN or
++-Inf (NaN or Inf inputs), the actual one must be the same NaN or the same signed Inf. Both kinds of mismatch are
+counted in `Report.nonfinite` and fail; the metrics are taken over the elements finite in both.
 """
 
 from __future__ import annotations
@@ -17,6 +26,10 @@ import torch
 
 BF16_MANTISSA_BITS = 7
 BF16_MIN_NORMAL_EXP = -126
+# bfloat8_b: 16 consecutive values of a tile face row (a row's columns 16k..16k+15) share one exponent; each keeps a
+# sign and a 7-bit mantissa whose leading bit is explicit, so the block's largest value keeps 6 fraction bits.
+BF8_BLOCK = 16
+BF8_FRACTION_BITS = 6
 
 
 def _fp8_format(dtype: torch.dtype) -> tuple[int, int, float]:
@@ -174,6 +187,19 @@ def bf16_ulp_distance(actual, expected) -> torch.Tensor:
     return (_f64(actual) - _f64(expected)).abs() / bf16_ulp(expected)
 
 
+def bf8_block_step(expected) -> torch.Tensor:
+    """The quantization step of bfloat8_b at each element of `expected` (float64, same shape): 2^-6 of the power of two
+    at or below the largest magnitude of its 16-column block, the smallest normal's where the block is all zero."""
+    e = _f64(expected)
+    e = e.reshape(1) if e.dim() == 0 else e
+    width = e.shape[-1]
+    padded = torch.nn.functional.pad(e.abs(), (0, -width % BF8_BLOCK))
+    block_max = padded.reshape(*e.shape[:-1], -1, BF8_BLOCK).amax(-1).clamp_min(2.0**BF16_MIN_NORMAL_EXP)
+    _, exp = torch.frexp(block_max)
+    step = torch.ldexp(torch.ones_like(block_max), exp - 1 - BF8_FRACTION_BITS)
+    return step.repeat_interleave(BF8_BLOCK, -1)[..., :width].reshape(_f64(expected).shape)
+
+
 def fp8_ulp_distance(actual, expected, fmt: str) -> torch.Tensor:
     """|actual - expected| in ULPs of the FP8 format at |expected| (expected clamped to the format's range)."""
     mbits, min_exp, fmax = FP8_FORMATS[fmt]
@@ -185,26 +211,58 @@ def fp8_ulp_distance(actual, expected, fmt: str) -> torch.Tensor:
 
 @dataclass
 class Report:
+    """Every metric of one comparison. `max_ulp`/`mean_ulp` (bf16 ULPs) are None for the dtypes whose policy has no
+    ULP bound (FP8, bfloat8_b); `max_bf8_step`/`mean_bf8_step` are set for bfloat8_b only, `fp8_frac_within_1ulp` for
+    FP8 only."""
+
     dtype: str
     pcc: float
     max_abs: float
     max_abs_rel: float
-    max_ulp: float
-    mean_ulp: float
+    max_ulp: float | None
+    mean_ulp: float | None
     rel_rms: float
     nonfinite: int
     fp8_frac_within_1ulp: float | None
     passed: bool
     failures: list[str] = field(default_factory=list)
+    max_bf8_step: float | None = None
+    mean_bf8_step: float | None = None
 
     def summary(self) -> str:
-        s = (
-            f"pcc={self.pcc:.6f} max_abs={self.max_abs:.3g} max_ulp={self.max_ulp:.3g} "
-            f"mean_ulp={self.mean_ulp:.3g} rel_rms={self.rel_rms:.3g} nonfinite={self.nonfinite}"
-        )
+        s = f"pcc={self.pcc:.6f} max_abs={self.max_abs:.3g} max_abs_rel={self.max_abs_rel:.3g}"
+        if self.max_ulp is not None:
+            s += f" max_ulp={self.max_ulp:.3g} mean_ulp={self.mean_ulp:.3g}"
+        if self.max_bf8_step is not None:
+            s += f" max_bf8_step={self.max_bf8_step:.3g} mean_bf8_step={self.mean_bf8_step:.3g}"
         if self.fp8_frac_within_1ulp is not None:
             s += f" fp8_within_1ulp={self.fp8_frac_within_1ulp:.5f}"
+        s += f" rel_rms={self.rel_rms:.3g} nonfinite={self.nonfinite}"
         return s + (" PASS" if self.passed else " FAIL: " + "; ".join(self.failures))
+
+    def headline(self) -> str:
+        """The largest error in the dtype's own unit, for one table column: bf16 ULPs, bfloat8_b block steps, or (FP8)
+        the share of elements within one FP8 ULP."""
+        if self.max_ulp is not None:
+            return f"{self.max_ulp:.2f} ULP"
+        if self.max_bf8_step is not None:
+            return f"{self.max_bf8_step:.2f} step"
+        if self.fp8_frac_within_1ulp is not None:
+            return f"{100 * self.fp8_frac_within_1ulp:.2f}% <=1ulp"
+        return f"{self.max_abs_rel:.2g} rel"
+
+
+def _max(t: torch.Tensor) -> float:
+    return float(t.max()) if t.numel() else math.nan
+
+
+def _mean(t: torch.Tensor) -> float:
+    return float(t.mean()) if t.numel() else math.nan
+
+
+def _same_special(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Where `e` is NaN or +-Inf: does `a` hold the same NaN or the same signed Inf."""
+    return (torch.isnan(a) & torch.isnan(e)) | (torch.isinf(a) & (a == e))
 
 
 def compare(
@@ -220,13 +278,16 @@ def compare(
     dx = rs * (g - xhat * c)): an element that lands near zero carries the fp32 rounding of those terms, which is many
     ULPs of its own tiny magnitude (seen on H200 at 16M elements: 25-90 ULPs at mean 0.25), so the per-element max-ULP
     bound is not judged; PCC, mean ULP, max abs error relative to max|expected| and finiteness still are.
-    Non-finite values in `actual` where `expected` is finite always fail."""
+    Non-finite values in `actual` where `expected` is finite, and anything but the same NaN / signed Inf where
+    `expected` is not, always fail."""
     tol = tolerance or tolerance_for(dtype)
     a, e = _f64(actual), _f64(expected)
     if a.shape != e.shape:
         raise ValueError(f"shape mismatch: actual {tuple(a.shape)} vs expected {tuple(e.shape)}")
     fin_a, fin_e = torch.isfinite(a), torch.isfinite(e)
-    nonfinite = int((~fin_a & fin_e).sum())
+    became_nonfinite = int((~fin_a & fin_e).sum())
+    special_lost = int((~fin_e & ~_same_special(a, e)).sum())
+    nonfinite = became_nonfinite + special_lost
     both = fin_a & fin_e
     if bool(both.all()):  # the common case: no masking copies
         af, ef = a.flatten(), e.flatten()
@@ -236,35 +297,46 @@ def compare(
         rf = None if ulp_reference is None else _f64(ulp_reference).expand_as(e)[both]
     n = af.numel()
     diff = (af - ef).abs()
-    max_abs = float(diff.max()) if n else float("nan")
-    scale = float(ef.abs().max()) if n else 0.0
-    max_abs_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
-    mag = ef.abs() if rf is None else torch.maximum(ef.abs(), rf.abs())
-    ulps = diff / bf16_ulp(mag.clamp_min(tol.ulp_floor))
-    max_ulp = float(ulps.max()) if n else float("nan")
-    mean_ulp = float(ulps.mean()) if n else float("nan")
-    denom = float(ef.pow(2).mean().sqrt()) if n else 0.0
-    rms = float(diff.pow(2).mean().sqrt()) if n else float("nan")
-    rel_rms = rms / denom if denom > 0 else (0.0 if rms == 0 else math.inf)
-    p = pcc(a, e)
+    max_abs = _max(diff)
+    max_abs_rel = rel_rms = math.nan  # nothing to measure where no element is finite in both
+    if n:
+        scale = float(ef.abs().max())
+        max_abs_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+        rms, denom = float(diff.pow(2).mean().sqrt()), float(ef.pow(2).mean().sqrt())
+        rel_rms = rms / denom if denom > 0 else (0.0 if rms == 0 else math.inf)
+    max_ulp = mean_ulp = None
+    if tol.max_ulp is not None or tol.mean_ulp is not None:
+        mag = ef.abs() if rf is None else torch.maximum(ef.abs(), rf.abs())
+        ulps = diff / bf16_ulp(mag.clamp_min(tol.ulp_floor))
+        max_ulp, mean_ulp = _max(ulps), _mean(ulps)
+    max_step = mean_step = None
+    if tol.dtype == "bfloat8_b":  # the block of a non-finite expected value is stepped by its finite values
+        steps = ((a - e).abs() / bf8_block_step(torch.where(fin_e, e, 0.0)))[both]
+        max_step, mean_step = _max(steps), _mean(steps)
+    p = pcc(af, ef)  # over the elements finite in both: non-finite ones are judged above
     frac = None
     if tol.fp8_frac_within_1ulp is not None:
-        frac = float((fp8_ulp_distance(a, e, tol.dtype) <= 1.0).to(torch.float64).mean())
+        frac = _mean((fp8_ulp_distance(a, e, tol.dtype) <= 1.0)[both].to(torch.float64))
     varies = n > 1 and float(ef.std()) > 2.0**-BF16_MANTISSA_BITS * float(ef.abs().mean())
 
     failures = []
-    if nonfinite:
-        failures.append(f"{nonfinite} non-finite values where the reference is finite")
-    if varies and not (p >= tol.pcc_min):
-        failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
-    if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
-        failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
-    if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
-        failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
-    if tol.max_abs_rel is not None and not (max_abs_rel <= tol.max_abs_rel):
-        failures.append(f"max abs error {max_abs:.3g} is {max_abs_rel:.3g} of max|expected|, > {tol.max_abs_rel:.3g}")
-    if frac is not None and not (frac >= tol.fp8_frac_within_1ulp):
-        failures.append(f"only {frac:.5f} of elements within 1 FP8 ULP (< {tol.fp8_frac_within_1ulp})")
+    if became_nonfinite:
+        failures.append(f"{became_nonfinite} non-finite values where the reference is finite")
+    if special_lost:
+        failures.append(f"{special_lost} values differ from the reference's NaN/Inf there")
+    if n:  # the bounds judge the elements finite in both (there are none where all-NaN is expected and returned)
+        if varies and not (p >= tol.pcc_min):
+            failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
+        if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
+            failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
+        if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
+            failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
+        if tol.max_abs_rel is not None and not (max_abs_rel <= tol.max_abs_rel):
+            failures.append(
+                f"max abs error {max_abs:.3g} is {max_abs_rel:.3g} of max|expected|, > {tol.max_abs_rel:.3g}"
+            )
+        if frac is not None and not (frac >= tol.fp8_frac_within_1ulp):
+            failures.append(f"only {frac:.5f} of elements within 1 FP8 ULP (< {tol.fp8_frac_within_1ulp})")
     return Report(
         dtype=tol.dtype,
         pcc=p,
@@ -277,6 +349,8 @@ def compare(
         fp8_frac_within_1ulp=frac,
         passed=not failures,
         failures=failures,
+        max_bf8_step=max_step,
+        mean_bf8_step=mean_step,
     )
 
 

@@ -18,6 +18,14 @@ Modelled (sources: shared/docs/tt-facts.md §1-§2, §5, and the 0.81.1 wheel's 
   rounded to the stats dtype (bf16 by default; float32 and bfloat8_b too). Tile padding is zero-filled by ttnn, so a
   non-tile-aligned width sums its logical elements.
 - Sharded pre: the local MEAN E[x^2] instead of the sum, same tile layout, bfloat16 stats only (ttnn rejects others).
+- fp32 overflow (`overflow_rows`): the kernels square x in fp32 (or bf16: the same exponent range), so an element with
+  x^2 above the fp32 maximum (|x| > 1.8e19) makes that device's stats +Inf, and so does an interleaved sum of squares
+  above it (the fp32 accumulation). The sharded pre scales each square by 1/W before accumulating, so only the
+  squares overflow there. The post's rsqrt(Inf) is 0: such a row comes out as x * 0 (+-0; beta where gamma and beta
+  are given) on every device, where the float64 golden is finite. The package cannot change ttnn's kernels: this is
+  a limit of the hardware path, which the parity runner reports as such.
+- NaN and Inf inputs: a NaN in a row makes its stats NaN and the whole row NaN on every device; an Inf makes the
+  stats +Inf, so the row is +-0 with NaN (Inf * 0) where x is Inf, which is also the float64 golden's answer.
 - Post: the kernel reduces all 32*N stats columns of a row (the zero columns add nothing) times a scaler of
   1/(W_local_padded * N) (interleaved) or 1/N (sharded, averaging the per-device means). The reader writes the scaler
   into a bf16 tile by dropping the low 16 bits of the float (`float_to_scaler_bits`), so it is TRUNCATED to bf16: exact
@@ -117,9 +125,14 @@ def pre_all_gather(x_local, *, path="interleaved", stats_dtype="bfloat16", resid
             f"got stats_dtype={stats_name!r}; pass stats_dtype='bfloat16' or use the interleaved path"
         )
     h = _with_residual(x_local, residual)
-    squares = h.pow(2).sum(-1)
+    squares = h.pow(2)
+    total = squares.sum(-1)
+    value = total if path == "interleaved" else total / h.shape[-1]
+    overflow = squares.to(torch.float32).isinf().any(-1)  # x^2 rounded to fp32, as the kernel squares
+    if path == "interleaved":  # and the fp32 running sum; the sharded pre accumulates x^2 / W
+        overflow |= total.to(torch.float32).isinf()
     stats = torch.zeros((*h.shape[:-1], TILE_WIDTH), dtype=torch.float64)
-    stats[..., 0] = squares if path == "interleaved" else squares / h.shape[-1]
+    stats[..., 0] = torch.where(overflow & ~value.isnan(), torch.inf, value)
     return quantize(stats, stats_name)
 
 
@@ -211,6 +224,17 @@ def distributed_rms_norm(
         for d, s in enumerate(slices)
     ]
     return torch.cat(outs, dim=-1), gathered
+
+
+def overflow_rows(x, *, num_devices, path="interleaved", dtype="bfloat16", residual=None) -> torch.Tensor:
+    """Rows [...] (bool) whose stats overflow fp32 on the TT devices although every input is finite: the rows the
+    distributed ops return as x * 0 (see the module docstring), where the float64 golden is finite."""
+    name = dtype_name(dtype)
+    x = torch.as_tensor(x)
+    h = _device_input(x, residual, name)
+    slices = h.split(x.shape[-1] // num_devices, dim=-1)
+    stats = all_gather_stats([pre_all_gather(s, path=path) for s in slices])
+    return stats.isinf().any(-1) & _f64(h).isfinite().all(-1)
 
 
 def single_device_rms_norm(x, weight=None, bias=None, *, epsilon, dtype, residual=None) -> torch.Tensor:

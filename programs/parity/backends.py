@@ -5,7 +5,10 @@ Each adapter answers:
 - `supports(case) -> (bool, reason)`: does it take this case here (e.g. the Triton interpreter only runs small ones);
 - `inputs(case) -> (x, weight)`: the float64 values the backend really computes on (its inputs after its own rounding,
   weight_offset folded in), from which the runner computes the float64 golden it is judged against;
-- `run(case) -> (output, label)`: the output tensor and a label saying what ran it (e.g. "triton-interpreter").
+- `run(case) -> (output, label)`: the output tensor and a label saying what ran it (e.g. "triton-interpreter");
+- `limit(case) -> Limit | None`: a documented limit of the hardware or library the backend stands for (not of this
+  project's code): the rows where it cannot agree with the float64 golden, and what it returns there. The runner
+  reports a backend that is right on every other row and returns exactly that on those rows as `limit`, not FAIL.
 `dtype` is the result dtype whose tolerance (tt_rmsnorm.accuracy) judges it. An adapter with `numeric = False`
 (the ttnn mock dry run) returns an acceptance record instead of numbers, and is never compared.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,6 +36,27 @@ from tt_rmsnorm.tiles import one_tile_row
 TRITON_INTERPRETER_MAX_ELEMENTS = 256 * 1024
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "bfloat8_b": "bf8b"}
+
+
+# The rows the fp32-accumulating backends cannot normalise: x^2 or its sum past the fp32 maximum (3.4e38) is Inf, the
+# rsqrt of it 0, and the row comes out as x * 0. The golden (float64) is finite there.
+TT_OVERFLOW = (
+    "TT hardware limit: x^2 or the sum of squares overflows fp32 in ttnn's kernels (|x| > 1.8e19 or sum > 3.4e38), "
+    "the stats are Inf and the row comes out as 0 (tt_rmsnorm.reference.overflow_rows)"
+)
+TORCH_OVERFLOW = (
+    "torch limit: torch.nn.functional.rms_norm sums x^2 in fp32; past 3.4e38 the sum is Inf and the row comes out as 0"
+)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A documented limit on one case: `rows` (bool, one per row of the case), `predicted` (float64 [rows, H]: what the
+    backend returns on those rows) and `what` (the limit, in words)."""
+
+    rows: torch.Tensor
+    predicted: torch.Tensor
+    what: str
 
 
 def _f64(t) -> torch.Tensor:
@@ -72,6 +97,9 @@ class Backend:
 
     def run(self, case: Case):
         raise NotImplementedError
+
+    def limit(self, case: Case) -> Limit | None:
+        return None
 
     def close(self) -> None:
         """Release devices or worker processes (called once at the end of a run)."""
@@ -117,6 +145,12 @@ class Torch(Backend):
         y = torch.nn.functional.rms_norm(x, (case.hidden,), weight=w, eps=case.epsilon)
         return y.cpu(), f"torch-{SHORT[self.dtype]}-{dev}"
 
+    def limit(self, case):
+        x, _ = self.inputs(case)
+        x = x.reshape(-1, case.hidden)
+        rows = x.pow(2).sum(-1).to(torch.float32).isinf() & x.isfinite().all(-1)
+        return Limit(rows, x[rows] * 0.0, TORCH_OVERFLOW) if bool(rows.any()) else None
+
 
 def tt_path(per_device_shape) -> str:
     """The TT path the package takes for this per-device shape (tt_rmsnorm.configs.choose_path's rule, importable
@@ -154,6 +188,17 @@ class TTReference(Backend):
             t.x, t.effective_weight(), num_devices=case.num_devices, epsilon=case.epsilon, path=path, dtype=self.dtype
         )
         return y, f"tt-reference-{SHORT[self.dtype]} ({path}, {case.num_devices}-device emulation)"
+
+    def limit(self, case):
+        """The model's rows whose stats overflow, and the model's output there (what the TT kernels return)."""
+        t = tensors(case)
+        path = tt_path(case.per_device_shape)
+        kw = dict(num_devices=case.num_devices, path=path, dtype=self.dtype)
+        rows = reference.overflow_rows(t.x, **kw).reshape(-1)
+        if not bool(rows.any()):
+            return None
+        y, _ = reference.distributed_rms_norm(t.x, t.effective_weight(), epsilon=case.epsilon, **kw)
+        return Limit(rows, _f64(y).reshape(-1, case.hidden)[rows], TT_OVERFLOW)
 
 
 class Triton(Backend):
@@ -198,7 +243,7 @@ class Triton(Backend):
             stats = torch.stack([pre_stats(s) for s in xs])  # [N, M] float32: the gathered per-device sums
             ys = [
                 post(s, stats, wl, epsilon=case.epsilon, hidden_size=case.hidden, weight_offset=t.weight_offset)
-                for s, wl in zip(xs, ws)
+                for s, wl in zip(xs, ws, strict=True)
             ]
         y = torch.cat(ys, dim=-1).reshape(case.shape).cpu()
         return y, f"triton-{'cuda' if dev == 'cuda' else 'interpreter'} ({case.num_devices} slices)"
@@ -282,6 +327,10 @@ class TTNNHardware(Backend):
         out = tt_rmsnorm.gather_output(y, mesh)
         return out, f"ttnn-hardware (1x{case.num_devices} mesh, {tt_path(case.per_device_shape)})"
 
+    def limit(self, case):
+        """The device must return what the reference model says on the overflowing rows (zeros)."""
+        return TTReference("bfloat16").limit(case)
+
     def close(self):
         if self._mesh is not None:
             from tt_rmsnorm.mesh import close_mesh
@@ -332,9 +381,10 @@ class TTNNMock(Backend):
         from tt_rmsnorm import mock_cluster
 
         system, mesh_shape = MOCK_SYSTEMS[case.num_devices]
-        call = lambda: mock_cluster.run_isolated(
-            system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape
-        )  # noqa: E731
+
+        def call():
+            return mock_cluster.run_isolated(system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape)
+
         retried = ""
         try:
             got = call()

@@ -17,9 +17,10 @@ FAILED = ("FAIL", "error")  # statuses that make the run fail
 
 @dataclass
 class Result:
-    """One backend on one case. status: pass | FAIL (outside its tolerance) | error (raised) | skip (not run here, with
-    the reason) | unsupported (a rule of the backend refuses the case, with the rule's message) | accepted (ttnn mock:
-    shapes accepted, no values)."""
+    """One backend on one case. status: pass | FAIL (outside its tolerance) | limit (outside it only on the rows of a
+    documented hardware or library limit, returning there what the limit predicts; within tolerance elsewhere, and
+    the metrics are those rows') | error (raised) | skip (not run here, with the reason) | unsupported (a rule of the
+    backend refuses the case, with the rule's message) | accepted (ttnn mock: shapes accepted, no values)."""
 
     case: str
     backend: str
@@ -31,6 +32,7 @@ class Result:
     max_abs: float | None = None
     max_ulp: float | None = None
     mean_ulp: float | None = None
+    max_bf8_step: float | None = None  # bfloat8_b results, in steps of their shared-exponent block (no ULPs)
     rel_rms: float | None = None
     nonfinite: int | None = None
     seconds: float | None = None
@@ -78,28 +80,37 @@ def _num(v, fmt=".3g") -> str:
     return format(v, fmt)
 
 
+COMPARED = ("pass", "FAIL", "limit")  # statuses with numbers
+
+
 def cell(r: Result | None) -> str:
-    """Matrix cell: the max bf16 ULP distance, '!' appended on a tolerance failure; words for everything else."""
+    """Matrix cell: the max bf16 ULP distance (bfloat8_b: block steps, 's'), '!' appended on a tolerance failure and
+    'L' on a documented limit; words for everything else."""
     if r is None:
         return ""
-    if r.status in ("pass", "FAIL"):
-        return _num(r.max_ulp, ".2g") + ("!" if r.status == "FAIL" else "")
+    if r.status in COMPARED:
+        value = _num(r.max_ulp, ".2g") if r.max_ulp is not None else _num(r.max_bf8_step, ".2g") + "s"
+        return value + {"pass": "", "FAIL": "!", "limit": "L"}[r.status]
     return {"skip": "-", "unsupported": "rule", "error": "ERROR", "accepted": "ok"}[r.status]
 
 
 LEGEND = (
-    "cell = max |error| in bf16 ULPs of the float64 golden of the backend's own inputs; '!' = outside the "
-    "backend's tolerance (tt_rmsnorm.accuracy; bf8b is judged by PCC and max-abs, not ULPs); '-' = skipped; "
-    "'rule' = refused by a rule of the backend; 'ok' = accepted by ttnn on the mock (no values); ERROR = raised"
+    "cell = max |error| in bf16 ULPs of the float64 golden of the backend's own inputs (bf8b: in steps of its "
+    "shared-exponent block, 's'; half a step is correct rounding); '!' = outside the backend's tolerance "
+    "(tt_rmsnorm.accuracy); 'L' = a documented hardware/library limit (fp32 overflow of the sum of squares): those "
+    "rows return what the limit predicts, the number is the other rows'; '-' = skipped; 'rule' = refused by a rule "
+    "of the backend; 'ok' = accepted by ttnn on the mock (no values); ERROR = raised"
 )
 
 
 def _grid(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
     """A plain-text table: the first `left` columns left-aligned (names), the rest right-aligned (numbers)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(
-        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-    )  # noqa: E731
+
+    def line(cells):
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in pairs)
+
     return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
@@ -109,13 +120,26 @@ def _md(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def backend_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
-    header = ["backend", "dtype", "ran on", "run", "pass", "FAIL", "skip", "worst max ULP", "worst rel RMS", "time s"]
+    header = [
+        "backend",
+        "dtype",
+        "ran on",
+        "run",
+        "pass",
+        "limit",
+        "FAIL",
+        "skip",
+        "worst max ULP",
+        "worst rel RMS",
+        "time s",
+    ]
     rows = []
     for b in run.backends:
         rs = [r for r in run.results if r.backend == b.name]
-        compared = [r for r in rs if r.status in ("pass", "FAIL")]
+        compared = [r for r in rs if r.status in COMPARED]
         ran = [r for r in rs if r.status not in ("skip",)]
         ulps = [r.max_ulp for r in compared if r.max_ulp is not None and not math.isnan(r.max_ulp)]
+        steps = [r.max_bf8_step for r in compared if r.max_bf8_step is not None and not math.isnan(r.max_bf8_step)]
         rms = [r.rel_rms for r in compared if r.rel_rms is not None and not math.isnan(r.rel_rms)]
         where = "; ".join(sorted({lbl.split(" (")[0].split(":")[0] for lbl in b.labels})) if b.available else "not run"
         rows.append(
@@ -125,9 +149,10 @@ def backend_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
                 where,
                 str(len(ran)),
                 str(sum(r.status in ("pass", "accepted") for r in rs)),
+                str(sum(r.status == "limit" for r in rs)),
                 str(sum(r.failed for r in rs)),
                 str(sum(r.status in ("skip", "unsupported") for r in rs)),
-                _num(max(ulps), ".3g") if ulps else "",
+                _num(max(ulps), ".3g") if ulps else (_num(max(steps), ".3g") + " steps" if steps else ""),
                 _num(max(rms), ".3g") if rms else "",
                 f"{sum(r.seconds or 0.0 for r in rs):.1f}",
             ]
@@ -151,6 +176,7 @@ def detail_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
         "max abs",
         "max ULP",
         "mean ULP",
+        "max bf8 step",
         "rel RMS",
         "NaN/Inf",
         "s",
@@ -167,6 +193,7 @@ def detail_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
             _num(r.max_abs),
             _num(r.max_ulp),
             _num(r.mean_ulp),
+            _num(r.max_bf8_step),
             _num(r.rel_rms),
             _num(r.nonfinite, "d"),
             _num(r.seconds, ".2f"),
@@ -180,7 +207,7 @@ def detail_rows(run: ParityRun) -> tuple[list[str], list[list[str]]]:
 def _notes(run: ParityRun) -> list[str]:
     lines = []
     for r in run.results:
-        if r.failed:
+        if r.failed or r.status == "limit":
             lines.append(f"{r.status} {r.case} {r.backend}: {r.reason}")
     for r in run.results:
         if r.status in ("skip", "unsupported") and next(b for b in run.backends if b.name == r.backend).available:
@@ -189,11 +216,13 @@ def _notes(run: ParityRun) -> list[str]:
 
 
 def verdict(run: ParityRun) -> str:
-    n_cmp = sum(r.status in ("pass", "FAIL") for r in run.results)
+    n_cmp = sum(r.status in COMPARED for r in run.results)
     n_fail = len(run.failures)
+    n_limit = sum(r.status == "limit" for r in run.results)
+    limits = f"; {n_limit} of them within it on every row but those of a documented limit" if n_limit else ""
     if not n_fail:
-        return f"PASS: all {n_cmp} compared runs within tolerance"
-    return f"FAIL: {n_fail} backend run(s) outside tolerance or raised (of {n_cmp} compared)"
+        return f"PASS: all {n_cmp} compared runs within tolerance{limits}"
+    return f"FAIL: {n_fail} backend run(s) outside tolerance or raised, of {n_cmp} compared{limits}"
 
 
 def terminal_report(run: ParityRun) -> str:
@@ -259,9 +288,7 @@ def plot(run: ParityRun, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    numeric = [
-        b for b in run.backends if any(r.backend == b.name and r.status in ("pass", "FAIL") for r in run.results)
-    ]
+    numeric = [b for b in run.backends if any(r.backend == b.name and r.status in COMPARED for r in run.results)]
     fig, axes = plt.subplots(2, 1, figsize=(max(9.0, 0.7 * len(run.cases) + 4), 8.5), sharex=True)
     markers = "osD^v<>ph*"
     xs = range(len(run.cases))
@@ -273,7 +300,7 @@ def plot(run: ParityRun, path: Path) -> None:
             pts, bad = [], []
             for i, c in enumerate(run.cases):
                 r = run.result(c, b.name)
-                if r is None or r.status not in ("pass", "FAIL"):
+                if r is None or r.status not in COMPARED:
                     continue
                 v = getattr(r, metric)
                 if v is None or math.isnan(v):
@@ -281,11 +308,11 @@ def plot(run: ParityRun, path: Path) -> None:
                 v = min(max(v, floor), 1e12)  # inf (all-wrong rows) drawn at the top
                 (bad if r.status == "FAIL" else pts).append((i + (k - len(numeric) / 2) * 0.06, v))
             m = markers[k % len(markers)]
-            line = ax.scatter(*zip(*pts), marker=m, s=28, label=b.name, alpha=0.85) if pts else None
+            line = ax.scatter(*zip(*pts, strict=True), marker=m, s=28, label=b.name, alpha=0.85) if pts else None
             if bad:
                 color = line.get_facecolor()[0] if line is not None else None
                 ax.scatter(
-                    *zip(*bad),
+                    *zip(*bad, strict=True),
                     marker=m,
                     s=60,
                     color=color,
@@ -356,5 +383,11 @@ def short_report(run: ParityRun) -> str:
         bad = [r.backend for r in run.results if r.case == c and r.failed]
         if bad:
             out.append(f"  {c}: outside tolerance: {', '.join(bad)}")
-    out.append("  " + verdict(run) + " (cells: max bf16 ULP; '!' = outside tolerance; '-' = skipped)")
+    for what in sorted({r.reason.split(": ", 1)[1] for r in run.results if r.status == "limit"}):
+        who = sorted({f"{r.backend} on {r.case}" for r in run.results if r.status == "limit" and what in r.reason})
+        out.append(f"  L: {'; '.join(who)}: {what}")
+    out.append(
+        "  " + verdict(run) + " (cells: max bf16 ULP, bf8b block steps 's'; '!' = outside tolerance; 'L' = a "
+        "documented limit; '-' = skipped)"
+    )
     return "\n".join(out)

@@ -63,7 +63,9 @@ def run_case(mesh, case: dict) -> dict:
     kw = mock_cases.op_kwargs(case["kw"])
     try:
         out = call_ttnn(case, tensors, kw)
-    except Exception as e:  # TT_FATAL/TT_THROW arrive as RuntimeError; "std::get: wrong index" and the like as others
+    except RuntimeError as e:  # ttnn's refusals (TT_FATAL/TT_THROW, "std::get: wrong index", ...) are RuntimeErrors;
+        # anything else (a KeyError, a TypeError binding the arguments) is a fault of the case or the harness: it
+        # propagates and fails the test instead of counting as ttnn's reject
         return {
             "verdict": "reject",
             "message": f"{type(e).__name__}: {e}".split("backtrace:")[0].strip(),

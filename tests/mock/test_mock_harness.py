@@ -182,3 +182,32 @@ def test_worker_exits_when_its_parent_dies(tmp_path):
 def test_unknown_system_is_refused():
     with pytest.raises(mock_cluster.MockClusterError, match="unknown mock system"):
         mock_cluster.configure("wormhole_galaxy_2")
+
+
+@pytest.mark.parametrize(
+    "error, verdict",
+    [
+        (RuntimeError("TT_FATAL @ op.cpp:1: x info: Only tilized inputs supported."), "reject"),
+        (KeyError("stats"), None),
+    ],
+    ids=["ttnn_runtime_error_is_a_reject", "harness_key_error_propagates"],
+)
+def test_only_ttnns_runtime_errors_count_as_its_reject(monkeypatch, error, verdict):
+    """run_case's verdict: ttnn refuses with a RuntimeError (the reject, with its message); any other exception is a
+    fault of the case or the harness and propagates, so the battery fails instead of counting a reject."""
+    import mock_cases
+
+    case = {"id": "harness", "op": "pre", "system": "n150", "x": mock_cases.T((1, 1, 32, 64)), "kw": {}}
+
+    def call(*args):
+        raise error
+
+    monkeypatch.setattr(mock_worker, "build_tensor", lambda mesh, spec: mock_cases.tensor_desc(spec))  # no device
+    monkeypatch.setattr(mock_worker, "call_ttnn", call)
+    if verdict is None:
+        with pytest.raises(KeyError):
+            mock_worker.run_case(None, case)
+    else:
+        got = mock_worker.run_case(None, case)
+        assert got["verdict"] == "reject" and got["message"].endswith("Only tilized inputs supported.")
+        assert got["package_on_real"]["verdict"] == "accept"

@@ -435,6 +435,9 @@ def test_split_with_distributed_stats_spans_programs_bitwise_as_rows():
     a = rmsnorm_fwd(x, w, stats=stats, hidden_size=100, return_rsigma=True, config=split)
     b = rmsnorm_fwd(x, w, stats=stats, hidden_size=100, return_rsigma=True)
     assert torch.equal(a.y, b.y) and torch.equal(a.rsigma, b.rsigma)
+    v, rs, _ = norm64(x, w, epsilon=1e-5)  # and both right, not just equal
+    assert_close(a.y, v, torch.bfloat16, context="y vs float64")
+    assert_close(a.rsigma, rs, torch.float32, context="rsigma vs float64")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8_row"])
@@ -447,8 +450,15 @@ def test_sliced_rows_with_distributed_stats_match_whole_rows(dtype):
     a = rmsnorm_fwd(x, w, config=FwdConfig("rows", 4, block_m=2, chunk=32), **kw)
     b = rmsnorm_fwd(x, w, config=FwdConfig("rows", 4, block_m=2), **kw)
     assert torch.equal(a.y.view(torch.uint8), b.y.view(torch.uint8)) and torch.equal(a.rsigma, b.rsigma)
-    if dtype != torch.bfloat16:
+    v, rs, _ = norm64(x, w, epsilon=1e-5)  # and both right, not just equal
+    assert_close(a.rsigma, rs, torch.float32, context="rsigma vs float64")
+    if dtype == torch.bfloat16:
+        assert_close(a.y, v, torch.bfloat16, context="y vs float64")
+    else:
         assert torch.equal(a.scale, b.scale)
+        q_exp, s_exp = fp8_expected(v, dtype, "row")
+        assert_close(a.y.float(), q_exp, dtype, context="fp8 values vs float64")
+        assert_close(a.scale, s_exp, torch.float32, context="row scales vs float64")
 
 
 @pytest.mark.skipif(DEV == "cuda", reason="the guard is for the interpreter, which runs programs one after another")

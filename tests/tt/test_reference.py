@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+import ttnn as ttnn_module
 
 from tt_rmsnorm import accuracy
 from tt_rmsnorm import reference as ref
@@ -42,7 +43,8 @@ def _bf16_exact(t):
 
 @pytest.fixture(scope="module")
 def ttnn():
-    return pytest.importorskip("ttnn", reason="ttnn's golden functions and bfloat8_b packing need the ttnn wheel")
+    """ttnn's golden functions and bfloat8_b packing (ttnn is a dependency of the package)."""
+    return ttnn_module
 
 
 @pytest.fixture
@@ -240,6 +242,8 @@ def test_distributed_sharded_bf16_equals_single_device(num_devices):
     _check_stats_layout(means, num_devices, 32)
     single = ref.single_device_rms_norm(x, weight, epsilon=EPS, dtype="bfloat16")
     assert_close(out, single, "bfloat16", context=f"sharded, {num_devices} devices vs single device")
+    golden = ref.golden_rms_norm(ref.quantize(x, "bfloat16"), weight, epsilon=EPS)
+    assert_close(out, golden, "bfloat16", context=f"sharded, {num_devices} devices vs float64 golden")
     # The sharded stats are the interleaved sums divided by the local width.
     _, sums = ref.distributed_rms_norm(x, weight, num_devices=num_devices, epsilon=EPS)
     assert_close(means, sums.double() / (HIDDEN // num_devices), "bfloat16", context="local mean vs sum / W_local")
@@ -258,6 +262,8 @@ def test_galaxy_8x4_only_columns_split_hidden():
         row_outputs.append(out)
     assert all(torch.equal(o, row_outputs[0]) for o in row_outputs)
     assert_close(row_outputs[0], single, "bfloat16", context="Galaxy 8x4 (4 columns) vs single device")
+    golden = ref.golden_rms_norm(ref.quantize(x, "bfloat16"), weight, epsilon=EPS)
+    assert_close(row_outputs[0], golden, "bfloat16", context="Galaxy 8x4 (4 columns) vs float64 golden")
     # Splitting over all 32 chips would be a different program: 32 stats tiles, 256 elements per chip.
     _, stats32 = ref.distributed_rms_norm(x, weight, num_devices=mesh_rows * mesh_cols, epsilon=EPS)
     assert stats32.shape[-1] == 32 * 32 != stats.shape[-1]
@@ -270,6 +276,8 @@ def test_distributed_non_power_of_two_width_within_policy():
     out, _ = ref.distributed_rms_norm(x, weight, num_devices=8, epsilon=EPS)
     single = ref.single_device_rms_norm(x, weight, epsilon=EPS, dtype="bfloat16")
     assert_close(out, single, "bfloat16", context="H=3072 on 8 devices vs single device")
+    golden = ref.golden_rms_norm(ref.quantize(x, "bfloat16"), weight, epsilon=EPS)
+    assert_close(out, golden, "bfloat16", context="H=3072 on 8 devices vs float64 golden")
 
 
 @pytest.mark.parametrize("num_devices", [1, 8, 32], ids=["n1", "n8_t3k", "n32"])
@@ -425,11 +433,16 @@ def test_reference_imports_and_runs_without_ttnn():
         (lambda x: ref.pre_all_gather(x, stats_dtype="float16"), "not a TT stats dtype"),
         (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 32, 48), epsilon=EPS), "32 * num_devices"),
         (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 64, 32), epsilon=EPS), "must agree"),
+        (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 32, 0), epsilon=EPS), "32 * num_devices"),
+        (lambda x: ref.golden_rms_norm(x, torch.ones(2048), epsilon=EPS), "2048 elements"),
         (lambda x: ref.post_all_gather(x, ref.pre_all_gather(x), epsilon=EPS, weight=torch.ones(512)), "512 elements"),
         (lambda x: ref.distributed_rms_norm(x, num_devices=3, epsilon=EPS), "dividing the hidden dim 1024"),
+        (lambda x: ref.distributed_rms_norm(x, num_devices=0, epsilon=EPS), "must be a positive int"),
         (lambda x: ref.distributed_rms_norm(x, num_devices=2, epsilon=EPS, residual=x[..., :512]), "residual shape"),
         (lambda x: ref.quantize(x, "float16"), "not a TT device dtype"),
         (lambda x: ref.all_gather_stats([]), "no per-device stats"),
+        (lambda x: ref.all_gather_stats([ref.pre_all_gather(x), torch.zeros(1, 1, 32, 16)]), "device 1 stats"),
+        (lambda x: ref.all_gather_stats([ref.pre_all_gather(x), torch.zeros(1, 1, 64, 32)]), "[1, 1, 32, 32*k]"),
     ],
     ids=[
         "sharded_bf8_stats",
@@ -437,11 +450,16 @@ def test_reference_imports_and_runs_without_ttnn():
         "fp16_stats",
         "stats_width_48",
         "stats_rows_mismatch",
+        "stats_width_0",
+        "weight_too_long",
         "weight_width",
         "uneven_split",
+        "zero_devices",
         "residual_shape",
         "fp16_quantize",
         "empty_gather",
+        "gather_width_16",
+        "gather_rows_mismatch",
     ],
 )
 def test_bad_input_names_the_rule(call, fragment):
