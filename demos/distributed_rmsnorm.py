@@ -181,8 +181,8 @@ def print_numbers(rows, backend) -> bool:
         ok = r["golden"].passed and r["single"].passed
         print(
             f"{r['mesh']:<14}{r['case']:<15}{r['dtype']:<11}{r['plan'].name:<9}{r['plan'].norm.path:<13}"
-            f"{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}{r['golden'].headline():>11}{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}"
-            f"  {'PASS' if ok else 'FAIL'}"
+            f"{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}{r['golden'].headline():>11}"
+            f"{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}  {'PASS' if ok else 'FAIL'}"
         )
     for r in rows:
         print(f"  {r['mesh']} {r['case']} {r['dtype']}: vs float64 {r['golden'].summary()}")

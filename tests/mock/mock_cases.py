@@ -547,7 +547,7 @@ case(
 case("sharded-out-interleaved", "rms_norm", T(X, mem=W8), R, program_config=PC8, memory_config="L1")
 case("host-input", "rms_norm", T(X, host=True), "pkg:input.on_device")
 
-# --- the same ops on multi-chip meshes (each device runs them; grids 8x7 on n300/T3K, 8x9 on Galaxy) --------------------
+# --- the same ops on multi-chip meshes (each device runs them; grids 8x7 on n300/T3K, 8x9 on Galaxy) ----------------
 for system in ("n300", "t3k", "galaxy"):
     case("prefill", "pre", T((1, 1, 2048, 1024)), A, system=system)
     case("prefill", "post", T((1, 1, 2048, 1024)), A, system=system, stats=T((1, 1, 2048, 256)), weight=GRM)
