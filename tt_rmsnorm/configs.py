@@ -1,8 +1,8 @@
 """Program, memory and compute-kernel configs for the distributed RMSNorm, derived from shape, grid and shard strategy.
 
 - interleaved (prefill): `LayerNormDefaultProgramConfig`, DRAM-interleaved activations;
-- sharded (decode, padded height 32): `LayerNormShardedMultiCoreProgramConfig` over a width- (or block-) sharded L1 input,
-  stats gathered onto one core (`stats_memory_config`).
+- sharded (decode, padded height 32): `LayerNormShardedMultiCoreProgramConfig` over a width- (or block-) sharded L1
+  input, stats gathered onto one core (`stats_memory_config`).
 
 `choose_path` picks between them from the shape; every choice here is accepted by the rules in `tt_rmsnorm.rules`.
 """
@@ -296,7 +296,8 @@ def plan(
         )
         if not fits and dtype != ttnn.float32:  # FLOAT32 input needs fp32 accumulation whatever it costs
             logger.warning(
-                f"local width {local_shape[-1]} does not fit the interleaved pre with fp32_dest_acc_en: using bf16 accumulation"
+                f"local width {local_shape[-1]} does not fit the interleaved pre with fp32_dest_acc_en: "
+                "using bf16 accumulation"
             )
         cfg = _default_compute(fp32_dest_acc_en=fits or dtype == ttnn.float32)
     return NormPlan(
@@ -324,5 +325,6 @@ DEMO_CASES = [
 
 
 def demo_configurations() -> list[tuple[str, NormPlan]]:
-    """The plans `distributed_rms_norm` makes for the demo and test shapes (the mock battery checks ttnn accepts them)."""
+    """The plans `distributed_rms_norm` makes for the demo and test shapes (the mock battery checks that ttnn accepts
+    them)."""
     return [(name, plan(shape, n, compute_grid=grid)) for name, shape, n, grid in DEMO_CASES]

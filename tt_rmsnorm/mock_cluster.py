@@ -114,7 +114,7 @@ def stub_kernel_elf() -> bytes:
         shstrtab += n + b"\0"
     header_bytes = 52 + 32  # ELF header + one program header
     body, at = b"", {}
-    for n, blob in zip(names, (text, symtab, strtab, rela, shstrtab)):
+    for n, blob in zip(names, (text, symtab, strtab, rela, shstrtab), strict=True):
         body += bytes(-(header_bytes + len(body)) % 4)
         at[n] = header_bytes + len(body)
         body += blob
@@ -214,8 +214,8 @@ def install_compiler_stand_in() -> Path | None:
     ttnn_dir = _ttnn_dir()
     if sys.prefix == sys.base_prefix or not ttnn_dir.is_relative_to(Path(sys.prefix).resolve()):
         raise MockClusterError(
-            f"refusing to install the SFPI stand-in: ttnn ({ttnn_dir}) is not inside this project's virtual environment "
-            f"({sys.prefix}); run through `make test`, which creates .venv"
+            f"refusing to install the SFPI stand-in: ttnn ({ttnn_dir}) is not inside this project's virtual "
+            f"environment ({sys.prefix}); run through `make test`, which creates .venv"
         )
     bin_dir = ttnn_dir / "runtime" / "sfpi" / "compiler" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -436,12 +436,12 @@ class _Worker:
     def _receive(self, timeout: float):
         try:
             reply = _recv(self.from_child, time.monotonic() + timeout)
-        except WorkerTimeout:
+        except WorkerTimeout as e:
             tail = self.log_tail()
             self.kill()
             raise WorkerTimeout(
                 f"mock {self.system} worker gave no answer in {timeout:.0f} s; killed. Log tail:\n{tail}"
-            )
+            ) from e
         if reply is None:
             rc = self.proc.wait(timeout=30)
             tail = self.log_tail()

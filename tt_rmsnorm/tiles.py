@@ -17,6 +17,7 @@ def tile_padded(shape) -> tuple[int, ...]:
 
 
 def one_tile_row(shape) -> bool:
-    """True when the activation is one tile row: padded height 32 and batch 1 (what the sharded distributed ops take)."""
+    """True when the activation is one tile row: padded height 32 and batch 1 (what the sharded distributed ops
+    take)."""
     padded = tile_padded(shape)
     return padded[-2] == TILE and math.prod(padded[:-1]) == TILE

@@ -1,4 +1,5 @@
-"""Program, memory and compute configs: derived from shape and grid, within the hardware limits, accepted by the rules."""
+"""Program, memory and compute configs: derived from shape and grid, within the hardware limits, accepted by the
+rules."""
 
 import pytest
 import ttnn
