@@ -44,6 +44,7 @@ PACKAGE_ONLY_RULES = {
     "program_config.ignored": "a sharded program config on an interleaved input is silently ignored by pre/post",
     "sharded_pre.dtype_ignored": "the sharded pre always writes bfloat16 stats and ignores `dtype`",
     "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved path; the sharded path ignores it",
+    "epsilon.non_negative": "ttnn takes any epsilon, but rsqrt(E[x^2] + eps) is NaN for rows with E[x^2] < -eps",
 }
 
 # Every rule id this module raises, with what it guards. The test suite has a violating case for each.
@@ -82,6 +83,7 @@ RULES = {
     "residual.interleaved": "interleaved input, interleaved residual",
     "pre.welford": "no Welford in the pre",
     "post.welford": "no Welford in the post",
+    "rms_norm.welford": "no Welford in rms_norm (default config)",
     "pre.fp32_needs_fp32_acc": "FLOAT32 pre input needs fp32_dest_acc_en",
     "post.fp32_needs_fp32_acc": "FLOAT32 post input or stats need fp32_dest_acc_en",
     "pre.l1_budget": "the interleaved pre's row fits one core's L1",
@@ -353,7 +355,9 @@ def _check_output_memory_config(x: TensorDesc, memory_config):
         )
 
 
-def _check_residual(x: TensorDesc, residual: TensorDesc | None):
+def _check_residual(x: TensorDesc, residual: TensorDesc | None, sharded_residual_ok: bool = False):
+    """`sharded_residual_ok`: rms_norm reads a residual through its buffer's own layout, so an interleaved input may
+    take a sharded residual there (the pre may not)."""
     if residual is None:
         return
     _check_on_device(residual, "residual")
@@ -373,7 +377,7 @@ def _check_residual(x: TensorDesc, residual: TensorDesc | None):
                 _name(residual.memory_layout),
                 "ttnn.to_memory_config(residual, x.memory_config())",
             )
-    elif residual.is_sharded:
+    elif residual.is_sharded and not sharded_residual_ok:
         _fail(
             "residual.interleaved",
             "with an interleaved input the residual must be interleaved",
@@ -773,7 +777,14 @@ def check_rms_norm(
         _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")
     if x.is_sharded:
         _check_sharded_input(x, grid, distributed=False)
-        if program_config is not None and _is_sharded_pc(program_config):
+        if program_config is not None and not _is_sharded_pc(program_config):
+            _fail(
+                "sharded.program_config",
+                "a sharded input takes a LayerNormShardedMultiCoreProgramConfig or none (ttnn derives one)",
+                type(program_config).__name__,
+                "omit program_config or pass tt_rmsnorm.configs.sharded_program_config(...)",
+            )
+        if program_config is not None:
             _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
         _check_output_memory_config(x, memory_config)
         path = "sharded"
@@ -785,9 +796,16 @@ def check_rms_norm(
                 "LayerNormShardedMultiCoreProgramConfig",
                 "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config",
             )
+        if program_config is not None and program_config.use_welford:
+            _fail(
+                "rms_norm.welford",
+                "Welford's algorithm is not supported for RMSNorm",
+                "use_welford=True",
+                "LayerNormDefaultProgramConfig(use_welford=False)",
+            )
         _check_output_memory_config(x, memory_config)
         path = "interleaved"
-    _check_residual(x, res)
+    _check_residual(x, res, sharded_residual_ok=True)
     _check_gamma_beta(x, w, b, "sharded")
     return path
 
