@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TILE_BYTES, TensorDesc, describe
+from tt_rmsnorm.tensors import DTYPE_BYTES, STATS_MEANS, STATS_SUMS, TILE_BYTES, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
 
@@ -77,6 +77,8 @@ RULES = {
     "memory_config.matches_input": "output buffer type and layout equal the input's",
     "memory_config.interleaved_output": "interleaved input, interleaved output",
     "memory_config.shard_height": "output shard height equals the input's",
+    "memory_config.shard_fits": "a sharded output memory_config's shards cover the output on its cores",
+    "sharded.reduce_workers": "the sharded factory can place its reduce workers on the shard grid",
     "sharded_pre.dtype_ignored": "the sharded pre writes bfloat16 only",
     "residual.shape": "residual shape equals the input's",
     "residual.same_sharding": "residual sharded as the input",
@@ -88,6 +90,7 @@ RULES = {
     "post.fp32_needs_fp32_acc": "FLOAT32 post input or stats need fp32_dest_acc_en",
     "pre.l1_budget": "the interleaved pre's row fits one core's L1",
     "post.l1_budget": "the interleaved post's row fits one core's L1",
+    "sharded.l1_budget": "the sharded factory's buffers fit below the L1 shards of its tensors",
     "stats.present": "post needs stats",
     "stats.width": "stats padded width % 32 == 0",
     "epsilon.non_negative": "epsilon >= 0",
@@ -310,6 +313,90 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
                 f"block_w={pc.block_w} block_h={pc.block_h}, Wt={kt}, Ht={mt}, grid {across}x{down}",
                 f"block_w={math.ceil(kt / across)}, block_h={mt // down if down else '?'}",
             )
+    _check_reduce_workers(x, pc.block_h, (grid.x, grid.y))
+
+
+def _check_shard_fits(padded_shape, memory_config, what: str) -> None:
+    """ttnn's tensor-spec validation of a sharded memory config against the tensor it will hold (physical 2-D view:
+    all padded dims but the last fold into the height)."""
+    if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
+        return
+    spec = memory_config.shard_spec
+    height, width = math.prod(padded_shape[:-1]), padded_shape[-1]
+    shard_h, shard_w = spec.shape
+    cores, layout = spec.grid.num_cores(), memory_config.memory_layout
+    problem = None
+    if layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
+        if shard_w != width or math.ceil(height / shard_h) > cores:
+            problem = f"height sharding needs shard width {width} and at most {cores} shards of {shard_h} rows"
+    elif layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED:
+        if shard_h != height or math.ceil(width / shard_w) > cores:
+            problem = f"width sharding needs shard height {height} and at most {cores} shards of width {shard_w}"
+    else:
+        ex, ey = _bbox_extent(spec)
+        rows, cols = (ey, ex) if spec.orientation == ttnn.ShardOrientation.ROW_MAJOR else (ex, ey)
+        if math.ceil(height / shard_h) > rows or math.ceil(width / shard_w) > cols:
+            problem = f"block sharding needs at most {rows} x {cols} shards"
+    if problem:
+        _fail(
+            "memory_config.shard_fits",
+            f"the {what}'s sharded memory_config does not fit a {height} x {width} tensor: {problem}",
+            f"shard {list(spec.shape)} on {cores} cores, {_name(layout)}",
+            "derive the shard shape from the output shape (tt_rmsnorm.configs.sharded_memory_config)",
+        )
+
+
+def _check_reduce_workers(x: TensorDesc, block_ht: int, program_grid) -> None:
+    """The sharded factory places its all-to-all reduce workers with tt-metal's `num_cores_to_corerangeset`, which
+    requires each start core inside the (origin-shifted) shard grid and enough cores after it. One tile-row blocks
+    (1-D multicast) are laid out from core (0, 0) in the shard orientation; a COL_MAJOR grid one core high, and a
+    ROW_MAJOR grid one core wide that does not start at x = 0, leave a start core outside the grid."""
+    spec = x.shard_spec
+    if x.physical_rows != block_ht * TILE:  # 2-D blocks: plain rectangles, no work split
+        return
+    box = spec.grid.bounding_box()
+    gx, gy = _bbox_extent(spec)
+    row_wise = spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    nb = spec.grid.num_cores()
+    two_stage = nb == gx * gy and (
+        (row_wise and 1 < gx <= program_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == program_grid[1])
+    )
+    per = math.ceil(block_ht / ((gx if row_wise else gy) if two_stage else nb))
+    first = math.ceil(block_ht / per)
+    n_all = first * ((gy if row_wise else gx) if two_stage else 1)
+    n_none = nb - n_all
+    all_grid = ((first, gy) if row_wise else (gx, first)) if two_stage else (gx, gy)
+
+    def nth(i, grid):
+        return (i % grid[0], i // grid[0]) if row_wise else (i // grid[1], i % grid[1])
+
+    calls = [((0, 0), n_all, all_grid)]
+    if nb > 1:
+        if not row_wise:
+            start = (0, 1)
+        elif two_stage:
+            start = (0, 1) if all_grid[0] == 1 else (1, 0)
+        else:
+            start = (0, 1) if box.end.x == 0 else (1, 0)
+        calls.append((start, n_all - 1, all_grid))
+    if n_none > 0 and not two_stage:
+        ex, ey = nth(n_all - 1, all_grid)
+        if row_wise:
+            start = (0, ey + 1) if ex == box.end.x else (ex + 1, ey)
+        else:
+            start = (ex + 1, 0) if ey == box.end.y else (ex, ey + 1)
+        calls.append((start, n_none, (gx, gy)))
+    for (sx, sy), target, (nx, ny) in calls:
+        inside = sx < nx and sy < ny
+        available = ((ny - 1 - sy) * nx + nx - sx) if row_wise else ((nx - 1 - sx) * ny + ny - sy)
+        if not inside or target > available:
+            _fail(
+                "sharded.reduce_workers",
+                "ttnn's sharded factory cannot place its reduce workers on this shard grid",
+                f"{_name(spec.orientation)} grid {gx}x{gy} from core ({box.start.x},{box.start.y}), start core "
+                f"({sx},{sy}) for {target} cores",
+                "use ROW_MAJOR orientation on a grid that starts at x = 0 (tt_rmsnorm.configs.sharded_memory_config)",
+            )
 
 
 def _check_interleaved_program_config(program_config, welford_rule: str, welford_message: str) -> None:
@@ -493,6 +580,11 @@ def _is_sharded_pc(pc) -> bool:
     return isinstance(pc, ttnn.LayerNormShardedMultiCoreProgramConfig)
 
 
+def _pc_grid(pc) -> tuple[int, int]:
+    g = pc.compute_with_storage_grid_size
+    return g.x, g.y
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # L1 budgets of the interleaved distributed factories (the whole local row sits in circular buffers on one core).
 
@@ -557,6 +649,92 @@ def _check_l1(needed: int, op: str, x: TensorDesc):
         )
 
 
+def _shard_bytes(t: TensorDesc | None) -> int:
+    """Bytes of one core's shard of an L1-sharded tensor (0 for anything else)."""
+    if t is None or not t.is_sharded or t.memory_config.buffer_type != ttnn.BufferType.L1:
+        return 0
+    h, w = t.shard_spec.shape
+    if t.layout == ttnn.TILE_LAYOUT:
+        return (h // TILE) * (w // TILE) * t.tile_bytes()
+    return h * w * DTYPE_BYTES.get(t.dtype, 2)
+
+
+def sharded_l1_bytes(
+    op: str,
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    weight: TensorDesc | None = None,
+    bias: TensorDesc | None = None,
+    stats: TensorDesc | None = None,
+    out_dtype=None,
+    memory_config=None,
+    program_grid=DEFAULT_COMPUTE_GRID,
+) -> tuple[int, int]:
+    """(end of the static dataflow buffers, lowest L1 shard address) of the sharded factory
+    (sharded_layernorm_factory_helpers: DFBSizeParams, add_dataflow_buffer_specs) for op 'pre', 'post' or 'rms_norm'.
+
+    The input, residual, stats and (unless it is resharded) output buffers borrow their tensors' shards; every other
+    buffer is allocated statically from L1_BASE up, while tensor shards are allocated from the top of L1 down, at
+    the same address on every core. ttnn rejects the program when the static region passes the lowest shard."""
+    shard_h, shard_w = x.shard_spec.shape
+    block_ht, block_wt = shard_h // TILE, shard_w // TILE
+    kt = x.padded_width // TILE
+    single = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    bf16 = TILE_BYTES[ttnn.bfloat16]
+    gx, gy = _bbox_extent(x.shard_spec)
+    row_wise = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    mcast_1d = x.physical_rows == shard_h
+    nb = x.shard_spec.grid.num_cores() if mcast_1d else (gx if row_wise else gy)
+    two_stage = (
+        mcast_1d
+        and x.shard_spec.grid.num_cores() == gx * gy
+        and ((row_wise and 1 < gx <= program_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == program_grid[1]))
+    )
+    if two_stage:
+        first, second = (gx, gy) if row_wise else (gy, gx)
+        ex_external = (first + second - 1) * single
+        rows_per_worker = math.ceil(block_ht / first)
+    else:
+        ex_external = math.ceil(kt / block_wt) * single
+        rows_per_worker = math.ceil(block_ht / nb)
+    block = block_ht * block_wt * single
+    static = bf16 + single  # reduce scaler, global scaler
+    if op == "pre":
+        static += 2 * block_ht * single + ex_external + block  # E[x^2] partial and result, gathered partials, x
+    else:
+        static += bf16 + block_ht * single + 2 * block  # epsilon, E[x^2], x, x * rsqrt
+        static += sum(block_wt * g.tile_bytes() for g in (weight, bias) if g is not None)
+        static += block_ht * single  # the multicast E[x^2]
+        if op == "post":
+            static += 2 * single  # reduced stats, variance
+        else:
+            static += block_ht * single + ex_external + rows_per_worker * single
+    out_dtype = out_dtype or x.dtype
+    resharded = op == "post" and memory_config is not None and memory_config != x.memory_config
+    out_shard = block_ht * block_wt * TILE_BYTES[out_dtype]
+    if resharded:
+        static += out_shard
+    if op == "pre":
+        out_shard = bf16
+    elif memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is not None:
+        oh, ow = memory_config.shard_spec.shape
+        out_shard = (oh // TILE) * (ow // TILE) * TILE_BYTES[out_dtype]
+    shards = _shard_bytes(x) + _shard_bytes(residual) + _shard_bytes(stats) + out_shard
+    return L1_BASE + static, L1_SIZE - shards
+
+
+def _check_sharded_l1(op: str, x: TensorDesc, **kw):
+    end, floor = sharded_l1_bytes(op, x, **kw)
+    if end > min(floor, L1_SIZE):
+        _fail(
+            "sharded.l1_budget",
+            f"the sharded {op}'s circular buffers end at {end} B of L1, above its tensors' shards (from {floor} B)",
+            f"shard {list(x.shard_spec.shape)} {_name(x.dtype)} on {x.shard_spec.grid.num_cores()} cores",
+            "shard the width over more cores (smaller shards), or turn fp32_dest_acc_en off",
+        )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The ops.
 
@@ -604,6 +782,7 @@ def check_pre_all_gather(
             )
         _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
         _check_output_memory_config(x, memory_config)
+        _check_shard_fits((*x.padded_shape[:-1], TILE), memory_config, "stats")
         if dtype not in (None, ttnn.bfloat16):
             _fail(
                 "sharded_pre.dtype_ignored",
@@ -612,6 +791,9 @@ def check_pre_all_gather(
                 "pass dtype=ttnn.bfloat16 (or omit it)",
             )
         _check_residual(x, res)
+        _check_sharded_l1(
+            "pre", x, compute_kernel_config=compute_kernel_config, residual=res, program_grid=_pc_grid(program_config)
+        )
         return "sharded"
     _check_interleaved_program_config(
         program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather"
@@ -728,7 +910,19 @@ def check_post_all_gather(
                 f"{memory_config.shard_spec.shape[0]} vs {x.shard_spec.shape[0]}",
                 "keep the input's shard height",
             )
+        _check_shard_fits(x.padded_shape, memory_config, "output")
         _check_gamma_beta(x, w, b, "sharded")
+        _check_sharded_l1(
+            "post",
+            x,
+            compute_kernel_config=compute_kernel_config,
+            weight=w,
+            bias=b,
+            stats=s,
+            out_dtype=dtype,
+            memory_config=memory_config,
+            program_grid=_pc_grid(program_config),
+        )
         return "sharded"
     if s.stats_kind == STATS_MEANS:
         _fail(
@@ -750,6 +944,7 @@ def check_post_all_gather(
     )
     _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
     # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
+    _check_shard_fits(x.padded_shape, memory_config, "output")
     _check_gamma_beta(x, w, b, "interleaved_post")
     _check_l1(post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]), "post", x)
     return "interleaved"
@@ -786,7 +981,10 @@ def check_rms_norm(
             )
         if program_config is not None:
             _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
+        else:  # ttnn derives the config from the shard spec
+            _check_reduce_workers(x, x.shard_spec.shape[0] // TILE, grid)
         _check_output_memory_config(x, memory_config)
+        _check_shard_fits(x.padded_shape, memory_config, "output")
         path = "sharded"
     else:
         if program_config is not None and _is_sharded_pc(program_config):
@@ -807,6 +1005,17 @@ def check_rms_norm(
         path = "interleaved"
     _check_residual(x, res, sharded_residual_ok=True)
     _check_gamma_beta(x, w, b, "sharded")
+    if path == "sharded":
+        _check_sharded_l1(
+            "rms_norm",
+            x,
+            compute_kernel_config=compute_kernel_config,
+            residual=res,
+            weight=w,
+            bias=b,
+            memory_config=memory_config,
+            program_grid=_pc_grid(program_config) if program_config is not None else grid,
+        )
     return path
 
 
@@ -854,4 +1063,8 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
             _name(x.memory_layout),
             "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
         )
+    gathered = list(x.shape)
+    gathered[dim] *= n
+    gathered = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout).padded_shape
+    _check_shard_fits(gathered, memory_config, "gathered output")
     return n

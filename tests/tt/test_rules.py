@@ -390,7 +390,8 @@ def test_all_gather_galaxy_axes():
     assert rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
     assert rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
     assert rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
+    local = means((1, 1, 32, 32), memory_config=shard_mc(W_SHARD, (1, 1), (32, 32)))  # one device's stats
     assert (
-        rules.check_all_gather(means(), 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
+        rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
         == 8
     )
