@@ -91,6 +91,7 @@ RULES = {
     "pre.l1_budget": "the interleaved pre's row fits one core's L1",
     "post.l1_budget": "the interleaved post's row fits one core's L1",
     "sharded.l1_budget": "the sharded factory's buffers fit below the L1 shards of its tensors",
+    "rms_norm.l1_budget": "the interleaved rms_norm's buffers fit in one core's L1",
     "stats.present": "post needs stats",
     "stats.width": "stats padded width % 32 == 0",
     "epsilon.non_negative": "epsilon >= 0",
@@ -313,7 +314,6 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
                 f"block_w={pc.block_w} block_h={pc.block_h}, Wt={kt}, Ht={mt}, grid {across}x{down}",
                 f"block_w={math.ceil(kt / across)}, block_h={mt // down if down else '?'}",
             )
-    _check_reduce_workers(x, pc.block_h, (grid.x, grid.y))
 
 
 def _check_shard_fits(padded_shape, memory_config, what: str) -> None:
@@ -346,7 +346,7 @@ def _check_shard_fits(padded_shape, memory_config, what: str) -> None:
         )
 
 
-def _check_reduce_workers(x: TensorDesc, block_ht: int, program_grid) -> None:
+def _check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
     """The sharded factory places its all-to-all reduce workers with tt-metal's `num_cores_to_corerangeset`, which
     requires each start core inside the (origin-shifted) shard grid and enough cores after it. One tile-row blocks
     (1-D multicast) are laid out from core (0, 0) in the shard orientation; a COL_MAJOR grid one core high, and a
@@ -359,7 +359,7 @@ def _check_reduce_workers(x: TensorDesc, block_ht: int, program_grid) -> None:
     row_wise = spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
     nb = spec.grid.num_cores()
     two_stage = nb == gx * gy and (
-        (row_wise and 1 < gx <= program_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == program_grid[1])
+        (row_wise and 1 < gx <= compute_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == compute_grid[1])
     )
     per = math.ceil(block_ht / ((gx if row_wise else gy) if two_stage else nb))
     first = math.ceil(block_ht / per)
@@ -580,11 +580,6 @@ def _is_sharded_pc(pc) -> bool:
     return isinstance(pc, ttnn.LayerNormShardedMultiCoreProgramConfig)
 
 
-def _pc_grid(pc) -> tuple[int, int]:
-    g = pc.compute_with_storage_grid_size
-    return g.x, g.y
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # L1 budgets of the interleaved distributed factories (the whole local row sits in circular buffers on one core).
 
@@ -639,13 +634,39 @@ def post_l1_bytes(
     return L1_BASE + cb_length * per_tile + small
 
 
-def _check_l1(needed: int, op: str, x: TensorDesc):
-    if needed > L1_SIZE:
+def _bank_bytes(t: TensorDesc | None, banks: int) -> int:
+    """Bytes a tensor takes at the top of every core's L1: its shard, or its share of an L1-interleaved buffer (pages
+    dealt round-robin over `banks`, one per core of the compute grid). DRAM and host tensors take none."""
+    if t is None or not t.on_device or t.memory_config.buffer_type != ttnn.BufferType.L1:
+        return 0
+    if t.is_sharded:
+        return _shard_bytes(t)
+    if t.layout == ttnn.TILE_LAYOUT:
+        pages, page = math.prod(t.padded_shape) // (TILE * TILE), t.tile_bytes()
+    else:
+        pages, page = math.prod(t.padded_shape[:-1]), t.padded_width * DTYPE_BYTES.get(t.dtype, 2)
+    return -(-pages // banks) * page
+
+
+def _l1_floor(grid, *tensors) -> int:
+    """The lowest L1 address of the given tensors' buffers (allocated from the top of L1 down)."""
+    return L1_SIZE - sum(_bank_bytes(t, grid[0] * grid[1]) for t in tensors)
+
+
+def _output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
+    return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config)
+
+
+def _check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
+    """ttnn rejects the program when its circular buffers pass the end of L1 or the lowest L1 buffer of its tensors."""
+    if needed > min(floor, L1_SIZE):
+        below = f", below its tensors' L1 buffers from {floor} B" if floor < L1_SIZE else ""
         _fail(
             f"{op}.l1_budget",
-            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B) and needs {needed} B",
+            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs {needed} B",
             f"local width {x.padded_width} {_name(x.dtype)}",
-            "shard the hidden dim over more devices, use bfloat8_b input, or turn fp32_dest_acc_en off",
+            "shard the hidden dim over more devices, use bfloat8_b input, keep the input in DRAM, or turn "
+            "fp32_dest_acc_en off",
         )
 
 
@@ -669,7 +690,7 @@ def sharded_l1_bytes(
     stats: TensorDesc | None = None,
     out_dtype=None,
     memory_config=None,
-    program_grid=DEFAULT_COMPUTE_GRID,
+    compute_grid=DEFAULT_COMPUTE_GRID,
 ) -> tuple[int, int]:
     """(end of the static dataflow buffers, lowest L1 shard address) of the sharded factory
     (sharded_layernorm_factory_helpers: DFBSizeParams, add_dataflow_buffer_specs) for op 'pre', 'post' or 'rms_norm'.
@@ -689,7 +710,7 @@ def sharded_l1_bytes(
     two_stage = (
         mcast_1d
         and x.shard_spec.grid.num_cores() == gx * gy
-        and ((row_wise and 1 < gx <= program_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == program_grid[1]))
+        and ((row_wise and 1 < gx <= compute_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == compute_grid[1]))
     )
     if two_stage:
         first, second = (gx, gy) if row_wise else (gy, gx)
@@ -724,7 +745,62 @@ def sharded_l1_bytes(
     return L1_BASE + static, L1_SIZE - shards
 
 
+def rms_norm_l1_bytes(
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    weight: TensorDesc | None = None,
+    bias: TensorDesc | None = None,
+) -> int:
+    """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core). Each buffer holds
+    the row rounded up to the dst block (4 tiles with fp32_dest_acc_en, else 8), unless that exceeds 95% of L1: then a
+    TILE weight/bias or a FLOAT32 input streams the row in 56-tile chunks and no weight in 112-tile chunks. A
+    ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    fp32_acc = _compute(compute_kernel_config).fp32_dest_acc_en
+    block = 4 if fp32_acc else 8
+    single, bf16 = TILE_BYTES[ttnn.float32 if fp32_acc else ttnn.bfloat16], TILE_BYTES[ttnn.bfloat16]
+    row = -(-(x.padded_width // TILE) // block) * block
+    gamma_tile = weight.tile_bytes() if weight is not None else bf16
+    beta_tile = bias.tile_bytes() if bias is not None else bf16
+    res_tile = residual.tile_bytes() if residual is not None else 0
+
+    def sizes(n):
+        in0, im6 = (2 * block, n) if residual is not None else (n, 2 * block)
+        return {
+            "in0": in0 * x.tile_bytes(),
+            "in1": 2 * block * res_tile,
+            "out": 2 * block * x.tile_bytes(),
+            "im0": n * single,
+            "im3": n * single,
+            "gamma": n * gamma_tile,
+            "beta": n * beta_tile,
+            "im6": im6 * single,
+            "im5": 2 * block * single,
+            "im4": 8 * single,
+            "small": 2 * single + 2 * bf16 + 2 * bf16 + 2 * single,  # im1, scaler, epsilon, im2
+        }
+
+    row_major_affine = any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
+    streamed = not row_major_affine and sum(sizes(row).values()) >= 0.95 * L1_SIZE
+    if streamed:
+        row = 56 if weight is not None or bias is not None or x.dtype == ttnn.float32 else 112
+    c = sizes(row)
+    total = c["in0"] + c["out"] + 4 * bf16 + 2 * single + c["im3"] + c["im4"]  # in0, out, scaler, eps, im2, im3, im4
+    if residual is not None or streamed:
+        total += c["im0"]
+    if streamed:
+        total += TILE_BYTES[ttnn.float32] if fp32_acc else single  # the streaming accumulator
+    if weight is not None or bias is not None:
+        total += c["im5"]
+    total += (c["gamma"] if weight is not None else 0) + (c["beta"] if bias is not None else 0)
+    if residual is not None:
+        total += c["in1"]
+    return L1_BASE + total
+
+
 def _check_sharded_l1(op: str, x: TensorDesc, **kw):
+    """The sharded factory's work split (reduce workers) and its L1, on the device's compute grid."""
+    _check_reduce_workers(x, x.shard_spec.shape[0] // TILE, kw["compute_grid"])
     end, floor = sharded_l1_bytes(op, x, **kw)
     if end > min(floor, L1_SIZE):
         _fail(
@@ -791,9 +867,7 @@ def check_pre_all_gather(
                 "pass dtype=ttnn.bfloat16 (or omit it)",
             )
         _check_residual(x, res)
-        _check_sharded_l1(
-            "pre", x, compute_kernel_config=compute_kernel_config, residual=res, program_grid=_pc_grid(program_config)
-        )
+        _check_sharded_l1("pre", x, compute_kernel_config=compute_kernel_config, residual=res, compute_grid=grid)
         return "sharded"
     _check_interleaved_program_config(
         program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather"
@@ -801,7 +875,13 @@ def check_pre_all_gather(
     _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
     _check_output_memory_config(x, memory_config)
     _check_residual(x, res)
-    _check_l1(pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)), "pre", x)
+    out = _output_desc(x, (*x.shape[:-1], TILE), dtype or ttnn.bfloat16, memory_config)
+    _check_l1(
+        pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)),
+        "pre",
+        x,
+        _l1_floor(grid, x, res, out),
+    )
     return "interleaved"
 
 
@@ -921,7 +1001,7 @@ def check_post_all_gather(
             stats=s,
             out_dtype=dtype,
             memory_config=memory_config,
-            program_grid=_pc_grid(program_config),
+            compute_grid=grid,
         )
         return "sharded"
     if s.stats_kind == STATS_MEANS:
@@ -946,7 +1026,13 @@ def check_post_all_gather(
     # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
     _check_shard_fits(x.padded_shape, memory_config, "output")
     _check_gamma_beta(x, w, b, "interleaved_post")
-    _check_l1(post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]), "post", x)
+    out = _output_desc(x, x.shape, dtype, memory_config)
+    _check_l1(
+        post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]),
+        "post",
+        x,
+        _l1_floor(grid, x, s, w, b, out),
+    )
     return "interleaved"
 
 
@@ -981,8 +1067,6 @@ def check_rms_norm(
             )
         if program_config is not None:
             _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
-        else:  # ttnn derives the config from the shard spec
-            _check_reduce_workers(x, x.shard_spec.shape[0] // TILE, grid)
         _check_output_memory_config(x, memory_config)
         _check_shard_fits(x.padded_shape, memory_config, "output")
         path = "sharded"
@@ -1005,6 +1089,18 @@ def check_rms_norm(
         path = "interleaved"
     _check_residual(x, res, sharded_residual_ok=True)
     _check_gamma_beta(x, w, b, "sharded")
+    if path == "interleaved":
+        needed = rms_norm_l1_bytes(x, compute_kernel_config, res, w, b)
+        floor = _l1_floor(grid, x, res, w, b, _output_desc(x, x.shape, None, memory_config))
+        if needed > min(floor, L1_SIZE):
+            _fail(
+                "rms_norm.l1_budget",
+                f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
+                " of L1 or its tensors' L1 buffers)",
+                f"width {x.padded_width} {_name(x.dtype)}"
+                + (", ROW_MAJOR weight/bias (no streaming variant)" if w is not None or b is not None else ""),
+                "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
+            )
     if path == "sharded":
         _check_sharded_l1(
             "rms_norm",
@@ -1014,7 +1110,7 @@ def check_rms_norm(
             weight=w,
             bias=b,
             memory_config=memory_config,
-            program_grid=_pc_grid(program_config) if program_config is not None else grid,
+            compute_grid=grid,
         )
     return path
 
@@ -1031,7 +1127,8 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
             "gather the stats on dim=3 (the last)",
         )
     mesh_shape = tuple(mesh_shape)
-    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1:
+    # a last dim off the tile grid takes ttnn's composite gather, which needs no axis
+    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1 and x.width % TILE == 0:
         _fail(
             "all_gather.cluster_axis",
             "on a 2-D mesh the 1-D fabric needs cluster_axis",

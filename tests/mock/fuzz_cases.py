@@ -438,7 +438,7 @@ def _m_residual(rng, c):
         res["shape"] = (*x["shape"][:-2], x["shape"][-2] * 2 if x["shape"][-2] < 64 else 32, x["shape"][-1])
         if _sharded(c):
             res["mem"] = "DRAM"
-    elif choice == "layout" and x["dtype"] != "bf8":
+    elif choice == "layout" and x["dtype"] != "bf8" and not (_sharded(c) and x["shape"][-2] % TILE):
         res["layout"] = "RM"
     elif choice == "sharding":
         res["mem"] = "DRAM" if _sharded(c) else S("WIDTH", (0, 0, 0, 0), (_padded(x["shape"][-2]), _padded(x["shape"][-1])))
@@ -595,6 +595,23 @@ MUTATIONS = (
 )
 
 
+_TILE_BYTES = {"bf16": 2048, "bf8": 1088, "fp32": 4096, "uint32": 4096}
+L1_SHARD_BUDGET = 1_300_000  # what the mock can allocate for the shards of one call, below its ~1.39 MB per core
+
+
+def _shard_bytes(spec) -> int:
+    if not spec or not isinstance(spec["mem"], tuple):
+        return 0
+    h, w = spec["mem"][3]
+    return (h // TILE) * (w // TILE) * _TILE_BYTES[spec["dtype"]]
+
+
+def buildable(c: dict) -> bool:
+    """The call's L1 shards can be allocated on the mock (the op's output shard included)."""
+    slots = [c.get(k) for k in ("x", "residual", "stats", "weight", "bias")]
+    return 2 * _shard_bytes(c.get("x")) + sum(_shard_bytes(t) for t in slots[1:]) <= L1_SHARD_BUDGET
+
+
 def _mutate(rng, c, k: int) -> list[str]:
     done = []
     for _ in range(50):
@@ -677,12 +694,15 @@ def generate(seed: int, n: int) -> list[dict]:
         else:
             system = rng.choices(SYSTEMS, weights=(0.55, 0.15, 0.15, 0.15))[0]
         k = rng.choices((0, 1, 2, 3), weights=(0.25, 0.5, 0.18, 0.07))[0]
-        if op == "chain":
-            c = _chain(rng, system)
-            done = _mutate_chain(rng, c, k)
-        else:
-            c = _base(rng, op, system)
-            done = _mutate(rng, c, k)
+        while True:
+            if op == "chain":
+                c = _chain(rng, system)
+                done = _mutate_chain(rng, c, k)
+            else:
+                c = _base(rng, op, system)
+                done = _mutate(rng, c, k)
+            if buildable(c):
+                break
         c["id"] = f"fuzz{seed}-{i}"
         c["mutations"] = done
         cases.append(c)
