@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test parity clean-venv
+.PHONY: demo test parity fuzz clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -25,6 +25,12 @@ test: $(STAMP)
 
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
+
+# Differential fuzzing of the rules against ttnn on mock clusters: N generated calls, a fresh seed unless
+# TT_RMSNORM_FUZZ_SEED is set; prints every failing call as a battery case, then the agreement per op.
+N ?= 1000
+fuzz: $(STAMP)
+	PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1 $(PY) tests/mock/differential.py $(N)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -663,7 +663,8 @@ def _check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
         below = f", below its tensors' L1 buffers from {floor} B" if floor < L1_SIZE else ""
         _fail(
             f"{op}.l1_budget",
-            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs {needed} B",
+            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs "
+            f"{needed} B",
             f"local width {x.padded_width} {_name(x.dtype)}",
             "shard the hidden dim over more devices, use bfloat8_b input, keep the input in DRAM, or turn "
             "fp32_dest_acc_en off",

@@ -67,7 +67,7 @@ def _ttnn_side(system: str, cases: list[dict]) -> list[dict]:
             got = mock_cluster.run_isolated(
                 system, fuzz_worker.run_batch, [cases[i] for i in idx], timeout=BATCH_TIMEOUT_S
             )
-            results.update(zip(idx, got))
+            results.update(zip(idx, got, strict=True))
         except (mock_cluster.WorkerCrashed, mock_cluster.WorkerTimeout, mock_cluster.IsolatedError):
             singles += idx
     for i in singles:
@@ -96,12 +96,10 @@ def judge_step(case: dict, got: dict) -> tuple[str, str]:
         return "disagree", f"rules on TensorDescs vs on real tensors: {pkg['rule']} vs {real['rule']}\n  {both}"
     if pkg["verdict"] == "error":
         return "disagree", f"package fault\n  {both}"
-    ttnn_verdict = "reject" if got["verdict"] == "crash" else got["verdict"]
-    if pkg["verdict"] == ttnn_verdict:
-        return "agree", both
-    if pkg["verdict"] == "reject" and pkg["rule"] in PACKAGE_ONLY_RULES:
+    if pkg["verdict"] == "reject" and pkg["rule"] in PACKAGE_ONLY_RULES and got["verdict"] in ("accept", "crash"):
         return "package-only", both
-    return "disagree", both
+    ttnn_verdict = "reject" if got["verdict"] == "crash" else got["verdict"]
+    return ("agree" if pkg["verdict"] == ttnn_verdict else "disagree"), both
 
 
 def judge(case: dict, got: dict) -> Outcome:
@@ -153,7 +151,7 @@ def run(cases: list[dict]) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(cases)
     for system in sorted(by_system, key=list(mock_cases.GRIDS).index):
         idx = by_system[system]
-        for i, got in zip(idx, _ttnn_side(system, [cases[i] for i in idx])):
+        for i, got in zip(idx, _ttnn_side(system, [cases[i] for i in idx]), strict=True):
             outcomes[i] = judge(cases[i], got)
     return outcomes
 

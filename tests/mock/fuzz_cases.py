@@ -185,7 +185,9 @@ def _weight(rng, width, op):
 def _stats_for(rng, x, system, sharded):
     n = _gather_size(system, _valid_axis(system)) if system != "n150" else rng.choice((1, 2, 8))
     if sharded:
-        return T((1, 1, TILE, TILE * n), mem=S("WIDTH", (0, 0, 0, 0), (TILE, TILE * n)), kind=rng.choice(("means", None)))
+        return T(
+            (1, 1, TILE, TILE * n), mem=S("WIDTH", (0, 0, 0, 0), (TILE, TILE * n)), kind=rng.choice(("means", None))
+        )
     dtype = _pick(rng, {"bf16": 0.7, "bf8": 0.15, "fp32": 0.15})
     mem = _pick(rng, {"DRAM": 0.7, "L1": 0.2, "shard1": 0.1})
     shape = (*x["shape"][:-1], TILE * n)
@@ -267,7 +269,7 @@ def _pc(c):
 
 def _set_pc(c, **field):
     names = ("kind", "grid", "subblock_w", "block_h", "block_w", "inplace", "welford")
-    pc = dict(zip(names, _pc(c)))
+    pc = dict(zip(names, _pc(c), strict=True))
     pc.update(field)
     c["kw"]["program_config"] = tuple(pc[n] for n in names)
 
@@ -358,7 +360,11 @@ def _m_width(rng, c):
         cores = (grid[2] - grid[0] + 1) * (grid[3] - grid[1] + 1)
         if x["shape"][-2] * cores * tiles * TILE > MAX_ELEMENTS:
             return None
-        c["x"] = {**x, "shape": (*x["shape"][:-1], cores * tiles * TILE), "mem": S(strategy, grid, (sh, tiles * TILE), orient)}
+        c["x"] = {
+            **x,
+            "shape": (*x["shape"][:-1], cores * tiles * TILE),
+            "mem": S(strategy, grid, (sh, tiles * TILE), orient),
+        }
         if _pc(c):
             c["kw"]["program_config"] = sharded_pc(c["x"], c["kw"].get("compute_kernel_config"))
     else:
@@ -441,7 +447,9 @@ def _m_residual(rng, c):
     elif choice == "layout" and x["dtype"] != "bf8" and not (_sharded(c) and x["shape"][-2] % TILE):
         res["layout"] = "RM"
     elif choice == "sharding":
-        res["mem"] = "DRAM" if _sharded(c) else S("WIDTH", (0, 0, 0, 0), (_padded(x["shape"][-2]), _padded(x["shape"][-1])))
+        res["mem"] = (
+            "DRAM" if _sharded(c) else S("WIDTH", (0, 0, 0, 0), (_padded(x["shape"][-2]), _padded(x["shape"][-1])))
+        )
         if not _sharded(c) and (math.prod(x["shape"][:-1]) > 256 or x["shape"][-1] > 8192 or len(x["shape"]) != 4):
             return None
     elif choice == "dtype":
@@ -461,7 +469,9 @@ def _m_weight(rng, c):
     if c["op"] not in ("post", "rms_norm"):
         return None
     w = _padded(c["x"]["shape"][-1])
-    choice = rng.choice(("tile_half", "tile_tall", "tile_bf8", "rm_short", "rm_1d", "tile_1d", "bias_other", "bias_only"))
+    choice = rng.choice(
+        ("tile_half", "tile_tall", "tile_bf8", "rm_short", "rm_1d", "tile_1d", "bias_other", "bias_only")
+    )
     if choice == "tile_half":
         c["weight"] = T((1, 1, 1, max(TILE, w // 2)))
     elif choice == "tile_tall":
@@ -476,7 +486,11 @@ def _m_weight(rng, c):
         c["weight"] = T((c["x"]["shape"][-1],), rng.choice(("bf16", "fp32", "bf8")))
     elif choice == "bias_other":
         c["weight"] = c.get("weight") or T((1, 1, w // TILE, TILE), layout="RM")
-        other = T((1, 1, 1, c["x"]["shape"][-1])) if c["weight"]["layout"] == "RM" else T((1, 1, w // TILE, TILE), layout="RM")
+        other = (
+            T((1, 1, 1, c["x"]["shape"][-1]))
+            if c["weight"]["layout"] == "RM"
+            else T((1, 1, w // TILE, TILE), layout="RM")
+        )
         c["bias"] = other
     else:
         c["bias"] = c.pop("weight", None) or T((1, 1, w // TILE, TILE), layout="RM")

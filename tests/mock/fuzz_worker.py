@@ -108,6 +108,8 @@ def run_chain(mesh, chain: dict) -> dict:
     post = {"op": "post", "system": chain["system"], "x": chain["x"], "stats": spec_of(gathered, kind)}
     post.update({k: chain[k] for k in ("weight", "bias") if chain.get(k)})
     post["kw"] = chain["post_kw"]
-    result, _ = _judge(post, {"x": tensors["x"], "stats": gathered, **{k: tensors[k] for k in ("weight", "bias") if k in tensors}})
+    result, _ = _judge(
+        post, {"x": tensors["x"], "stats": gathered, **{k: tensors[k] for k in ("weight", "bias") if k in tensors}}
+    )
     steps.append({"case": post, **result})
     return {"steps": steps}

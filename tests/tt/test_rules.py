@@ -416,15 +416,17 @@ def test_all_gather_galaxy_axes():
     assert rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
     local = means((1, 1, 32, 32), memory_config=shard_mc(W_SHARD, (1, 1), (32, 32)))  # one device's stats
     assert (
-        rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
-        == 8
+        rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config) == 8
     )
 
 
 def _l1_verdicts_sharded():
     path = Path(__file__).with_name("data") / "l1_verdicts_sharded.txt"
     rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
-    return [(op, int(c), int(t), dt, acc == "True", int(w), v, [int(n) for n in rest]) for op, c, t, dt, acc, w, v, *rest in rows]
+    return [
+        (op, int(c), int(t), dt, acc == "True", int(w), v, [int(n) for n in rest])
+        for op, c, t, dt, acc, w, v, *rest in rows
+    ]
 
 
 @pytest.mark.parametrize(
