@@ -319,9 +319,14 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
     assert rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
 
 
+def _data_rows(name: str) -> list[list[str]]:
+    """The rows of a recorded-verdicts file in data/, split on whitespace, comments left out."""
+    path = Path(__file__).with_name("data") / name
+    return [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
 def _l1_verdicts():
-    path = Path(__file__).with_name("data") / "l1_verdicts.txt"
-    rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    rows = _data_rows("l1_verdicts.txt")
     return [
         (op, int(w), int(aff), acc == "True", dt, res == "True", verdict)
         for op, w, aff, acc, dt, res, verdict, *_ in rows
@@ -369,8 +374,7 @@ def _assert_l1_verdict(check, op, verdict):
 
 
 def _l1_verdicts_2d():
-    path = Path(__file__).with_name("data") / "l1_verdicts_2d.txt"
-    rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    rows = _data_rows("l1_verdicts_2d.txt")
     return [(op, int(w), int(s), acc == "True", dt, int(g), verdict) for op, w, s, acc, dt, g, verdict, *_ in rows]
 
 
@@ -421,8 +425,7 @@ def test_all_gather_galaxy_axes():
 
 
 def _l1_verdicts_sharded():
-    path = Path(__file__).with_name("data") / "l1_verdicts_sharded.txt"
-    rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    rows = _data_rows("l1_verdicts_sharded.txt")
     return [
         (op, int(c), int(t), dt, acc == "True", int(w), v, [int(n) for n in rest])
         for op, c, t, dt, acc, w, v, *rest in rows
