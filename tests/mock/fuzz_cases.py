@@ -86,7 +86,9 @@ def _compute(rng):
 
 def _gather_size(system: str, axis) -> int:
     shape = MESH_SHAPES[system]
-    return math.prod(shape) if axis is None else shape[axis]
+    if axis is None:
+        return math.prod(shape)
+    return shape[axis] if 0 <= axis < len(shape) else 1  # an invalid axis (a mutation) gathers nothing
 
 
 def _valid_axis(system: str):
@@ -126,13 +128,13 @@ def _shard_layout(rng, system, rows, tiles_per_core, strategy=None, orient=None)
         shard = (padded_rows, tiles_per_core * TILE)
     elif strategy == "BLOCK":
         down = padded_rows // TILE  # one tile row of each block per grid row
-        across = rng.choice((1, 2, 4, 8))
+        across_max, down_max = (gx, gy) if orient == "ROW" else (gy, gx)
+        across = min(rng.choice((1, 2, 4, 8)), across_max)
+        if down > down_max:
+            down, padded_rows, rows = 1, TILE, min(rows, TILE)
         cx, cy = (across, down) if orient == "ROW" else (down, across)
-        if cx > gx or cy > gy:
-            cx, cy = (across, 1) if orient == "ROW" else (1, across)
-            padded_rows, rows = TILE, min(rows, TILE)
         width = across * tiles_per_core * TILE
-        shard = (padded_rows // (cy if orient == "ROW" else cx), tiles_per_core * TILE)
+        shard = (padded_rows // down, tiles_per_core * TILE)
     else:
         cx, cy = min(padded_rows // TILE, gx), 1
         width = tiles_per_core * TILE

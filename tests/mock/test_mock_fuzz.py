@@ -24,6 +24,8 @@ def test_generator_is_seeded_and_balanced():
     assert {c["op"] for c in a} == set(fuzz_cases.OPS)
     assert {c["system"] for c in a} == set(fuzz_cases.SYSTEMS)
     assert all(fuzz_cases.buildable(c) for c in a)
+    for seed in range(20):  # every draw path, on many seeds
+        assert all(fuzz_cases.buildable(c) for c in fuzz_cases.generate(seed, 300))
 
 
 def _as_battery_case(id, op, x, expect, system="n150", **slots_and_kw):
