@@ -650,6 +650,10 @@ case(
 )
 case("sharded-row-1col", "pre", T(X, mem=S("WIDTH", (0, 0, 0, 3), (32, 256))), A, program_config=PC((1, 4), 8, 1, 8))
 # sharded memory configs must fit the tensor they describe
+# (the sharded pre builds its own one-core stats spec and takes any sharded memory_config)
+case(
+    "sharded-out-misfit", "pre", T(X, mem=W8), A, program_config=PC8, memory_config=S("WIDTH", (0, 0, 3, 1), (64, 128))
+)
 case("out-sharded-misfit", "post", T((1, 1, 128, 1024)), R, stats=T((1, 1, 128, 256)), memory_config=W8)
 case(
     "out-misfit",
