@@ -82,7 +82,7 @@ RULES = {
     "sharded_pre.dtype_ignored": "the sharded pre writes bfloat16 only",
     "residual.shape": "residual shape equals the input's",
     "residual.same_sharding": "residual sharded as the input",
-    "residual.interleaved": "interleaved input, interleaved residual",
+    "residual.interleaved": "interleaved input, interleaved residual (pre)",
     "pre.welford": "no Welford in the pre",
     "post.welford": "no Welford in the post",
     "rms_norm.welford": "no Welford in rms_norm (default config)",
@@ -1085,7 +1085,10 @@ def check_rms_norm(
                 "use_welford=True",
                 "LayerNormDefaultProgramConfig(use_welford=False)",
             )
-        _check_output_memory_config(x, memory_config)
+        if memory_config is not None and memory_config.is_sharded():  # rms_norm writes any sharded output
+            _check_shard_fits(x.padded_shape, memory_config, "output")
+        else:
+            _check_output_memory_config(x, memory_config)
         path = "interleaved"
     _check_residual(x, res, sharded_residual_ok=True)
     _check_gamma_beta(x, w, b, "sharded")

@@ -654,6 +654,9 @@ case("sharded-row-1col", "pre", T(X, mem=S("WIDTH", (0, 0, 0, 3), (32, 256))), A
 case(
     "sharded-out-misfit", "pre", T(X, mem=W8), A, program_config=PC8, memory_config=S("WIDTH", (0, 0, 3, 1), (64, 128))
 )
+case("out-sharded", "rms_norm", T(X), A, memory_config=W8)  # an interleaved input, any sharded output that fits
+case("out-block-sharded", "rms_norm", T(X), A, memory_config=S("BLOCK", (0, 0, 3, 0), (32, 256)))
+case("out-sharded-misfit", "rms_norm", T(X), R, memory_config=S("WIDTH", (0, 0, 3, 1), (64, 128)))
 case("out-sharded-misfit", "post", T((1, 1, 128, 1024)), R, stats=T((1, 1, 128, 256)), memory_config=W8)
 case(
     "out-misfit",

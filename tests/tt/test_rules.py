@@ -504,13 +504,17 @@ def test_guards_ttnn_does_not_have_are_package_only():
 
 
 def test_rms_norm_cases_ttnn_accepts_or_rejects():
-    """rms_norm, unlike the pre, takes a sharded residual with an interleaved input; it refuses a default program
-    config on a sharded input ("std::get: wrong index for variant") but derives one when none is given."""
+    """rms_norm, unlike the pre, takes a sharded residual and writes any sharded output (that fits) for an interleaved
+    input; it refuses a default program config on a sharded input ("std::get: wrong index for variant") but derives
+    one when none is given."""
     assert rms(x((1, 1, 32, 1024)), residual_input_tensor=xs())() == "interleaved"
     with pytest.raises(RuleError) as err:
         rms(xs(), program_config=configs.interleaved_program_config())()
     assert err.value.rule == "sharded.program_config"
     assert rms(xs())() == "sharded"
+    assert rms(x((1, 1, 32, 1024)), memory_config=shard_mc(B_SHARD, (4, 1), (32, 256)))() == "interleaved"
+    with pytest.raises(RuleError, match="memory_config.shard_fits"):
+        rms(x((1, 1, 32, 1024)), memory_config=shard_mc(W_SHARD, (4, 2), (64, 128)))()
 
 
 def test_interleaved_rms_norm_streams_only_tile_affine():
