@@ -84,8 +84,7 @@ def spec_of(t, kind=None) -> dict | None:
 
 
 def run_chain(mesh, chain: dict) -> dict:
-    """pre -> all_gather -> post. Each step's battery case and result; the chain stops where ttnn rejects. The
-    all_gather's semaphores (a few bytes of L1 each) stay allocated for the post, as they do on a device."""
+    """pre -> all_gather -> post. Each step's battery case and result; the chain stops where ttnn rejects."""
     try:
         tensors = _build(mesh, chain)
     except Exception as e:
@@ -105,16 +104,20 @@ def run_chain(mesh, chain: dict) -> dict:
     steps.append({"case": gather, **result})
     if gathered is None:
         return {"steps": steps}
-    mark_stats(gathered, kind)
-    # The post is judged on its own inputs: the rules see only those, so the residual and the per-device stats are
-    # freed first (an L1 residual shard would lower the post's L1 ceiling, which no argument of the post shows).
-    del stats
-    tensors.pop("residual", None)
+    # The post is judged on a device holding only its own inputs, as the rules see it: the gathered stats are
+    # described, everything is freed (the residual's L1 shard would otherwise leave a hole that no argument of the
+    # post shows) and the post's inputs are built again, so the printed battery case is exactly the call judged.
     post = {"op": "post", "system": chain["system"], "x": chain["x"], "stats": spec_of(gathered, kind)}
     post.update({k: chain[k] for k in ("weight", "bias") if chain.get(k)})
     post["kw"] = chain["post_kw"]
-    result, _ = _judge(
-        post, {"x": tensors["x"], "stats": gathered, **{k: tensors[k] for k in ("weight", "bias") if k in tensors}}
-    )
+    if post["stats"] is None:
+        return {"harness": "the gathered stats have no spec form"}
+    del stats, gathered, tensors
+    mesh.clear_program_cache()
+    try:
+        tensors = _build(mesh, post)
+    except Exception as e:
+        return {"harness": f"building the post's tensors: {_error_text(e)}"}
+    result, _ = _judge(post, tensors)
     steps.append({"case": post, **result})
     return {"steps": steps}
