@@ -115,6 +115,7 @@ RULES = {
     "all_gather.cluster_axis": "cluster_axis is an axis of the mesh",
     "all_gather.num_devices": "more than one device on the gather axis",
     "all_gather.sharded_needs_memory_config": "sharded input needs an output memory_config",
+    "all_gather.empty": "the gathered tensor has elements",
 }
 
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
@@ -596,12 +597,11 @@ def pre_l1_bytes(
     merge buffers. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
     wt = x.padded_width // TILE
     cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    fused = 2 * wt * residual.tile_bytes() + wt * cb if residual is not None else 0  # residual x2, fused a+b
     if use_2d_core_grid:
-        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + 11 * cb + TILE_BYTES[stats_dtype]
+        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + 11 * cb + TILE_BYTES[stats_dtype] + fused
     total = 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype]  # input x2, x^2, reduce scaler, out
-    if residual is not None:
-        total += 2 * wt * residual.tile_bytes() + wt * cb  # residual x2, fused a+b
-    return L1_BASE + total
+    return L1_BASE + total + fused
 
 
 def post_l1_bytes(
@@ -1163,8 +1163,10 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
             _name(x.memory_layout),
             "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
         )
+    if math.prod(x.shape) == 0:
+        _fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")
     gathered = list(x.shape)
     gathered[dim] *= n
-    gathered = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout).padded_shape
-    _check_shard_fits(gathered, memory_config, "gathered output")
+    out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
+    _check_shard_fits(out.padded_shape, memory_config, "gathered output")
     return n

@@ -371,7 +371,7 @@ def _m_width(rng, c):
             c["kw"]["program_config"] = sharded_pc(c["x"], c["kw"].get("compute_kernel_config"))
     else:
         w = rng.choice(L1_EDGE_WIDTHS)
-        rows = min(x["shape"][-2], MAX_ELEMENTS // w // x["shape"][0])
+        rows = max(1, min(x["shape"][-2], MAX_ELEMENTS // w // math.prod(x["shape"][:-2])))
         c["x"] = {**x, "shape": (*x["shape"][:-2], rows, w)}
     _refit(c)
     return "x.width"
@@ -514,7 +514,7 @@ def _m_stats(rng, c):
         rows = 64 if s["shape"][-2] <= 32 else 32
         mem = s["mem"]
         if isinstance(mem, tuple):
-            mem = S("WIDTH", (0, 0, 0, 0), (rows, s["shape"][-1]))
+            mem = S("WIDTH", (0, 0, 0, 0), (rows * math.prod(s["shape"][:-2]), _padded(s["shape"][-1])))
         s = {**s, "shape": (*s["shape"][:-2], rows, s["shape"][-1]), "mem": mem}
     elif choice == "batch" and not isinstance(s["mem"], tuple):
         s = {**s, "shape": (2, *s["shape"][1:])}

@@ -698,6 +698,18 @@ case(
 # ttnn's composite gather (a last dim off the tile grid) needs no cluster_axis on a 2-D mesh
 case("axisNone-unaligned", "all_gather", T((1, 1, 7, 100)), A, system="galaxy", dim=3)
 
+case(
+    "2d-grid-residual",
+    "pre",
+    T((2, 1, 128, 2048), "fp32"),
+    R,
+    residual=T((2, 1, 128, 2048), "fp32"),
+    compute_kernel_config=FP32,
+    use_2d_core_grid=True,
+)
+case("2d-grid-residual-fits", "pre", T((1, 1, 128, 1024)), A, residual=T((1, 1, 128, 1024)), use_2d_core_grid=True)
+case("empty", "all_gather", T((0, 1024), layout="RM"), R, system="t3k", dim=0, cluster_axis=1)
+
 # Cases where the package's verdict differs from ttnn's, reported to the rules' owner. The battery marks them as strict
 # expected failures, so each one turns the battery red again as soon as the rule is fixed (then drop it from here).
 KNOWN_DISAGREEMENTS: dict[str, str] = {}

@@ -216,6 +216,7 @@ BAD = [
     ("all_gather.num_devices", "more than one device", gather(x(), cluster_axis=0)),
     ("all_gather.sharded_needs_memory_config", "explicit output memory_config", gather(means())),
     ("rms_norm.welford", "Welford", rms(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
+    ("all_gather.empty", "empty tensor", gather(D((0, 1024), layout=RM), dim=0)),
     (
         "memory_config.shard_fits",
         "does not fit a 128 x 1024 tensor",
@@ -541,3 +542,14 @@ def test_all_gather_without_axis_on_2d_mesh():
     with pytest.raises(RuleError, match="all_gather.cluster_axis"):
         gather(x((1, 1, 32, 32)), mesh_shape=(8, 4))()
     assert gather(x((1, 1, 7, 100)), mesh_shape=(8, 4))() == 32
+
+
+def test_2d_pre_counts_the_residual():
+    """The 2-D pre double-buffers the residual and keeps a+b: ttnn on a mock N150 rejects [2,1,128,2048] FLOAT32 with
+    a FLOAT32 residual (static buffers to 1,987,936 B), and the rules count the same bytes."""
+    inp, res = x((2, 1, 128, 2048), dtype=ttnn.float32), x((2, 1, 128, 2048), dtype=ttnn.float32)
+    assert rules.pre_l1_bytes(inp, FP32_ACC, res, use_2d_core_grid=True) == 1_987_936
+    with pytest.warns(rules.AccuracyWarning), pytest.raises(RuleError, match="pre.l1_budget"):
+        pre(
+            inp, residual_input_tensor=res, compute_kernel_config=FP32_ACC, use_2d_core_grid=True, compute_grid=(8, 8)
+        )()
