@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test conformance parity bench-host mutation clean-venv
+.PHONY: demo test conformance parity bench-host mutation fuzz clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -44,6 +44,11 @@ SEED ?= 0
 mutation: $(STAMP)
 	@$(PY) -c 'import cosmic_ray' 2>/dev/null || $(PY) -m pip install -q --no-cache-dir -e '.[mutation]'
 	$(PY) tests/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
+# Differential fuzzing of the rules against ttnn on mock clusters: N generated calls, a fresh seed unless
+# TT_RMSNORM_FUZZ_SEED is set; prints every failing call as a battery case, then the agreement per op.
+N ?= 1000
+fuzz: $(STAMP)
+	PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1 $(PY) tests/mock/differential.py $(N)
 
 clean-venv:
 	rm -rf $(VENV)

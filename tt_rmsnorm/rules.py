@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TILE_BYTES, TensorDesc, describe
+from tt_rmsnorm.tensors import DTYPE_BYTES, STATS_MEANS, STATS_SUMS, TILE_BYTES, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
 
@@ -62,6 +62,7 @@ PACKAGE_ONLY_RULES = {
         "ttnn runs it and returns wrong rows: tt-metal's test_rms_norm_bad_user_repro (576 rows width-sharded over 8x8 "
         "cores, fp32 accumulation) is the one sharded RMSNorm case whose per-worker stats gather exceeds one NOC burst"
     ),
+    "epsilon.non_negative": "ttnn takes any epsilon, but rsqrt(E[x^2] + eps) is NaN for rows with E[x^2] < -eps",
 }
 
 # Every rule id this module raises, with what it guards. The test suite has a violating case for each.
@@ -94,16 +95,21 @@ RULES = {
     "memory_config.matches_input": "output buffer type and layout equal the input's",
     "memory_config.interleaved_output": "interleaved input, interleaved output",
     "memory_config.shard_height": "output shard height equals the input's",
+    "memory_config.shard_fits": "a sharded output memory_config's shards cover the output on its cores",
+    "sharded.reduce_workers": "the sharded factory can place its reduce workers on the shard grid",
     "sharded_pre.dtype_ignored": "the sharded pre writes bfloat16 only",
     "residual.shape": "residual shape equals the input's",
     "residual.same_sharding": "residual sharded as the input",
-    "residual.interleaved": "interleaved input, interleaved residual",
+    "residual.interleaved": "interleaved input, interleaved residual (pre)",
     "pre.welford": "no Welford in the pre",
     "post.welford": "no Welford in the post",
+    "rms_norm.welford": "no Welford in rms_norm (default config)",
     "pre.fp32_needs_fp32_acc": "FLOAT32 pre input needs fp32_dest_acc_en",
     "post.fp32_needs_fp32_acc": "FLOAT32 post input or stats need fp32_dest_acc_en",
     "pre.l1_budget": "the interleaved pre's row fits one core's L1",
     "post.l1_budget": "the interleaved post's row fits one core's L1",
+    "sharded.l1_budget": "the sharded factory's buffers fit below the L1 shards of its tensors",
+    "rms_norm.l1_budget": "the interleaved rms_norm's buffers fit in one core's L1",
     "stats.present": "post needs stats",
     "stats.width": "stats padded width % 32 == 0",
     "epsilon.non_negative": "epsilon >= 0",
@@ -163,6 +169,7 @@ RULES = {
     "fused.stats_core": "stats on the input grid's first core",
     "fused.persistent_output": "persistent output has the output's shape, memory config and dtype",
     "fused.num_links": "1 <= num_links <= the fabric's links",
+    "all_gather.empty": "the gathered tensor has elements",
 }
 
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
@@ -476,6 +483,89 @@ def _check_stats_gather(x: TensorDesc, program_config, compute_kernel_config, co
         )
 
 
+def _check_shard_fits(padded_shape, memory_config, what: str) -> None:
+    """ttnn's tensor-spec validation of a sharded memory config against the tensor it will hold (physical 2-D view:
+    all padded dims but the last fold into the height)."""
+    if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
+        return
+    spec = memory_config.shard_spec
+    height, width = math.prod(padded_shape[:-1]), padded_shape[-1]
+    shard_h, shard_w = spec.shape
+    cores, layout = spec.grid.num_cores(), memory_config.memory_layout
+    problem = None
+    if layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
+        if shard_w != width or math.ceil(height / shard_h) > cores:
+            problem = f"height sharding needs shard width {width} and at most {cores} shards of {shard_h} rows"
+    elif layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED:
+        if shard_h != height or math.ceil(width / shard_w) > cores:
+            problem = f"width sharding needs shard height {height} and at most {cores} shards of width {shard_w}"
+    else:
+        ex, ey = _bbox_extent(spec)
+        rows, cols = (ey, ex) if spec.orientation == ttnn.ShardOrientation.ROW_MAJOR else (ex, ey)
+        if math.ceil(height / shard_h) > rows or math.ceil(width / shard_w) > cols:
+            problem = f"block sharding needs at most {rows} x {cols} shards"
+    if problem:
+        _fail(
+            "memory_config.shard_fits",
+            f"the {what}'s sharded memory_config does not fit a {height} x {width} tensor: {problem}",
+            f"shard {list(spec.shape)} on {cores} cores, {_name(layout)}",
+            "derive the shard shape from the output shape (tt_rmsnorm.configs.sharded_memory_config)",
+        )
+
+
+def _check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
+    """The sharded factory places its all-to-all reduce workers with tt-metal's `num_cores_to_corerangeset`, which
+    requires each start core inside the (origin-shifted) shard grid and enough cores after it. One tile-row blocks
+    (1-D multicast) are laid out from core (0, 0) in the shard orientation; a COL_MAJOR grid one core high, and a
+    ROW_MAJOR grid one core wide that does not start at x = 0, leave a start core outside the grid."""
+    spec = x.shard_spec
+    if x.physical_rows != block_ht * TILE:  # 2-D blocks: plain rectangles, no work split
+        return
+    box = spec.grid.bounding_box()
+    gx, gy = _bbox_extent(spec)
+    row_wise = spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    nb = spec.grid.num_cores()
+    two_stage = nb == gx * gy and (
+        (row_wise and 1 < gx <= compute_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == compute_grid[1])
+    )
+    per = math.ceil(block_ht / ((gx if row_wise else gy) if two_stage else nb))
+    first = math.ceil(block_ht / per)
+    n_all = first * ((gy if row_wise else gx) if two_stage else 1)
+    n_none = nb - n_all
+    all_grid = ((first, gy) if row_wise else (gx, first)) if two_stage else (gx, gy)
+
+    def nth(i, grid):
+        return (i % grid[0], i // grid[0]) if row_wise else (i // grid[1], i % grid[1])
+
+    calls = [((0, 0), n_all, all_grid)]
+    if nb > 1:
+        if not row_wise:
+            start = (0, 1)
+        elif two_stage:
+            start = (0, 1) if all_grid[0] == 1 else (1, 0)
+        else:
+            start = (0, 1) if box.end.x == 0 else (1, 0)
+        calls.append((start, n_all - 1, all_grid))
+    if n_none > 0 and not two_stage:
+        ex, ey = nth(n_all - 1, all_grid)
+        if row_wise:
+            start = (0, ey + 1) if ex == box.end.x else (ex + 1, ey)
+        else:
+            start = (ex + 1, 0) if ey == box.end.y else (ex, ey + 1)
+        calls.append((start, n_none, (gx, gy)))
+    for (sx, sy), target, (nx, ny) in calls:
+        inside = sx < nx and sy < ny
+        available = ((ny - 1 - sy) * nx + nx - sx) if row_wise else ((nx - 1 - sx) * ny + ny - sy)
+        if not inside or target > available:
+            _fail(
+                "sharded.reduce_workers",
+                "ttnn's sharded factory cannot place its reduce workers on this shard grid",
+                f"{_name(spec.orientation)} grid {gx}x{gy} from core ({box.start.x},{box.start.y}), start core "
+                f"({sx},{sy}) for {target} cores",
+                "use ROW_MAJOR orientation on a grid that starts at x = 0 (tt_rmsnorm.configs.sharded_memory_config)",
+            )
+
+
 def _check_interleaved_program_config(program_config, welford_rule: str, welford_message: str) -> None:
     """The interleaved pre/post take a default (non-sharded) program config without Welford; each op words its own
     Welford error."""
@@ -519,7 +609,9 @@ def _check_output_memory_config(x: TensorDesc, memory_config):
         )
 
 
-def _check_residual(x: TensorDesc, residual: TensorDesc | None):
+def _check_residual(x: TensorDesc, residual: TensorDesc | None, sharded_residual_ok: bool = False):
+    """`sharded_residual_ok`: rms_norm reads a residual through its buffer's own layout, so an interleaved input may
+    take a sharded residual there (the pre may not)."""
     if residual is None:
         return
     _check_on_device(residual, "residual")
@@ -539,7 +631,7 @@ def _check_residual(x: TensorDesc, residual: TensorDesc | None):
                 _name(residual.memory_layout),
                 "ttnn.to_memory_config(residual, x.memory_config())",
             )
-    elif residual.is_sharded:
+    elif residual.is_sharded and not sharded_residual_ok:
         _fail(
             "residual.interleaved",
             "with an interleaved input the residual must be interleaved",
@@ -675,12 +767,11 @@ def pre_l1_bytes(
     merge buffers. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
     wt = x.padded_width // TILE
     cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    fused = 2 * wt * residual.tile_bytes() + wt * cb if residual is not None else 0  # residual x2, fused a+b
     if use_2d_core_grid:
-        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + 11 * cb + TILE_BYTES[stats_dtype]
+        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + 11 * cb + TILE_BYTES[stats_dtype] + fused
     total = 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype]  # input x2, x^2, reduce scaler, out
-    if residual is not None:
-        total += 2 * wt * residual.tile_bytes() + wt * cb  # residual x2, fused a+b
-    return L1_BASE + total
+    return L1_BASE + total + fused
 
 
 def post_l1_bytes(
@@ -713,15 +804,182 @@ def post_l1_bytes(
     return L1_BASE + cb_length * per_tile + small
 
 
-def _check_l1(needed: int, op: str, x: TensorDesc):
+def _bank_bytes(t: TensorDesc | None, banks: int) -> int:
+    """Bytes a tensor takes at the top of every core's L1: its shard, or its share of an L1-interleaved buffer (pages
+    dealt round-robin over `banks`, one per core of the compute grid). DRAM and host tensors take none."""
+    if t is None or not t.on_device or t.memory_config.buffer_type != ttnn.BufferType.L1:
+        return 0
+    if t.is_sharded:
+        return _shard_bytes(t)
+    if t.layout == ttnn.TILE_LAYOUT:
+        pages, page = math.prod(t.padded_shape) // (TILE * TILE), t.tile_bytes()
+    else:
+        pages, page = math.prod(t.padded_shape[:-1]), t.padded_width * DTYPE_BYTES.get(t.dtype, 2)
+    return -(-pages // banks) * page
+
+
+def _l1_floor(grid, *tensors) -> int:
+    """The lowest L1 address of the given tensors' buffers (allocated from the top of L1 down)."""
+    return L1_SIZE - sum(_bank_bytes(t, grid[0] * grid[1]) for t in tensors)
+
+
+def _output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
+    return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config)
+
+
+def _check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
+    """ttnn rejects the program when its circular buffers pass the end of L1 or the lowest L1 buffer of its tensors."""
     check_l1_model_version()
-    if needed > L1_SIZE:
+    if needed > min(floor, L1_SIZE):
+        below = f", below its tensors' L1 buffers from {floor} B" if floor < L1_SIZE else ""
         _fail(
             f"{op}.l1_budget",
-            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B) and needs {needed} B",
+            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs "
+            f"{needed} B",
             f"local width {x.padded_width} {_name(x.dtype)}",
-            "shard the hidden dim over more devices, use bfloat8_b input, or turn fp32_dest_acc_en off "
-            f"(L1 model of ttnn {L1_MODEL_TTNN_VERSION})",
+            "shard the hidden dim over more devices, use bfloat8_b input, keep the input in DRAM, or turn "
+            f"fp32_dest_acc_en off (L1 model of ttnn {L1_MODEL_TTNN_VERSION})",
+        )
+
+
+def _shard_bytes(t: TensorDesc | None) -> int:
+    """Bytes of one core's shard of an L1-sharded tensor (0 for anything else)."""
+    if t is None or not t.is_sharded or t.memory_config.buffer_type != ttnn.BufferType.L1:
+        return 0
+    h, w = t.shard_spec.shape
+    if t.layout == ttnn.TILE_LAYOUT:
+        return (h // TILE) * (w // TILE) * t.tile_bytes()
+    return h * w * DTYPE_BYTES.get(t.dtype, 2)
+
+
+def sharded_l1_bytes(
+    op: str,
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    weight: TensorDesc | None = None,
+    bias: TensorDesc | None = None,
+    stats: TensorDesc | None = None,
+    out_dtype=None,
+    memory_config=None,
+    compute_grid=DEFAULT_COMPUTE_GRID,
+) -> tuple[int, int]:
+    """(end of the static dataflow buffers, lowest L1 shard address) of the sharded factory
+    (sharded_layernorm_factory_helpers: DFBSizeParams, add_dataflow_buffer_specs) for op 'pre', 'post' or 'rms_norm'.
+
+    The input, residual, stats and (unless it is resharded) output buffers borrow their tensors' shards; every other
+    buffer is allocated statically from L1_BASE up, while tensor shards are allocated from the top of L1 down, at
+    the same address on every core. ttnn rejects the program when the static region passes the lowest shard."""
+    shard_h, shard_w = x.shard_spec.shape
+    block_ht, block_wt = shard_h // TILE, shard_w // TILE
+    kt = x.padded_width // TILE
+    single = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    bf16 = TILE_BYTES[ttnn.bfloat16]
+    gx, gy = _bbox_extent(x.shard_spec)
+    row_wise = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    mcast_1d = x.physical_rows == shard_h
+    nb = x.shard_spec.grid.num_cores() if mcast_1d else (gx if row_wise else gy)
+    two_stage = (
+        mcast_1d
+        and x.shard_spec.grid.num_cores() == gx * gy
+        and ((row_wise and 1 < gx <= compute_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == compute_grid[1]))
+    )
+    if two_stage:
+        first, second = (gx, gy) if row_wise else (gy, gx)
+        ex_external = (first + second - 1) * single
+        rows_per_worker = math.ceil(block_ht / first)
+    else:
+        ex_external = math.ceil(kt / block_wt) * single
+        rows_per_worker = math.ceil(block_ht / nb)
+    block = block_ht * block_wt * single
+    static = bf16 + single  # reduce scaler, global scaler
+    if op == "pre":
+        static += 2 * block_ht * single + ex_external + block  # E[x^2] partial and result, gathered partials, x
+    else:
+        static += bf16 + block_ht * single + 2 * block  # epsilon, E[x^2], x, x * rsqrt
+        static += sum(block_wt * g.tile_bytes() for g in (weight, bias) if g is not None)
+        static += block_ht * single  # the multicast E[x^2]
+        if op == "post":
+            static += 2 * single  # reduced stats, variance
+        else:
+            static += block_ht * single + ex_external + rows_per_worker * single
+    out_dtype = out_dtype or x.dtype
+    resharded = op == "post" and memory_config is not None and memory_config != x.memory_config
+    out_shard = block_ht * block_wt * TILE_BYTES[out_dtype]
+    if resharded:
+        static += out_shard
+    if op == "pre":
+        out_shard = bf16
+    elif memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is not None:
+        oh, ow = memory_config.shard_spec.shape
+        out_shard = (oh // TILE) * (ow // TILE) * TILE_BYTES[out_dtype]
+    shards = _shard_bytes(x) + _shard_bytes(residual) + _shard_bytes(stats) + out_shard
+    return L1_BASE + static, L1_SIZE - shards
+
+
+def rms_norm_l1_bytes(
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    weight: TensorDesc | None = None,
+    bias: TensorDesc | None = None,
+) -> int:
+    """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core). Each buffer holds
+    the row rounded up to the dst block (4 tiles with fp32_dest_acc_en, else 8), unless that exceeds 95% of L1: then a
+    TILE weight/bias or a FLOAT32 input streams the row in 56-tile chunks and no weight in 112-tile chunks. A
+    ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    fp32_acc = _compute(compute_kernel_config).fp32_dest_acc_en
+    block = 4 if fp32_acc else 8
+    single, bf16 = TILE_BYTES[ttnn.float32 if fp32_acc else ttnn.bfloat16], TILE_BYTES[ttnn.bfloat16]
+    row = -(-(x.padded_width // TILE) // block) * block
+    gamma_tile = weight.tile_bytes() if weight is not None else bf16
+    beta_tile = bias.tile_bytes() if bias is not None else bf16
+    res_tile = residual.tile_bytes() if residual is not None else 0
+
+    def sizes(n):
+        in0, im6 = (2 * block, n) if residual is not None else (n, 2 * block)
+        return {
+            "in0": in0 * x.tile_bytes(),
+            "in1": 2 * block * res_tile,
+            "out": 2 * block * x.tile_bytes(),
+            "im0": n * single,
+            "im3": n * single,
+            "gamma": n * gamma_tile,
+            "beta": n * beta_tile,
+            "im6": im6 * single,
+            "im5": 2 * block * single,
+            "im4": 8 * single,
+            "small": 2 * single + 2 * bf16 + 2 * bf16 + 2 * single,  # im1, scaler, epsilon, im2
+        }
+
+    row_major_affine = any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
+    streamed = not row_major_affine and sum(sizes(row).values()) >= 0.95 * L1_SIZE
+    if streamed:
+        row = 56 if weight is not None or bias is not None or x.dtype == ttnn.float32 else 112
+    c = sizes(row)
+    total = c["in0"] + c["out"] + 4 * bf16 + 2 * single + c["im3"] + c["im4"]  # in0, out, scaler, eps, im2, im3, im4
+    if residual is not None or streamed:
+        total += c["im0"]
+    if streamed:
+        total += TILE_BYTES[ttnn.float32] if fp32_acc else single  # the streaming accumulator
+    if weight is not None or bias is not None:
+        total += c["im5"]
+    total += (c["gamma"] if weight is not None else 0) + (c["beta"] if bias is not None else 0)
+    if residual is not None:
+        total += c["in1"]
+    return L1_BASE + total
+
+
+def _check_sharded_l1(op: str, x: TensorDesc, **kw):
+    """The sharded factory's work split (reduce workers) and its L1, on the device's compute grid."""
+    _check_reduce_workers(x, x.shard_spec.shape[0] // TILE, kw["compute_grid"])
+    end, floor = sharded_l1_bytes(op, x, **kw)
+    if end > min(floor, L1_SIZE):
+        _fail(
+            "sharded.l1_budget",
+            f"the sharded {op}'s circular buffers end at {end} B of L1, above its tensors' shards (from {floor} B)",
+            f"shard {list(x.shard_spec.shape)} {_name(x.dtype)} on {x.shard_spec.grid.num_cores()} cores",
+            "shard the width over more cores (smaller shards), or turn fp32_dest_acc_en off",
         )
 
 
@@ -780,6 +1038,7 @@ def check_pre_all_gather(
                 "pass dtype=ttnn.bfloat16 (or omit it)",
             )
         _check_residual(x, res)
+        _check_sharded_l1("pre", x, compute_kernel_config=compute_kernel_config, residual=res, compute_grid=grid)
         return "sharded"
     _check_interleaved_program_config(
         program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather"
@@ -787,7 +1046,13 @@ def check_pre_all_gather(
     _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
     _check_output_memory_config(x, memory_config)
     _check_residual(x, res)
-    _check_l1(pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)), "pre", x)
+    out = _output_desc(x, (*x.shape[:-1], TILE), dtype or ttnn.bfloat16, memory_config)
+    _check_l1(
+        pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)),
+        "pre",
+        x,
+        _l1_floor(grid, x, res, out),
+    )
     return "interleaved"
 
 
@@ -896,7 +1161,19 @@ def check_post_all_gather(
                 f"{memory_config.shard_spec.shape[0]} vs {x.shard_spec.shape[0]}",
                 "keep the input's shard height",
             )
+        _check_shard_fits(x.padded_shape, memory_config, "output")
         _check_gamma_beta(x, w, b, "sharded")
+        _check_sharded_l1(
+            "post",
+            x,
+            compute_kernel_config=compute_kernel_config,
+            weight=w,
+            bias=b,
+            stats=s,
+            out_dtype=dtype,
+            memory_config=memory_config,
+            compute_grid=grid,
+        )
         return "sharded"
     if s.stats_kind == STATS_MEANS:
         _fail(
@@ -918,8 +1195,15 @@ def check_post_all_gather(
     )
     _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
     # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
+    _check_shard_fits(x.padded_shape, memory_config, "output")
     _check_gamma_beta(x, w, b, "interleaved_post")
-    _check_l1(post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]), "post", x)
+    out = _output_desc(x, x.shape, dtype, memory_config)
+    _check_l1(
+        post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]),
+        "post",
+        x,
+        _l1_floor(grid, x, s, w, b, out),
+    )
     return "interleaved"
 
 
@@ -945,10 +1229,18 @@ def check_rms_norm(
         _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")
     if x.is_sharded:
         _check_sharded_input(x, grid, distributed=False)
-        if program_config is not None and _is_sharded_pc(program_config):
+        if program_config is not None and not _is_sharded_pc(program_config):
+            _fail(
+                "sharded.program_config",
+                "a sharded input takes a LayerNormShardedMultiCoreProgramConfig or none (ttnn derives one)",
+                type(program_config).__name__,
+                "omit program_config or pass tt_rmsnorm.configs.sharded_program_config(...)",
+            )
+        if program_config is not None:
             _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
         _check_stats_gather(x, program_config, compute_kernel_config, grid)
         _check_output_memory_config(x, memory_config)
+        _check_shard_fits(x.padded_shape, memory_config, "output")
         path = "sharded"
     else:
         if program_config is not None and _is_sharded_pc(program_config):
@@ -958,10 +1250,43 @@ def check_rms_norm(
                 "LayerNormShardedMultiCoreProgramConfig",
                 "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config",
             )
-        _check_output_memory_config(x, memory_config)
+        if program_config is not None and program_config.use_welford:
+            _fail(
+                "rms_norm.welford",
+                "Welford's algorithm is not supported for RMSNorm",
+                "use_welford=True",
+                "LayerNormDefaultProgramConfig(use_welford=False)",
+            )
+        if memory_config is not None and memory_config.is_sharded():  # rms_norm writes any sharded output
+            _check_shard_fits(x.padded_shape, memory_config, "output")
+        else:
+            _check_output_memory_config(x, memory_config)
         path = "interleaved"
-    _check_residual(x, res)
+    _check_residual(x, res, sharded_residual_ok=True)
     _check_gamma_beta(x, w, b, "sharded")
+    if path == "interleaved":
+        needed = rms_norm_l1_bytes(x, compute_kernel_config, res, w, b)
+        floor = _l1_floor(grid, x, res, w, b, _output_desc(x, x.shape, None, memory_config))
+        if needed > min(floor, L1_SIZE):
+            _fail(
+                "rms_norm.l1_budget",
+                f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
+                " of L1 or its tensors' L1 buffers)",
+                f"width {x.padded_width} {_name(x.dtype)}"
+                + (", ROW_MAJOR weight/bias (no streaming variant)" if w is not None or b is not None else ""),
+                "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
+            )
+    if path == "sharded":
+        _check_sharded_l1(
+            "rms_norm",
+            x,
+            compute_kernel_config=compute_kernel_config,
+            residual=res,
+            weight=w,
+            bias=b,
+            memory_config=memory_config,
+            compute_grid=grid,
+        )
     return path
 
 
@@ -977,7 +1302,8 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
             "gather the stats on dim=3 (the last)",
         )
     mesh_shape = tuple(mesh_shape)
-    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1:
+    # a last dim off the tile grid takes ttnn's composite gather, which needs no axis
+    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1 and x.width % TILE == 0:
         _fail(
             "all_gather.cluster_axis",
             "on a 2-D mesh the 1-D fabric needs cluster_axis",
@@ -1009,4 +1335,10 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
             _name(x.memory_layout),
             "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
         )
+    if math.prod(x.shape) == 0:
+        _fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")
+    gathered = list(x.shape)
+    gathered[dim] *= n
+    out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
+    _check_shard_fits(out.padded_shape, memory_config, "gathered output")
     return n

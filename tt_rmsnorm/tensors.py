@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import ttnn
 
-from tt_rmsnorm.tiles import tile_padded
+from tt_rmsnorm.tiles import TILE, tile_padded
 
 STATS_SUMS = "sums"  # interleaved pre: sum(x^2) over the local width, column 0 of each 32-wide tile
 STATS_MEANS = "means"  # sharded pre: E[x^2] over the local width
@@ -37,6 +37,8 @@ class TensorDesc:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if self.padded_shape is None:
             padded = tile_padded(self.shape) if self.layout == ttnn.TILE_LAYOUT else self.shape
+            if self.layout == ttnn.TILE_LAYOUT and len(padded) == 1:  # ttnn tiles a rank-1 [W] as one tile row
+                padded = (TILE, *padded)
             object.__setattr__(self, "padded_shape", padded)
         else:
             object.__setattr__(self, "padded_shape", tuple(int(d) for d in self.padded_shape))

@@ -189,6 +189,7 @@ X = (1, 1, 32, 1024)  # one decode tile row, T3K's local width for Llama-70B
 W8 = S("WIDTH", (0, 0, 3, 1), (32, 128))  # X width-sharded on 4x2 cores
 PC8 = PC((4, 2), 4, 1, 4)
 W2 = S("WIDTH", (0, 0, 1, 0), (32, 512))  # X on 2 cores: block_w 16, for the subblock limits
+W2PC = PC((2, 1), 8, 1, 16)
 STATS1 = S("WIDTH", (0, 0, 0, 0), (32, 256))  # gathered stats of 8 devices on one core
 FP32 = CK(fp32=True)
 
@@ -616,6 +617,117 @@ case("axisNone", "all_gather", T(STAT), R, system="galaxy", dim=3)
 case("single-device", "all_gather", T(STAT), R, system="n150", dim=3, cluster_axis=1)
 case("single-device-axisNone", "all_gather", T(STAT), R, system="n150", dim=3)
 case("host-input", "all_gather", T(STAT, host=True), "pkg:input.on_device", system="n300", dim=3, cluster_axis=1)
+
+# --- classes found by differential fuzzing (differential.py); one case per side of each boundary ------------------
+case("welford-interleaved", "rms_norm", T(X), R, program_config=DPC(welford=True))
+case("sharded-default-pc", "rms_norm", T(X, mem=W8), R, program_config=DPC())
+case("residual-sharded", "rms_norm", T(X), A, residual=T(X, mem=W8))  # the pre refuses this one
+case("epsilon-negative", "post", T(X), "pkg:epsilon.non_negative", stats=ST, epsilon=-1e-5)
+case("epsilon-negative", "rms_norm", T(X), "pkg:epsilon.non_negative", epsilon=-1e-5)
+case("weight-tile-rank1", "post", T(X), A, stats=ST, weight=T((1024,)))
+case("weight-tile-rank1-bf8", "post", T(X), R, stats=ST, weight=T((1024,), "bf8"))
+case("weight-rm-rank1", "post", T(X), R, stats=ST, weight=T((1024,), layout="RM"))
+case("sharded-weight-tile-rank1", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=T((1024,)))
+case("weight-tile-rank1", "rms_norm", T(X), A, weight=T((1024,)))
+case("weight-rm-rank1", "rms_norm", T(X), R, weight=T((1024,), layout="RM"))
+# sharded L1: the static buffers must end below the input and output shards (tests/tt/data/l1_verdicts_sharded.txt)
+W8192_1 = S("WIDTH", (0, 0, 0, 0), (32, 8192))
+case("sharded-1core-width8192", "rms_norm", T((1, 1, 32, 8192), mem=W8192_1), R, program_config=PC((1, 1), 8, 1, 256))
+case("sharded-1core-width8192-no-pc", "rms_norm", T((1, 1, 32, 8192), mem=W8192_1), R)
+case(
+    "sharded-8cores-width8192",
+    "rms_norm",
+    T((1, 1, 32, 8192), mem=S("WIDTH", (0, 0, 7, 0), (32, 1024))),
+    A,
+    program_config=PC((8, 1), 8, 1, 32),
+)
+case(
+    "sharded-1core-width8192-fp32acc",
+    "pre",
+    T((1, 1, 32, 8192), mem=W8192_1),
+    R,
+    program_config=PC((1, 1), 4, 1, 256),
+    compute_kernel_config=FP32,
+)
+case("sharded-1core-width8192", "pre", T((1, 1, 32, 8192), mem=W8192_1), A, program_config=PC((1, 1), 8, 1, 256))
+case(
+    "sharded-1core-width8192",
+    "post",
+    T((1, 1, 32, 8192), mem=W8192_1),
+    R,
+    stats=SS,
+    program_config=PC((1, 1), 8, 1, 256),
+)
+# where tt-metal's work split places the reduce workers: from core (0, 0) of the shard grid, in its orientation
+case("sharded-col-1row", "pre", T(X, mem=S("WIDTH", (0, 0, 1, 0), (32, 512), "COL")), R, program_config=W2PC)
+case(
+    "sharded-row-1col-offset",
+    "pre",
+    T(X, mem=S("WIDTH", (2, 0, 2, 3), (32, 256))),
+    R,
+    program_config=PC((1, 4), 8, 1, 8),
+)
+case("sharded-row-1col", "pre", T(X, mem=S("WIDTH", (0, 0, 0, 3), (32, 256))), A, program_config=PC((1, 4), 8, 1, 8))
+# sharded memory configs must fit the tensor they describe
+# (the sharded pre builds its own one-core stats spec and takes any sharded memory_config)
+case(
+    "sharded-out-misfit", "pre", T(X, mem=W8), A, program_config=PC8, memory_config=S("WIDTH", (0, 0, 3, 1), (64, 128))
+)
+case("out-sharded", "rms_norm", T(X), A, memory_config=W8)  # an interleaved input, any sharded output that fits
+case("out-block-sharded", "rms_norm", T(X), A, memory_config=S("BLOCK", (0, 0, 3, 0), (32, 256)))
+case("out-sharded-misfit", "rms_norm", T(X), R, memory_config=S("WIDTH", (0, 0, 3, 1), (64, 128)))
+case("out-sharded-misfit", "post", T((1, 1, 128, 1024)), R, stats=T((1, 1, 128, 256)), memory_config=W8)
+case(
+    "out-misfit",
+    "all_gather",
+    T(STAT),
+    R,
+    system="t3k",
+    dim=3,
+    cluster_axis=1,
+    memory_config=S("WIDTH", (0, 0, 0, 0), (32, 128)),
+)
+# interleaved rms_norm: a ROW_MAJOR weight keeps the whole row in L1, a TILE one streams it
+case(
+    "width8192-fp32-rm-weight",
+    "rms_norm",
+    T((1, 1, 32, 8192), "fp32"),
+    R,
+    weight=T((1, 1, 256, 32), layout="RM"),
+    compute_kernel_config=FP32,
+)
+case(
+    "width8192-fp32-tile-weight",
+    "rms_norm",
+    T((1, 1, 32, 8192), "fp32"),
+    A,
+    weight=T((1, 1, 1, 8192)),
+    compute_kernel_config=FP32,
+)
+# an L1-interleaved input takes the top of every core's L1 (56 banks on N300)
+case("width7200", "pre", T((1, 1, 32, 7200)), A, system="n300", compute_kernel_config=CK(dst_sync=True))
+case(
+    "width7200-L1-input",
+    "pre",
+    T((1, 1, 32, 7200), mem="L1"),
+    R,
+    system="n300",
+    compute_kernel_config=CK(dst_sync=True),
+)
+# ttnn's composite gather (a last dim off the tile grid) needs no cluster_axis on a 2-D mesh
+case("axisNone-unaligned", "all_gather", T((1, 1, 7, 100)), A, system="galaxy", dim=3)
+
+case(
+    "2d-grid-residual",
+    "pre",
+    T((2, 1, 128, 2048), "fp32"),
+    R,
+    residual=T((2, 1, 128, 2048), "fp32"),
+    compute_kernel_config=FP32,
+    use_2d_core_grid=True,
+)
+case("2d-grid-residual-fits", "pre", T((1, 1, 128, 1024)), A, residual=T((1, 1, 128, 1024)), use_2d_core_grid=True)
+case("empty", "all_gather", T((0, 1024), layout="RM"), R, system="t3k", dim=0, cluster_axis=1)
 
 # Cases where the package's verdict differs from ttnn's, reported to the rules' owner. The battery marks them as strict
 # expected failures, so each one turns the battery red again as soon as the rule is fixed (then drop it from here).

@@ -224,6 +224,31 @@ BAD = [
     ("all_gather.cluster_axis", "cluster_axis must be an axis", gather(x(), cluster_axis=2)),
     ("all_gather.num_devices", "more than one device", gather(x(), cluster_axis=0)),
     ("all_gather.sharded_needs_memory_config", "explicit output memory_config", gather(means())),
+    ("rms_norm.welford", "Welford", rms(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
+    ("all_gather.empty", "empty tensor", gather(D((0, 1024), layout=RM), dim=0)),
+    (
+        "memory_config.shard_fits",
+        "does not fit a 128 x 1024 tensor",
+        post(x(), sums(), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128))),
+    ),
+    (
+        "sharded.reduce_workers",
+        "reduce workers",  # a one-core-wide ROW_MAJOR grid off x = 0: tt-metal's work split starts outside it
+        pre(
+            xs(memory_config=shard_mc(W_SHARD, (1, 4), (32, 256), start=(2, 0))),
+            program_config=pc((1, 4), subblock_w=4, block_w=8),
+        ),
+    ),
+    (
+        "sharded.l1_budget",
+        "above its tensors' shards",  # the whole 8192-wide row on one core
+        rms(x((1, 1, 32, 8192), memory_config=shard_mc(W_SHARD, (1, 1), (32, 8192)))),
+    ),
+    (
+        "rms_norm.l1_budget",
+        "no streaming variant",
+        rms(x((1, 1, 32, 8192), dtype=ttnn.float32), weight=rm_weight(8192), compute_kernel_config=FP32_ACC),
+    ),
 ]
 
 
@@ -305,9 +330,14 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
     assert rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
 
 
+def _data_rows(name: str) -> list[list[str]]:
+    """The rows of a recorded-verdicts file in data/, split on whitespace, comments left out."""
+    path = Path(__file__).with_name("data") / name
+    return [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
 def _l1_verdicts():
-    path = Path(__file__).with_name("data") / "l1_verdicts.txt"
-    rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    rows = _data_rows("l1_verdicts.txt")
     return [
         (op, int(w), int(aff), acc == "True", dt, res == "True", verdict)
         for op, w, aff, acc, dt, res, verdict, *_ in rows
@@ -355,8 +385,7 @@ def _assert_l1_verdict(check, op, verdict):
 
 
 def _l1_verdicts_2d():
-    path = Path(__file__).with_name("data") / "l1_verdicts_2d.txt"
-    rows = [line.split() for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    rows = _data_rows("l1_verdicts_2d.txt")
     return [(op, int(w), int(s), acc == "True", dt, int(g), verdict) for op, w, s, acc, dt, g, verdict, *_ in rows]
 
 
@@ -400,7 +429,137 @@ def test_all_gather_galaxy_axes():
     assert rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
     assert rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
     assert rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
+    local = means((1, 1, 32, 32), memory_config=shard_mc(W_SHARD, (1, 1), (32, 32)))  # one device's stats
     assert (
-        rules.check_all_gather(means(), 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
-        == 8
+        rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config) == 8
     )
+
+
+def _l1_verdicts_sharded():
+    rows = _data_rows("l1_verdicts_sharded.txt")
+    return [
+        (op, int(c), int(t), dt, acc == "True", int(w), v, [int(n) for n in rest])
+        for op, c, t, dt, acc, w, v, *rest in rows
+    ]
+
+
+@pytest.mark.parametrize(
+    "op, cores, tiles, dt, acc, weight, verdict, reported",
+    _l1_verdicts_sharded(),
+    ids=[
+        f"{r[0]}-{r[1]}cores-{r[2]}tiles-{r[3]}-{'fp32acc' if r[4] else 'bf16acc'}{'-weight' if r[5] else ''}"
+        for r in _l1_verdicts_sharded()
+    ],
+)
+def test_sharded_l1_matches_ttnn_verdicts(op, cores, tiles, dt, acc, weight, verdict, reported):
+    """The sharded factories' L1 on a mock N150 (data/l1_verdicts_sharded.txt): each accept and reject, and where
+    ttnn reported them, the exact end of the static buffers and the address of the lowest tensor shard."""
+    dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b, "fp32": ttnn.float32}[dt]
+    cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    width = cores * tiles * 32
+    inp = D((1, 1, 32, width), dtype=dtype, memory_config=shard_mc(W_SHARD, (cores, 1), (32, tiles * 32)))
+    subblock = max(d for d in range(1, rules.max_subblock_w(cfg) + 1) if tiles % d == 0)
+    kw = dict(program_config=pc((cores, 1), subblock, 1, tiles), compute_kernel_config=cfg, compute_grid=(8, 8))
+    w = rm_weight(width) if weight else None
+    stats = means((1, 1, 32, 256), memory_config=shard_mc(W_SHARD, (1, 1), (32, 256))) if op == "post" else None
+    check = {
+        "pre": lambda: rules.check_pre_all_gather(inp, **kw),
+        "post": lambda: rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=w, **kw),
+        "rms_norm": lambda: rules.check_rms_norm(inp, weight=w, **kw),
+    }[op]
+    if verdict == "ok":
+        check()
+        return
+    with pytest.raises(RuleError) as err:
+        check()
+    assert err.value.rule == "sharded.l1_budget"
+    end, floor = rules.sharded_l1_bytes(op, inp, cfg, weight=w, stats=stats, compute_grid=(8, 8))
+    assert [end, floor][: len(reported)] == reported
+
+
+RANK1 = [ttnn.TILE_LAYOUT, RM]
+
+
+@pytest.mark.parametrize("layout", RANK1, ids=["tile", "row_major"])
+def test_rank1_weight_is_described_as_ttnn_pads_it(layout):
+    """ttnn tiles a rank-1 [W] weight as one tile row (padded (32, W)); ROW_MAJOR keeps [W]. On a mock N150 the TILE
+    one is taken by every post and rms_norm (bfloat16/float32; bfloat8_b only off the interleaved post) and the
+    ROW_MAJOR one by none."""
+    g = D((1024,), layout=layout)
+    assert g.padded_shape == ((32, 1024) if layout == ttnn.TILE_LAYOUT else (1024,))
+    calls = {
+        "post": post(x((1, 1, 32, 1024)), sums((1, 1, 32, 256)), weight=g),
+        "sharded_post": post(xs(), means(), weight=g),
+        "rms_norm": rms(x(), weight=g),
+        "sharded_rms_norm": rms(xs(), weight=g, program_config=PC, compute_kernel_config=CKC),
+    }
+    for name, check in calls.items():
+        if layout == ttnn.TILE_LAYOUT:
+            check()
+        else:
+            with pytest.raises(RuleError) as err:
+                check()
+            assert err.value.rule == "weight.row_major_shape", name
+    with pytest.raises(RuleError) as err:
+        rules.check_post_all_gather(x(), sums(), weight=D((1024,), dtype=ttnn.bfloat8_b))
+    assert err.value.rule == "weight.dtype"
+
+
+def test_guards_ttnn_does_not_have_are_package_only():
+    """ttnn takes a negative epsilon; the package refuses it on purpose, as a package-only guard."""
+    for check in (post(x(), sums(), epsilon=-1e-5), rms(x(), epsilon=-1e-5)):
+        with pytest.raises(RuleError) as err:
+            check()
+        assert err.value.rule == "epsilon.non_negative" and err.value.rule in rules.PACKAGE_ONLY_RULES
+    rms(x(), epsilon=0.0)()
+
+
+def test_rms_norm_cases_ttnn_accepts_or_rejects():
+    """rms_norm, unlike the pre, takes a sharded residual and writes any sharded output (that fits) for an interleaved
+    input; it refuses a default program config on a sharded input ("std::get: wrong index for variant") but derives
+    one when none is given."""
+    assert rms(x((1, 1, 32, 1024)), residual_input_tensor=xs())() == "interleaved"
+    with pytest.raises(RuleError) as err:
+        rms(xs(), program_config=configs.interleaved_program_config())()
+    assert err.value.rule == "sharded.program_config"
+    assert rms(xs())() == "sharded"
+    assert rms(x((1, 1, 32, 1024)), memory_config=shard_mc(B_SHARD, (4, 1), (32, 256)))() == "interleaved"
+    with pytest.raises(RuleError, match="memory_config.shard_fits"):
+        rms(x((1, 1, 32, 1024)), memory_config=shard_mc(W_SHARD, (4, 2), (64, 128)))()
+
+
+def test_interleaved_rms_norm_streams_only_tile_affine():
+    """A TILE weight lets ttnn stream a row that does not fit (56-tile chunks); a ROW_MAJOR weight does not."""
+    wide = x((1, 1, 32, 8192), dtype=ttnn.float32)
+    assert rms(wide, weight=D((1, 1, 1, 8192)), compute_kernel_config=FP32_ACC)() == "interleaved"
+    assert rms(wide, compute_kernel_config=FP32_ACC)() == "interleaved"
+    with pytest.raises(RuleError, match="rms_norm.l1_budget"):
+        rms(wide, weight=rm_weight(8192), compute_kernel_config=FP32_ACC)()
+
+
+def test_l1_interleaved_tensors_lower_the_l1_ceiling():
+    """An L1-interleaved input (and the pre's stats, which follow it into L1) take the top of every core's L1: on
+    a mock N300 (56 banks) the pre at width 7200 fits with a DRAM input and clashes with an L1 one."""
+    kw = dict(compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=False, dst_full_sync_en=True))
+    assert pre(x((1, 1, 32, 7200)), compute_grid=(8, 7), **kw)() == "interleaved"
+    with pytest.raises(RuleError, match="pre.l1_budget"):
+        pre(x((1, 1, 32, 7200), memory_config=ttnn.L1_MEMORY_CONFIG), compute_grid=(8, 7), **kw)()
+
+
+def test_all_gather_without_axis_on_2d_mesh():
+    """ttnn needs cluster_axis on a 2-D mesh, except for a last dim off the tile grid (its composite gather, over
+    every device of the mesh)."""
+    with pytest.raises(RuleError, match="all_gather.cluster_axis"):
+        gather(x((1, 1, 32, 32)), mesh_shape=(8, 4))()
+    assert gather(x((1, 1, 7, 100)), mesh_shape=(8, 4))() == 32
+
+
+def test_2d_pre_counts_the_residual():
+    """The 2-D pre double-buffers the residual and keeps a+b: ttnn on a mock N150 rejects [2,1,128,2048] FLOAT32 with
+    a FLOAT32 residual (static buffers to 1,987,936 B), and the rules count the same bytes."""
+    inp, res = x((2, 1, 128, 2048), dtype=ttnn.float32), x((2, 1, 128, 2048), dtype=ttnn.float32)
+    assert rules.pre_l1_bytes(inp, FP32_ACC, res, use_2d_core_grid=True) == 1_987_936
+    with pytest.warns(rules.AccuracyWarning), pytest.raises(RuleError, match="pre.l1_budget"):
+        pre(
+            inp, residual_input_tensor=res, compute_kernel_config=FP32_ACC, use_2d_core_grid=True, compute_grid=(8, 8)
+        )()
