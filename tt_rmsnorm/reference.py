@@ -5,7 +5,7 @@
 value for value, so tests, the demo and the parity runner can say what a Tenstorrent mesh should return without one.
 Only torch (and numpy through it) is needed at import; ttnn is imported lazily, for bfloat8_b only.
 
-Modelled (sources: shared/docs/tt-facts.md §1-§2, §5, and the 0.81.1 wheel's kernels):
+Modelled (sources: tt-metal's op sources and the 0.81.1 wheel's kernels):
 - Inputs are what the device holds: `quantize` rounds to bfloat16 exactly as `ttnn.from_torch` does (round to nearest
   even, identical to torch's cast), keeps float32, and packs bfloat8_b with ttnn's own host conversion (16 consecutive
   values of a tile-face row share one exponent; 7-bit mantissas; round to nearest). A bf16 host tensor packed to

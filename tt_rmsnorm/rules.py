@@ -1,11 +1,12 @@
 """Every rule of ttnn 0.81.1's distributed RMSNorm ops, checked in Python before anything reaches a device.
 
 A mirror of the validation of `rms_norm_pre_all_gather`, `rms_norm_post_all_gather` (interleaved and sharded paths),
-`rms_norm` and the `all_gather` arguments, as read from tt-metal (../shared/docs/tt-facts.md §1, §3) and as ttnn actually
-behaved on mock devices (../shared/docs/ttnn-findings.md), plus guards ttnn lacks (`PACKAGE_ONLY_RULES`).
+`rms_norm` and the `all_gather` arguments, as read from tt-metal's op validation and program factories and as ttnn
+actually behaved on mock devices (the agreement battery, the fuzzer and the conformance corpus in tests/), plus guards
+ttnn lacks (`PACKAGE_ONLY_RULES`).
 
-Each check takes real ttnn tensors or `TensorDesc`s and raises `RuleError` (a ValueError) naming the rule, the value seen
-and the fix. The rule ids are stable: tests and the agreement battery refer to them.
+Each check takes real ttnn tensors or `TensorDesc`s and raises `RuleError` (a ValueError) naming the rule, the value
+seen and the fix. The rule ids are stable: tests and the agreement battery refer to them.
 """
 
 from __future__ import annotations
@@ -349,7 +350,8 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
         c = _compute(compute_kernel_config)
         _fail(
             "program_config.subblock_w_limit",
-            f"subblock_w must be <= {limit} with fp32_dest_acc_en={c.fp32_dest_acc_en}, dst_full_sync_en={c.dst_full_sync_en}",
+            f"subblock_w must be <= {limit} with fp32_dest_acc_en={c.fp32_dest_acc_en}, "
+            f"dst_full_sync_en={c.dst_full_sync_en}",
             pc.subblock_w,
             f"use the largest divisor of block_w <= {limit} (tt_rmsnorm.configs.sharded_program_config does)",
         )
@@ -597,7 +599,8 @@ def _check_output_memory_config(x: TensorDesc, memory_config):
             _fail(
                 "memory_config.matches_input",
                 "output and input buffer types and memory layouts must match",
-                f"{_name(memory_config.buffer_type)}/{_name(memory_config.memory_layout)} vs input {_name(x.memory_config.buffer_type)}/{_name(x.memory_layout)}",
+                f"{_name(memory_config.buffer_type)}/{_name(memory_config.memory_layout)} vs input "
+                f"{_name(x.memory_config.buffer_type)}/{_name(x.memory_layout)}",
                 "use the input's memory layout and buffer type",
             )
     elif memory_config.is_sharded():
@@ -659,7 +662,8 @@ def _check_width_multiple_of_32(x: TensorDesc):
             "distributed.width_multiple_of_32",
             "the per-device width must be a multiple of 32: the post divides sum(x^2) by the padded width",
             x.width,
-            "shard the hidden dim so each device holds a multiple of 32 (pad the hidden size with zeros and the weight with ones)",
+            "shard the hidden dim so each device holds a multiple of 32 "
+            "(pad the hidden size with zeros and the weight with ones)",
         )
 
 
@@ -686,7 +690,10 @@ def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
             True,
             "drop use_2d_core_grid",
         )
-    msg = "use_2d_core_grid=True has a known accuracy bug (tt-metal #35435: bad PCC at seq 128, hidden 8192); default is False"
+    msg = (
+        "use_2d_core_grid=True has a known accuracy bug (tt-metal #35435: bad PCC at seq 128, hidden 8192); "
+        "default is False"
+    )
     logger.warning(msg)
     warnings.warn(msg, AccuracyWarning, stacklevel=3)
 
@@ -1326,7 +1333,8 @@ def check_all_gather(input_tensor, dim, *, cluster_axis=None, mesh_shape, memory
             "all_gather.num_devices",
             "all_gather needs more than one device along the gather axis",
             f"{n} device(s) on axis {cluster_axis} of mesh {mesh_shape}",
-            "on one device skip the gather (tt_rmsnorm.distributed_rms_norm does); otherwise pick the axis the hidden dim is sharded over",
+            "on one device skip the gather (tt_rmsnorm.distributed_rms_norm does); "
+            "otherwise pick the axis the hidden dim is sharded over",
         )
     if x.is_sharded and memory_config is None:
         _fail(

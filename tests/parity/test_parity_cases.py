@@ -1,4 +1,5 @@
-"""The seeded parity input set: reproducible, covering what issue 7 names, and hard rows that are what they claim."""
+"""The seeded parity input set: reproducible, covering decode to prefill and 1 to 32 devices, and hard rows that are
+what they claim."""
 
 import dataclasses
 

@@ -1,5 +1,5 @@
-"""Every rule of tt_rmsnorm.rules: one violating case each (asserting the rule id and the message), valid cases that must
-pass, and a completeness check so that removing or renaming a rule fails the suite."""
+"""Every rule of tt_rmsnorm.rules: one violating case each (asserting the rule id and the message), valid cases that
+must pass, and a completeness check so that removing or renaming a rule fails the suite."""
 
 import warnings
 from pathlib import Path
