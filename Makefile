@@ -5,6 +5,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two test processes (this project's CI has two cores); each runs its own mock-cluster workers.
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test conformance parity bench-host mutation fuzz clean-venv
 
@@ -24,7 +26,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench-host: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m tt_rmsnorm.host_benchmark

@@ -137,7 +137,12 @@ def check_all_gather_async(
     The arguments it shares with `ttnn.all_gather` (dim, cluster_axis, devices on the axis, a sharded input's output
     memory config) follow `tt_rmsnorm.rules.check_all_gather` and keep its rule ids."""
     n = rules.check_all_gather(
-        input_tensor, dim, cluster_axis=cluster_axis, mesh_shape=mesh_shape, memory_config=memory_config
+        input_tensor,
+        dim,
+        cluster_axis=cluster_axis,
+        mesh_shape=mesh_shape,
+        memory_config=memory_config,
+        output_given=persistent_output_buffer is not None,
     )
     sems = multi_device_global_semaphore
     _check_count(

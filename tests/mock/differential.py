@@ -207,8 +207,9 @@ def _value(v) -> str:
     if isinstance(v, tuple) and v and v[0] == "default_pc":
         return f"DPC(welford={v[1]}, legacy_reduction={v[2]})"
     if isinstance(v, tuple) and v and v[0] == "compute":
-        _, fp32, fidelity, approx, sync = v
-        return f"CK(fp32={fp32}, fidelity={fidelity!r}, approx={approx}, dst_sync={sync})"
+        _, fp32, fidelity, approx, sync, packer = v
+        packer_kw = ", packer_l1_acc=True" if packer else ""
+        return f"CK(fp32={fp32}, fidelity={fidelity!r}, approx={approx}, dst_sync={sync}{packer_kw})"
     return repr(v)
 
 

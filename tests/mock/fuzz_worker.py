@@ -28,8 +28,8 @@ def _judge(case: dict, tensors: dict):
         package_on_real = {"verdict": "error", "rule": None, "message": _error_text(e), "warnings": []}
     kw = mock_cases.op_kwargs(case["kw"])
     try:
-        out = mock_worker._call_ttnn(case, tensors, kw)
-    except Exception as e:  # TT_FATAL/TT_THROW arrive as RuntimeError, some C++ errors as others
+        out = mock_worker.call_ttnn(case, tensors, kw)
+    except (RuntimeError, MemoryError) as e:  # ttnn's refusals: TT_FATAL/TT_THROW, std::get, std::bad_alloc
         return {"verdict": "reject", "message": _error_text(e), "package_on_real": package_on_real}, None
     return {"verdict": "accept", "message": "", "package_on_real": package_on_real}, out
 
@@ -58,7 +58,15 @@ def run_one(mesh, case: dict) -> dict:
 
 
 def run_batch(mesh, cases: list[dict]) -> list[dict]:
-    return [run_one(mesh, c) for c in cases]
+    return [_run_or_harness(mesh, c) for c in cases]
+
+
+def _run_or_harness(mesh, case: dict) -> dict:
+    """Any exception other than ttnn's refusals is a fault of the case or the harness, never a verdict."""
+    try:
+        return run_one(mesh, case)
+    except Exception as e:
+        return {"harness": f"calling the op: {_error_text(e)}"}
 
 
 def spec_of(t, kind=None) -> dict | None:
