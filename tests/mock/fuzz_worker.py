@@ -38,16 +38,8 @@ def _build(mesh, case: dict) -> dict:
     return {k: mock_worker.build_tensor(mesh, case[k]) for k in mock_cases.TENSOR_SLOTS if case.get(k)}
 
 
-def _free_cached_l1(mesh) -> None:
-    """ttnn's program cache owns the all_gather's semaphores: L1 buffers placed wherever L1 was free when the program
-    was made, often below a large input, and kept after it is freed. Clearing the cache frees them, so every call
-    starts from an empty L1 as the rules assume."""
-    if any(b.buffer_type == ttnn.BufferType.L1 for b in ttnn._ttnn.reports.get_buffers([mesh])):
-        mesh.clear_program_cache()
-
-
 def run_one(mesh, case: dict) -> dict:
-    _free_cached_l1(mesh)
+    mock_worker.free_l1(mesh)
     if case["op"] == "chain":
         return run_chain(mesh, case)
     try:

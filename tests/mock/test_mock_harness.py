@@ -203,6 +203,7 @@ def test_only_ttnns_runtime_errors_count_as_its_reject(monkeypatch, error, verdi
         raise error
 
     monkeypatch.setattr(mock_worker, "build_tensor", lambda mesh, spec: mock_cases.tensor_desc(spec))  # no device
+    monkeypatch.setattr(mock_worker, "free_l1", lambda mesh: None)
     monkeypatch.setattr(mock_worker, "call_ttnn", call)
     if verdict is None:
         with pytest.raises(KeyError):
