@@ -99,7 +99,23 @@ def judge_step(case: dict, got: dict) -> tuple[str, str]:
     if pkg["verdict"] == "reject" and pkg["rule"] in PACKAGE_ONLY_RULES and got["verdict"] in ("accept", "crash"):
         return "package-only", both
     ttnn_verdict = "reject" if got["verdict"] == "crash" else got["verdict"]
+    if pkg["verdict"] == "accept" and ttnn_verdict == "reject" and _open_class(case, got["message"]):
+        return "open", both
     return ("agree" if pkg["verdict"] == ttnn_verdict else "disagree"), both
+
+
+# Disagreements of a known class the rules do not model yet, each described in tests/mock/README.md. They are
+# counted and printed in their own column, and do not fail the run; any other disagreement does.
+OPEN_CLASSES = {
+    "all_gather into L1": (
+        "all_gather",
+        "clash with L1 buffers",  # the gathered output in L1 pushes the lowest buffer below the op's static buffers
+    ),
+}
+
+
+def _open_class(case: dict, message: str) -> bool:
+    return any(case["op"] == op and text in message for op, text in OPEN_CLASSES.values())
 
 
 def judge(case: dict, got: dict) -> Outcome:
@@ -136,7 +152,7 @@ def judge(case: dict, got: dict) -> Outcome:
                 failing_step=step["case"],
                 failing_verdict=step["verdict"],
             )
-        if cat == "package-only":
+        if cat in ("package-only", "open"):
             category = cat
             break
     accepted = len(got["steps"]) == 3 and got["steps"][-1]["verdict"] == "accept"
@@ -159,7 +175,7 @@ def run(cases: list[dict]) -> list[Outcome]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Reporting.
 
-COLUMNS = ("calls", "agree", "package-only", "disagree", "crashes", "harness", "ttnn accepts")
+COLUMNS = ("calls", "agree", "package-only", "open", "disagree", "crashes", "harness", "ttnn accepts")
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -170,6 +186,7 @@ def table(outcomes: list[Outcome]) -> str:
             len(mine),
             sum(o.category == "agree" for o in mine),
             sum(o.category == "package-only" for o in mine),
+            sum(o.category == "open" for o in mine),
             sum(o.category == "disagree" for o in mine),
             sum(o.crashed for o in mine),
             sum(o.category == "harness" for o in mine),

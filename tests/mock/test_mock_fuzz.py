@@ -85,3 +85,17 @@ def test_fuzz_sample_agrees(capsys):
     assert not failures, f"seed {seed}:\n" + "\n\n".join(differential.failure_report(o) for o in failures)
     accepted = sum(o.ttnn_accepted for o in outcomes) / n
     assert 0.25 <= accepted <= 0.75, f"seed {seed}: ttnn accepted {accepted:.0%} of the sample"
+
+
+def test_an_open_class_is_counted_apart_and_nothing_else_is():
+    """A disagreement of a documented open class is 'open'; the same accept-vs-reject with another message is not."""
+    gather = {"op": "all_gather", "system": "t3k", "x": mock_cases.T((1, 1, 32, 32)), "kw": {"dim": 3}}
+    clash = "RuntimeError: Statically allocated dataflow buffers in program 1 clash with L1 buffers on core range"
+
+    def rejected(message):
+        return {"verdict": "reject", "message": message, "package_on_real": None}
+
+    assert differential.judge_step(gather, rejected(clash))[0] == "open"
+    assert differential.judge_step(gather, rejected("RuntimeError: something else"))[0] == "disagree"
+    pre = {"op": "pre", "system": "t3k", "x": mock_cases.T((1, 1, 32, 1024)), "kw": {}}
+    assert differential.judge_step(pre, rejected(clash))[0] == "disagree"
