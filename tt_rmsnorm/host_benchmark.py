@@ -86,10 +86,10 @@ def _time(fn, calls: int) -> float:
 def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
     """Runs in a mock-cluster worker: the rows of the table for one system."""
     import torch
-    import ttnn
 
     import tt_rmsnorm
     from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm import planner
 
     mesh_shape = tuple(mesh.shape)
     axis = 1 if mesh_shape[0] > 1 else None
@@ -122,13 +122,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
                 return tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl)
 
             extra = {
-                k: ttnn.from_torch(
-                    torch.zeros(d.shape),
-                    dtype=d.dtype,
-                    layout=ttnn.TILE_LAYOUT,
-                    device=mesh,
-                    memory_config=d.memory_config,
-                )
+                k: planner.allocate(d, mesh)
                 for k, d in (("gathered", plan.gathered), ("fused_stats", plan.fused_stats))
                 if d is not None
             }

@@ -71,7 +71,7 @@ def resolve_cluster_axis(mesh_shape, cluster_axis=None) -> tuple[int | None, int
     return (1, cols) if rows == 1 else (0, rows)
 
 
-def _mapper(mesh_device, axis, dim):
+def mapper(mesh_device, axis, dim):
     mesh_shape = tuple(mesh_device.shape)
     if axis is None:
         return ttnn.ReplicateTensorToMesh(mesh_device)
@@ -80,7 +80,7 @@ def _mapper(mesh_device, axis, dim):
     return ttnn.ShardTensor2dMesh(mesh_device, mesh_shape=mesh_shape, dims=tuple(dims))
 
 
-def _check_local_width(hidden: int, n: int, what: str):
+def check_local_width(hidden: int, n: int, what: str):
     if hidden % (TILE * n):
         raise rules.RuleError(
             "distributed.width_multiple_of_32",
@@ -110,7 +110,7 @@ def prepare_weight(
         )
     axis, n = resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
     w = torch.as_tensor(torch_weight).reshape(-1)
-    _check_local_width(w.numel(), n, "weight")
+    check_local_width(w.numel(), n, "weight")
     if layout == ttnn.ROW_MAJOR_LAYOUT:
         w, dim = w.reshape(1, 1, w.numel() // TILE, TILE), 2
     elif layout == ttnn.TILE_LAYOUT:
@@ -125,7 +125,7 @@ def prepare_weight(
         layout=layout,
         device=mesh_device,
         memory_config=memory_config or ttnn.DRAM_MEMORY_CONFIG,
-        mesh_mapper=_mapper(mesh_device, axis, dim),
+        mesh_mapper=mapper(mesh_device, axis, dim),
     )
 
 
@@ -133,14 +133,14 @@ def shard_activation(torch_x, mesh_device, *, cluster_axis=None, dtype=ttnn.bflo
     """Put [.., S, H] on the mesh with H sharded over the tensor-parallel axis (replicated over the other)."""
     x = torch.as_tensor(torch_x)
     axis, n = resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
-    _check_local_width(x.shape[-1], n, "activation")
+    check_local_width(x.shape[-1], n, "activation")
     return ttnn.from_torch(
         x,
         dtype=dtype,
         layout=ttnn.TILE_LAYOUT,
         device=mesh_device,
         memory_config=memory_config or ttnn.DRAM_MEMORY_CONFIG,
-        mesh_mapper=_mapper(mesh_device, axis, x.dim() - 1),
+        mesh_mapper=mapper(mesh_device, axis, x.dim() - 1),
     )
 
 
@@ -293,6 +293,22 @@ def distributed_rms_norm(
     return plan.run(x, w, residual)
 
 
+# (rule, message, fix) for x, w and residual when they are not ttnn tensors.
+_TENSOR_ARGS = (
+    ("input.ttnn_tensor", "x must be a ttnn mesh tensor", "tt_rmsnorm.shard_activation(torch_x, mesh_device)"),
+    (
+        "weight.ttnn_tensor",
+        "w must be a prepared ttnn weight or None",
+        "w = tt_rmsnorm.prepare_weight(torch_weight, mesh_device)",
+    ),
+    (
+        "residual.ttnn_tensor",
+        "residual must be a ttnn mesh tensor like x",
+        "tt_rmsnorm.shard_activation(torch_residual, mesh_device)",
+    ),
+)
+
+
 def _plan(
     x,
     w,
@@ -308,27 +324,9 @@ def _plan(
     path,
     ccl,
 ) -> paths.PathPlan:
-    if not isinstance(x, ttnn.Tensor):
-        raise rules.RuleError(
-            "input.ttnn_tensor",
-            "x must be a ttnn mesh tensor",
-            type(x).__name__,
-            "tt_rmsnorm.shard_activation(torch_x, mesh_device)",
-        )
-    if w is not None and not isinstance(w, ttnn.Tensor):
-        raise rules.RuleError(
-            "weight.ttnn_tensor",
-            "w must be a prepared ttnn weight or None",
-            type(w).__name__,
-            "w = tt_rmsnorm.prepare_weight(torch_weight, mesh_device)",
-        )
-    if residual is not None and not isinstance(residual, ttnn.Tensor):
-        raise rules.RuleError(
-            "residual.ttnn_tensor",
-            "residual must be a ttnn mesh tensor like x",
-            type(residual).__name__,
-            "tt_rmsnorm.shard_activation(torch_residual, mesh_device)",
-        )
+    for t, required, (rule, message, fix) in zip((x, w, residual), (True, False, False), _TENSOR_ARGS, strict=True):
+        if (required or t is not None) and not isinstance(t, ttnn.Tensor):
+            raise rules.RuleError(rule, message, type(t).__name__, fix)
     mesh_shape = tuple(mesh_device.shape)
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
     if ccl is not None and (ccl.mesh_device is not mesh_device or ccl.cluster_axis != axis):

@@ -109,29 +109,14 @@ class DistributedRMSNorm:
     def _load(self, torch_weight, name, axis, dtype, memory_config, cache):
         """ROW_MAJOR [1, 1, dim/32, 32]: replicated, or split over `axis` into each device's slice (dim 2). With a cache
         path the tilized tensor is written once and read back on later constructions."""
-        w = torch_weight.reshape(1, 1, self.dim // TILE, TILE)
-        if axis is None:
-            mapper = ttnn.ReplicateTensorToMesh(self.mesh_device)
-        else:
-            dims = [None, None]
-            dims[axis] = 2
-            mapper = ttnn.ShardTensor2dMesh(
-                self.mesh_device, mesh_shape=tuple(self.mesh_device.shape), dims=tuple(dims)
-            )
-        if self.dim % (TILE * (self.num_devices if axis is not None else 1)):
-            raise rules.RuleError(
-                "distributed.width_multiple_of_32",
-                "the norm's dim must split into per-device widths that are multiples of 32",
-                self.dim,
-                f"pad dim to a multiple of {TILE * self.num_devices}",
-            )
+        tt_mesh.check_local_width(self.dim, self.num_devices if axis is not None else 1, "weight")
         return ttnn.as_tensor(
-            w,
+            torch_weight.reshape(1, 1, self.dim // TILE, TILE),
             dtype=dtype,
             layout=ttnn.ROW_MAJOR_LAYOUT,
             device=self.mesh_device,
             memory_config=memory_config,
-            mesh_mapper=mapper,
+            mesh_mapper=tt_mesh.mapper(self.mesh_device, axis, 2),
             cache_file_name=None if cache is None else cache / name,
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
 import ttnn
 
 from tt_rmsnorm import ccl_rules, configs, paths, rules
@@ -134,21 +135,16 @@ def _buffers(name: str, plan: paths.PathPlan, x: TensorDesc) -> dict[str, Tensor
     return {}
 
 
-def _allocate(desc: TensorDesc, mesh_device):
+def allocate(desc: TensorDesc, mesh_device):
+    """A zero-filled tensor of `desc` replicated on every device of the mesh (a persistent buffer)."""
     return ttnn.from_torch(
-        _zeros(desc.shape),
+        torch.zeros(desc.shape),
         dtype=desc.dtype,
         layout=ttnn.TILE_LAYOUT,
         device=mesh_device,
         memory_config=desc.memory_config,
         mesh_mapper=ttnn.ReplicateTensorToMesh(mesh_device),
     )
-
-
-def _zeros(shape):
-    import torch
-
-    return torch.zeros(shape)
 
 
 def _output_placement(name: str, norm, x: TensorDesc, target):
@@ -213,7 +209,7 @@ def plan_call(
     plan.check(x, w, residual)
     if mesh_device is not None and buffers:
         made = {
-            k: ccl.buffer((k, d.shape, d.dtype, d.memory_config), lambda d=d: _allocate(d, mesh_device))
+            k: ccl.buffer((k, d.shape, d.dtype, d.memory_config), lambda d=d: allocate(d, mesh_device))
             for k, d in buffers.items()
         }
         plan = replace(plan, **made)
