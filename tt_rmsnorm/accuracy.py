@@ -265,6 +265,34 @@ def _same_special(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     return (torch.isnan(a) & torch.isnan(e)) | (torch.isinf(a) & (a == e))
 
 
+def _failures(
+    tol: Tolerance, r: Report, became_nonfinite: int, special_lost: int, judged: int, varies: bool, cancelling: bool
+) -> list[str]:
+    """The policy's verdict on the metrics `compare` measured in `r`: one line per bound not met. `judged`: how many
+    elements are finite in both; `varies`: whether PCC means anything for them."""
+    p, max_ulp, mean_ulp, frac = r.pcc, r.max_ulp, r.mean_ulp, r.fp8_frac_within_1ulp
+    max_abs, max_abs_rel = r.max_abs, r.max_abs_rel
+    failures = []
+    if became_nonfinite:
+        failures.append(f"{became_nonfinite} non-finite values where the reference is finite")
+    if special_lost:
+        failures.append(f"{special_lost} values differ from the reference's NaN/Inf there")
+    if judged:  # the bounds judge the elements finite in both (there are none where all-NaN is expected and returned)
+        if varies and not (p >= tol.pcc_min):
+            failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
+        if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
+            failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
+        if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
+            failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
+        if tol.max_abs_rel is not None and not (max_abs_rel <= tol.max_abs_rel):
+            failures.append(
+                f"max abs error {max_abs:.3g} is {max_abs_rel:.3g} of max|expected|, > {tol.max_abs_rel:.3g}"
+            )
+        if frac is not None and not (frac >= tol.fp8_frac_within_1ulp):
+            failures.append(f"only {frac:.5f} of elements within 1 FP8 ULP (< {tol.fp8_frac_within_1ulp})")
+    return failures
+
+
 def compare(
     actual, expected, dtype, *, tolerance: Tolerance | None = None, ulp_reference=None, cancelling: bool = False
 ) -> Report:
@@ -319,25 +347,7 @@ def compare(
         frac = _mean((fp8_ulp_distance(a, e, tol.dtype) <= 1.0)[both].to(torch.float64))
     varies = n > 1 and float(ef.std()) > 2.0**-BF16_MANTISSA_BITS * float(ef.abs().mean())
 
-    failures = []
-    if became_nonfinite:
-        failures.append(f"{became_nonfinite} non-finite values where the reference is finite")
-    if special_lost:
-        failures.append(f"{special_lost} values differ from the reference's NaN/Inf there")
-    if n:  # the bounds judge the elements finite in both (there are none where all-NaN is expected and returned)
-        if varies and not (p >= tol.pcc_min):
-            failures.append(f"pcc {p:.6f} < {tol.pcc_min}")
-        if tol.max_ulp is not None and not cancelling and not (max_ulp <= tol.max_ulp):
-            failures.append(f"max bf16 ULP {max_ulp:.3g} > {tol.max_ulp}")
-        if tol.mean_ulp is not None and not (mean_ulp <= tol.mean_ulp):
-            failures.append(f"mean bf16 ULP {mean_ulp:.3g} > {tol.mean_ulp}")
-        if tol.max_abs_rel is not None and not (max_abs_rel <= tol.max_abs_rel):
-            failures.append(
-                f"max abs error {max_abs:.3g} is {max_abs_rel:.3g} of max|expected|, > {tol.max_abs_rel:.3g}"
-            )
-        if frac is not None and not (frac >= tol.fp8_frac_within_1ulp):
-            failures.append(f"only {frac:.5f} of elements within 1 FP8 ULP (< {tol.fp8_frac_within_1ulp})")
-    return Report(
+    r = Report(
         dtype=tol.dtype,
         pcc=p,
         max_abs=max_abs,
@@ -347,11 +357,13 @@ def compare(
         rel_rms=rel_rms,
         nonfinite=nonfinite,
         fp8_frac_within_1ulp=frac,
-        passed=not failures,
-        failures=failures,
+        passed=False,
         max_bf8_step=max_step,
         mean_bf8_step=mean_step,
     )
+    r.failures = _failures(tol, r, became_nonfinite, special_lost, n, varies, cancelling)
+    r.passed = not r.failures
+    return r
 
 
 def assert_close(actual, expected, dtype, *, context: str = "", ulp_reference=None, cancelling: bool = False) -> Report:
