@@ -1,7 +1,7 @@
 """Validating wrappers of the ttnn ops, with ttnn's names and keyword arguments.
 
-Each wrapper runs its check in `tt_rmsnorm.op_rules` first, so bad input raises `RuleError` before any device work, then calls ttnn, and
-records what kind of stats a pre produced (sums or means) so the post can refuse the other kind.
+Each wrapper runs its check in `tt_rmsnorm.op_rules` first, so bad input raises `RuleError` before any device work,
+then calls ttnn, and records what kind of stats a pre produced (sums or means) so the post can refuse the other kind.
 """
 
 from __future__ import annotations
