@@ -37,8 +37,8 @@ conformance: $(STAMP)
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
 
-# Mutation testing, one module or all (MODULE=accuracy|reference|rules|configs|mesh|triton), SAMPLE mutants each drawn
-# with SEED (SAMPLE=0: every mutant; a full rules.py run is hours on two cores). Prints the score per module and the
+# Mutation testing, one module or all (MODULE=accuracy|reference|rules|l1_budget|configs|mesh|triton), SAMPLE mutants each drawn
+# with SEED (SAMPLE=0: every mutant; a full rules run is hours on two cores). Prints the score per module and the
 # survivors (tests/mutation/README.md).
 MODULE ?=
 SAMPLE ?= 60

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import ttnn
 
-from tt_rmsnorm import rules
+from tt_rmsnorm import op_rules, operand_rules, rules, sharding_rules
 from tt_rmsnorm.rules import _check_dtype, _check_on_device, _check_tile, _fail, _name
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
@@ -135,8 +135,8 @@ def check_all_gather_async(
     also what the mesh overload calls `persistent_output_tensor`). Returns the number of devices gathered.
 
     The arguments it shares with `ttnn.all_gather` (dim, cluster_axis, devices on the axis, a sharded input's output
-    memory config) follow `tt_rmsnorm.rules.check_all_gather` and keep its rule ids."""
-    n = rules.check_all_gather(
+    memory config) follow `tt_rmsnorm.op_rules.check_all_gather` and keep its rule ids."""
+    n = op_rules.check_all_gather(
         input_tensor,
         dim,
         cluster_axis=cluster_axis,
@@ -265,14 +265,14 @@ def check_fused_rms_minimal(
             + ("" if out_config.shard_spec is None else f" {_name(out_config.shard_spec.orientation)}"),
             "a WIDTH_SHARDED L1 ROW_MAJOR memory_config (reshard afterwards if DRAM is needed)",
         )
-    rules._check_output_memory_config(x, out_config)
+    sharding_rules._check_output_memory_config(x, out_config)
     _check_fused_program_config(x, program_config, compute_kernel_config)
     w = describe(weight)
     _check_on_device(w, "weight")
     if w.layout != ttnn.ROW_MAJOR_LAYOUT:
         _fail("fused.weight_layout", "the weight must be ROW_MAJOR", _name(w.layout), "tt_rmsnorm.prepare_weight(...)")
-    rules._check_gamma(x, w, "weight", "sharded")
-    rules._check_residual(x, describe(residual_input_tensor))
+    operand_rules._check_gamma(x, w, "weight", "sharded")
+    operand_rules._check_residual(x, describe(residual_input_tensor))
     _check_fused_stats(x, describe(stats), n, compute_kernel_config)
     if persistent_output_tensor is not None:
         _check_fused_persistent(x, describe(persistent_output_tensor), out_config, dtype)

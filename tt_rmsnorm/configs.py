@@ -4,7 +4,7 @@
 - sharded (decode, padded height 32): `LayerNormShardedMultiCoreProgramConfig` over a width- (or block-) sharded L1
   input, stats gathered onto one core (`stats_memory_config`).
 
-`choose_path` picks between them from the shape; every choice here is accepted by the rules in `tt_rmsnorm.rules`.
+`choose_path` picks between them from the shape; every choice here is accepted by the rules in `tt_rmsnorm.op_rules`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm import rules
+from tt_rmsnorm import l1_budget, rules
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE, one_tile_row, tile_padded
 
@@ -291,8 +291,8 @@ def plan(
     cfg = compute_kernel_config
     if cfg is None:
         fits = (
-            rules.pre_l1_bytes(TensorDesc(local_shape, dtype=dtype), _default_compute(fp32_dest_acc_en=True))
-            <= rules.L1_SIZE
+            l1_budget.pre_l1_bytes(TensorDesc(local_shape, dtype=dtype), _default_compute(fp32_dest_acc_en=True))
+            <= l1_budget.L1_SIZE
         )
         if not fits and dtype != ttnn.float32:  # FLOAT32 input needs fp32 accumulation whatever it costs
             logger.warning(

@@ -1,4 +1,5 @@
-"""Is a real Tenstorrent device here? The demo, the parity runner and the test fixtures ask the same question."""
+"""Is a real Tenstorrent device here, or a mock cluster? The demo, the parity runner and the test fixtures ask the same
+question; `MockClusterError` says a mock cluster cannot be set up here."""
 
 import glob
 import os
@@ -13,3 +14,7 @@ def tt_hardware_present() -> bool:
 
 def mock_cluster_active() -> bool:
     return bool(os.environ.get(MOCK_ENV))
+
+
+class MockClusterError(RuntimeError):
+    """The mock cluster cannot be set up here (wrong environment, unknown system, conflicting process state)."""

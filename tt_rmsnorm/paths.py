@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import ttnn
 
-from tt_rmsnorm import ccl, ccl_rules, rules
+from tt_rmsnorm import ccl, ccl_rules, op_rules, operand_rules, rules, sharding_rules
 from tt_rmsnorm.configs import NormPlan
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import one_tile_row
@@ -110,10 +110,10 @@ class PathPlan:
         h = self.input_desc(x)
         res = None if residual is None else (self.input_desc(residual) if self.sharded else residual)
         if residual is not None:
-            rules._check_residual(x, residual)
+            operand_rules._check_residual(x, residual)
         pc, ck = self.norm.program_config, self.norm.compute_kernel_config
         pre_residual = res if self.sharded else None  # the interleaved post normalizes its input: x + r is added first
-        rules.check_pre_all_gather(
+        op_rules.check_pre_all_gather(
             h,
             dtype=ttnn.bfloat16,
             residual_input_tensor=pre_residual,
@@ -121,7 +121,7 @@ class PathPlan:
             program_config=pc,
             compute_grid=grid,
         )
-        rules.check_post_all_gather(
+        op_rules.check_post_all_gather(
             h,
             self.stats_desc(x),
             epsilon=self.call.epsilon,
@@ -134,7 +134,7 @@ class PathPlan:
         )
         target = self.call.memory_config
         if target is not None and self.sharded and target.is_sharded():
-            rules._check_output_memory_config(h, target)
+            sharding_rules._check_output_memory_config(h, target)
 
 
 class GatherPath(PathPlan):
@@ -186,7 +186,7 @@ class ClassicPath(GatherPath):
     capture only."""
 
     def _check_gather(self, stats):
-        rules.check_all_gather(
+        op_rules.check_all_gather(
             stats,
             3,
             cluster_axis=self.call.cluster_axis,
@@ -247,8 +247,8 @@ class LocalPath(PathPlan):
 
     def check(self, x, w, residual):
         if residual is not None:
-            rules._check_residual(x, residual)
-        rules.check_rms_norm(
+            operand_rules._check_residual(x, residual)
+        op_rules.check_rms_norm(
             x,
             epsilon=self.call.epsilon,
             weight=w,
@@ -284,7 +284,7 @@ class FusedPath(PathPlan):
         h = self.input_desc(x)
         res = None if residual is None else self.input_desc(residual)
         if residual is not None:
-            rules._check_residual(x, residual)
+            operand_rules._check_residual(x, residual)
         ccl_rules.check_fused_rms_minimal(
             h,
             self.norm.program_config,

@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE.parent / "mock"))
 
 import conformance_worker  # noqa: E402
 import corpus  # noqa: E402
+import corpus_format  # noqa: E402
 import mock_cases  # noqa: E402
 from loguru import logger  # noqa: E402
 
@@ -127,7 +128,7 @@ def table(rows) -> str:
     counts = Counter((r["entry"]["intent"], package_class(r["package"]), r["ttnn"]["verdict"]) for r in rows)
     width = max(len(k[1]) for k in counts) + 2
     lines += ["", f"{'tt-metal intent':<16}{'package':<{width}}{'ttnn 0.81.1 on mock':<22}entries"]
-    for (intent, pkg, got), n in sorted(counts.items(), key=lambda kv: (corpus.INTENTS.index(kv[0][0]), -kv[1])):
+    for (intent, pkg, got), n in sorted(counts.items(), key=lambda kv: (corpus_format.INTENTS.index(kv[0][0]), -kv[1])):
         lines.append(f"{intent:<16}{pkg:<{width}}{got:<22}{n}")
     calls = [a for r in rows for a in r["agree"] if a is not None]
     lines += ["", f"calls compared with ttnn: {len(calls)}; agree: {sum(calls)}; disagree: {len(calls) - sum(calls)}"]

@@ -3,6 +3,7 @@ a seeded sample through real ttnn on the mock clusters. `make conformance` runs 
 
 import conformance
 import corpus
+import corpus_format
 import pytest
 
 from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
@@ -51,7 +52,7 @@ def test_corpus_covers_the_rmsnorm_tests():
     assert len(corpus.ENTRIES) >= 350
     assert {e["source"] for e in corpus.ENTRIES} == ISSUE_FILES
     for e in corpus.ENTRIES:
-        assert e["calls"] and e["test"].startswith("test_") and e["intent"] in corpus.INTENTS, e["id"]
+        assert e["calls"] and e["test"].startswith("test_") and e["intent"] in corpus_format.INTENTS, e["id"]
         assert e["intent"] == "runs" or e["why"], f"{e['id']}: a non-running intent needs its reason"
     assert all(i in ROWS for i in MUST_SEE)
 

@@ -25,7 +25,8 @@ from tt_rmsnorm.ccl_rules import (
     pre_stats_desc,
 )
 from tt_rmsnorm.mock_cluster import MESH_SHAPES, _memory_config_text
-from tt_rmsnorm.rules import RuleError, check_post_all_gather, check_pre_all_gather
+from tt_rmsnorm.op_rules import check_post_all_gather, check_pre_all_gather
+from tt_rmsnorm.rules import RuleError
 from tt_rmsnorm.tensors import describe, stats_kind_of
 
 TENSOR_SLOTS = ("x", "weight", "residual", "stats", "persistent")

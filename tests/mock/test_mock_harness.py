@@ -9,7 +9,7 @@ import time
 import mock_worker
 import pytest
 
-from tt_rmsnorm import mock_cluster
+from tt_rmsnorm import mock_cluster, sfpi_stand_in
 from tt_rmsnorm.hardware import MOCK_ENV
 
 pytestmark = pytest.mark.mock_cluster
@@ -23,7 +23,7 @@ EXPECTED_MESHES = {  # system: (mesh shape, devices, compute_with_storage_grid_s
 
 
 def test_stub_kernel_elf_is_what_the_xip_loader_needs():
-    elf = mock_cluster.stub_kernel_elf()
+    elf = sfpi_stand_in.stub_kernel_elf()
     assert elf[:4] == b"\x7fELF" and elf[4] == 1 and elf[5] == 1  # 32-bit, little endian
     e_type, e_machine = struct.unpack_from("<HH", elf, 16)
     phoff, shoff = struct.unpack_from("<II", elf, 28)
@@ -40,28 +40,28 @@ def test_stub_kernel_elf_is_what_the_xip_loader_needs():
 
 
 def test_compiler_stand_in(tmp_path):
-    if mock_cluster.real_compiler() is not None:
+    if sfpi_stand_in.real_compiler() is not None:
         pytest.skip(
-            f"a real SFPI compiler is installed ({mock_cluster.real_compiler()}); the stand-in is never written"
+            f"a real SFPI compiler is installed ({sfpi_stand_in.real_compiler()}); the stand-in is never written"
         )
-    exe = mock_cluster.install_compiler_stand_in()
+    exe = sfpi_stand_in.install_compiler_stand_in()
     before = exe.read_bytes()
-    assert mock_cluster.install_compiler_stand_in() == exe and exe.read_bytes() == before  # idempotent
-    assert mock_cluster.real_compiler() is None  # it never mistakes itself for a real toolchain
+    assert sfpi_stand_in.install_compiler_stand_in() == exe and exe.read_bytes() == before  # idempotent
+    assert sfpi_stand_in.real_compiler() is None  # it never mistakes itself for a real toolchain
     assert os.access(exe, os.X_OK) and exe.is_relative_to(os.path.realpath(sys.prefix))
 
     def run(*args):
         return subprocess.run([str(exe), *args], capture_output=True, text=True, cwd=tmp_path)
 
     version = run("--version").stdout.strip()
-    sfpi = (mock_cluster._ttnn_dir() / "tt_metal" / "sfpi-version").read_text()
+    sfpi = (sfpi_stand_in._ttnn_dir() / "tt_metal" / "sfpi-version").read_text()
     assert version.startswith("riscv-tt-elf-g++ (tenstorrent/sfpi:7.89.0[1050])") and "7.89.0" in sfpi
     assert run("-x", "c++-header", "pch.h", "-o", "pch.gch").returncode != 0
     assert run("-O2", "-c", "-o", "k.o", "k.cc", "-MF", "k.d").returncode == 0
     assert (tmp_path / "k.o").read_bytes() == b"" and (tmp_path / "k.d").read_text().startswith("k.o:")
     (tmp_path / "kernels" / "k").mkdir(parents=True)
     assert run("k.o", "-o", "kernels/k/trisc0.123.elf").returncode == 0
-    assert (tmp_path / "kernels" / "k" / "trisc0.123.elf").read_bytes() == mock_cluster.stub_kernel_elf()
+    assert (tmp_path / "kernels" / "k" / "trisc0.123.elf").read_bytes() == sfpi_stand_in.stub_kernel_elf()
     assert run("fw.o", "-o", "firmware/nokey/brisc.elf").returncode != 0  # no firmware under an unknown key
 
 

@@ -4,7 +4,7 @@ rules."""
 import pytest
 import ttnn
 
-from tt_rmsnorm import configs, rules
+from tt_rmsnorm import configs, op_rules, rules
 from tt_rmsnorm.tensors import TensorDesc as D
 
 GRIDS = [(8, 4), (1, 4), (8, 2), (2, 8)]
@@ -78,7 +78,7 @@ def test_block_sharded_rms_norm_config_accepted():
     pc = configs.sharded_program_config(shape, (8, 4), configs.BLOCK)
     mc = configs.sharded_memory_config(shape, (8, 4), configs.BLOCK)
     assert (pc.block_h, pc.block_w) == (1, 4) and list(mc.shard_spec.shape) == [32, 128]
-    assert rules.check_rms_norm(D(shape, memory_config=mc), program_config=pc, compute_grid=(8, 8)) == "sharded"
+    assert op_rules.check_rms_norm(D(shape, memory_config=mc), program_config=pc, compute_grid=(8, 8)) == "sharded"
 
 
 @pytest.mark.parametrize(
@@ -155,10 +155,10 @@ def test_demo_plans_pass_the_rules(name, plan):
     else:
         x = D(shape)
         stats = D(shape[:-1] + (32 * n,), stats_kind="sums")
-    assert rules.check_pre_all_gather(x, **kw) == plan.path
-    assert rules.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.path
+    assert op_rules.check_pre_all_gather(x, **kw) == plan.path
+    assert op_rules.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.path
     if n > 1:
-        rules.check_all_gather(
+        op_rules.check_all_gather(
             D(
                 shape[:-1] + (32,),
                 memory_config=plan.stats_memory_config if plan.path == "sharded" else ttnn.DRAM_MEMORY_CONFIG,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import ttnn
 
-from tt_rmsnorm import configs, rules
+from tt_rmsnorm import configs, l1_budget, op_rules, rules
 from tt_rmsnorm.rules import RuleError
 from tt_rmsnorm.tensors import TensorDesc as D
 
@@ -69,7 +69,7 @@ def pre(inp, **kw):
     if inp.is_sharded:
         kw.setdefault("program_config", PC)
         kw.setdefault("compute_kernel_config", CKC)
-    return lambda: rules.check_pre_all_gather(inp, **kw)
+    return lambda: op_rules.check_pre_all_gather(inp, **kw)
 
 
 def post(inp, stats, **kw):
@@ -78,16 +78,16 @@ def post(inp, stats, **kw):
     if inp.is_sharded:
         kw.setdefault("program_config", PC)
         kw.setdefault("compute_kernel_config", CKC)
-    return lambda: rules.check_post_all_gather(inp, stats, **kw)
+    return lambda: op_rules.check_post_all_gather(inp, stats, **kw)
 
 
 def rms(inp, **kw):
     kw.setdefault("compute_grid", GRID_T3K)
-    return lambda: rules.check_rms_norm(inp, **kw)
+    return lambda: op_rules.check_rms_norm(inp, **kw)
 
 
 def gather(inp, dim=3, mesh_shape=(1, 8), **kw):
-    return lambda: rules.check_all_gather(inp, dim, mesh_shape=mesh_shape, **kw)
+    return lambda: op_rules.check_all_gather(inp, dim, mesh_shape=mesh_shape, **kw)
 
 
 # (rule id, a fragment of the message, the check)
@@ -294,9 +294,9 @@ def test_sharded_configs_accepted(width, grid, weight_layout):
     stats = D((1, 1, 32, 32 * n), memory_config=configs.stats_memory_config(n), stats_kind="means")
     weight = rm_weight(width) if weight_layout == RM else D((1, 1, 1, width))
     kw = dict(program_config=pcfg, compute_kernel_config=cfg, compute_grid=(8, 8))
-    assert rules.check_pre_all_gather(inp, **kw) == "sharded"
-    assert rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=weight, **kw) == "sharded"
-    assert rules.check_rms_norm(inp, weight=weight, **kw) == "sharded"
+    assert op_rules.check_pre_all_gather(inp, **kw) == "sharded"
+    assert op_rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=weight, **kw) == "sharded"
+    assert op_rules.check_rms_norm(inp, weight=weight, **kw) == "sharded"
 
 
 @pytest.mark.parametrize(
@@ -318,7 +318,7 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
     inp = D(shape, dtype=dtype)
     stats = D(shape[:-1] + (32 * n_dev,), stats_kind="sums")
     assert (
-        rules.check_pre_all_gather(
+        op_rules.check_pre_all_gather(
             inp, compute_kernel_config=cfg, residual_input_tensor=D(shape, dtype=dtype) if shape[-1] <= 2048 else None
         )
         == "interleaved"
@@ -326,8 +326,10 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
     affine = (
         dict(weight=rm_weight(shape[-1]), bias=rm_weight(shape[-1])) if shape[-1] <= 2048 else {}
     )  # wide rows: L1 (data/l1_verdicts.txt)
-    assert rules.check_post_all_gather(inp, stats, epsilon=1e-5, compute_kernel_config=cfg, **affine) == "interleaved"
-    assert rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
+    assert (
+        op_rules.check_post_all_gather(inp, stats, epsilon=1e-5, compute_kernel_config=cfg, **affine) == "interleaved"
+    )
+    assert op_rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
 
 
 def _data_rows(name: str) -> list[list[str]]:
@@ -419,19 +421,20 @@ def test_l1_budget_2d_core_grid_matches_ttnn_verdicts(op, width, rows, acc, dt, 
 
 def test_use_2d_core_grid_warns_on_interleaved():
     with pytest.warns(rules.AccuracyWarning, match="35435"):
-        rules.check_pre_all_gather(x(), use_2d_core_grid=True)
+        op_rules.check_pre_all_gather(x(), use_2d_core_grid=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        rules.check_pre_all_gather(x(), use_2d_core_grid=False)
+        op_rules.check_pre_all_gather(x(), use_2d_core_grid=False)
 
 
 def test_all_gather_galaxy_axes():
-    assert rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
-    assert rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
-    assert rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
+    assert op_rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
+    assert op_rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
+    assert op_rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
     local = means((1, 1, 32, 32), memory_config=shard_mc(W_SHARD, (1, 1), (32, 32)))  # one device's stats
     assert (
-        rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config) == 8
+        op_rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
+        == 8
     )
 
 
@@ -463,9 +466,9 @@ def test_sharded_l1_matches_ttnn_verdicts(op, cores, tiles, dt, acc, weight, ver
     w = rm_weight(width) if weight else None
     stats = means((1, 1, 32, 256), memory_config=shard_mc(W_SHARD, (1, 1), (32, 256))) if op == "post" else None
     check = {
-        "pre": lambda: rules.check_pre_all_gather(inp, **kw),
-        "post": lambda: rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=w, **kw),
-        "rms_norm": lambda: rules.check_rms_norm(inp, weight=w, **kw),
+        "pre": lambda: op_rules.check_pre_all_gather(inp, **kw),
+        "post": lambda: op_rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=w, **kw),
+        "rms_norm": lambda: op_rules.check_rms_norm(inp, weight=w, **kw),
     }[op]
     if verdict == "ok":
         check()
@@ -473,7 +476,7 @@ def test_sharded_l1_matches_ttnn_verdicts(op, cores, tiles, dt, acc, weight, ver
     with pytest.raises(RuleError) as err:
         check()
     assert err.value.rule == "sharded.l1_budget"
-    end, floor = rules.sharded_l1_bytes(op, inp, cfg, weight=w, stats=stats, compute_grid=(8, 8))
+    end, floor = l1_budget.sharded_l1_bytes(op, inp, cfg, weight=w, stats=stats, compute_grid=(8, 8))
     assert [end, floor][: len(reported)] == reported
 
 
@@ -501,7 +504,7 @@ def test_rank1_weight_is_described_as_ttnn_pads_it(layout):
                 check()
             assert err.value.rule == "weight.row_major_shape", name
     with pytest.raises(RuleError) as err:
-        rules.check_post_all_gather(x(), sums(), weight=D((1024,), dtype=ttnn.bfloat8_b))
+        op_rules.check_post_all_gather(x(), sums(), weight=D((1024,), dtype=ttnn.bfloat8_b))
     assert err.value.rule == "weight.dtype"
 
 
@@ -558,7 +561,7 @@ def test_2d_pre_counts_the_residual():
     """The 2-D pre double-buffers the residual and keeps a+b: ttnn on a mock N150 rejects [2,1,128,2048] FLOAT32 with
     a FLOAT32 residual (static buffers to 1,987,936 B), and the rules count the same bytes."""
     inp, res = x((2, 1, 128, 2048), dtype=ttnn.float32), x((2, 1, 128, 2048), dtype=ttnn.float32)
-    assert rules.pre_l1_bytes(inp, FP32_ACC, res, use_2d_core_grid=True) == 1_987_936
+    assert l1_budget.pre_l1_bytes(inp, FP32_ACC, res, use_2d_core_grid=True) == 1_987_936
     with pytest.warns(rules.AccuracyWarning), pytest.raises(RuleError, match="pre.l1_budget"):
         pre(
             inp, residual_input_tensor=res, compute_kernel_config=FP32_ACC, use_2d_core_grid=True, compute_grid=(8, 8)

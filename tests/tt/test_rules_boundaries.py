@@ -5,7 +5,7 @@ import pytest
 import ttnn
 from test_rules import pc, shard_mc
 
-from tt_rmsnorm import configs, rules
+from tt_rmsnorm import configs, l1_budget, op_rules
 from tt_rmsnorm.rules import RuleError
 from tt_rmsnorm.tensors import TensorDesc as D
 
@@ -41,14 +41,14 @@ PRE_L1 = [
     "shape, dtype, ckc, two_d, reported", PRE_L1, ids=lambda v: str(v) if isinstance(v, int) else None
 )
 def test_pre_l1_bytes_equal_ttnns_report(shape, dtype, ckc, two_d, reported):
-    assert rules.pre_l1_bytes(D(shape, dtype=dtype), ckc, use_2d_core_grid=two_d) == reported
+    assert l1_budget.pre_l1_bytes(D(shape, dtype=dtype), ckc, use_2d_core_grid=two_d) == reported
 
 
 @pytest.mark.parametrize("width, reported", [(12288, 1703264), (14336, 1965408), (16384, 2227552), (20480, 2751840)])
 def test_post_l1_bytes_track_ttnns_report(width, reported):
     """ttnn reports the end of the buffers allocated up to the one that crosses L1; the model counts every buffer of
     the post, three bf16 tiles more, at every width (so the per-tile part of the model is ttnn's exactly)."""
-    assert rules.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 256))) - reported == 3 * 2048
+    assert l1_budget.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 256))) - reported == 3 * 2048
 
 
 @pytest.mark.parametrize("width", [24576, 32768])
@@ -56,7 +56,7 @@ def test_streamed_post_l1_bytes_track_ttnns_report(width):
     """Past 95 % of L1 the post streams the row in a fixed number of tiles: ttnn reports the same end address at any
     width (fp32 accumulation, weight and bias: 1627488 B, rejected), the model three fp32 tiles more, as above."""
     rm = D((1, 1, width // 32, 32), layout=ttnn.ROW_MAJOR_LAYOUT)
-    got = rules.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 32)), FP32_ACC, weight=rm, bias=rm)
+    got = l1_budget.post_l1_bytes(D((1, 1, 32, width)), D((1, 1, 32, 32)), FP32_ACC, weight=rm, bias=rm)
     assert got - 1627488 == 3 * 4096
 
 
@@ -64,7 +64,7 @@ def test_streamed_post_l1_bytes_track_ttnns_report(width):
 def test_post_streams_rows_past_95_percent_of_l1(width, accepted):
     """ttnn on a mock N150: a 20480-wide bf16 row is buffered whole and does not fit; from 21504 (672 tiles, past 95 %
     of the 1.39 MB above the allocator base) the post streams it and runs."""
-    check = rules.check_post_all_gather
+    check = op_rules.check_post_all_gather
     args = (D((1, 1, 32, width)), D((1, 1, 32, 32), stats_kind="sums"))
     if accepted:
         check(*args, compute_grid=(8, 8))
@@ -75,10 +75,10 @@ def test_post_streams_rows_past_95_percent_of_l1(width, accepted):
 def test_post_l1_bytes_2d_core_grid_divide_the_row_over_the_largest_divisor():
     """2-D post: each core row buffers Wt / cores_y tiles, cores_y the largest divisor of Wt up to the grid height."""
     stats = D((1, 1, 32, 32))
-    one_tile = rules.post_l1_bytes(D((1, 1, 32, 32)), stats, use_2d_core_grid=True, grid_y=8)
-    per_tile = rules.post_l1_bytes(D((1, 1, 32, 64)), stats, use_2d_core_grid=True, grid_y=1) - one_tile
+    one_tile = l1_budget.post_l1_bytes(D((1, 1, 32, 32)), stats, use_2d_core_grid=True, grid_y=8)
+    per_tile = l1_budget.post_l1_bytes(D((1, 1, 32, 64)), stats, use_2d_core_grid=True, grid_y=1) - one_tile
     for wt, grid_y, cores_y in [(8, 8, 8), (16, 8, 8), (12, 8, 6), (7, 8, 7), (9, 8, 3), (5, 4, 1)]:
-        got = rules.post_l1_bytes(D((1, 1, 32, 32 * wt)), stats, use_2d_core_grid=True, grid_y=grid_y)
+        got = l1_budget.post_l1_bytes(D((1, 1, 32, 32 * wt)), stats, use_2d_core_grid=True, grid_y=grid_y)
         assert got == one_tile + (wt // cores_y - 1) * per_tile, (wt, grid_y)
 
 
@@ -86,18 +86,18 @@ def test_sharded_block_h_must_equal_the_shard_height():
     """rms_norm (not distributed) takes a 64-high shard: block_h 1 and 3 are both wrong, 2 is right."""
     x = D((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))
     for block_h in (1, 3):
-        got = _rule(rules.check_rms_norm, x, program_config=pc(block_h=block_h), compute_grid=(8, 7))
+        got = _rule(op_rules.check_rms_norm, x, program_config=pc(block_h=block_h), compute_grid=(8, 7))
         assert got == "program_config.block_h_shard"
-    rules.check_rms_norm(x, program_config=pc(block_h=2), compute_grid=(8, 7))
+    op_rules.check_rms_norm(x, program_config=pc(block_h=2), compute_grid=(8, 7))
 
 
 def test_sharded_residual_must_match_the_input_sharding():
     mc = shard_mc(W_SHARD, (8, 4), (32, 32))
     x = D((1, 1, 32, 1024), memory_config=mc)
     kw = dict(program_config=pc(), compute_grid=(8, 7))
-    rules.check_rms_norm(x, residual_input_tensor=D((1, 1, 32, 1024), memory_config=mc), **kw)
+    op_rules.check_rms_norm(x, residual_input_tensor=D((1, 1, 32, 1024), memory_config=mc), **kw)
     other = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 4), (32, 64)))
-    assert _rule(rules.check_rms_norm, x, residual_input_tensor=other, **kw) == "residual.same_sharding"
+    assert _rule(op_rules.check_rms_norm, x, residual_input_tensor=other, **kw) == "residual.same_sharding"
 
 
 def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
@@ -108,31 +108,31 @@ def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
     kw = dict(program_config=pc(), compute_grid=(8, 7))
     narrow = D((1, 1, 32, 990), padded_shape=(1, 1, 32, 1024))
     wide = D((1, 1, 32, 1010), padded_shape=(1, 1, 32, 1024))
-    assert _rule(rules.check_rms_norm, x, weight=narrow, **kw) == "weight.tile_width"
-    rules.check_rms_norm(x, weight=wide, **kw)
+    assert _rule(op_rules.check_rms_norm, x, weight=narrow, **kw) == "weight.tile_width"
+    op_rules.check_rms_norm(x, weight=wide, **kw)
 
 
 @pytest.mark.parametrize(
     "axis, rule", [(2, "all_gather.cluster_axis"), (3, "all_gather.cluster_axis"), (-1, "all_gather.cluster_axis")]
 )
 def test_all_gather_cluster_axis_outside_the_mesh(axis, rule):
-    assert _rule(rules.check_all_gather, D((1, 1, 32, 32)), 3, cluster_axis=axis, mesh_shape=(8, 4)) == rule
-    assert rules.check_all_gather(D((1, 1, 32, 32)), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
+    assert _rule(op_rules.check_all_gather, D((1, 1, 32, 32)), 3, cluster_axis=axis, mesh_shape=(8, 4)) == rule
+    assert op_rules.check_all_gather(D((1, 1, 32, 32)), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
 
 
 def test_all_gather_dim_range():
     for dim in (-4, 3):
-        assert rules.check_all_gather(D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8)) == 8
+        assert op_rules.check_all_gather(D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8)) == 8
     for dim in (-5, 4):
-        got = _rule(rules.check_all_gather, D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8))
+        got = _rule(op_rules.check_all_gather, D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8))
         assert got == "all_gather.dim"
 
 
 def test_block_sharded_2d_config_with_more_rows_than_grid_rows():
     """Block sharding, Ht = 4 tiles over 2 grid rows: block_h = 2 is right (Ht divisible by the rows), 1 is not."""
     x = D((1, 1, 128, 1024), memory_config=shard_mc(B_SHARD, (8, 2), (64, 128)))
-    rules.check_rms_norm(x, program_config=pc((8, 2), block_h=2, block_w=4), compute_grid=(8, 7))
-    got = _rule(rules.check_rms_norm, x, program_config=pc((8, 2), block_h=1, block_w=4), compute_grid=(8, 7))
+    op_rules.check_rms_norm(x, program_config=pc((8, 2), block_h=2, block_w=4), compute_grid=(8, 7))
+    got = _rule(op_rules.check_rms_norm, x, program_config=pc((8, 2), block_h=1, block_w=4), compute_grid=(8, 7))
     assert got == "program_config.block_h_shard"
 
 
@@ -140,11 +140,11 @@ def test_program_grid_larger_than_the_shard_grid_is_accepted():
     """The shard grid must fit the program config's grid, not equal it (ttnn runs a 4x2 shard grid under 8x8)."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (32, 32)))
     for grid in [(8, 4), (8, 6), (8, 7)]:
-        rules.check_pre_all_gather(x, program_config=pc(grid), compute_grid=(8, 7))
-    assert _rule(rules.check_pre_all_gather, x, program_config=pc((8, 3)), compute_grid=(8, 7)) == (
+        op_rules.check_pre_all_gather(x, program_config=pc(grid), compute_grid=(8, 7))
+    assert _rule(op_rules.check_pre_all_gather, x, program_config=pc((8, 3)), compute_grid=(8, 7)) == (
         "program_config.grid_fits_shards"
     )
-    assert _rule(rules.check_pre_all_gather, x, program_config=pc((7, 4)), compute_grid=(8, 7)) == (
+    assert _rule(op_rules.check_pre_all_gather, x, program_config=pc((7, 4)), compute_grid=(8, 7)) == (
         "program_config.grid_fits_shards"
     )
 
@@ -155,10 +155,10 @@ X, STATS = D((1, 1, 32, 1024)), D((1, 1, 32, 32))
 @pytest.mark.parametrize(
     "check, args",
     [
-        (rules.check_pre_all_gather, (X,)),
-        (rules.check_post_all_gather, (X, STATS)),
-        (rules.check_rms_norm, (X,)),
-        (rules.check_all_gather, (STATS, 3)),
+        (op_rules.check_pre_all_gather, (X,)),
+        (op_rules.check_post_all_gather, (X, STATS)),
+        (op_rules.check_rms_norm, (X,)),
+        (op_rules.check_all_gather, (STATS, 3)),
     ],
     ids=["pre", "post", "rms_norm", "all_gather"],
 )
@@ -171,10 +171,10 @@ def test_options_are_keyword_only(check, args):
 
 def test_residual_needs_the_same_logical_and_padded_shape():
     x = D((1, 1, 30, 1024))
-    assert _rule(rules.check_pre_all_gather, x, residual_input_tensor=D((1, 1, 32, 1024))) == "residual.shape"
+    assert _rule(op_rules.check_pre_all_gather, x, residual_input_tensor=D((1, 1, 32, 1024))) == "residual.shape"
     padded_only = D((1, 1, 30, 1024), padded_shape=(1, 1, 64, 1024))
-    assert _rule(rules.check_pre_all_gather, x, residual_input_tensor=padded_only) == "residual.shape"
-    rules.check_pre_all_gather(x, residual_input_tensor=D((1, 1, 30, 1024)))
+    assert _rule(op_rules.check_pre_all_gather, x, residual_input_tensor=padded_only) == "residual.shape"
+    op_rules.check_pre_all_gather(x, residual_input_tensor=D((1, 1, 30, 1024)))
 
 
 @pytest.mark.parametrize("rows, accepted", [(6, True), (7, True), (8, False), (9, False)])
@@ -183,21 +183,23 @@ def test_shard_grid_must_end_inside_the_compute_grid(rows, accepted):
     x = D((1, 1, 32, 32 * rows), memory_config=shard_mc(W_SHARD, (1, rows), (32, 32)))
     kw = dict(program_config=pc((1, rows)), compute_grid=(8, 7))
     if accepted:
-        rules.check_rms_norm(x, **kw)
+        op_rules.check_rms_norm(x, **kw)
     else:
-        assert _rule(rules.check_rms_norm, x, **kw) == "input.shard_grid_on_device"
+        assert _rule(op_rules.check_rms_norm, x, **kw) == "input.shard_grid_on_device"
 
 
 def test_post_stats_with_more_rows_than_the_input():
     x, stats = D((1, 1, 32, 1024)), D((1, 1, 64, 32), stats_kind="sums")
-    assert _rule(rules.check_post_all_gather, x, stats, compute_grid=(8, 8)) == "post.stats_dims"
+    assert _rule(op_rules.check_post_all_gather, x, stats, compute_grid=(8, 8)) == "post.stats_dims"
 
 
 def test_shard_wider_than_256_columns():
     """One core holding the whole 1024-wide row: block_w 32 (shard width 1024) is right."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (1, 1), (32, 1024)))
-    rules.check_pre_all_gather(x, program_config=pc((1, 1), subblock_w=8, block_w=32), compute_grid=(8, 8))
-    got = _rule(rules.check_pre_all_gather, x, program_config=pc((1, 1), subblock_w=8, block_w=16), compute_grid=(8, 8))
+    op_rules.check_pre_all_gather(x, program_config=pc((1, 1), subblock_w=8, block_w=32), compute_grid=(8, 8))
+    got = _rule(
+        op_rules.check_pre_all_gather, x, program_config=pc((1, 1), subblock_w=8, block_w=16), compute_grid=(8, 8)
+    )
     assert got == "program_config.block_w_shard"
 
 
@@ -207,48 +209,48 @@ def test_host_tensor_is_a_rule_error_not_a_device_query_error():
     import torch
 
     host = ttnn.from_torch(torch.zeros(1, 1, 32, 32), dtype=ttnn.bfloat16)
-    assert _rule(rules.check_pre_all_gather, host) == "input.on_device"
+    assert _rule(op_rules.check_pre_all_gather, host) == "input.on_device"
 
 
 def test_shard_grid_offset_from_the_origin_fits_by_its_extent():
     """Shards on cores (2, 0)..(5, 1): a 4x2 box, which fits a 4x2 program grid wherever it starts."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128), start=(2, 0)))
-    rules.check_pre_all_gather(x, program_config=pc((4, 2), block_w=4), compute_grid=(8, 7))
-    got = _rule(rules.check_pre_all_gather, x, program_config=pc((3, 2), block_w=4), compute_grid=(8, 7))
+    op_rules.check_pre_all_gather(x, program_config=pc((4, 2), block_w=4), compute_grid=(8, 7))
+    got = _rule(op_rules.check_pre_all_gather, x, program_config=pc((3, 2), block_w=4), compute_grid=(8, 7))
     assert got == "program_config.grid_fits_shards"
 
 
 def test_block_w_is_the_ceiling_of_tiles_over_cores():
     """34 tiles over 8 grid columns: block_w = ceil(34 / 8) = 5 (the last shard partial) is right, not 34 // 8."""
     x = D((1, 1, 64, 1088), memory_config=shard_mc(B_SHARD, (8, 2), (32, 160)))
-    rules.check_rms_norm(x, program_config=pc((8, 2), block_h=1, block_w=5), compute_grid=(8, 7))
+    op_rules.check_rms_norm(x, program_config=pc((8, 2), block_h=1, block_w=5), compute_grid=(8, 7))
 
 
 def test_1d_block_w_below_the_ceiling_is_rejected():
     """32 tiles over 16 cores need block_w 2; shards one tile wide (block_w 1) do not cover the row."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 2), (32, 32)))
-    got = _rule(rules.check_pre_all_gather, x, program_config=pc((8, 2), block_w=1), compute_grid=(8, 7))
+    got = _rule(op_rules.check_pre_all_gather, x, program_config=pc((8, 2), block_w=1), compute_grid=(8, 7))
     assert got == "program_config.block_w_cores"
 
 
 def test_interleaved_post_tile_weight_needs_the_inputs_padded_width():
     x, stats = D((1, 1, 128, 1024)), D((1, 1, 128, 32), stats_kind="sums")
     wide_pad = D((1, 1, 1, 1024), padded_shape=(1, 1, 32, 1056))
-    assert _rule(rules.check_post_all_gather, x, stats, weight=wide_pad, compute_grid=(8, 8)) == "weight.tile_width"
-    rules.check_post_all_gather(x, stats, weight=D((1, 1, 1, 1024)), compute_grid=(8, 8))
+    assert _rule(op_rules.check_post_all_gather, x, stats, weight=wide_pad, compute_grid=(8, 8)) == "weight.tile_width"
+    op_rules.check_post_all_gather(x, stats, weight=D((1, 1, 1, 1024)), compute_grid=(8, 8))
 
 
 def test_sharded_post_input_is_one_tile_row_high():
     x = D((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))
     stats = D((1, 1, 64, 256), memory_config=shard_mc(W_SHARD, (1, 1), (64, 256)), stats_kind="means")
-    got = _rule(rules.check_post_all_gather, x, stats, program_config=pc(block_h=2), compute_grid=(8, 7))
+    got = _rule(op_rules.check_post_all_gather, x, stats, program_config=pc(block_h=2), compute_grid=(8, 7))
     assert got == "sharded.height_32"
 
 
 def test_rms_norm_takes_a_default_program_config_on_an_interleaved_input():
     x = D((1, 1, 128, 1024))
-    rules.check_rms_norm(x, program_config=ttnn.LayerNormDefaultProgramConfig(), compute_grid=(8, 8))
-    assert _rule(rules.check_rms_norm, x, program_config=pc(), compute_grid=(8, 8)) == (
+    op_rules.check_rms_norm(x, program_config=ttnn.LayerNormDefaultProgramConfig(), compute_grid=(8, 8))
+    assert _rule(op_rules.check_rms_norm, x, program_config=pc(), compute_grid=(8, 8)) == (
         "rms_norm.sharded_config_interleaved"
     )
 
@@ -258,5 +260,7 @@ def test_2d_pre_l1_grows_by_the_same_bytes_per_tile(dtype, cb):
     """Each tile of width adds two input tiles and two compute-format tiles (x^2 double-buffered) to the 2-D pre, at
     any width (the calibration above sits at multiples of 4 tiles)."""
     per_tile = 2 * D((1, 1, 32, 32), dtype=dtype).tile_bytes() + 2 * (4096 if cb else 2048)
-    sizes = [rules.pre_l1_bytes(D((1, 1, 128, 32 * wt), dtype=dtype), cb, use_2d_core_grid=True) for wt in range(1, 10)]
+    sizes = [
+        l1_budget.pre_l1_bytes(D((1, 1, 128, 32 * wt), dtype=dtype), cb, use_2d_core_grid=True) for wt in range(1, 10)
+    ]
     assert all(b - a == per_tile for a, b in zip(sizes, sizes[1:], strict=False))

@@ -18,7 +18,7 @@ import types
 from contextlib import contextmanager
 
 from programs.nki.emulator import isa, isa_dst, language, limits, nki, nki_typing
-from programs.nki.emulator.tensors import NkiConstraintError, NkiSpillWarning
+from programs.nki.emulator.constraints import NkiConstraintError, NkiSpillWarning
 
 __all__ = [
     "NkiConstraintError",

@@ -12,7 +12,10 @@ import numpy as np
 
 from programs.nki.emulator import language as nl
 from programs.nki.emulator import limits
-from programs.nki.emulator.tensors import HbmAccess, HbmTensor, OnChip, current_memory, fail, mask_for
+from programs.nki.emulator.constraints import fail
+from programs.nki.emulator.indexing import mask_for
+from programs.nki.emulator.launch import current_memory
+from programs.nki.emulator.tensors import HbmAccess, HbmTensor, OnChip
 
 # ALU operators: the nki.language functions and the NumPy ufuncs tutorials pass (np.subtract, np.multiply, ...)
 _ALU = {

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from programs.nki.emulator import isa, limits
-from programs.nki.emulator.tensors import OnChip, fail
+from programs.nki.emulator.constraints import fail
+from programs.nki.emulator.tensors import OnChip
 
 
 def _no_mask_or_dtype(api, kwargs):

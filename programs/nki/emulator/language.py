@@ -15,19 +15,10 @@ import builtins
 import numpy as np
 
 from programs.nki.emulator import limits
-from programs.nki.emulator.tensors import (
-    HbmAccess,
-    HbmTensor,
-    IndexArray,
-    OnChip,
-    ParDim,
-    check_dtype,
-    current_launch,
-    current_memory,
-    fail,
-    mask_for,
-    poison,
-)
+from programs.nki.emulator.constraints import check_dtype, fail
+from programs.nki.emulator.indexing import IndexArray, mask_for
+from programs.nki.emulator.launch import current_launch, current_memory
+from programs.nki.emulator.tensors import HbmAccess, HbmTensor, OnChip, ParDim, poison
 
 # data types (the nki.language names map onto NumPy / ml_dtypes dtypes, as in neuronxcc)
 uint8 = limits.SUPPORTED_DTYPES["uint8"]

@@ -16,9 +16,11 @@ import numpy as np
 
 from programs.nki.emulator import isa as isa  # noqa: F401 - exposed as nki.isa
 from programs.nki.emulator import language as language  # noqa: F401 - exposed as nki.language
-from programs.nki.emulator import limits, tensors
+from programs.nki.emulator import limits
+from programs.nki.emulator.constraints import check_dtype, fail
+from programs.nki.emulator.launch import _CURRENT, Launch
 from programs.nki.emulator.nki_typing import TensorType
-from programs.nki.emulator.tensors import HbmTensor, check_dtype, fail
+from programs.nki.emulator.tensors import HbmTensor
 
 last_launch: dict = {}
 
@@ -109,8 +111,8 @@ def _check_annotations(fn, args, kwargs):
 
 
 def _launch(fn, args, kwargs, grid):
-    launch = tensors.Launch(grid=grid)
-    tensors._CURRENT.append(launch)
+    launch = Launch(grid=grid)
+    _CURRENT.append(launch)
     try:
         hbm_args = [_to_hbm(i, a) for i, a in enumerate(args)]
         hbm_kwargs = {k: _to_hbm(k, v) for k, v in kwargs.items()}
@@ -122,7 +124,7 @@ def _launch(fn, args, kwargs, grid):
         launch.fold_memory()
         result = _from_hbm(result)
     finally:
-        tensors._CURRENT.pop()
+        _CURRENT.pop()
     last_launch.clear()
     last_launch.update(
         kernel=fn.__name__,

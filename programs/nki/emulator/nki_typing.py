@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from programs.nki.emulator import limits
-from programs.nki.emulator.tensors import fail
+from programs.nki.emulator.constraints import fail
 
 
 class TensorType:

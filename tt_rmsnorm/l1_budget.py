@@ -1,0 +1,306 @@
+"""The L1 models of ttnn 0.81.1's RMSNorm program factories and the budget rules on them.
+
+Each model gives where a factory's circular buffers end in one core's L1: the interleaved pre and post
+(`pre_l1_bytes`, `post_l1_bytes`, the whole local row on one core), the interleaved `rms_norm` (`rms_norm_l1_bytes`)
+and the sharded factory (`sharded_l1_bytes`, its static buffers against its tensors' shards). ttnn rejects a program
+whose buffers pass the end of L1 or the lowest L1 buffer of its tensors; the `*.l1_budget` rules raise there first.
+The models are calibrated on one ttnn release (`L1_MODEL_TTNN_VERSION`); on any other the first check warns.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import warnings
+
+import ttnn
+from loguru import logger
+
+from tt_rmsnorm.rules import DEFAULT_COMPUTE_GRID, _bbox_extent, _compute, _fail, _name
+from tt_rmsnorm.sharding_rules import _check_reduce_workers
+from tt_rmsnorm.tensors import DTYPE_BYTES, TILE_BYTES, TensorDesc
+from tt_rmsnorm.tiles import TILE
+
+# L1 of a Wormhole Tensix core (soc descriptor: worker_l1_size) and the allocator's base address. The base is calibrated
+# on a mock device: the interleaved pre at W=8192 bf16 asked for 1,682,784 B (ttnn-findings #1) and its circular buffers
+# (below) sum to 1,576,960 B.
+L1_SIZE = 1_499_136
+L1_BASE = 105_824
+# The ttnn release the L1 model (L1_BASE and the circular-buffer sums of pre_l1_bytes / post_l1_bytes) is calibrated on.
+# Other releases size the factories differently (newer pre factories stream wide rows in chunks), so the limits move.
+L1_MODEL_TTNN_VERSION = "0.81.1"
+
+
+class L1ModelVersionWarning(UserWarning):
+    """The installed ttnn is not the release the L1 model was calibrated on: its L1 verdicts may be wrong."""
+
+
+def installed_ttnn_version() -> str | None:
+    try:
+        return importlib.metadata.version("ttnn")
+    except importlib.metadata.PackageNotFoundError:
+        return getattr(ttnn, "__version__", None)
+
+
+_warned_versions: set[str | None] = set()
+
+
+def check_l1_model_version() -> bool:
+    """True when the installed ttnn is L1_MODEL_TTNN_VERSION; otherwise warns (loguru and `L1ModelVersionWarning`),
+    once per installed version, and returns False. The L1 rules still run: their verdicts are those of the calibrated
+    release."""
+    installed = installed_ttnn_version()
+    if installed == L1_MODEL_TTNN_VERSION:
+        return True
+    if installed not in _warned_versions:
+        _warned_versions.add(installed)
+        msg = (
+            f"tt_rmsnorm's L1 model is calibrated on ttnn {L1_MODEL_TTNN_VERSION} but ttnn {installed} is installed: "
+            "the pre.l1_budget / post.l1_budget verdicts may accept calls that do not fit or refuse calls that do"
+        )
+        logger.warning(msg)
+        warnings.warn(msg, L1ModelVersionWarning, stacklevel=3)
+    return False
+
+
+def pre_l1_bytes(
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    stats_dtype=ttnn.bfloat16,
+    use_2d_core_grid: bool = False,
+) -> int:
+    """L1 end address of the interleaved pre's circular buffers (layernorm_pre_all_gather_program_factory): the
+    input double-buffered, x^2, a reduce scaler and the output; the 2-D factory double-buffers x^2 too and adds
+    merge buffers. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
+    wt = x.padded_width // TILE
+    cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    fused = 2 * wt * residual.tile_bytes() + wt * cb if residual is not None else 0  # residual x2, fused a+b
+    if use_2d_core_grid:
+        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + 11 * cb + TILE_BYTES[stats_dtype] + fused
+    total = 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype]  # input x2, x^2, reduce scaler, out
+    return L1_BASE + total + fused
+
+
+def post_l1_bytes(
+    x: TensorDesc,
+    stats: TensorDesc,
+    compute_kernel_config=None,
+    weight=None,
+    bias=None,
+    out_dtype=None,
+    use_2d_core_grid: bool = False,
+    grid_y: int = DEFAULT_COMPUTE_GRID[1],
+) -> int:
+    """L1 end address of the interleaved post. 1-D: the whole row is buffered unless it exceeds 95% of L1, then it is
+    streamed in short chunks; 2-D: each core buffers Wt / cores_y tiles (cores_y = the largest divisor of Wt <= grid.y).
+    Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
+    wt = x.padded_width // TILE
+    available = L1_SIZE - L1_BASE
+    if use_2d_core_grid:
+        cb_length = wt // max(d for d in range(1, min(wt, grid_y) + 1) if wt % d == 0)
+    elif wt * x.tile_bytes() > 0.95 * available:
+        cb_length = int((available // x.tile_bytes()) * 0.95 / 7)
+    else:
+        cb_length = wt
+    cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    per_tile = x.tile_bytes() + TILE_BYTES[out_dtype or x.dtype]
+    for g in (weight, bias):  # each affine operand: its own buffer and one intermediate in the compute format
+        if g is not None:
+            per_tile += TILE_BYTES.get(g.dtype, 2048) + cb
+    small = (stats.padded_width // TILE) * stats.tile_bytes() + 2 * 2048 + 5 * cb
+    return L1_BASE + cb_length * per_tile + small
+
+
+def rms_norm_l1_bytes(
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    weight: TensorDesc | None = None,
+    bias: TensorDesc | None = None,
+) -> int:
+    """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core). Each buffer holds
+    the row rounded up to the dst block (4 tiles with fp32_dest_acc_en, else 8), unless that exceeds 95% of L1: then a
+    TILE weight/bias or a FLOAT32 input streams the row in 56-tile chunks and no weight in 112-tile chunks. A
+    ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    fp32_acc = _compute(compute_kernel_config).fp32_dest_acc_en
+    block = 4 if fp32_acc else 8
+    single, bf16 = TILE_BYTES[ttnn.float32 if fp32_acc else ttnn.bfloat16], TILE_BYTES[ttnn.bfloat16]
+    row = -(-(x.padded_width // TILE) // block) * block
+    gamma_tile = weight.tile_bytes() if weight is not None else bf16
+    beta_tile = bias.tile_bytes() if bias is not None else bf16
+    res_tile = residual.tile_bytes() if residual is not None else 0
+
+    def sizes(n):
+        in0, im6 = (2 * block, n) if residual is not None else (n, 2 * block)
+        return {
+            "in0": in0 * x.tile_bytes(),
+            "in1": 2 * block * res_tile,
+            "out": 2 * block * x.tile_bytes(),
+            "im0": n * single,
+            "im3": n * single,
+            "gamma": n * gamma_tile,
+            "beta": n * beta_tile,
+            "im6": im6 * single,
+            "im5": 2 * block * single,
+            "im4": 8 * single,
+            "small": 2 * single + 2 * bf16 + 2 * bf16 + 2 * single,  # im1, scaler, epsilon, im2
+        }
+
+    row_major_affine = any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
+    streamed = not row_major_affine and sum(sizes(row).values()) >= 0.95 * L1_SIZE
+    if streamed:
+        row = 56 if weight is not None or bias is not None or x.dtype == ttnn.float32 else 112
+    c = sizes(row)
+    total = c["in0"] + c["out"] + 4 * bf16 + 2 * single + c["im3"] + c["im4"]  # in0, out, scaler, eps, im2, im3, im4
+    if residual is not None or streamed:
+        total += c["im0"]
+    if streamed:
+        total += TILE_BYTES[ttnn.float32] if fp32_acc else single  # the streaming accumulator
+    if weight is not None or bias is not None:
+        total += c["im5"]
+    total += (c["gamma"] if weight is not None else 0) + (c["beta"] if bias is not None else 0)
+    if residual is not None:
+        total += c["in1"]
+    return L1_BASE + total
+
+
+def sharded_l1_bytes(
+    op: str,
+    x: TensorDesc,
+    compute_kernel_config=None,
+    residual: TensorDesc | None = None,
+    weight: TensorDesc | None = None,
+    bias: TensorDesc | None = None,
+    stats: TensorDesc | None = None,
+    out_dtype=None,
+    memory_config=None,
+    compute_grid=DEFAULT_COMPUTE_GRID,
+) -> tuple[int, int]:
+    """(end of the static dataflow buffers, lowest L1 shard address) of the sharded factory
+    (sharded_layernorm_factory_helpers: DFBSizeParams, add_dataflow_buffer_specs) for op 'pre', 'post' or 'rms_norm'.
+
+    The input, residual, stats and (unless it is resharded) output buffers borrow their tensors' shards; every other
+    buffer is allocated statically from L1_BASE up, while tensor shards are allocated from the top of L1 down, at
+    the same address on every core. ttnn rejects the program when the static region passes the lowest shard."""
+    shard_h, shard_w = x.shard_spec.shape
+    block_ht, block_wt = shard_h // TILE, shard_w // TILE
+    kt = x.padded_width // TILE
+    single = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    bf16 = TILE_BYTES[ttnn.bfloat16]
+    gx, gy = _bbox_extent(x.shard_spec)
+    row_wise = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
+    mcast_1d = x.physical_rows == shard_h
+    nb = x.shard_spec.grid.num_cores() if mcast_1d else (gx if row_wise else gy)
+    two_stage = (
+        mcast_1d
+        and x.shard_spec.grid.num_cores() == gx * gy
+        and ((row_wise and 1 < gx <= compute_grid[0] and gy > 1) or (not row_wise and gx > 1 and gy == compute_grid[1]))
+    )
+    if two_stage:
+        first, second = (gx, gy) if row_wise else (gy, gx)
+        ex_external = (first + second - 1) * single
+        rows_per_worker = math.ceil(block_ht / first)
+    else:
+        ex_external = math.ceil(kt / block_wt) * single
+        rows_per_worker = math.ceil(block_ht / nb)
+    block = block_ht * block_wt * single
+    static = bf16 + single  # reduce scaler, global scaler
+    if op == "pre":
+        static += 2 * block_ht * single + ex_external + block  # E[x^2] partial and result, gathered partials, x
+    else:
+        static += bf16 + block_ht * single + 2 * block  # epsilon, E[x^2], x, x * rsqrt
+        static += sum(block_wt * g.tile_bytes() for g in (weight, bias) if g is not None)
+        static += block_ht * single  # the multicast E[x^2]
+        if op == "post":
+            static += 2 * single  # reduced stats, variance
+        else:
+            static += block_ht * single + ex_external + rows_per_worker * single
+    out_dtype = out_dtype or x.dtype
+    resharded = op == "post" and memory_config is not None and memory_config != x.memory_config
+    out_shard = block_ht * block_wt * TILE_BYTES[out_dtype]
+    if resharded:
+        static += out_shard
+    if op == "pre":
+        out_shard = bf16
+    elif memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is not None:
+        oh, ow = memory_config.shard_spec.shape
+        out_shard = (oh // TILE) * (ow // TILE) * TILE_BYTES[out_dtype]
+    shards = _shard_bytes(x) + _shard_bytes(residual) + _shard_bytes(stats) + out_shard
+    return L1_BASE + static, L1_SIZE - shards
+
+
+def _shard_bytes(t: TensorDesc | None) -> int:
+    """Bytes of one core's shard of an L1-sharded tensor (0 for anything else)."""
+    if t is None or not t.is_sharded or t.memory_config.buffer_type != ttnn.BufferType.L1:
+        return 0
+    h, w = t.shard_spec.shape
+    if t.layout == ttnn.TILE_LAYOUT:
+        return (h // TILE) * (w // TILE) * t.tile_bytes()
+    return h * w * DTYPE_BYTES.get(t.dtype, 2)
+
+
+def _bank_bytes(t: TensorDesc | None, banks: int) -> int:
+    """Bytes a tensor takes at the top of every core's L1: its shard, or its share of an L1-interleaved buffer (pages
+    dealt round-robin over `banks`, one per core of the compute grid). DRAM and host tensors take none."""
+    if t is None or not t.on_device or t.memory_config.buffer_type != ttnn.BufferType.L1:
+        return 0
+    if t.is_sharded:
+        return _shard_bytes(t)
+    if t.layout == ttnn.TILE_LAYOUT:
+        pages, page = math.prod(t.padded_shape) // (TILE * TILE), t.tile_bytes()
+    else:
+        pages, page = math.prod(t.padded_shape[:-1]), t.padded_width * DTYPE_BYTES.get(t.dtype, 2)
+    return -(-pages // banks) * page
+
+
+def _l1_floor(grid, *tensors) -> int:
+    """The lowest L1 address of the given tensors' buffers (allocated from the top of L1 down)."""
+    return L1_SIZE - sum(_bank_bytes(t, grid[0] * grid[1]) for t in tensors)
+
+
+def _output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
+    return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config)
+
+
+def _check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
+    """ttnn rejects the program when its circular buffers pass the end of L1 or the lowest L1 buffer of its tensors."""
+    check_l1_model_version()
+    if needed > min(floor, L1_SIZE):
+        below = f", below its tensors' L1 buffers from {floor} B" if floor < L1_SIZE else ""
+        _fail(
+            f"{op}.l1_budget",
+            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs "
+            f"{needed} B",
+            f"local width {x.padded_width} {_name(x.dtype)}",
+            "shard the hidden dim over more devices, use bfloat8_b input, keep the input in DRAM, or turn "
+            f"fp32_dest_acc_en off (L1 model of ttnn {L1_MODEL_TTNN_VERSION})",
+        )
+
+
+def _check_sharded_l1(op: str, x: TensorDesc, **kw):
+    """The sharded factory's work split (reduce workers) and its L1, on the device's compute grid."""
+    _check_reduce_workers(x, x.shard_spec.shape[0] // TILE, kw["compute_grid"])
+    end, floor = sharded_l1_bytes(op, x, **kw)
+    if end > min(floor, L1_SIZE):
+        _fail(
+            "sharded.l1_budget",
+            f"the sharded {op}'s circular buffers end at {end} B of L1, above its tensors' shards (from {floor} B)",
+            f"shard {list(x.shard_spec.shape)} {_name(x.dtype)} on {x.shard_spec.grid.num_cores()} cores",
+            "shard the width over more cores (smaller shards), or turn fp32_dest_acc_en off",
+        )
+
+
+def _check_rms_norm_l1(x: TensorDesc, compute_kernel_config, residual, weight, bias, memory_config, grid):
+    """The interleaved rms_norm's buffers end below the end of L1 and below its tensors' L1 buffers."""
+    needed = rms_norm_l1_bytes(x, compute_kernel_config, residual, weight, bias)
+    floor = _l1_floor(grid, x, residual, weight, bias, _output_desc(x, x.shape, None, memory_config))
+    if needed > min(floor, L1_SIZE):
+        _fail(
+            "rms_norm.l1_budget",
+            f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
+            " of L1 or its tensors' L1 buffers)",
+            f"width {x.padded_width} {_name(x.dtype)}"
+            + (", ROW_MAJOR weight/bias (no streaming variant)" if weight is not None or bias is not None else ""),
+            "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
+        )
