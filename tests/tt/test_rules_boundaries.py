@@ -264,3 +264,11 @@ def test_2d_pre_l1_grows_by_the_same_bytes_per_tile(dtype, cb):
         l1_budget.pre_l1_bytes(D((1, 1, 128, 32 * wt), dtype=dtype), cb, use_2d_core_grid=True) for wt in range(1, 10)
     ]
     assert all(b - a == per_tile for a, b in zip(sizes, sizes[1:], strict=False))
+
+
+@pytest.mark.parametrize("width, row_tiles", [(1024, 32), (1056, 40), (32, 8)], ids=["32-tiles", "33-tiles", "1-tile"])
+def test_rms_norm_l1_bytes_buffer_the_row_rounded_up_to_the_dst_block(width, row_tiles):
+    # bf16 input, no weight/residual, bf16 dst (block of 8 tiles): in0 and im3 hold the row rounded up to the block,
+    # out two blocks, im4 8 tiles, scaler and epsilon two tiles each, im2 two - all 2048-byte tiles
+    tiles = 2 * row_tiles + 2 * 8 + 8 + 2 * 2 + 2
+    assert l1_budget.rms_norm_l1_bytes(D((1, 1, 32, width))) - l1_budget.L1_BASE == tiles * 2048
