@@ -5,6 +5,15 @@ order, h = sum; with a residual, h = residual_dtype(h + residual) is returned as
 v = h * rsqrt(mean(h^2) + epsilon) * (weight + weight_offset); scale = min(max|v|, scale_ub) / fp8_max per row;
 y = fp8(clamp(v / scale)) (0 where scale is 0). Returns RMSNormOutput(y, None, residual_out, scale [T]).
 
+Extreme values: given h, every row equals v evaluated in IEEE float64 and cast (the scale and codes as float64 gives
+them from that v), within tt_rmsnorm.accuracy's policy: rows whose fp32 sum of squares overflows (values near the
+bf16 maximum) and, with epsilon == 0, rows whose squares underflow take a second pass scaled by a power of two
+(allreduce/row_math.py); with epsilon > 0 a tiny row is epsilon-dominated and exact as it is. A row holding +-inf
+gives NaN there and +-0 elsewhere (rsqrt(inf) = 0), a NaN anywhere makes the row NaN; such rows get a NaN scale and
+NaN codes. Epsilon between 0 and the smallest normal fp32 takes the plain formula. The one departure from float64:
+h itself is the fp32 sum, so partials whose sum leaves the fp32 range (two bf16 values near 3.4e38) give +-inf in h
+and the row follows the +-inf rule where the float64 sum would be finite.
+
     comm = AllReduceRMSNormFP8(group, hidden_size=H, max_tokens=T_max)       # once: symmetric workspace, rendezvous
     out  = comm(x, weight, epsilon=1e-6, residual=r)                          # per call; CUDA-graph capturable
     out  = reference_allreduce_rmsnorm_fp8(x, weight, group, epsilon=1e-6, residual=r)   # any backend, CPU too

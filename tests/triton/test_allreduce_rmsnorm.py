@@ -78,7 +78,7 @@ def check(out, exp, dtype=E4M3, context="", bf16_sums=False):
     if ro is not None and bf16_sums:
         assert_close(out.residual_out, exp[3], torch.bfloat16, context=f"{context} residual_out")
     elif ro is not None:
-        bad = out.residual_out != ro
+        bad = (out.residual_out != ro) & ~(out.residual_out.isnan() & ro.isnan())  # any NaN is the NaN
         assert not bool(bad.any()), (
             f"{context}: residual_out differs from the fp32 rank-order sum + residual in "
             f"{int(bad.sum())} of {bad.numel()} elements, rows {bad.any(-1).nonzero().flatten()[:8].tolist()}"
@@ -230,6 +230,76 @@ def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(stage, with_res):
         assert bool((bufs[r].ag_scale == ar.kernels.LAMPORT_EMPTY32).all()), f"rank {r}: scales left"
 
 
+# magnitudes of the rows of extreme_partials: ordinary, fp32 sum of squares overflows, sums near the bf16 maximum,
+# bf16 subnormals, squares below the fp32 range, an infinity, a NaN, all zeros
+EXTREME_ROWS = (1.0, 1e37, 1.1e38, 1e-39, 1e-25, 1.0, 1.0, 0.0)
+
+
+def extreme_partials(world, h, seed):
+    """Partials (and weight, residual) whose summed rows are those of EXTREME_ROWS: each rank's row r is randn times
+    the row's magnitude / world (the residual's too), rank 0 holds +inf in row 5 and rank 1 a NaN in row 6."""
+    xs, w, res = partials(world, len(EXTREME_ROWS), h, seed, device=DEV, spread=False)
+    mag = torch.tensor(EXTREME_ROWS, device=DEV)[:, None] / world
+    xs = [(x.float() * mag).clamp(-3e38, 3e38).to(torch.bfloat16) for x in xs]
+    res = (res.float() * mag).clamp(-3e38, 3e38).to(torch.bfloat16)
+    xs[0][5, 3] = float("inf")
+    xs[1 % world][6, 7] = float("nan")
+    return xs, w, res
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.0], ids=["eps_1e-6", "eps_0"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3, 5], ids=lambda s: f"stage{s}")
+def test_extreme_rows_equal_the_float64_definition(stage, with_res, eps):
+    """Rows whose fp32 sum of squares overflows, subnormal rows, rows whose squares underflow, an infinity, a NaN and
+    a zero row: every stage gives the float64 y = h * rsqrt(mean(h^2) + eps) * w, its scale and codes (NaN scale and
+    codes where y holds a NaN), and all stages the same bits."""
+    xs, w, res = extreme_partials(2, 64, seed=21)
+    res = res if with_res else None
+    outs = simulate(stage, 2, xs, w, res, epsilon=eps)
+    exp = expected(xs, w, res, epsilon=eps, weight_offset=0.0, scale_ub=math.inf)
+    pulled = simulate(1, 2, xs, w, res, epsilon=eps)
+    for r, o in enumerate(outs):
+        check(o, exp, context=f"stage {stage} rank {r}")
+        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}: stage 1 differs"
+        assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
+    scale = outs[0].scale
+    assert bool(torch.isfinite(scale[:5]).all()) and bool((scale[1:5] > 0).all()), "the finite rows keep their scale"
+    assert bool(scale[5:7].isnan().all()) and bool(outs[0].y[5:7].float().isnan().all()), "inf / NaN rows: all NaN"
+    assert (scale[7].item() == 0.0) == (eps > 0), "a zero row: 0 with eps > 0, 0 / 0 = NaN with eps == 0"
+
+
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+def test_reference_path_extreme_rows_equal_the_float64_definition(with_res):
+    """The reference path (fp32 all_reduce, then rmsnorm_fwd) on the rows of EXTREME_ROWS, eps > 0: the same
+    definition as the fused stages."""
+    from programs.triton.forward import rmsnorm_fwd
+
+    xs, w, res = extreme_partials(2, 64, seed=21)
+    res = res if with_res else None
+    total = xs[0].float() + xs[1].float()  # what dist.all_reduce hands rmsnorm_fwd
+    out = rmsnorm_fwd(total, w, epsilon=1e-6, residual=res, dtype=E4M3, scale_mode="row")
+    check(out, expected(xs, w, res, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf), context="reference path")
+
+
+def test_sum_of_partials_beyond_fp32_is_infinite():
+    """The all-reduce sums in fp32: partials whose sum leaves the fp32 range give +-inf in that element, and the row
+    then follows the infinity rule (NaN scale and codes), where the float64 sum would be finite. Every stage agrees."""
+    xs, w, _ = partials(2, 3, 64, seed=22, device=DEV, spread=False)
+    for x in xs:
+        x[1, 5] = 3.0e38  # 6e38 > fp32 max in the sum
+    exp = expected(xs, w, None, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf)
+    for stage in (0, 1, 2, 3, 5):
+        out = simulate(stage, 2, xs, w, None, epsilon=1e-6)[0]
+        assert bool(out.scale[1].isnan()) and bool(out.y[1].float().isnan().all()), f"stage {stage}"
+        keep = torch.tensor([True, False, True])
+        check(
+            ar.RMSNormOutput(out.y[keep], None, None, out.scale[keep]),
+            (exp[0][keep], exp[1][keep], None, None),
+            context=f"stage {stage} finite rows",
+        )
+
+
 def test_fused_matches_reference_path_interpreted():
     """The fused kernels and the reference path (fp32 sum, then rmsnorm_fwd) are the same function."""
     from programs.triton.forward import rmsnorm_fwd
@@ -372,10 +442,24 @@ def gloo_worker(rank, world, dist):
         assert all(torch.equal(g, gathered[0]) for g in gathered), "ranks disagree"
 
 
+def same_bits_on_every_rank(out, dist, world, context):
+    """Every rank holds the same FP8 codes, scales and residual_out bits (one all_gather of their bytes)."""
+    parts = [out.y.view(torch.uint8).flatten(), out.scale.view(torch.uint8)]
+    if out.residual_out is not None:
+        parts.append(out.residual_out.contiguous().view(torch.uint8).flatten())
+    bits = torch.cat(parts)
+    gathered = [torch.empty_like(bits) for _ in range(world)]
+    dist.all_gather(gathered, bits)
+    assert all(torch.equal(g, gathered[0]) for g in gathered), f"{context}: ranks disagree"
+
+
 def nccl_worker(rank, world, dist):
     """Fused path on GPUs: per case, many calls enqueued back to back with fresh inputs (one rank sometimes delayed
-    so the other reaches the barriers first), then every result checked against float64, against the other ranks'
-    bits and, for repeated inputs, against itself."""
+    so the other reaches the barriers first), then every result checked: against float64 by one rank (call i by rank
+    i % world, so the host work does not grow with the world size) and against every other rank's bits, and, for
+    repeated inputs, against itself. Then the extreme rows (overflowing, subnormal, inf, NaN, zero) through every
+    stage."""
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # the ranks share the host's cores
     dev = torch.device("cuda", rank)
     h = 8192
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
@@ -416,18 +500,17 @@ def nccl_worker(rank, world, dist):
                 torch.cuda._sleep(int(torch.randint(1000, 200000, (1,), generator=skew).item()))  # delay this rank
             outs.append(comm(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub, stage=stage))
         torch.cuda.synchronize()
-        for k, out in zip(order, outs, strict=True):
+        for i, (k, out) in enumerate(zip(order, outs, strict=True)):
             xs, w, res, eps, off, ub = ins[k]
-            check(
-                out,
-                expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub),
-                context=f"stage {stage} T={t} call {k}",
-                bf16_sums=stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL),
-            )
-            bits = out.y.view(torch.uint8).contiguous()
-            gathered = [torch.empty_like(bits) for _ in range(world)]
-            dist.all_gather(gathered, bits)
-            assert all(torch.equal(g, gathered[0]) for g in gathered), f"stage {stage} T={t} call {k}: ranks disagree"
+            context = f"stage {stage} T={t} call {k}"
+            if i % world == rank:
+                check(
+                    out,
+                    expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub),
+                    context=context,
+                    bf16_sums=stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL),
+                )
+            same_bits_on_every_rank(out, dist, world, context)
             total += 1
         first, *again = [o for k, o in zip(order, outs, strict=True) if k == repeat]
         for o in again:
@@ -447,6 +530,14 @@ def nccl_worker(rank, world, dist):
             flush=True,
         )
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
+    xs, w, res = extreme_partials(world, h, seed=31)
+    for stage in (0, 1, 2, 3, 5, None):
+        for r_ in (None, res):
+            out = comm(xs[rank], w, epsilon=1e-6, residual=r_, stage=stage)
+            context = f"extreme rows, stage {stage}, residual {r_ is not None}"
+            check(out, expected(xs, w, r_, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf), context=context)
+            same_bits_on_every_rank(out, dist, world, context)
+    print(f"rank {rank}: extreme rows equal to float64 in stages 0, 1, 2, 3, 5 and the dispatched one", flush=True)
 
 
 def comm_stage(comm, xs, res):

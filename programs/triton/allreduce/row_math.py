@@ -33,10 +33,39 @@ def residual_rows(R, stride_r, rows64, cols, mask, HAS_RES: tl.constexpr):
 
 
 @triton.jit
+def rescale(h, ss, d, inv_h, eps):
+    """(m, d) per row for the rows the plain fp32 formula loses: the caller normalizes v = (h * m) * rsqrt(d).
+      ss = +inf (the fp32 sum of squares overflowed, so max|h| >= 2^56): m = 2^-72 puts every (m h)^2 under 2^112,
+        so the sum stays finite (H <= 32768); the squares that underflow are those of |h| < 2^-3, nothing against
+        the row's largest square (>= 2^112 before scaling).
+      eps == 0 and mean(h^2) under 2^-100 (squares in or near the subnormal range, all |h| < 2^-42): m = 2^-e with e
+        half the exponent of mean(h^2), which brings mean((m h)^2) near 1, or m = 2^100 where every square underflowed
+        (all |h| < 2^-74: the smallest subnormal becomes 2^-49).
+    Powers of two scale exactly, and rsqrt(mean((m h)^2) + eps m^2) * m h = rsqrt(mean(h^2) + eps) * h. A row with an
+    infinity gets +inf again (m h keeps it) and the plain formula's NaN and zeros; an all-zero row stays 0 / 0; a NaN
+    row never comes here (its ss is NaN). Every other row keeps m = 1 and its d."""
+    big = ss == float("inf")
+    tiny = (d < 7.888609052210118e-31) & (eps == 0.0)
+    e = ((d.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # d's unbiased exponent; -127 for 0 and subnormals
+    m = tl.where(e > -127, ((127 - e // 2) << 23).to(tl.float32, bitcast=True), 1.2676506002282294e30)  # 2^100
+    m = tl.where(big, 2.117582368135751e-22, tl.where(tiny, m, 1.0))  # 2^-72
+    hs = h * m[:, None]
+    d2 = tl.sum(hs * hs, axis=1) * inv_h + eps * m * m
+    return m, tl.where(big | tiny, d2, d)
+
+
+@triton.jit
 def norm_quant(h, res, wf, mask, nq, RO_DTYPE: tl.constexpr, Y_DTYPE: tl.constexpr, fl: tl.constexpr):
     """(fp8 rows, per-row scales, residual_out rows) of the fp32 sums h [BLOCK_M, BLOCK_H], as rmsnorm_fwd computes
     them: with a residual (res, already loaded) the sum is rounded to the residual's dtype, returned, and that rounded
-    value normalized; wf is weight_factor's (weight + weight_offset)."""
+    value normalized; wf is weight_factor's (weight + weight_offset).
+
+    Every row equals the float64 y = h * rsqrt(mean(h^2) + eps) * w, its scale and codes as computed from that y:
+    rows whose fp32 sum of squares overflows, or (eps == 0) underflows, take `rescale` (a second pass, only in a
+    block holding such a row); a row with an infinity keeps the plain formula (rsqrt(inf) = 0: NaN at the infinities,
+    +-0 elsewhere) and a NaN anywhere makes the whole row NaN. The row max is taken on the bits of |v| (a NaN's bits
+    exceed every number's), since the float max instruction drops NaN; a row with a NaN gets a NaN scale and NaN
+    codes (0x7F), as the float64 definition's amax, 1 / scale and v / scale give."""
     inv_h, eps, scale_ub, fp8_max = nq
     HAS_W: tl.constexpr = fl[0]
     HAS_RES: tl.constexpr = fl[1]
@@ -45,13 +74,21 @@ def norm_quant(h, res, wf, mask, nq, RO_DTYPE: tl.constexpr, Y_DTYPE: tl.constex
         h += res
         ro = h.to(RO_DTYPE)
         h = ro.to(tl.float32)
-    rs = tl.rsqrt(tl.sum(h * h, axis=1) * inv_h + eps)
-    v = h * rs[:, None]
+    ss = tl.sum(h * h, axis=1)
+    d = ss * inv_h + eps
+    lost = (ss == float("inf")) | ((d < 7.888609052210118e-31) & (eps == 0.0))
+    m = tl.full(ss.shape, 1.0, tl.float32)
+    if tl.max(lost.to(tl.int32), axis=0) > 0:
+        m, d = rescale(h, ss, d, inv_h, eps)
+    v = (h * m[:, None]) * tl.rsqrt(d)[:, None]
     if HAS_W:
         v = v * wf
-    amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
-    scale = tl.minimum(amax, scale_ub) / fp8_max
-    q = fp8_quantize(v * fp8_recip(scale)[:, None], fp8_max, Y_DTYPE, fl[2], fl[3], fl[4])
+    bits = tl.where(mask, v, 0.0).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    amax = tl.max(bits, axis=1).to(tl.float32, bitcast=True)
+    scale = tl.minimum(amax, scale_ub, propagate_nan=tl.PropagateNan.ALL) / fp8_max
+    x = v * fp8_recip(scale)[:, None]
+    q = fp8_quantize(x, fp8_max, Y_DTYPE, fl[2], fl[3], fl[4])
+    q = tl.where(x == x, q, tl.full(x.shape, 0x7F, tl.uint8).to(Y_DTYPE, bitcast=True))
     return q, scale, ro
 
 
