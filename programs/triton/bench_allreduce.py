@@ -10,8 +10,9 @@ it serves, the fused ones with the best launch shape of a small sweep; "best sta
 ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
 call as users make it (dispatched stage, default shape). KiB/rank is the payload T * H * 2 of every rank.
 Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state).
-A rank whose timed method makes no progress for --stall-s seconds prints which one (T, method, launch shape) and
-keeps printing it, so a hang names its method instead of leaving a silent table.
+A rank that makes no progress for --stall-s seconds prints where it is (a start-up step, or the timed method: T,
+stage, launch shape) and keeps printing it, so a hang names its step instead of leaving a silent table. One timed
+method takes seconds at most, its first compiles included.
 """
 
 from __future__ import annotations
@@ -126,27 +127,36 @@ def copy_bandwidth(comm, world, rank, pin) -> tuple[float, float]:
 
 
 class Watchdog:
-    """Prints `label` to stderr, every `seconds`, while one timed method runs longer than that (rank-prefixed)."""
+    """Prints `label` to stderr, every `seconds`, while one step runs longer than that (rank-prefixed)."""
 
     def __init__(self, rank: int, seconds: float):
         self.rank, self.seconds = rank, seconds
-        self.label, self.timer = "", None
+        self.lock = threading.Lock()
+        self.label, self.timer = None, None
 
     def arm(self, label: str) -> None:
-        self.disarm()
-        self.label = label
-        self.timer = threading.Timer(self.seconds, self._bark)
-        self.timer.daemon = True
-        self.timer.start()
+        with self.lock:
+            self._start(label)
 
     def disarm(self) -> None:
+        with self.lock:
+            self._start(None)
+
+    def _start(self, label: str | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
-            self.timer = None
+        self.label, self.timer = label, None
+        if label is not None:
+            self.timer = threading.Timer(self.seconds, self._bark, args=(label,))
+            self.timer.daemon = True
+            self.timer.start()
 
-    def _bark(self) -> None:
-        print(f"rank {self.rank}: {self.label} still running after {self.seconds:.0f} s", file=sys.stderr, flush=True)
-        self.arm(self.label)
+    def _bark(self, label: str) -> None:
+        with self.lock:
+            if self.label != label:  # re-armed or disarmed meanwhile
+                return
+            print(f"rank {self.rank}: {label} still running after {self.seconds:.0f} s", file=sys.stderr, flush=True)
+            self._start(label)
 
 
 def main():
@@ -168,10 +178,12 @@ def main():
     )
     ap.add_argument("--torch-baseline", action="store_true", help="also time NCCL + torch norm/FP8 (unfused)")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
-    ap.add_argument("--stall-s", type=float, default=60.0, help="name a timed method still running after this long")
+    ap.add_argument("--stall-s", type=float, default=20.0, help="name a step still running after this long")
     args = ap.parse_args()
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    watchdog = Watchdog(int(os.environ.get("RANK", "0")), args.stall_s)
+    watchdog.arm("start: process group")
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)
@@ -180,6 +192,7 @@ def main():
     res_tokens = [int(t) for t in args.residual_tokens.split(",")] if args.residual_tokens else []
     h = args.hidden
     sweep = [tuple(int(v) for v in s.split("x")) for s in args.sweep.split(",")]
+    watchdog.arm("start: symmetric workspace")
     comm = AllReduceRMSNormFP8(hidden_size=h, max_tokens=max(tokens + res_tokens), dtype=torch.bfloat16, device=dev)
     push_comms = {
         g: comm
@@ -190,6 +203,7 @@ def main():
         for g in (int(v) for v in args.push_programs.split(","))
     }
     pin = pin_launch_state(dev)
+    watchdog.arm("start: copy bandwidth")
     hbm_gbs, nvl_gbs = copy_bandwidth(comm, world, rank, pin)
     nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
     lines = [
@@ -198,8 +212,6 @@ def main():
         f"median of {args.reps}, slowest rank)",
         f"# measured: local HBM copy {hbm_gbs:.0f} GB/s (read+write), pull from a peer over NVLink {nvl_gbs:.0f} GB/s",
     ]
-
-    watchdog = Watchdog(rank, args.stall_s)
 
     def timed(fn, rst=None, label=""):
         watchdog.arm(label)
@@ -310,6 +322,7 @@ def main():
         print(text, flush=True)
         if args.table_file:
             Path(args.table_file).write_text(text + "\n")
+    watchdog.disarm()
     dist.destroy_process_group()
 
 

@@ -41,7 +41,8 @@ _DISPATCH_4 = (
     # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-18.8 against stage 3 25.6-27.9 and
     # stage 2 33.3-35.2 (1.84-2.03x), T = 256 25.9 (1.72x), T = 512 46.8 against stage 2 63.5 (1.40x); with a
     # residual (it all-gathers residual_out) T = 64 1.32x, 128 1.41x, 256 1.34x, 512 1.24x. Stage 5 is measured
-    # up to 512 rows in CUDA graphs (the benchmark stopped at T = 1024, see bench_allreduce.py), so it ends here
+    # up to 512 rows in CUDA graphs (the 4-rank benchmark made no progress at T = 1024 in one run:
+    # docs/allreduce.md), so it ends here
     (512 * ROW, LAMPORT2, LAMPORT2),
     # stage 2 (2 rows x 16 warps from 512 rows a rank): T = 2048 170.2 us (1.14x), 8192 592.6 (1.15x, stage 4's
     # NCCL reduce-scatter + all-gather 592.5, a tie); with a residual 223.8 (1.00x against 223.0) and 736.9 (1.05x)
