@@ -45,7 +45,7 @@ def rescale(h, ss, d, inv_h, eps):
     infinity gets +inf again (m h keeps it) and the plain formula's NaN and zeros; an all-zero row stays 0 / 0; a NaN
     row never comes here (its ss is NaN). Every other row keeps m = 1 and its d."""
     big = ss == float("inf")
-    tiny = (d < 7.888609052210118e-31) & (eps == 0.0)
+    tiny = (d < 7.888609052210118e-31) & (eps == 0.0)  # 2^-100
     e = ((d.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # d's unbiased exponent; -127 for 0 and subnormals
     m = tl.where(e > -127, ((127 - e // 2) << 23).to(tl.float32, bitcast=True), 1.2676506002282294e30)  # 2^100
     m = tl.where(big, 2.117582368135751e-22, tl.where(tiny, m, 1.0))  # 2^-72
@@ -76,7 +76,7 @@ def norm_quant(h, res, wf, mask, nq, RO_DTYPE: tl.constexpr, Y_DTYPE: tl.constex
         h = ro.to(tl.float32)
     ss = tl.sum(h * h, axis=1)
     d = ss * inv_h + eps
-    lost = (ss == float("inf")) | ((d < 7.888609052210118e-31) & (eps == 0.0))
+    lost = (ss == float("inf")) | ((d < 7.888609052210118e-31) & (eps == 0.0))  # rows for `rescale` (2^-100)
     m = tl.full(ss.shape, 1.0, tl.float32)
     if tl.max(lost.to(tl.int32), axis=0) > 0:
         m, d = rescale(h, ss, d, inv_h, eps)
