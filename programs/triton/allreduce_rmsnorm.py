@@ -85,8 +85,10 @@ from programs.triton.allreduce.workspace import (
     PUSH_PROGRAMS,
     RankBuffers,
     carve,
+    fitting_stage,
     init_workspace,
     lamport_rows,
+    rows_held,
     workspace_bytes,
 )
 from programs.triton.checks import TritonRuleError, as_rows, check_activation
@@ -115,6 +117,7 @@ __all__ = [  # the API, and what tests and benchmarks reach through this module
     "check_call",
     "choose_stage",
     "dispatch_rows",
+    "fitting_stage",
     "init_workspace",
     "int32_view_ok",
     "kernels",
@@ -125,6 +128,7 @@ __all__ = [  # the API, and what tests and benchmarks reach through this module
     "nccl_allreduce_rmsnorm_fp8",
     "push_capable",
     "reference_allreduce_rmsnorm_fp8",
+    "rows_held",
     "tl_dtype",
     "workspace_bytes",
 ]
@@ -277,12 +281,7 @@ class AllReduceRMSNormFP8:
         t = x2.shape[0]
         if stage is None:
             stage = choose_stage(t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None)
-            if stage == PUSH and not (t <= self.push_rows() and int32_view_ok(x2)):
-                stage = PULL
-            if stage == LAMPORT and t > self.lamport_rows():
-                stage = LAMPORT2
-            if stage == LAMPORT2 and t > self.lamport2_rows():
-                stage = TWO_STAGE
+            stage = fitting_stage(stage, t, self.bufs, self.hidden, int32_view_ok(x2))
         if stage == NCCL:
             out = nccl_allreduce_rmsnorm_fp8(
                 x2,
@@ -321,15 +320,15 @@ class AllReduceRMSNormFP8:
 
     def push_rows(self) -> int:
         """Rows stage 0's receive buffers hold."""
-        return self.bufs[0].recv.numel() // (2 * self.world * (self.hidden // 2)) if self.bufs[0].recv.numel() else 0
+        return rows_held(self.bufs, self.hidden)[PUSH]
 
     def lamport_rows(self) -> int:
         """Rows stage 3's receive buffers hold."""
-        return lamport_rows(self.bufs, self.hidden)
+        return rows_held(self.bufs, self.hidden)[LAMPORT]
 
     def lamport2_rows(self) -> int:
         """Rows stage 5's all-gather buffers hold."""
-        return self.bufs[0].ag.numel() // (2 * self.hidden)
+        return rows_held(self.bufs, self.hidden)[LAMPORT2]
 
 
 def nccl_allreduce_rmsnorm_fp8(

@@ -342,6 +342,33 @@ def test_stage_choice_follows_the_dispatch_table():
             assert ar.choose_stage(t, 8191, isz, world) == ar.PULL, "odd hidden size cannot be packed"
 
 
+@pytest.mark.parametrize("world", [2, 3, 4, 8], ids=lambda w: f"{w}_ranks")
+def test_dispatched_stage_fits_its_buffers_at_every_size(world):
+    """For every T a workspace takes (T = 1024 and its neighbours included), the dispatched stage's buffers hold the
+    rows its kernel writes: stage 0 and 3 all T rows, stage 5 its all-gather rows and ceil(T / W) rows of every
+    source in its reduce-scatter, stages 1 and 2 one half of the input buffer (meta tensors: sizes, no memory)."""
+    h, isz = 8192, 2
+    for max_tokens in (1, 37, 1030, 4096):
+        raw = torch.empty(ar.workspace_bytes(max_tokens, h, isz, world), dtype=torch.uint8, device="meta")
+        bufs = [ar.carve(raw, max_tokens, h, torch.bfloat16, world)] * world
+        held = ar.rows_held(bufs, h)
+        sizes = {1, 2, 8, 9, 31, 32, 33, 64, 128, 129, 511, 512, 513, 1023, 1024, 1025, 1027, 2048, 2049, max_tokens}
+        for t in sorted(x for x in sizes if x <= max_tokens):
+            for res in (False, True):
+                stage = ar.fitting_stage(ar.choose_stage(t, h, isz, world, residual=res), t, bufs, h, True)
+                if stage == ar.LAMPORT2:
+                    assert t <= held[ar.LAMPORT2] and math.ceil(t / world) <= bufs[0].rs.numel() // (2 * world * h)
+                elif stage in (ar.PUSH, ar.LAMPORT):
+                    assert t <= held[stage], (max_tokens, t, stage)
+                else:
+                    assert stage in (ar.PULL, ar.TWO_STAGE) and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
+    # bufs hold 4096 rows: the pushed stages fall back down the table once T passes their buffers
+    assert ar.fitting_stage(ar.PUSH, 8, bufs, h, False) == ar.PULL, "stage 0 needs x as int32 words"
+    assert ar.fitting_stage(ar.PUSH, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == ar.PULL
+    assert ar.fitting_stage(ar.LAMPORT, ar.LAMPORT_MAX_TOKENS + 1, bufs, h, True) == ar.LAMPORT2
+    assert ar.fitting_stage(ar.LAMPORT, ar.LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == ar.TWO_STAGE
+
+
 RULES = {
     "x.dtype": dict(x=lambda: torch.zeros(2, 64, dtype=torch.float32)),
     "x.hidden": dict(x=lambda: torch.zeros(2, 32, dtype=torch.bfloat16)),

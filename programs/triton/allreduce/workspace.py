@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import torch
 
 from programs.triton.allreduce import kernels
-from programs.triton.allreduce.dispatch import push_capable
+from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PULL, PUSH, TWO_STAGE, push_capable
 
+# Stage 0 (rows pushed as flag words): its receive buffers hold PUSH_MAX_TOKENS rows. Stage 3 (rows pushed as they are,
 # -0.0 marking an empty word): LAMPORT_MAX_TOKENS rows.
 PUSH_MAX_TOKENS = 128
 LAMPORT_MAX_TOKENS = 512
@@ -105,3 +106,27 @@ def init_workspace(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch
 def lamport_rows(bufs: list[RankBuffers], hidden: int) -> int:
     """Rows stage 3's receive buffers hold."""
     return bufs[0].lamport.numel() // (2 * len(bufs) * hidden)
+
+
+def rows_held(bufs: list[RankBuffers], hidden: int) -> dict[int, int]:
+    """Rows a call may have for each pushed stage on these buffers (stage 5: its all-gather rows; its reduce-scatter
+    holds ceil(rows / W) of every source, which is all a call of that many rows sends an owner)."""
+    world = len(bufs)
+    return {
+        PUSH: bufs[0].recv.numel() // (2 * world * (hidden // 2)) if bufs[0].recv.numel() else 0,
+        LAMPORT: lamport_rows(bufs, hidden),
+        LAMPORT2: bufs[0].ag.numel() // (2 * hidden),
+    }
+
+
+def fitting_stage(stage: int, tokens: int, bufs: list[RankBuffers], hidden: int, int32_ok: bool) -> int:
+    """The dispatched stage, or the next one down the table whose buffers hold `tokens` rows: stage 0 (also needing
+    x as int32 words) -> 1, stage 3 -> 5 -> 2."""
+    held = rows_held(bufs, hidden)
+    if stage == PUSH and not (tokens <= held[PUSH] and int32_ok):
+        stage = PULL
+    if stage == LAMPORT and tokens > held[LAMPORT]:
+        stage = LAMPORT2
+    if stage == LAMPORT2 and tokens > held[LAMPORT2]:
+        stage = TWO_STAGE
+    return stage
