@@ -10,9 +10,9 @@ it serves, the fused ones with the best launch shape of a small sweep; "best sta
 ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
 call as users make it (dispatched stage, default shape). KiB/rank is the payload T * H * 2 of every rank.
 Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state).
-Open: on 4 x H100 a run with --tokens ...,512,1024,... printed no row after T = 512 for 150 s, while eager calls of
-stages 1, 2, 4 and 5 at T = 1024, 1027 and 2048 (both shapes of 2 and 5, with and without a residual) completed in
-another run; which timed method stalls at T = 1024 is not known, so 4-rank runs here use T <= 512 and 2048, 8192.
+A rank that makes no progress for --stall-s seconds prints where it is (a start-up step, or the timed method: T,
+stage, launch shape) and keeps printing it, so a hang names its step instead of leaving a silent table. One timed
+method takes seconds at most, its first compiles included.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import math
 import os
 import statistics
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -125,6 +126,39 @@ def copy_bandwidth(comm, world, rank, pin) -> tuple[float, float]:
     return out[0], out[1]
 
 
+class Watchdog:
+    """Prints `label` to stderr, every `seconds`, while one step runs longer than that (rank-prefixed)."""
+
+    def __init__(self, rank: int, seconds: float):
+        self.rank, self.seconds = rank, seconds
+        self.lock = threading.Lock()
+        self.label, self.timer = None, None
+
+    def arm(self, label: str) -> None:
+        with self.lock:
+            self._start(label)
+
+    def disarm(self) -> None:
+        with self.lock:
+            self._start(None)
+
+    def _start(self, label: str | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.label, self.timer = label, None
+        if label is not None:
+            self.timer = threading.Timer(self.seconds, self._bark, args=(label,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _bark(self, label: str) -> None:
+        with self.lock:
+            if self.label != label:  # re-armed or disarmed meanwhile
+                return
+            print(f"rank {self.rank}: {label} still running after {self.seconds:.0f} s", file=sys.stderr, flush=True)
+            self._start(label)
+
+
 def main():
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before any communicator or symmetric memory exists
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
@@ -144,9 +178,12 @@ def main():
     )
     ap.add_argument("--torch-baseline", action="store_true", help="also time NCCL + torch norm/FP8 (unfused)")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
+    ap.add_argument("--stall-s", type=float, default=20.0, help="name a step still running after this long")
     args = ap.parse_args()
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    watchdog = Watchdog(int(os.environ.get("RANK", "0")), args.stall_s)
+    watchdog.arm("start: process group")
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)
@@ -155,6 +192,7 @@ def main():
     res_tokens = [int(t) for t in args.residual_tokens.split(",")] if args.residual_tokens else []
     h = args.hidden
     sweep = [tuple(int(v) for v in s.split("x")) for s in args.sweep.split(",")]
+    watchdog.arm("start: symmetric workspace")
     comm = AllReduceRMSNormFP8(hidden_size=h, max_tokens=max(tokens + res_tokens), dtype=torch.bfloat16, device=dev)
     push_comms = {
         g: comm
@@ -165,6 +203,7 @@ def main():
         for g in (int(v) for v in args.push_programs.split(","))
     }
     pin = pin_launch_state(dev)
+    watchdog.arm("start: copy bandwidth")
     hbm_gbs, nvl_gbs = copy_bandwidth(comm, world, rank, pin)
     nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
     lines = [
@@ -174,9 +213,12 @@ def main():
         f"# measured: local HBM copy {hbm_gbs:.0f} GB/s (read+write), pull from a peer over NVLink {nvl_gbs:.0f} GB/s",
     ]
 
-    def timed(fn, rst=None):
+    def timed(fn, rst=None, label=""):
+        watchdog.arm(label)
         dist.barrier()
-        return slowest(graph_time_us(fn, rst, args.calls, args.reps, pin))
+        us = slowest(graph_time_us(fn, rst, args.calls, args.reps, pin))
+        watchdog.disarm()
+        return us
 
     def measure(t, with_res, shapes):
         """One row of a table: every method at T = t."""
@@ -196,12 +238,17 @@ def main():
             a.copy_(x)
 
         r = {"T": t, "per_rank_kib": t * h * 2 / 1024}
-        r["nccl"] = timed(lambda: dist.all_reduce(a), reset)
+        at = f"T={t} residual={with_res}"
+        r["nccl"] = timed(lambda: dist.all_reduce(a), reset, f"{at} NCCL all_reduce")
         r["nccl+fused"] = timed(
-            lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)), reset
+            lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)),
+            reset,
+            f"{at} NCCL all_reduce + fused norm",
         )
         r["nccl+torch"] = (
-            timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset) if args.torch_baseline else None
+            timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset, f"{at} NCCL + torch norm")
+            if args.torch_baseline
+            else None
         )
         for stage in STAGE_NAMES:
             r[f"s{stage}"], r[f"s{stage}_shape"] = math.nan, None
@@ -213,13 +260,16 @@ def main():
                     us = timed(
                         lambda c=c, stage=stage, shape=shape: c(
                             x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape
-                        )
+                        ),
+                        label=f"{at} stage {stage} shape {shape_str(shape)} grid {grid or 'default'}",
                     )
                     if best is None or us < best[0]:
                         best = (us, shape_str(shape) + ("" if grid is None else f", {grid} programs"))
             r[f"s{stage}"], r[f"s{stage}_shape"] = best
         r["auto"] = choose_stage(t, h, 2, world, residual=with_res)
-        r["fused"] = timed(lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8))  # dispatched, default shape
+        r["fused"] = timed(  # dispatched, default shape
+            lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8), label=f"{at} dispatched stage {r['auto']}"
+        )
         if rank == 0:
             logger.info(
                 f"T={t} res={with_res}: "
@@ -272,6 +322,7 @@ def main():
         print(text, flush=True)
         if args.table_file:
             Path(args.table_file).write_text(text + "\n")
+    watchdog.disarm()
     dist.destroy_process_group()
 
 

@@ -45,10 +45,14 @@ def partials(world, t, h, seed, dtype=torch.bfloat16, device="cpu", spread=True)
     return xs, w, res
 
 
-def expected(xs, w, res, *, epsilon, weight_offset, scale_ub, dtype=E4M3):
+def expected(xs, w, res, *, epsilon, weight_offset, scale_ub, dtype=E4M3, sums_dtype=None):
     """(float64 quantized values and scales of the exact sum of the partials, residual_out bits). residual_out is
-    defined bit for bit: the fp32 sum in rank order plus the residual in fp32, rounded once to the residual's dtype."""
+    defined bit for bit: the fp32 sum in rank order plus the residual in fp32, rounded once to the residual's dtype.
+    sums_dtype: the sum rounded to it first (stage 4: NCCL hands over bf16 sums; exact on 2 ranks, within NCCL's
+    own summation order beyond)."""
     total = sum(x.double() for x in xs)
+    if sums_dtype is not None:
+        total = total.to(sums_dtype).double()
     v, _, _ = norm64(total, w, epsilon=epsilon, weight_offset=weight_offset, residual=res)
     q, s = fp8_expected(v, dtype, "row", scale_ub)
     ro = ro64 = None
@@ -78,7 +82,7 @@ def check(out, exp, dtype=E4M3, context="", bf16_sums=False):
     if ro is not None and bf16_sums:
         assert_close(out.residual_out, exp[3], torch.bfloat16, context=f"{context} residual_out")
     elif ro is not None:
-        bad = out.residual_out != ro
+        bad = (out.residual_out != ro) & ~(out.residual_out.isnan() & ro.isnan())  # any NaN is the NaN
         assert not bool(bad.any()), (
             f"{context}: residual_out differs from the fp32 rank-order sum + residual in "
             f"{int(bad.sum())} of {bad.numel()} elements, rows {bad.any(-1).nonzero().flatten()[:8].tolist()}"
@@ -230,6 +234,76 @@ def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(stage, with_res):
         assert bool((bufs[r].ag_scale == ar.kernels.LAMPORT_EMPTY32).all()), f"rank {r}: scales left"
 
 
+# magnitudes of the rows of extreme_partials: ordinary, fp32 sum of squares overflows, sums near the bf16 maximum,
+# bf16 subnormals, squares below the fp32 range, an infinity, a NaN, all zeros
+EXTREME_ROWS = (1.0, 1e37, 1.1e38, 1e-39, 1e-25, 1.0, 1.0, 0.0)
+
+
+def extreme_partials(world, h, seed):
+    """Partials (and weight, residual) whose summed rows are those of EXTREME_ROWS: each rank's row r is randn times
+    the row's magnitude / world (the residual's too), rank 0 holds +inf in row 5 and rank 1 a NaN in row 6."""
+    xs, w, res = partials(world, len(EXTREME_ROWS), h, seed, device=DEV, spread=False)
+    mag = torch.tensor(EXTREME_ROWS, device=DEV)[:, None] / world
+    xs = [(x.float() * mag).clamp(-3e38, 3e38).to(torch.bfloat16) for x in xs]
+    res = (res.float() * mag).clamp(-3e38, 3e38).to(torch.bfloat16)
+    xs[0][5, 3] = float("inf")
+    xs[1 % world][6, 7] = float("nan")
+    return xs, w, res
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.0], ids=["eps_1e-6", "eps_0"])
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3, 5], ids=lambda s: f"stage{s}")
+def test_extreme_rows_equal_the_float64_definition(stage, with_res, eps):
+    """Rows whose fp32 sum of squares overflows, subnormal rows, rows whose squares underflow, an infinity, a NaN and
+    a zero row: every stage gives the float64 y = h * rsqrt(mean(h^2) + eps) * w, its scale and codes (NaN scale and
+    codes where y holds a NaN), and all stages the same bits."""
+    xs, w, res = extreme_partials(2, 64, seed=21)
+    res = res if with_res else None
+    outs = simulate(stage, 2, xs, w, res, epsilon=eps)
+    exp = expected(xs, w, res, epsilon=eps, weight_offset=0.0, scale_ub=math.inf)
+    pulled = simulate(1, 2, xs, w, res, epsilon=eps)
+    for r, o in enumerate(outs):
+        check(o, exp, context=f"stage {stage} rank {r}")
+        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}: stage 1 differs"
+        assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
+    scale = outs[0].scale
+    assert bool(torch.isfinite(scale[:5]).all()) and bool((scale[1:5] > 0).all()), "the finite rows keep their scale"
+    assert bool(scale[5:7].isnan().all()) and bool(outs[0].y[5:7].float().isnan().all()), "inf / NaN rows: all NaN"
+    assert (scale[7].item() == 0.0) == (eps > 0), "a zero row: 0 with eps > 0, 0 / 0 = NaN with eps == 0"
+
+
+@pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
+def test_reference_path_extreme_rows_equal_the_float64_definition(with_res):
+    """The reference path (fp32 all_reduce, then rmsnorm_fwd) on the rows of EXTREME_ROWS, eps > 0: the same
+    definition as the fused stages."""
+    from programs.triton.forward import rmsnorm_fwd
+
+    xs, w, res = extreme_partials(2, 64, seed=21)
+    res = res if with_res else None
+    total = xs[0].float() + xs[1].float()  # what dist.all_reduce hands rmsnorm_fwd
+    out = rmsnorm_fwd(total, w, epsilon=1e-6, residual=res, dtype=E4M3, scale_mode="row")
+    check(out, expected(xs, w, res, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf), context="reference path")
+
+
+def test_sum_of_partials_beyond_fp32_is_infinite():
+    """The all-reduce sums in fp32: partials whose sum leaves the fp32 range give +-inf in that element, and the row
+    then follows the infinity rule (NaN scale and codes), where the float64 sum would be finite. Every stage agrees."""
+    xs, w, _ = partials(2, 3, 64, seed=22, device=DEV, spread=False)
+    for x in xs:
+        x[1, 5] = 3.0e38  # 6e38 > fp32 max in the sum
+    exp = expected(xs, w, None, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf)
+    for stage in (0, 1, 2, 3, 5):
+        out = simulate(stage, 2, xs, w, None, epsilon=1e-6)[0]
+        assert bool(out.scale[1].isnan()) and bool(out.y[1].float().isnan().all()), f"stage {stage}"
+        keep = torch.tensor([True, False, True])
+        check(
+            ar.RMSNormOutput(out.y[keep], None, None, out.scale[keep]),
+            (exp[0][keep], exp[1][keep], None, None),
+            context=f"stage {stage} finite rows",
+        )
+
+
 def test_fused_matches_reference_path_interpreted():
     """The fused kernels and the reference path (fp32 sum, then rmsnorm_fwd) are the same function."""
     from programs.triton.forward import rmsnorm_fwd
@@ -266,6 +340,33 @@ def test_stage_choice_follows_the_dispatch_table():
         for t in small:
             assert ar.choose_stage(t, h // 2, 4, world) == ar.PULL, "fp32 activations cannot be packed"
             assert ar.choose_stage(t, 8191, isz, world) == ar.PULL, "odd hidden size cannot be packed"
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8], ids=lambda w: f"{w}_ranks")
+def test_dispatched_stage_fits_its_buffers_at_every_size(world):
+    """For every T a workspace takes (T = 1024 and its neighbours included), the dispatched stage's buffers hold the
+    rows its kernel writes: stage 0 and 3 all T rows, stage 5 its all-gather rows and ceil(T / W) rows of every
+    source in its reduce-scatter, stages 1 and 2 one half of the input buffer (meta tensors: sizes, no memory)."""
+    h, isz = 8192, 2
+    for max_tokens in (1, 37, 1030, 4096):
+        raw = torch.empty(ar.workspace_bytes(max_tokens, h, isz, world), dtype=torch.uint8, device="meta")
+        bufs = [ar.carve(raw, max_tokens, h, torch.bfloat16, world)] * world
+        held = ar.rows_held(bufs, h)
+        sizes = {1, 2, 8, 9, 31, 32, 33, 64, 128, 129, 511, 512, 513, 1023, 1024, 1025, 1027, 2048, 2049, max_tokens}
+        for t in sorted(x for x in sizes if x <= max_tokens):
+            for res in (False, True):
+                stage = ar.fitting_stage(ar.choose_stage(t, h, isz, world, residual=res), t, bufs, h, True)
+                if stage == ar.LAMPORT2:
+                    assert t <= held[ar.LAMPORT2] and math.ceil(t / world) <= bufs[0].rs.numel() // (2 * world * h)
+                elif stage in (ar.PUSH, ar.LAMPORT):
+                    assert t <= held[stage], (max_tokens, t, stage)
+                else:
+                    assert stage in (ar.PULL, ar.TWO_STAGE) and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
+    # bufs hold 4096 rows: the pushed stages fall back down the table once T passes their buffers
+    assert ar.fitting_stage(ar.PUSH, 8, bufs, h, False) == ar.PULL, "stage 0 needs x as int32 words"
+    assert ar.fitting_stage(ar.PUSH, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == ar.PULL
+    assert ar.fitting_stage(ar.LAMPORT, ar.LAMPORT_MAX_TOKENS + 1, bufs, h, True) == ar.LAMPORT2
+    assert ar.fitting_stage(ar.LAMPORT, ar.LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == ar.TWO_STAGE
 
 
 RULES = {
@@ -337,6 +438,23 @@ def test_push_stage_takes_one_row_per_program():
     assert err.value.rule == "config.push_rows" and "Fix:" in str(err.value)
 
 
+def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
+    """bench_allreduce's watchdog prints the armed step's label while it runs too long, and nothing once disarmed."""
+    import time
+
+    from programs.triton.bench_allreduce import Watchdog
+
+    dog = Watchdog(rank=1, seconds=0.05)
+    dog.arm("T=1024 residual=False stage 2 shape 1x16 grid default")
+    time.sleep(0.3)
+    dog.disarm()
+    barked = capsys.readouterr().err
+    assert "rank 1: T=1024 residual=False stage 2 shape 1x16 grid default still running after 0 s" in barked
+    assert barked.count("still running") >= 2, "it keeps naming the step"
+    time.sleep(0.15)
+    assert capsys.readouterr().err == "", "disarmed: silent"
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # rank processes: the reference path over gloo (CPU), the fused path over NCCL + symmetric memory (GPUs)
 
@@ -372,32 +490,48 @@ def gloo_worker(rank, world, dist):
         assert all(torch.equal(g, gathered[0]) for g in gathered), "ranks disagree"
 
 
+NCCL_CASES = [  # (stage, tokens (call k takes tokens[k % len]), calls)
+    (0, 1, 12),
+    (0, (1, 8, 3, 40, 2), 10),
+    (3, 1, 12),
+    (3, (1, 37, 128, 5, 300), 10),
+    (5, (1, 37, 128, 5, 1030), 10),
+    (None, 64, 8),
+    (1, 33, 8),
+    (2, 33, 8),
+    (2, 3, 8),
+    (1, 300, 6),
+    (2, 1027, 4),
+    (4, 256, 6),
+    (4, 37, 4),
+    (None, 2048, 3),
+]
+
+
+def same_bits_on_every_rank(out, dist, world, context):
+    """Every rank holds the same FP8 codes, scales and residual_out bits (one all_gather of their bytes)."""
+    parts = [out.y.view(torch.uint8).flatten(), out.scale.view(torch.uint8)]
+    if out.residual_out is not None:
+        parts.append(out.residual_out.contiguous().view(torch.uint8).flatten())
+    bits = torch.cat(parts)
+    gathered = [torch.empty_like(bits) for _ in range(world)]
+    dist.all_gather(gathered, bits)
+    assert all(torch.equal(g, gathered[0]) for g in gathered), f"{context}: ranks disagree"
+
+
 def nccl_worker(rank, world, dist):
     """Fused path on GPUs: per case, many calls enqueued back to back with fresh inputs (one rank sometimes delayed
-    so the other reaches the barriers first), then every result checked against float64, against the other ranks'
-    bits and, for repeated inputs, against itself."""
+    so the other reaches the barriers first), then every result checked: against float64 by one rank (call i by rank
+    i % world, so the host work does not grow with the world size) and against every other rank's bits, and, for
+    repeated inputs, against itself. Then the extreme rows (overflowing, subnormal, inf, NaN, zero) through every
+    stage."""
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # the ranks share the host's cores
     dev = torch.device("cuda", rank)
     h = 8192
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
-    cases = [  # (stage, tokens (call k takes tokens[k % len]), calls)
-        (0, 1, 12),
-        (0, (1, 8, 3, 40, 2), 10),
-        (3, 1, 12),
-        (3, (1, 37, 128, 5, 300), 10),
-        (5, (1, 37, 128, 5, 1030), 10),
-        (None, 64, 8),
-        (1, 33, 8),
-        (2, 33, 8),
-        (2, 3, 8),
-        (1, 300, 6),
-        (2, 1027, 4),
-        (4, 256, 6),
-        (4, 37, 4),
-        (None, 2048, 3),
-    ]
     total = 0
-    for ci, (stage, t, calls) in enumerate(cases):
+    for ci, (stage, t, calls) in enumerate(NCCL_CASES):
         ins = []
         for k in range(calls):
             tk = t[k % len(t)] if isinstance(t, tuple) else t
@@ -416,18 +550,15 @@ def nccl_worker(rank, world, dist):
                 torch.cuda._sleep(int(torch.randint(1000, 200000, (1,), generator=skew).item()))  # delay this rank
             outs.append(comm(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub, stage=stage))
         torch.cuda.synchronize()
-        for k, out in zip(order, outs, strict=True):
+        for i, (k, out) in enumerate(zip(order, outs, strict=True)):
             xs, w, res, eps, off, ub = ins[k]
-            check(
-                out,
-                expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub),
-                context=f"stage {stage} T={t} call {k}",
-                bf16_sums=stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL),
-            )
-            bits = out.y.view(torch.uint8).contiguous()
-            gathered = [torch.empty_like(bits) for _ in range(world)]
-            dist.all_gather(gathered, bits)
-            assert all(torch.equal(g, gathered[0]) for g in gathered), f"stage {stage} T={t} call {k}: ranks disagree"
+            context = f"stage {stage} T={t} call {k}"
+            if i % world == rank:
+                bf16_sums = stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL)
+                sums = torch.bfloat16 if bf16_sums else None
+                exp = expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub, sums_dtype=sums)
+                check(out, exp, context=context, bf16_sums=bf16_sums)
+            same_bits_on_every_rank(out, dist, world, context)
             total += 1
         first, *again = [o for k, o in zip(order, outs, strict=True) if k == repeat]
         for o in again:
@@ -440,13 +571,22 @@ def nccl_worker(rank, world, dist):
         xs, w, res, eps, off, ub = ins[repeat]
         ref = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub)
         same = (ref.y.view(torch.uint8) == first.y.view(torch.uint8)).float().mean().item()
-        assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
+        if stage != ar.NCCL:  # stage 4 normalizes NCCL's bf16 sums, not the fp32 sums: held to float64 above instead
+            assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
         print(
             f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; "
             f"fp8 bits equal to the reference path: {same:.5f}",
             flush=True,
         )
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
+    xs, w, res = extreme_partials(world, h, seed=31)
+    for stage in (0, 1, 2, 3, 5, None):
+        for r_ in (None, res):
+            out = comm(xs[rank], w, epsilon=1e-6, residual=r_, stage=stage)
+            context = f"extreme rows, stage {stage}, residual {r_ is not None}"
+            check(out, expected(xs, w, r_, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf), context=context)
+            same_bits_on_every_rank(out, dist, world, context)
+    print(f"rank {rank}: extreme rows equal to float64 in stages 0, 1, 2, 3, 5 and the dispatched one", flush=True)
 
 
 def comm_stage(comm, xs, res):

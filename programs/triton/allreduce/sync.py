@@ -1,0 +1,75 @@
+"""Cross-rank synchronisation of the fused all-reduce kernels: the per-program barrier, its flags and epochs, the
+counter layout every stage keeps in device memory, and the peer-pointer pick.
+
+Barrier (`cross_rank_barrier`, at each phase boundary of stages 1 and 2): program b of rank i
+  1. waits for its own threads' stores to be issued (CTA barrier),
+  2. raises flag[slot, i] in every peer's symmetric flag array to its epoch (atomic max, release, system scope),
+  3. spins until flag[slot, j] in its own flag array reached the epoch for every peer j (acquire, system scope),
+  4. stores the epoch and lets its threads go on (CTA barrier).
+The epoch is a per-(rank, slot) counter in ordinary device memory: it counts this program's uses of the slot. Every
+rank makes the same sequence of calls with the same grid, so the counters of program b agree on all ranks, and the
+start-barrier epochs of all programs agree with each other (each counts the stage-1 and stage-2 calls); nothing is
+reset, the flags only grow, and CUDA-graph replays stay correct (no host-side state).
+
+Program b of a rank meets only program b of the other ranks: the barriers are per program, never grid-wide. Every
+program of a launch spins on its peers, so all of them must be resident at once: the grids are at most one program
+per SM, and no other kernel may hold SMs meanwhile.
+
+Counters (one int32 array per rank, N_COUNTERS long): the start-barrier epoch of program b at b, the middle-barrier
+epoch at MAX_PROGRAMS + b (the kernels write that literal, 1024), then the per-program call counters of stage 0 from
+PUSH_CALLS, stage 3 from LAMPORT_CALLS and stage 5 from LAMPORT2_CALLS (the launcher passes those slices).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
+N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
+MAX_PROGRAMS = (
+    1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
+)
+PUSH_CALLS = N_SLOTS * MAX_PROGRAMS
+LAMPORT_CALLS = PUSH_CALLS + MAX_PROGRAMS
+LAMPORT2_CALLS = LAMPORT_CALLS + MAX_PROGRAMS
+N_COUNTERS = LAMPORT2_CALLS + MAX_PROGRAMS
+
+
+@triton.jit
+def pick(r: tl.constexpr, P0, P1, P2, P3, P4, P5, P6, P7):
+    """Rank r's pointer of eight (ranks >= world are None and never picked)."""
+    p = P0
+    if r == 1:
+        p = P1
+    if r == 2:
+        p = P2
+    if r == 3:
+        p = P3
+    if r == 4:
+        p = P4
+    if r == 5:
+        p = P5
+    if r == 6:
+        p = P6
+    if r == 7:
+        p = P7
+    return p
+
+
+@triton.jit
+def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl.constexpr, WORLD: tl.constexpr):
+    """Meet program `slot % 1024` of every peer; ep = EPOCH[slot] + 1, loaded by the caller at its start."""
+    tl.debug_barrier()
+    for r in tl.static_range(WORLD):
+        if r != RANK:
+            peer = pick(r, F0, F1, F2, F3, F4, F5, F6, F7)
+            tl.atomic_max(peer + slot * WORLD + RANK, ep, sem="release", scope="sys")
+    mine = pick(RANK, F0, F1, F2, F3, F4, F5, F6, F7)
+    for r in tl.static_range(WORLD):
+        if r != RANK:
+            seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+            while seen < ep:
+                seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+    tl.store(EPOCH + slot, ep)
+    tl.debug_barrier()

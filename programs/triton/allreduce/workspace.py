@@ -1,0 +1,132 @@
+"""One rank's symmetric workspace of the fused all-reduce: its regions and sizes, the typed views (RankBuffers) and
+the state it must start in."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from programs.triton.allreduce import kernels
+from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PULL, PUSH, TWO_STAGE, push_capable
+
+# Stage 0 (rows pushed as flag words): its receive buffers hold PUSH_MAX_TOKENS rows. Stage 3 (rows pushed as they are,
+# -0.0 marking an empty word): LAMPORT_MAX_TOKENS rows.
+PUSH_MAX_TOKENS = 128
+LAMPORT_MAX_TOKENS = 512
+LAMPORT2_MAX_TOKENS = 2048  # stage 5's all-gather buffers hold this many rows, its reduce-scatter buffers 1/W of them
+# Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
+# programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
+# r % grid normalizes row r. Stage 3 likewise, with one program per SM (up to MAX_PROGRAMS).
+PUSH_PROGRAMS = 32
+PUSH_PIECE = 1024
+_ALIGN = 256
+
+
+@dataclass
+class RankBuffers:
+    """One rank's symmetric workspace as typed views (seen from the local GPU: a peer's are NVLink mappings)."""
+
+    inp: torch.Tensor  # [2 * T_max, H] x dtype: the published partial rows (two halves, alternate calls)
+    q: torch.Tensor  # [2 * T_max, H] uint8: two-stage FP8 rows of the owner
+    s: torch.Tensor  # [2 * T_max] float32: two-stage scales of the owner
+    o: torch.Tensor  # [2 * T_max, H] x dtype: two-stage residual_out rows of the owner
+    flags: torch.Tensor  # [N_SLOTS * 1024 * W] int32: barrier flags, written by the peers
+    recv: torch.Tensor  # [2 * W * min(T_max, PUSH_MAX_TOKENS) * H/2] int64: stage 0 words pushed by the peers
+    lamport: torch.Tensor  # [2 * W * min(T_max, LAMPORT_MAX_TOKENS) * H] int16: stage 3 rows pushed by the peers
+    rs: torch.Tensor  # [2 * W * ceil(TL / W) * H] int16, TL = min(T_max, LAMPORT2_MAX_TOKENS): stage 5 reduce-scatter
+    ag: torch.Tensor  # [2 * TL * H] int16: stage 5 all-gather rows (FP8 byte pairs or residual_out)
+    ag_scale: torch.Tensor  # [2 * TL] int32: stage 5 all-gather scales
+
+
+def workspace_bytes(max_tokens: int, hidden: int, itemsize: int, world: int) -> int:
+    sizes = _region_sizes(max_tokens, hidden, itemsize, world)
+    return sum(_round_up(s) for s in sizes)
+
+
+def _round_up(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _region_sizes(max_tokens, hidden, itemsize, world):
+    t2 = 2 * max_tokens  # double-buffered: call k uses half k % 2 (pulled.py says why)
+    ok = push_capable(hidden, itemsize)
+    push = 2 * world * min(max_tokens, PUSH_MAX_TOKENS) * (hidden // 2) * 8 if ok else 0
+    lamport = 2 * world * min(max_tokens, LAMPORT_MAX_TOKENS) * hidden * 2 if ok else 0
+    tl2 = min(max_tokens, LAMPORT2_MAX_TOKENS) if ok else 0
+    return (
+        kernels.N_SLOTS * kernels.MAX_PROGRAMS * world * 4,
+        t2 * hidden * itemsize,
+        t2 * hidden,
+        t2 * 4,
+        t2 * hidden * itemsize,
+        push,
+        lamport,
+        2 * world * math.ceil(tl2 / world) * hidden * 2,
+        2 * tl2 * hidden * 2,
+        2 * tl2 * 4,
+    )
+
+
+def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, world: int) -> RankBuffers:
+    """Typed views of one rank's uint8 workspace (same layout on every rank)."""
+    sizes = _region_sizes(max_tokens, hidden, dtype.itemsize, world)
+    offs = [0]
+    for s in sizes:
+        offs.append(offs[-1] + _round_up(s))
+
+    def region(i, dt, shape):
+        return raw[offs[i] : offs[i] + sizes[i]].view(dt).view(shape)
+
+    return RankBuffers(
+        flags=region(0, torch.int32, (-1,)),
+        inp=region(1, dtype, (2 * max_tokens, hidden)),
+        q=region(2, torch.uint8, (2 * max_tokens, hidden)),
+        s=region(3, torch.float32, (2 * max_tokens,)),
+        o=region(4, dtype, (2 * max_tokens, hidden)),
+        recv=region(5, torch.int64, (-1,)),
+        lamport=region(6, torch.int16, (-1,)),
+        rs=region(7, torch.int16, (-1,)),
+        ag=region(8, torch.int16, (-1,)),
+        ag_scale=region(9, torch.int32, (-1,)),
+    )
+
+
+def init_workspace(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, world: int) -> RankBuffers:
+    """A rank's workspace as it must be before its first call: flags and counters zero, stage 3's buffer empty."""
+    raw.zero_()
+    bufs = carve(raw, max_tokens, hidden, dtype, world)
+    for words in (bufs.lamport, bufs.rs, bufs.ag):
+        words.fill_(kernels.LAMPORT_EMPTY)
+    bufs.ag_scale.fill_(kernels.LAMPORT_EMPTY32)
+    return bufs
+
+
+def lamport_rows(bufs: list[RankBuffers], hidden: int) -> int:
+    """Rows stage 3's receive buffers hold."""
+    return bufs[0].lamport.numel() // (2 * len(bufs) * hidden)
+
+
+def rows_held(bufs: list[RankBuffers], hidden: int) -> dict[int, int]:
+    """Rows a call may have for each pushed stage on these buffers (stage 5: its all-gather rows; its reduce-scatter
+    holds ceil(rows / W) of every source, which is all a call of that many rows sends an owner)."""
+    world = len(bufs)
+    return {
+        PUSH: bufs[0].recv.numel() // (2 * world * (hidden // 2)) if bufs[0].recv.numel() else 0,
+        LAMPORT: lamport_rows(bufs, hidden),
+        LAMPORT2: bufs[0].ag.numel() // (2 * hidden),
+    }
+
+
+def fitting_stage(stage: int, tokens: int, bufs: list[RankBuffers], hidden: int, int32_ok: bool) -> int:
+    """The dispatched stage, or the next one down the table whose buffers hold `tokens` rows: stage 0 (also needing
+    x as int32 words) -> 1, stage 3 -> 5 -> 2."""
+    held = rows_held(bufs, hidden)
+    if stage == PUSH and not (tokens <= held[PUSH] and int32_ok):
+        stage = PULL
+    if stage == LAMPORT and tokens > held[LAMPORT]:
+        stage = LAMPORT2
+    if stage == LAMPORT2 and tokens > held[LAMPORT2]:
+        stage = TWO_STAGE
+    return stage
