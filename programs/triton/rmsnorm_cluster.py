@@ -28,6 +28,7 @@ compiled PTX (ptx_report) instead of running it.
 from __future__ import annotations
 
 import torch
+import triton.language as tl
 
 from programs.log import logger
 from programs.triton.checks import TritonRuleError
@@ -37,6 +38,8 @@ try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    from programs.triton.row_stats import DOWN, FP32_MIN_NORMAL, INF, NAN, UP
 
     GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
 except ImportError:  # pragma: no cover - older Triton
@@ -79,6 +82,8 @@ def arrive_asm(k: int, values: int = 1) -> str:
         [
             ".shared .align 8 .b64 rmsc_bar;",
             f".shared .align 16 .f32 rmsc_val[{values * k}];",
+            f".shared .align 16 .f32 rmsc_val2[{values * k}];",
+            ".shared .align 4 .f32 rmsc_ss;",
             "{",
             ".reg .pred p;",
             ".reg .b32 t, a;",
@@ -135,6 +140,48 @@ def exchange_asm(k: int, with_max: bool = False) -> str:
         else:
             lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(j, n)]
     # value j of rank r is slot[vals * r + j]: the sums in rank order, the maxima in any order (max is exact)
+    lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
+    if with_max:
+        lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
+        lines += ["mov.f32 $1, slot1;"]
+    # the row's sum also into rmsc_ss, where SUM_ASM reads it back as one scalar (row_stats' range test needs a
+    # scalar, and a reduction over the cluster's CTAs does not lower): each thread reads its own store
+    lines += ["mov.u32 base, rmsc_ss;", "st.shared.f32 [base], slot0;", "mov.f32 $0, slot0;", "}"]
+    return "\n".join(lines)
+
+
+# the row's sum as the exchange left it in rmsc_ss: a scalar (its operand only orders it after the exchange's asm)
+SUM_ASM = "{ .reg .b32 a; mov.u32 a, rmsc_ss; ld.shared.f32 $0, [a]; }"
+if GLUON:
+    SUM_ASM = gl.constexpr(SUM_ASM)
+
+
+def rescaled_exchange_asm(k: int, with_max: bool = False) -> str:
+    """PTX of the second pass's exchange (rows past fp32's range only, row_stats): every CTA's scaled partial $1
+    (and with_max its max|x c w| $2) stored into slot rank of rmsc_val2 in every peer by threads 0..K-1, a cluster
+    barrier (release / acquire: the stores are visible after it; every CTA of the cluster takes this branch, its
+    test reading the same sum), then $0 the sum in rank order (and $1 the max)."""
+    vals = 2 if with_max else 1
+    lines = [
+        "{",
+        ".reg .pred p;",
+        ".reg .b32 base, me, tid, la, ra, bits, mbits;",
+        f".reg .f32 slot<{vals * k}>;",
+        "mov.u32 base, rmsc_val2;",
+        "mov.u32 me, %cluster_ctarank;",
+        "mov.u32 tid, %tid.x;",
+        f"setp.lt.u32 p, tid, {k};",
+        f"mad.lo.u32 la, me, {4 * vals}, base;",
+        f"mov.b32 bits, ${2 if with_max else 1};",
+        "@p mapa.shared::cluster.u32 ra, la, tid;",
+    ]
+    if with_max:
+        lines += ["mov.b32 mbits, $3;", "@p st.shared::cluster.v2.b32 [ra], {bits, mbits};"]
+    else:
+        lines += ["@p st.shared::cluster.b32 [ra], bits;"]
+    lines += ["barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;"]
+    n = vals * k
+    lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(n)]
     lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
     if with_max:
         lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
@@ -201,6 +248,29 @@ if GLUON:
         return a0 + b0, gl.maximum(a1, b1)
 
     @gluon.jit
+    def off_range(t):
+        """row_stats.off_range: the rows whose ss / N + eps needs the second pass."""
+        return (t == INF) | (t < FP32_MIN_NORMAL)
+
+    @gluon.jit
+    def held_rstd(x, ss, inv_n, eps):
+        """row_stats.held_rstd for a Gluon kernel holding whole rows x [BLOCK_M, n] (0 past each row's end) in one
+        CTA."""
+        t = ss * inv_n + eps
+        rs = gl.rsqrt(t)
+        off = off_range(t)
+        if gl.max(off.to(gl.int32), axis=0) != 0:
+            c = gl.where(t == INF, DOWN, UP)
+            xc = x * c[:, None]
+            rs = gl.where(off, gl.rsqrt(gl.sum(xc * xc, axis=1) * inv_n + eps * c * c) * c, rs)
+        return rs
+
+    @gluon.jit
+    def fp8_scale(amax, scale_ub, fp8_max):
+        """row_io.fp8_scale: NaN stays NaN."""
+        return gl.minimum(amax, scale_ub, propagate_nan=tl.PropagateNan.ALL) / fp8_max
+
+    @gluon.jit
     def _fwd_cluster_kernel(
         X,
         stride_x,
@@ -223,6 +293,7 @@ if GLUON:
         SHARED: gl.constexpr,
         ARRIVE: gl.constexpr,
         EXCHANGE: gl.constexpr,
+        RESCALED_EXCHANGE: gl.constexpr,
         IDENT: gl.constexpr,
         X_STAGED: gl.constexpr,
         EVEN: gl.constexpr,
@@ -291,17 +362,47 @@ if GLUON:
         else:
             ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
+        mf = rs  # the factor of the row max of y: max|y| = mf * mx
+        # row_stats' rule: the range test on the row's sum as one scalar, and rows past fp32's range take their second
+        # pass here, its partials exchanged a second time (rescaled_exchange_asm)
+        row_ss = gl.inline_asm_elementwise(SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1)
+        if off_range(row_ss * inv_n + eps):
+            c = gl.where(ss * inv_n + eps == INF, DOWN, UP)
+            if X_STAGED:
+                xc = xsm.load(LAYOUT).to(gl.float32) * c[:, None]
+            else:
+                xc = xs.to(gl.float32) * c[:, None]
+            if NEED_MAX:
+                xcw = xc
+                if HAS_W:
+                    xcw = xc * weight_factor(ws.load(LAYOUT), w_off)
+                ss_c, mx = gl.inline_asm_elementwise(
+                    RESCALED_EXCHANGE,
+                    "=f,=f,f,f",
+                    [gl.sum(xc * xc, axis=1), gl.max(gl.abs(xcw), axis=1)],
+                    dtype=(gl.float32, gl.float32),
+                    is_pure=False,
+                    pack=1,
+                )
+            else:
+                ss_c = gl.inline_asm_elementwise(
+                    RESCALED_EXCHANGE, "=f,f", [gl.sum(xc * xc, axis=1)], dtype=gl.float32, is_pure=False, pack=1
+                )
+            mf = gl.rsqrt(ss_c * inv_n + eps * c * c)
+            rs = mf * c
         if STORE_RSIG:
             _row_store(RSIG, row, kk, rs)
+        if NEED_MAX:  # NaN where y holds a NaN (row_stats.nan_rows)
+            mx = gl.where(ss * rs == ss * rs, mx * mf, NAN)
         if OUT_MODE == 3:
-            _row_store(SC, row, kk, mx * rs)
+            _row_store(SC, row, kk, mx)
         else:
             if X_STAGED:
                 xs = xsm.load(LAYOUT)
             elif IDENT:  # ordered after the exchange: x not held as fp32 across it
                 xs = _opaque(xs)
             if OUT_MODE == 1:
-                scale = gl.minimum(mx * rs, scale_ub) / fp8_max
+                scale = fp8_scale(mx, scale_ub, fp8_max)
                 _row_store(SC, row, kk, scale)
             elif OUT_MODE == 2:
                 scale = gl.load(SCALE_IN + kk * 0)
@@ -317,7 +418,7 @@ if GLUON:
             if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a
                 # scale bound by scale_ub leaves |v| above the format's range)
                 v = v * gl.where(scale == 0.0, 0.0, 1.0 / scale)[:, None]
-                v = gl.minimum(gl.maximum(v, -fp8_max), fp8_max)
+                v = gl.clamp(v, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
             gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
 
 
@@ -392,6 +493,7 @@ def constants(
         SHARED=shared_layout(k),
         ARRIVE=arrive_asm(k, 2 if with_max else 1),
         EXCHANGE=exchange_asm(k, with_max),
+        RESCALED_EXCHANGE=rescaled_exchange_asm(k, with_max),
         IDENT=x_size == 2,
         X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode),
         EVEN=k * chunk == n,
