@@ -39,7 +39,7 @@ try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    from programs.triton.row_stats import DOWN, FP32_MIN_NORMAL, INF, NAN, UP
+    from programs.triton.row_stats import DOWN, FP32_MIN_NORMAL, INF, UP
 
     GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
 except ImportError:  # pragma: no cover - older Triton
@@ -393,7 +393,8 @@ if GLUON:
         if STORE_RSIG:
             _row_store(RSIG, row, kk, rs)
         if NEED_MAX:  # NaN where y holds a NaN (row_stats.nan_rows)
-            mx = gl.where(ss * rs == ss * rs, mx * mf, NAN)
+            p = ss * rs
+            mx = gl.where(p == p, mx * mf, p - p)
         if OUT_MODE == 3:
             _row_store(SC, row, kk, mx)
         else:
@@ -418,7 +419,9 @@ if GLUON:
             if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a
                 # scale bound by scale_ub leaves |v| above the format's range)
                 v = v * gl.where(scale == 0.0, 0.0, 1.0 / scale)[:, None]
-                v = gl.clamp(v, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
+                # NaN stays NaN (row_io.fp8_quantize)
+                v = gl.maximum(v, -fp8_max, propagate_nan=tl.PropagateNan.ALL)
+                v = gl.minimum(v, fp8_max, propagate_nan=tl.PropagateNan.ALL)
             gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
 
 

@@ -34,7 +34,6 @@ import triton
 import triton.language as tl
 
 INF = tl.constexpr(float("inf"))
-NAN = tl.constexpr(float("nan"))
 FP32_MIN_NORMAL = tl.constexpr(2.0**-126)
 DOWN = tl.constexpr(2.0**-80)  # c for a row whose fp32 sum of squares overflowed
 UP = tl.constexpr(2.0**88)  # c for a row whose mean square is below fp32's smallest normal
@@ -168,4 +167,4 @@ def nan_rows(amax, ss, rs):
     """The row max of y as float64 takes it: NaN where y holds a NaN (a NaN in the row, an infinity times rstd = 0,
     or 0 times rstd = inf), which ss * rs shows per row (the hardware max drops NaN operands); amax elsewhere."""
     p = ss * rs
-    return tl.where(p == p, amax, NAN)
+    return tl.where(p == p, amax, p - p)  # p - p: NaN where p is (a NaN constexpr global fails Triton's global check)

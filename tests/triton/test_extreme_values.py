@@ -39,10 +39,10 @@ def quiet_numpy():
         yield
 
 
-def extreme_batch(dtype, n: int, rows=ROWS, seed: int = 0) -> torch.Tensor:
-    """[2 * len(rows) + 1, n]: ordinary rows, each named row after one (rows 1, 3, 5, ...)."""
+def extreme_batch(dtype, n: int, rows=ROWS, seed: int = 0, m: int = 0) -> torch.Tensor:
+    """[max(m, 2 * len(rows) + 1), n]: ordinary rows, each named row after one (rows 1, 3, 5, ...)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2 * len(rows) + 1, n, generator=g, dtype=torch.float64)
+    x = torch.randn(max(m, 2 * len(rows) + 1), n, generator=g, dtype=torch.float64)
     top = torch.finfo(dtype).max
     for i, kind in enumerate(rows):
         r, sign = 2 * i + 1, torch.randn(n, generator=g).sign().double()
@@ -100,17 +100,23 @@ def test_forward_extreme_rows_match_float64(kernel, dtype, eps):
 
 
 @pytest.mark.skipif(DEV != "cuda", reason="the Gluon kernels (cluster, cp.async) run on a GPU only")
-@pytest.mark.parametrize("shape", [(16, 4096), (16, 8192), (16, 65536), (8, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize(
+    "shape", [(16, 4096), (600, 4096), (600, 8192), (64, 65536), (16, 262144)], ids=lambda s: f"{s[0]}x{s[1]}"
+)
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_gpu_default_launches_extreme_rows(shape, dtype):
-    """The default launches at widths of the cp.async (4096, 8192), cluster (65536, 262144 16-bit) and split kernels."""
+    """The default launches: rows (16 x 4096), cp.async (600 rows of 4096, 8192), cluster (65536; 262144 of 16-bit
+    rows) and split kernels, with FP8 row scales beside (no subnormal row there: test_fp8_subnormal_scale_saturates)."""
     dt = DTYPES[dtype]
+    m, n = shape
     for eps in (1e-6, 0.0):
-        x, w = extreme_batch(dt, shape[1], rows_for(eps)), weight(shape[1], dt)
+        x, w = extreme_batch(dt, n, rows_for(eps), m=m), weight(n, dt)
         o = rmsnorm_fwd(x, w, epsilon=eps, return_rsigma=True)
         v, rs, _ = norm64(x, w, epsilon=eps)
         assert_close(o.y, v, dt, context=f"y eps={eps}")
         assert_close(o.rsigma, rs, torch.float32, context=f"rsigma eps={eps}")
+        x = extreme_batch(dt, n, tuple(r for r in ROWS if r != "subnormal"), m=m)
+        v, _, _ = norm64(x, w, epsilon=eps)
         q = rmsnorm_fwd(x, w, epsilon=eps, dtype=torch.float8_e4m3fn, scale_mode="row")
         q_exp, s_exp = fp8_expected(v, torch.float8_e4m3fn, "row")
         assert_close(q.y.float(), q_exp, torch.float8_e4m3fn, context=f"fp8 eps={eps}")
