@@ -29,7 +29,6 @@ from programs.triton.row_io import (
     weight_at,
     weight_words,
 )
-from programs.triton.row_stats import INF, any_row
 from programs.triton.split_exchange import (
     split_program,
     split_publish,
@@ -38,10 +37,6 @@ from programs.triton.split_exchange import (
     split_words,
     split_words_program,
 )
-
-# rstd above which h * g of a row may have lost bits to underflow (rows of rms below 2^-60): the word kernel's dot
-# product then takes xhat first
-BIG_RSTD = tl.constexpr(2.0**60)
 
 
 @triton.jit
@@ -467,16 +462,12 @@ def _words_split_publish(
     DYT: tl.constexpr,
     HAS_W: tl.constexpr,
 ):
-    """_bwd_split_publish of a block held as words: sum(h * g) * rs, which saves a multiply an element over
-    sum(xhat * g); where that sum leaves fp32's range or rs is large (rows near fp32's maximum or tiny rows, whose
-    products h * g overflow or underflow) the block's shares are taken as sum(xhat * g) instead."""
+    """_bwd_split_publish of a block held as words: the chunk's share of sum(xhat * g), xhat = h * rs taken first
+    (h * g can pass fp32's range in rows near its maximum, or lose bits to underflow in tiny rows)."""
     h_lo, h_hi = unpack_words(hw, DT)
     g_lo, g_hi, _, _ = _words_g(dyw, w_lo, w_hi, DYT, HAS_W)
-    dot = tl.sum(h_lo * g_lo + h_hi * g_hi, axis=1) * rs
-    far = ~(tl.abs(dot) < INF) | (rs > BIG_RSTD)
-    if any_row(far):  # the whole block's shares again (as accurate, and fewer registers than a select)
-        r = rs[:, None]
-        dot = tl.sum(h_lo * r * g_lo + h_hi * r * g_hi, axis=1)
+    r = rs[:, None]
+    dot = tl.sum(h_lo * r * g_lo + h_hi * r * g_hi, axis=1)
     split_publish(XDOT, rows, rows < M, g, dot, XW)
 
 

@@ -202,6 +202,7 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
         num_warps=cfg.num_warps,
         PDL=L.pdl,
         JOINT_MAX=cfg.block_m * block_n <= JOINT_MAX_PER_THREAD * 32 * cfg.num_warps,
+        GPU=device.type == "cuda",
         **launch_options(device, maxnreg=cfg.maxnreg, pdl=L.pdl),
         **L.flags(p),
     )

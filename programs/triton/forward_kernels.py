@@ -10,8 +10,10 @@ stats pass. For 16-bit rows up to 65536 columns without a residual its stats pas
 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2.
 `_row_sumsq_kernel`: each row's sum of squares in float64, the distributed pre-stats.
 
-Each kernel body stays one function: its phases share live values (the row in registers, the prefetched chunk), and
-the argument lists are the launcher's (forward.py). The launch shapes come from forward_config.py.
+Each row's rstd follows row_stats.py's rule (a second pass for the rows whose fp32 sum of squares leaves fp32's
+range; FP8 row maxima as float64 takes them). Each kernel body stays one function: its phases share live values (the
+row in registers, the prefetched chunk), and the argument lists are the launcher's (forward.py). The launch shapes come
+from forward_config.py.
 """
 
 import triton
@@ -33,12 +35,12 @@ from programs.triton.row_io import (
     weight_at,
 )
 from programs.triton.row_stats import (
-    INF,
     any_row,
-    held_rstd,
     nan_rows,
     off_range,
+    opaque_program_id,
     rescale_factor,
+    restore_rows,
     scaled_rstd,
     stats_rstd,
     stored_scaled_stats,
@@ -89,6 +91,7 @@ def _fwd_rows_kernel(
     Y_SUB: tl.constexpr,
     PDL: tl.constexpr = False,
     JOINT_MAX: tl.constexpr = False,
+    GPU: tl.constexpr = True,
 ):
     if PDL:
         dependent_launch()
@@ -131,19 +134,20 @@ def _fwd_rows_kernel(
         rs = stats_rstd(ss, inv_n, eps)
     elif SLICES > 1:
         ss = tl.sum(hf * hf, axis=1)
-        rs = held_rstd(hf, ss, inv_n, eps)
+        rs = tl.rsqrt(ss * inv_n + eps)
     elif JOINT:
         hw = h
         if HAS_W:
             hw = h * w[None, :]
         ss, hwmax = tl.reduce((h * h, tl.abs(hw)), 1, _sum_max)
-        rs = held_rstd(h, ss, inv_n, eps)
+        rs = tl.rsqrt(ss * inv_n + eps)
     else:
         ss = tl.sum(h * h, axis=1)
-        rs = held_rstd(h, ss, inv_n, eps)
+        rs = tl.rsqrt(ss * inv_n + eps)
     first = pid % SLICES == 0  # the one program of a row that writes the per-row values
-    if STORE_RSIG:
-        tl.store(RSIG + rows, rs, mask=row_ok & first)
+    rare = False
+    if not HAS_STATS:
+        rare = any_row(off_range(ss * inv_n + eps) & row_ok)  # rows past fp32's range: the branch at the end
 
     v = h * rs[:, None]
     if HAS_W:
@@ -162,8 +166,6 @@ def _fwd_rows_kernel(
             amax = tl.max(tl.where(fmask, tl.abs(vf), 0.0), axis=1)
         elif JOINT:
             amax = rs * hwmax  # masked columns are 0 in h
-            if any_row(amax == INF):  # h * w past fp32's range (rows of the second pass): max|y| itself
-                amax = tl.where(amax == INF, tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1), amax)
         else:
             amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
         amax = nan_rows(amax, ss, rs)
@@ -186,6 +188,49 @@ def _fwd_rows_kernel(
         Y_MIN_NORMAL,
         Y_SUB,
     )
+    if STORE_RSIG:  # after y: the per-row address is not held through the normalize (the capped launches)
+        tl.store(RSIG + rows, rs, mask=row_ok & first)
+    if not HAS_STATS:
+        if rare:
+            # rows past fp32's range (row_stats): written again, last, from memory, where nothing else is held (a
+            # branch while the row and the weight are held made the launches capped at 32 registers a thread spill,
+            # on every row); only the branch's predicate is held until here
+            pid = opaque_program_id(GPU)
+            # a call (noinline): the plain pass's registers are free, and only the pointers it reads are passed
+            restore_rows(
+                X,
+                stride_x,
+                R if HAS_RES else None,
+                stride_r,
+                RO if HAS_RES else None,
+                Y if OUT_MODE != 3 else None,
+                stride_y,
+                W if HAS_W else None,
+                B if HAS_B else None,
+                RSIG if STORE_RSIG else None,
+                SC if OUT_MODE == 1 or OUT_MODE == 3 else None,
+                SCALE_IN if OUT_MODE == 2 else None,
+                (pid // SLICES) * BLOCK_M,
+                M,
+                pid % SLICES == 0,
+                (pid % SLICES) * BLOCK_N,
+                N,
+                inv_n,
+                eps,
+                w_off,
+                scale_ub,
+                fp8_max,
+                BLOCK_M,
+                BLOCK_N,
+                HAS_W,
+                HAS_B,
+                HAS_RES,
+                STORE_RSIG,
+                OUT_MODE,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
 
 
 @triton.jit

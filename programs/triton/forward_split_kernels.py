@@ -4,7 +4,8 @@ exchange per-row partials through global memory (split_exchange.py), so x crosse
 `_fwd_split_kernel` holds its blocks as elements (any float x, a residual, distributed stats, FP8 output);
 `_fwd_split_words_kernel` is its form for plain 16-bit rows held as 32-bit words (two values a register), which
 leaves room for a fourth stage from 32 chunks a row (FwdConfig.stages): each block is published two steps before it
-is finished, and its partials are read before the next block's loads. Kernel bodies stay whole: their stages hand
+is finished, and its partials are read before the next block's loads. A row whose exchanged sum leaves fp32's range
+is read back whole by each of its programs for row_stats.py's second pass. Kernel bodies stay whole: their stages hand
 registers from one step to the next.
 """
 

@@ -33,13 +33,16 @@ Hardware minimum and maximum (PTX max.f32) drop a NaN operand, so nothing here d
 import triton
 import triton.language as tl
 
+from programs.triton.row_io import store_out, weight_at
+
 INF = tl.constexpr(float("inf"))
 FP32_MIN_NORMAL = tl.constexpr(2.0**-126)
+FP32_MAX_HALF = tl.constexpr(2.0**127)
 DOWN = tl.constexpr(2.0**-80)  # c for a row whose fp32 sum of squares overflowed
 UP = tl.constexpr(2.0**88)  # c for a row whose mean square is below fp32's smallest normal
 # columns a step of the second pass over a stored row: small, so that the branch adds few registers to kernels that
 # hold row blocks in flight around it
-PASS_CHUNK = tl.constexpr(1024)
+PASS_CHUNK = tl.constexpr(512)
 
 
 @triton.jit
@@ -69,18 +72,15 @@ def scaled_rstd(ss_c, c, inv_n, eps):
 
 
 @triton.jit
-def held_rstd(h, ss, inv_n, eps):
-    """rstd [BLOCK_M] of rows h [BLOCK_M, n] held in registers (0 past each row's end), ss their fp32 sums of squares
-    (the module docstring's rule)."""
-    t = ss * inv_n + eps
-    rs = tl.rsqrt(t)
-    off = off_range(t)
-    if any_row(off):
-        c = rescale_factor(t)
-        hc = h * c[:, None]
-        rs_c, _ = scaled_rstd(tl.sum(hc * hc, axis=1), c, inv_n, eps)
-        rs = tl.where(off, rs_c, rs)
-    return rs
+def stored_rows(X, stride_x, R, stride_r, RO, r64, cols, mask, HAS_RES: tl.constexpr):
+    """h [BLOCK_M, n] in fp32 read back from memory (0 where not mask): x, or x + residual rounded to RO's dtype as
+    row_io.residual_sum forms it (formed again: another program's residual_out may not be stored yet)."""
+    h = tl.load(X + r64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        h = (h + tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)).to(
+            RO.dtype.element_ty
+        )
+    return h.to(tl.float32)
 
 
 @triton.jit
@@ -109,12 +109,8 @@ def stored_scaled_stats(
     mx = tl.zeros([BLOCK_M, PASS_CHUNK], dtype=tl.float32)
     for c0 in range(0, N, PASS_CHUNK):
         cc = c0 + cols
-        mask = row_ok[:, None] & (cc < N)[None, :]
-        h = tl.load(X + r64 * stride_x + cc[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_RES:
-            r = tl.load(R + r64 * stride_r + cc[None, :], mask=mask, other=0.0).to(tl.float32)
-            h = (h + r).to(RO.dtype.element_ty).to(tl.float32)
-        hc = h * c[:, None]
+        hc = stored_rows(X, stride_x, R, stride_r, RO, r64, cc, row_ok[:, None] & (cc < N)[None, :], HAS_RES)
+        hc = hc * c[:, None]
         acc += hc * hc
         if HAS_W:
             w = tl.load(W + cc, mask=cc < N, other=0.0).to(tl.float32)
@@ -141,8 +137,9 @@ def stored_rstd(
     BLOCK_M: tl.constexpr,
     HAS_RES: tl.constexpr,
 ):
-    """held_rstd for rows whose values the kernel no longer holds whole (split across programs, or streamed): the
-    second pass reads them back from memory (stored_scaled_stats)."""
+    """rstd [BLOCK_M] of rows from their fp32 sums of squares ss (the module docstring's rule): the second pass reads
+    the flagged rows back from memory (stored_scaled_stats), which adds few registers to the kernel around it, where a
+    pass over a row held in registers would hold a scaled copy beside it."""
     t = ss * inv_n + eps
     rs = tl.rsqrt(t)
     off = off_range(t) & row_ok
@@ -168,3 +165,154 @@ def nan_rows(amax, ss, rs):
     or 0 times rstd = inf), which ss * rs shows per row (the hardware max drops NaN operands); amax elsewhere."""
     p = ss * rs
     return tl.where(p == p, amax, p - p)  # p - p: NaN where p is (a NaN constexpr global fails Triton's global check)
+
+
+@triton.jit
+def opaque_program_id(GPU: tl.constexpr):
+    """The program's id, on a GPU read again from its special register by a non-pure asm, which the compiler cannot
+    merge with the kernel's earlier reads: so restore_rows' rows are computed afresh in its branch rather than kept
+    from the kernel's start (registers held through the plain pass spilled in the capped launches). The
+    interpreter runs no asm."""
+    pid = tl.program_id(0)
+    if GPU:
+        pid = tl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
+    return pid
+
+
+@triton.jit(noinline=True)
+def restore_rows(
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    Y,
+    stride_y,
+    W,
+    B,
+    RSIG,
+    SC,
+    SCALE_IN,
+    row0,
+    M,
+    first,
+    col0,
+    N,
+    inv_n,
+    eps,
+    w_off: tl.constexpr,
+    scale_ub,
+    fp8_max,
+    BLOCK_M: tl.constexpr,
+    SPAN: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    STORE_RSIG: tl.constexpr,
+    OUT_MODE: tl.constexpr,
+    Y_DROP: tl.constexpr,
+    Y_MIN_NORMAL: tl.constexpr,
+    Y_SUB: tl.constexpr,
+):
+    """The rows past fp32's range written again from memory, after a kernel's plain pass wrote them all: each row's
+    sum of squares again, scaled both ways (the branch needs nothing held from before it), rstd from the
+    second pass for the rows it takes (also those within a factor of two of its bounds, so that a sum rounded apart
+    from the plain pass's loses no row), then, as row_io.store_out writes them, their outputs at columns
+    [col0, col0 + SPAN), rsigma and FP8 scale or row max (`first`: the program writing the per-row values). A kernel
+    calls it last, when it holds nothing else, so that the branch costs its ordinary rows no registers."""
+    tl.debug_barrier()  # the plain pass's stores of these rows, by other threads of the CTA, land first
+    rows = row0 + tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    r64 = rows.to(tl.int64)[:, None]
+    cols = tl.arange(0, PASS_CHUNK)
+    acc_dn = tl.zeros([BLOCK_M, PASS_CHUNK], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, PASS_CHUNK], dtype=tl.float32)
+    mx_dn = tl.zeros([BLOCK_M, PASS_CHUNK], dtype=tl.float32)
+    mx_up = tl.zeros([BLOCK_M, PASS_CHUNK], dtype=tl.float32)
+    for c0 in range(0, N, PASS_CHUNK):
+        cc = c0 + cols
+        h = stored_rows(X, stride_x, R, stride_r, RO, r64, cc, row_ok[:, None] & (cc < N)[None, :], HAS_RES)
+        hd, hu = h * DOWN, h * UP
+        acc_dn += hd * hd
+        acc_up += hu * hu
+        if OUT_MODE == 1 or OUT_MODE == 3:
+            if HAS_W:
+                w = weight_at(W, cc, cc < N, w_off)
+                hd, hu = hd * w[None, :], hu * w[None, :]
+            mx_dn = tl.maximum(mx_dn, tl.abs(hd))
+            mx_up = tl.maximum(mx_up, tl.abs(hu))
+    ss_dn = tl.sum(acc_dn, axis=1)  # ss * 2^-160
+    ss_up = tl.sum(acc_up, axis=1)  # ss * 2^176 (+inf for rows of ordinary size)
+    # ss / N + eps past 2^127, or below 2^-125, read from the scaled sums (no plain sum held)
+    down = ss_dn * inv_n >= DOWN * DOWN * FP32_MAX_HALF
+    off = (down | (ss_up * inv_n + eps * UP * UP < UP * UP * 4 * FP32_MIN_NORMAL)) & row_ok
+    c = tl.where(down, DOWN, UP)
+    rs, r = scaled_rstd(tl.where(down, ss_dn, ss_up), c, inv_n, eps)
+    if STORE_RSIG:
+        tl.store(RSIG + rows, rs, mask=off & first)
+    amax = 0.0
+    if OUT_MODE == 1 or OUT_MODE == 3:
+        amax = tl.where(down, tl.max(mx_dn, axis=1), tl.max(mx_up, axis=1)) * r  # max|h w| rs, from the scaled row
+        if HAS_B:  # max|h rs w + b|: a pass of its own
+            mb = tl.zeros([BLOCK_M, PASS_CHUNK], dtype=tl.float32)
+            for c0 in range(0, N, PASS_CHUNK):
+                cc = c0 + cols
+                mask = off[:, None] & (cc < N)[None, :]
+                v = _restored(
+                    X, stride_x, R, stride_r, RO, W, B, r64, cc, cc < N, mask, rs, w_off, HAS_W, HAS_B, HAS_RES
+                )
+                mb = tl.maximum(mb, tl.where(mask, tl.abs(v), 0.0))
+            amax = tl.max(mb, axis=1)
+        amax = nan_rows(amax, ss_dn, rs)  # ss_dn * rs is NaN where ss * rs is
+    for c0 in range(col0, col0 + SPAN, PASS_CHUNK):
+        cc = c0 + cols
+        col_ok = (cc < N) & (cc < col0 + SPAN)
+        mask = off[:, None] & col_ok[None, :]
+        v = _restored(X, stride_x, R, stride_r, RO, W, B, r64, cc, col_ok, mask, rs, w_off, HAS_W, HAS_B, HAS_RES)
+        store_out(
+            v,
+            amax,
+            Y,
+            stride_y,
+            SC,
+            SCALE_IN,
+            rows,
+            r64,
+            cc,
+            mask,
+            off & first,
+            scale_ub,
+            fp8_max,
+            OUT_MODE,
+            Y_DROP,
+            Y_MIN_NORMAL,
+            Y_SUB,
+        )
+
+
+@triton.jit
+def _restored(
+    X,
+    stride_x,
+    R,
+    stride_r,
+    RO,
+    W,
+    B,
+    r64,
+    cols,
+    col_ok,
+    mask,
+    rs,
+    w_off: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
+    """h rs (w + weight_offset) (+ bias) at these columns, h read back (stored_rows)."""
+    v = stored_rows(X, stride_x, R, stride_r, RO, r64, cols, mask, HAS_RES) * rs[:, None]
+    if HAS_W:
+        v = v * weight_at(W, cols, col_ok, w_off)[None, :]
+    if HAS_B:
+        v += tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    return v
