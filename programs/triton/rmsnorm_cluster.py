@@ -21,6 +21,11 @@ FP8 output (x normalized as given: no residual or distributed stats): with one g
 (MAX's allreduce_rmsnorm_fp8 rule, fp8.py), whose row max rides the same exchange: each CTA sends its max|x*w| beside
 its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
 Launched with PDL where rmsnorm_fwd's enable_pdl says so, as the rows kernels are.
+Rows whose fp32 sum of squares leaves fp32's range (row_stats.py's rule): the exchange also leaves the row's sum in
+shared memory, where the kernel reads it back as one scalar after its plain pass; such a row is written again by a
+called function (_restore_row), which reads the CTA's piece back in steps, exchanges the scaled partials a second
+time (rescaled_exchange_asm: stores into the peers' shared memory and a cluster barrier, which every CTA of the
+cluster reaches, their sums being the same bits) and writes rsigma, the FP8 scale or row max and y again.
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 """

@@ -27,6 +27,10 @@ tt_rmsnorm.accuracy's tolerance, non-finite rows included:
   max|y| is below fp8_max * 2^-126 (5e-36 for e4m3: subnormal x with eps > 0) has an fp32-subnormal scale whose
   reciprocal is past fp32's range: its values saturate to +-fp8_max (its scale is right).
 
+Where the pass runs: restore_rows writes flagged rows again after a kernel's plain pass (the rows kernel), or
+stored_rstd / stored_scaled_stats read them back where the sum is taken (looped, split); every pass reads the row
+from memory in a fixed order, so all programs of a row get the same bits.
+
 Hardware minimum and maximum (PTX max.f32) drop a NaN operand, so nothing here detects NaN through a row max.
 """
 
