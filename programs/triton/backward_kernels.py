@@ -281,6 +281,7 @@ def _bwd_rowdot_kernel(
     """c[row] = mean(xhat * dy * w~) over the row."""
     row = tl.program_id(0)
     r64 = row.to(tl.int64)
+    rs = tl.load(RSIG + row)
     cols = tl.arange(0, CHUNK)
     acc = tl.zeros([CHUNK], dtype=tl.float32)
     for start in range(0, N, CHUNK):
@@ -290,8 +291,8 @@ def _bwd_rowdot_kernel(
         g = tl.load(DY + r64 * stride_dy + c, mask=ok, other=0.0).to(tl.float32)
         if HAS_W:
             g = g * weight_at(W, c, ok, w_off)
-        acc += h * g
-    tl.store(C + row, tl.sum(acc, axis=0) * tl.load(RSIG + row) * inv_n)
+        acc += h * rs * g  # xhat first: h * g can pass fp32's range in rows near its maximum
+    tl.store(C + row, tl.sum(acc, axis=0) * inv_n)
 
 
 @triton.jit
@@ -461,10 +462,13 @@ def _words_split_publish(
     DYT: tl.constexpr,
     HAS_W: tl.constexpr,
 ):
-    """_bwd_split_publish of a block held as words."""
+    """_bwd_split_publish of a block held as words: the chunk's share of sum(xhat * g), xhat = h * rs taken first
+    (h * g can pass fp32's range in rows near its maximum, or lose bits to underflow in tiny rows)."""
     h_lo, h_hi = unpack_words(hw, DT)
     g_lo, g_hi, _, _ = _words_g(dyw, w_lo, w_hi, DYT, HAS_W)
-    split_publish(XDOT, rows, rows < M, g, tl.sum(h_lo * g_lo + h_hi * g_hi, axis=1) * rs, XW)
+    r = rs[:, None]
+    dot = tl.sum(h_lo * r * g_lo + h_hi * r * g_hi, axis=1)
+    split_publish(XDOT, rows, rows < M, g, dot, XW)
 
 
 @triton.jit

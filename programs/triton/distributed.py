@@ -3,13 +3,16 @@
 The hidden dimension is sharded over the group's ranks (rank r holds columns [r*N_local, (r+1)*N_local)), as
 tt_rmsnorm.distributed_rms_norm shards it over a mesh axis:
 
-    stats     = pre_stats(x_local)                        # float32 [M]: sum of squares of the local columns
-    stats_all = gather_stats(stats, group)                # float32 [W, M]: one all_gather, 4*M bytes per rank
+    stats     = pre_stats(x_local)                        # float64 [M]: sum of squares of the local columns
+    stats_all = gather_stats(stats, group)                # float64 [W, M]: one all_gather, 8*M bytes per rank
     y_local   = post(x_local, stats_all, w_local, epsilon=eps, hidden_size=H)   # one kernel
     y_local   = distributed_rms_norm(x_local, w_local, group, epsilon=eps)       # the three, composed
 
 post sums the W partial sums in rank order (every rank computes the same rsigma bits), divides by the GLOBAL hidden
-size H and normalizes the local columns; it is the forward kernel with its stats pass replaced.
+size H and normalizes the local columns; it is the forward kernel with its stats pass replaced. The stats are float64:
+a row's sum of squares past fp32's range (rows near the bf16 / fp32 maximum) or below it (subnormal rows) is held
+exactly enough, and the rstd is taken from it in float64, so a row needs no second pass (row_stats.py gives the rule
+the single-device kernels follow, with the same result).
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from programs.triton.forward import rmsnorm_fwd, row_sum_of_squares
 
 
 def pre_stats(x_local: torch.Tensor) -> torch.Tensor:
-    """float32 [M]: per-row sum of squares of this rank's columns (fp32 accumulation)."""
+    """float64 [M]: per-row sum of squares of this rank's columns (float64 accumulation)."""
     return row_sum_of_squares(x_local)
 
 
 def gather_stats(stats: torch.Tensor, group=None) -> torch.Tensor:
-    """float32 [W, M]: every rank's pre_stats, in rank order."""
+    """[W, M] in stats' dtype: every rank's pre_stats, in rank order."""
     world = dist.get_world_size(group)
     out = torch.empty((world, stats.shape[0]), dtype=stats.dtype, device=stats.device)
     if dist.get_backend(group) == "gloo":  # gloo has no all_gather_into_tensor in every torch release

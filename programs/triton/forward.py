@@ -12,8 +12,8 @@
               scale_mode="tensor": one float32 scale [1]: `scale` if given (static), else min(max|v|, scale_ub)/fp8_max
                                    from a first pass over x (dynamic); y = fp8(clamp(v / scale)), v ~= y * scale.
     rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
-    stats     float32 [W, M] per-shard sums of squares (distributed post): summed in rank order, divided by hidden_size
-              (default N), instead of the sum over x's own row.
+    stats     float64 (or float32) [W, M] per-shard sums of squares (distributed post): summed in rank order, divided
+              by hidden_size (default N), instead of the sum over x's own row; rsigma taken from them in float64.
     config    a FwdConfig to launch instead of forward_config.fwd_config's choice (checked before any device work).
     enable_pdl programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
               Hopper and later): each CTA first waits for the previous kernel in the stream to finish
@@ -202,6 +202,7 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
         num_warps=cfg.num_warps,
         PDL=L.pdl,
         JOINT_MAX=cfg.block_m * block_n <= JOINT_MAX_PER_THREAD * 32 * cfg.num_warps,
+        GPU=device.type == "cuda",
         **launch_options(device, maxnreg=cfg.maxnreg, pdl=L.pdl),
         **L.flags(p),
     )
@@ -381,11 +382,12 @@ def rmsnorm_fwd(
 
 
 def row_sum_of_squares(x: torch.Tensor) -> torch.Tensor:
-    """float32 [M]: the sum of squares of each row of x [..., N] (fp32 accumulation), the distributed pre-stats."""
+    """float64 [M]: the sum of squares of each row of x [..., N] (float64 accumulation: no row's sum leaves its
+    range), the distributed pre-stats."""
     check_activation(x)
     x2 = as_rows(x)
     m, n = x2.shape
-    out = torch.empty(m, dtype=torch.float32, device=x.device)
+    out = torch.empty(m, dtype=torch.float64, device=x.device)
     if m == 0:
         return out
     chunk = min(triton.next_power_of_2(n), 4096)

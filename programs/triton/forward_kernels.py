@@ -8,10 +8,12 @@ DRAM sees about one read and one write. Launched a row a program with the normal
 two-pass form of tall tensors of plain 16-bit rows (TWO_PASS_N). With stats given (distributed post) there is no
 stats pass. For 16-bit rows up to 65536 columns without a residual its stats pass is one load of the whole row as
 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2.
-`_row_sumsq_kernel`: each row's sum of squares in fp32, the distributed pre-stats.
+`_row_sumsq_kernel`: each row's sum of squares in float64, the distributed pre-stats.
 
-Each kernel body stays one function: its phases share live values (the row in registers, the prefetched chunk), and
-the argument lists are the launcher's (forward.py). The launch shapes come from forward_config.py.
+Each row's rstd follows row_stats.py's rule (a second pass for the rows whose fp32 sum of squares leaves fp32's
+range; FP8 row maxima as float64 takes them). Each kernel body stays one function: its phases share live values (the
+row in registers, the prefetched chunk), and the argument lists are the launcher's (forward.py). The launch shapes come
+from forward_config.py.
 """
 
 import triton
@@ -22,6 +24,7 @@ from programs.triton.row_io import (
     dependent_launch,
     fp8_quantize,
     fp8_recip,
+    fp8_scale,
     gathered_stats,
     plus_offset,
     pre_round,
@@ -30,6 +33,17 @@ from programs.triton.row_io import (
     store_out,
     vector_at,
     weight_at,
+)
+from programs.triton.row_stats import (
+    any_row,
+    nan_rows,
+    off_range,
+    opaque_program_id,
+    rescale_factor,
+    restore_rows,
+    scaled_rstd,
+    stats_rstd,
+    stored_scaled_stats,
 )
 
 
@@ -77,6 +91,7 @@ def _fwd_rows_kernel(
     Y_SUB: tl.constexpr,
     PDL: tl.constexpr = False,
     JOINT_MAX: tl.constexpr = False,
+    GPU: tl.constexpr = True,
 ):
     if PDL:
         dependent_launch()
@@ -116,19 +131,23 @@ def _fwd_rows_kernel(
     JOINT: tl.constexpr = JOINT_MAX and NEED_AMAX and SLICES == 1 and not (HAS_B or HAS_STATS)
     if HAS_STATS:
         ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
+        rs = stats_rstd(ss, inv_n, eps)
     elif SLICES > 1:
         ss = tl.sum(hf * hf, axis=1)
+        rs = tl.rsqrt(ss * inv_n + eps)
     elif JOINT:
         hw = h
         if HAS_W:
             hw = h * w[None, :]
         ss, hwmax = tl.reduce((h * h, tl.abs(hw)), 1, _sum_max)
+        rs = tl.rsqrt(ss * inv_n + eps)
     else:
         ss = tl.sum(h * h, axis=1)
-    rs = tl.rsqrt(ss * inv_n + eps)
+        rs = tl.rsqrt(ss * inv_n + eps)
     first = pid % SLICES == 0  # the one program of a row that writes the per-row values
-    if STORE_RSIG:
-        tl.store(RSIG + rows, rs, mask=row_ok & first)
+    rare = False
+    if not HAS_STATS:
+        rare = any_row(off_range(ss * inv_n + eps) & row_ok)  # rows past fp32's range: the branch at the end
 
     v = h * rs[:, None]
     if HAS_W:
@@ -149,6 +168,7 @@ def _fwd_rows_kernel(
             amax = rs * hwmax  # masked columns are 0 in h
         else:
             amax = tl.max(tl.where(mask, tl.abs(v), 0.0), axis=1)
+        amax = nan_rows(amax, ss, rs)
     store_out(
         v,
         amax,
@@ -168,6 +188,49 @@ def _fwd_rows_kernel(
         Y_MIN_NORMAL,
         Y_SUB,
     )
+    if STORE_RSIG:  # after y: the per-row address is not held through the normalize (the capped launches)
+        tl.store(RSIG + rows, rs, mask=row_ok & first)
+    if not HAS_STATS:
+        if rare:
+            # rows past fp32's range (row_stats): written again, last, from memory, where nothing else is held (a
+            # branch while the row and the weight are held made the launches capped at 32 registers a thread spill,
+            # on every row); only the branch's predicate is held until here
+            pid = opaque_program_id(GPU)
+            # a call (noinline): the plain pass's registers are free, and only the pointers it reads are passed
+            restore_rows(
+                X,
+                stride_x,
+                R if HAS_RES else None,
+                stride_r,
+                RO if HAS_RES else None,
+                Y if OUT_MODE != 3 else None,
+                stride_y,
+                W if HAS_W else None,
+                B if HAS_B else None,
+                RSIG if STORE_RSIG else None,
+                SC if OUT_MODE == 1 or OUT_MODE == 3 else None,
+                SCALE_IN if OUT_MODE == 2 else None,
+                (pid // SLICES) * BLOCK_M,
+                M,
+                pid % SLICES == 0,
+                (pid % SLICES) * BLOCK_N,
+                N,
+                inv_n,
+                eps,
+                w_off,
+                scale_ub,
+                fp8_max,
+                BLOCK_M,
+                BLOCK_N,
+                HAS_W,
+                HAS_B,
+                HAS_RES,
+                STORE_RSIG,
+                OUT_MODE,
+                Y_DROP,
+                Y_MIN_NORMAL,
+                Y_SUB,
+            )
 
 
 @triton.jit
@@ -336,15 +399,27 @@ def _fwd_looped_kernel(
                         mx = tl.maximum(mx, tl.abs(h * wv))
                     else:
                         mx = tl.maximum(mx, tl.abs(h))
+        # the row max of y where the second pass takes it (rows past fp32's range), else < 0
+        rare_amax = tl.full([], -1.0, tl.float32)
         if HAS_STATS:
-            ss = 0.0
-            for k in range(n_stats):
+            ss = tl.load(STATS + row)
+            for k in range(1, n_stats):
                 ss += tl.load(STATS + k * stride_stats + row)
-        elif WORDS > 0:
-            ss = row_words_sumsq(X, stride_x, row, N, WORDS)
+            rs = stats_rstd(ss, inv_n, eps)
         else:
-            ss = tl.sum(acc, axis=0) + head_ss
-        rs = tl.rsqrt(ss * inv_n + eps)
+            if WORDS > 0:
+                ss = row_words_sumsq(X, stride_x, row, N, WORDS)
+            else:
+                ss = tl.sum(acc, axis=0) + head_ss
+            rs = tl.rsqrt(ss * inv_n + eps)
+            if off_range(ss * inv_n + eps):  # the second pass, over the row as stored (row_stats)
+                c = rescale_factor(ss * inv_n + eps)
+                one = tl.arange(0, 1)
+                ss_c, mx_c = stored_scaled_stats(
+                    hrow, 0, R, 0, RO, W, one, one == 0, N, c + tl.zeros([1], tl.float32), w_off, 1, False, HAS_W
+                )
+                rs, r = scaled_rstd(tl.sum(ss_c, axis=0), c, inv_n, eps)
+                rare_amax = tl.sum(mx_c, axis=0) * r
         if STORE_RSIG:
             tl.store(RSIG + row, rs)
 
@@ -352,6 +427,7 @@ def _fwd_looped_kernel(
         if NEED_AMAX:
             if AMAX_IN_STATS:
                 amax = tl.maximum(tl.max(mx, axis=0), head_mx) * rs
+                amax = nan_rows(tl.where(rare_amax >= 0, rare_amax, amax), ss, rs)
             else:
                 for c0 in tl.range(HEAD, N, CHUNK):
                     c = c0 + cols
@@ -364,13 +440,14 @@ def _fwd_looped_kernel(
                 if HEAD > 0:
                     vh = _looped_scaled(hh, W, B, hc, None, rs, w_off, HAS_W, HAS_B)
                     amax = tl.maximum(amax, tl.max(tl.abs(vh), axis=0))
+                amax = nan_rows(amax, ss, rs)
 
         if OUT_MODE == 3:
             tl.store(SC + row, amax)
         else:
             recip = 1.0
             if OUT_MODE == 1:
-                scale = tl.minimum(amax, scale_ub) / fp8_max
+                scale = fp8_scale(amax, scale_ub, fp8_max)
                 tl.store(SC + row, scale)
                 recip = fp8_recip(scale)
             elif OUT_MODE == 2:
@@ -436,9 +513,11 @@ def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.c
     row_ok = rows < M
     cols = tl.arange(0, CHUNK)
     r64 = rows.to(tl.int64)[:, None]
-    acc = tl.zeros([BLOCK_M, CHUNK], dtype=tl.float32)
+    # float64: the sums leave the kernel, and float64 holds any fp32 row's sum of squares (2^-298 to 2^287) without
+    # a second pass (row_stats' rule applies where the sum stays in fp32)
+    acc = tl.zeros([BLOCK_M, CHUNK], dtype=tl.float64)
     for i in range(tl.cdiv(N, CHUNK)):
         c = i * CHUNK + cols
-        x = tl.load(X + r64 * stride_x + c[None, :], mask=row_ok[:, None] & (c < N)[None, :], other=0.0).to(tl.float32)
+        x = tl.load(X + r64 * stride_x + c[None, :], mask=row_ok[:, None] & (c < N)[None, :], other=0.0).to(tl.float64)
         acc += x * x
     tl.store(OUT + rows, tl.sum(acc, axis=1), mask=row_ok)

@@ -79,13 +79,13 @@ def check_stats(stats, residual, m: int, device) -> None:
     if (
         stats.dim() != 2
         or stats.shape[1] != m
-        or stats.dtype != torch.float32
+        or stats.dtype not in (torch.float64, torch.float32)
         or stats.stride(1) != 1
         or stats.device != device
     ):
         raise TritonRuleError(
             "stats.shape",
-            f"stats must be float32 [world, {m}] with contiguous rows on x's device",
+            f"stats must be float64 (pre_stats) or float32 [world, {m}] with contiguous rows on x's device",
             (tuple(stats.shape), stats.dtype),
             "stack the gathered pre_stats outputs",
         )

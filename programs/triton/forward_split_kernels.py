@@ -4,7 +4,8 @@ exchange per-row partials through global memory (split_exchange.py), so x crosse
 `_fwd_split_kernel` holds its blocks as elements (any float x, a residual, distributed stats, FP8 output);
 `_fwd_split_words_kernel` is its form for plain 16-bit rows held as 32-bit words (two values a register), which
 leaves room for a fourth stage from 32 chunks a row (FwdConfig.stages): each block is published two steps before it
-is finished, and its partials are read before the next block's loads. Kernel bodies stay whole: their stages hand
+is finished, and its partials are read before the next block's loads. A row whose exchanged sum leaves fp32's range
+is read back whole by each of its programs for row_stats.py's second pass. Kernel bodies stay whole: their stages hand
 registers from one step to the next.
 """
 
@@ -14,6 +15,7 @@ import triton.language as tl
 from programs.triton.row_io import (
     add_residual,
     fp8_recip,
+    fp8_scale,
     gathered_stats,
     load_rows,
     load_words,
@@ -23,6 +25,16 @@ from programs.triton.row_io import (
     unpack_words,
     weight_at,
     weight_words,
+)
+from programs.triton.row_stats import (
+    any_row,
+    nan_rows,
+    off_range,
+    rescale_factor,
+    scaled_rstd,
+    stats_rstd,
+    stored_rstd,
+    stored_scaled_stats,
 )
 from programs.triton.split_exchange import (
     split_program,
@@ -183,21 +195,37 @@ def _fwd_split_kernel(
         r64 = rows.to(tl.int64)[:, None]
         if HAS_STATS:
             ss = gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M)
+            rs = stats_rstd(ss, inv_n, eps)
         else:
             ss = split_reduce(XSS, rows, row_ok, SPLITS, XW, False)
-        rs = tl.rsqrt(ss * inv_n + eps)
+            rs = tl.rsqrt(ss * inv_n + eps)
         first = row_ok & (g == 0)  # per-row outputs: written by the row's first chunk
-        if STORE_RSIG:
-            tl.store(RSIG + rows, rs, mask=first)
         amax = 0.0
         if NEED_AMAX:
             amax = split_reduce(XMX, rows, row_ok, SPLITS, XW, True) * rs
+        if not HAS_STATS:
+            # rows past fp32's range: the second pass reads the whole row back (x, and the residual: the other
+            # programs' residual_out may not be stored yet), in the same order in every program of the row
+            off = off_range(ss * inv_n + eps) & row_ok
+            if any_row(off):
+                c = rescale_factor(ss * inv_n + eps)
+                ss_c, mx_c = stored_scaled_stats(
+                    X, stride_x, R, stride_r, RO, W, rows, off, N, c, w_off, BLOCK_M, HAS_RES, HAS_W
+                )
+                rs_c, r = scaled_rstd(ss_c, c, inv_n, eps)
+                rs = tl.where(off, rs_c, rs)
+                if NEED_AMAX:
+                    amax = tl.where(off, mx_c * r, amax)
+            if NEED_AMAX:
+                amax = nan_rows(amax, ss, rs)
+        if STORE_RSIG:
+            tl.store(RSIG + rows, rs, mask=first)
         if OUT_MODE == 1:
             # FP8 row scales: rs / scale as one factor per row, and for one row a plain scalar. Scaling the finished
             # row by 1/scale (scale built from both gathered partials, rs and the row max) made Triton convert it
             # through shared memory (PTX: 4096 shared stores per thread; 17 ms instead of ~0.2;
             # ptx_report.py watches the count)
-            scale = tl.minimum(amax, scale_ub) / fp8_max
+            scale = fp8_scale(amax, scale_ub, fp8_max)
             tl.store(SC + rows, scale, mask=first)
             f = rs * fp8_recip(scale)
             if BLOCK_M == 1:
@@ -293,7 +321,7 @@ def _fwd_split_words_kernel(
         else:
             _words_sumsq_publish(x_b, rows, M, XSS, g, XW, DT)
             ss = split_reduce(XSS, rows_k, row_ok, SPLITS, XW, False)
-        rs = tl.rsqrt(ss * inv_n + eps)
+        rs = stored_rstd(ss, inv_n, eps, X, stride_x, X, 0, X, rows_k, row_ok, N, BLOCK_M, False)
         if STORE_RSIG:
             tl.store(RSIG + rows_k, rs, mask=row_ok & (g == 0))
         lo, hi = unpack_words(x_a, DT)

@@ -8,7 +8,8 @@ and use_exact_casts(device) does so where the kernels run under the interpreter 
 this module patches nothing).
 
 fp32 -> bf16 rounds to nearest even, as the GPU's cvt.rn.bf16.f32 does for `.to(tl.bfloat16)`, unless round-toward-
-zero is asked for; NaN stays a quiet NaN. Every other pair of types goes to the interpreter's own converter.
+zero is asked for; NaN stays a quiet NaN. Every other pair of types goes to the interpreter's own converter, whose
+fp32 -> FP8 results are corrected only where the input is NaN (it gives a finite value there; the GPU gives NaN).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import os
 import numpy as np
 import triton.language as tl
 from triton.runtime import interpreter
+
+# the quiet NaN of the FP8 formats, as stored (e4m3fn: S.1111.111; e5m2: S.11111.11)
+FP8_NAN = {tl.float8e4nv: 0x7F, tl.float8e5: 0x7F}
 
 
 def install() -> None:
@@ -35,7 +39,11 @@ def install() -> None:
             b = bits if rounding_mode == interpreter._ir.ROUNDING_MODE.RTZ else bits + ties_even
             nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
             return np.where(nan, (bits >> np.uint32(16)) | np.uint32(0x0040), b >> np.uint32(16)).astype(np.uint16)
-        return original(data, input_dtype, output_dtype, rounding_mode)
+        out = original(data, input_dtype, output_dtype, rounding_mode)
+        if input_dtype == tl.float32 and output_dtype in FP8_NAN:
+            # its bit-field converter turns NaN into a finite FP8 value; the GPU's cvt keeps NaN
+            out = np.where(np.isnan(data.view(np.float32)), np.uint8(FP8_NAN[output_dtype]), out).astype(out.dtype)
+        return out
 
     convert.exact_bf16 = True
     interpreter._convert_float = convert

@@ -25,7 +25,7 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    from programs.triton.rmsnorm_cluster import weight_factor
+    from programs.triton.rmsnorm_cluster import held_rstd, weight_factor
 
 VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
 
@@ -150,7 +150,7 @@ if GLUON:
         x = xs.load(LAYOUT).to(gl.float32)
         if not EVEN_N:
             x = gl.where(col_ok[None, :], x, 0.0)
-        rs = gl.rsqrt(gl.sum(x * x, axis=1) * inv_n + eps)
+        rs = held_rstd(x, gl.sum(x * x, axis=1), inv_n, eps)  # row_stats' rule
         v = x * rs[:, None]
         if HAS_W:
             v = v * weight_factor(w, w_off)[None, :]

@@ -21,6 +21,11 @@ FP8 output (x normalized as given: no residual or distributed stats): with one g
 (MAX's allreduce_rmsnorm_fp8 rule, fp8.py), whose row max rides the same exchange: each CTA sends its max|x*w| beside
 its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
 Launched with PDL where rmsnorm_fwd's enable_pdl says so, as the rows kernels are.
+Rows whose fp32 sum of squares leaves fp32's range (row_stats.py's rule): the exchange also leaves the row's sum in
+shared memory, where the kernel reads it back as one scalar after its plain pass; such a row is written again by a
+called function (_restore_row), which reads the CTA's piece back in steps, exchanges the scaled partials a second
+time (rescaled_exchange_asm: stores into the peers' shared memory and a cluster barrier, which every CTA of the
+cluster reaches, their sums being the same bits) and writes rsigma, the FP8 scale or row max and y again.
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 """
@@ -28,6 +33,7 @@ compiled PTX (ptx_report) instead of running it.
 from __future__ import annotations
 
 import torch
+import triton.language as tl
 
 from programs.log import logger
 from programs.triton.checks import TritonRuleError
@@ -37,6 +43,8 @@ try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    from programs.triton.row_stats import DOWN, FP32_MIN_NORMAL, INF, UP
 
     GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
 except ImportError:  # pragma: no cover - older Triton
@@ -79,6 +87,8 @@ def arrive_asm(k: int, values: int = 1) -> str:
         [
             ".shared .align 8 .b64 rmsc_bar;",
             f".shared .align 16 .f32 rmsc_val[{values * k}];",
+            f".shared .align 16 .f32 rmsc_val2[{values * k}];",
+            ".shared .align 4 .f32 rmsc_ss;",
             "{",
             ".reg .pred p;",
             ".reg .b32 t, a;",
@@ -135,6 +145,53 @@ def exchange_asm(k: int, with_max: bool = False) -> str:
         else:
             lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(j, n)]
     # value j of rank r is slot[vals * r + j]: the sums in rank order, the maxima in any order (max is exact)
+    lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
+    if with_max:
+        lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
+        lines += ["mov.f32 $1, slot1;"]
+    # the row's sum also into rmsc_ss, where SUM_ASM reads it back as one scalar (row_stats' range test needs a
+    # scalar, and a reduction over the cluster's CTAs does not lower): each thread reads its own store
+    lines += ["mov.u32 base, rmsc_ss;", "st.shared.f32 [base], slot0;", "mov.f32 $0, slot0;", "}"]
+    return "\n".join(lines)
+
+
+# the row's sum as the exchange left it in rmsc_ss: a scalar (its operand only orders it after the exchange's asm);
+# and the shared address of rmsc_val2, for the second pass's exchange in a called function
+SUM_ASM = "{ .reg .b32 a; mov.u32 a, rmsc_ss; ld.shared.f32 $0, [a]; }"
+VAL2_ASM = "mov.u32 $0, rmsc_val2;"
+if GLUON:
+    SUM_ASM = gl.constexpr(SUM_ASM)
+    VAL2_ASM = gl.constexpr(VAL2_ASM)
+
+
+def rescaled_exchange_asm(k: int, with_max: bool = False) -> str:
+    """PTX of the second pass's exchange (rows past fp32's range only, row_stats): every CTA's scaled partial $1
+    (and with_max its max|x c w| $2) stored into slot rank of rmsc_val2 (its shared address the last operand: the
+    exchange runs in a called function, where the kernel's shared names are not in scope) in every peer by threads
+    0..K-1, a cluster
+    barrier (release / acquire: the stores are visible after it; every CTA of the cluster takes this branch, its
+    test reading the same sum), then $0 the sum in rank order (and $1 the max)."""
+    vals = 2 if with_max else 1
+    lines = [
+        "{",
+        ".reg .pred p;",
+        ".reg .b32 base, me, tid, la, ra, bits, mbits;",
+        f".reg .f32 slot<{vals * k}>;",
+        f"mov.u32 base, ${4 if with_max else 2};",
+        "mov.u32 me, %cluster_ctarank;",
+        "mov.u32 tid, %tid.x;",
+        f"setp.lt.u32 p, tid, {k};",
+        f"mad.lo.u32 la, me, {4 * vals}, base;",
+        f"mov.b32 bits, ${2 if with_max else 1};",
+        "@p mapa.shared::cluster.u32 ra, la, tid;",
+    ]
+    if with_max:
+        lines += ["mov.b32 mbits, $3;", "@p st.shared::cluster.v2.b32 [ra], {bits, mbits};"]
+    else:
+        lines += ["@p st.shared::cluster.b32 [ra], bits;"]
+    lines += ["barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;"]
+    n = vals * k
+    lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(n)]
     lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
     if with_max:
         lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
@@ -201,6 +258,29 @@ if GLUON:
         return a0 + b0, gl.maximum(a1, b1)
 
     @gluon.jit
+    def off_range(t):
+        """row_stats.off_range: the rows whose ss / N + eps needs the second pass."""
+        return (t == INF) | (t < FP32_MIN_NORMAL)
+
+    @gluon.jit
+    def held_rstd(x, ss, inv_n, eps):
+        """row_stats.stored_rstd for a Gluon kernel holding whole rows x [BLOCK_M, n] (0 past each row's end) in one
+        CTA: the second pass over the rows held (the cp.async kernel has registers to spare for it, ptx_report)."""
+        t = ss * inv_n + eps
+        rs = gl.rsqrt(t)
+        off = off_range(t)
+        if gl.max(off.to(gl.int32), axis=0) != 0:
+            c = gl.where(t == INF, DOWN, UP)
+            xc = x * c[:, None]
+            rs = gl.where(off, gl.rsqrt(gl.sum(xc * xc, axis=1) * inv_n + eps * c * c) * c, rs)
+        return rs
+
+    @gluon.jit
+    def fp8_scale(amax, scale_ub, fp8_max):
+        """row_io.fp8_scale: NaN stays NaN."""
+        return gl.minimum(amax, scale_ub, propagate_nan=tl.PropagateNan.ALL) / fp8_max
+
+    @gluon.jit
     def _fwd_cluster_kernel(
         X,
         stride_x,
@@ -223,6 +303,8 @@ if GLUON:
         SHARED: gl.constexpr,
         ARRIVE: gl.constexpr,
         EXCHANGE: gl.constexpr,
+        RESCALED_EXCHANGE: gl.constexpr,
+        SUB: gl.constexpr,
         IDENT: gl.constexpr,
         X_STAGED: gl.constexpr,
         EVEN: gl.constexpr,
@@ -293,15 +375,19 @@ if GLUON:
         rs = gl.rsqrt(ss * inv_n + eps)
         if STORE_RSIG:
             _row_store(RSIG, row, kk, rs)
+        if NEED_MAX:  # max|y| = rs max|x w|; NaN where y holds a NaN (row_stats.nan_rows)
+            p = ss * rs
+            mx = gl.where(p == p, mx * rs, p - p)
         if OUT_MODE == 3:
-            _row_store(SC, row, kk, mx * rs)
+            _row_store(SC, row, kk, mx)
         else:
             if X_STAGED:
                 xs = xsm.load(LAYOUT)
             elif IDENT:  # ordered after the exchange: x not held as fp32 across it
                 xs = _opaque(xs)
+            scale = rs  # read by FP8 outputs only
             if OUT_MODE == 1:
-                scale = gl.minimum(mx * rs, scale_ub) / fp8_max
+                scale = fp8_scale(mx, scale_ub, fp8_max)
                 _row_store(SC, row, kk, scale)
             elif OUT_MODE == 2:
                 scale = gl.load(SCALE_IN + kk * 0)
@@ -314,11 +400,155 @@ if GLUON:
                 v = v * weight_factor(wv, w_off)
             if HAS_B:
                 v = v + bs.load(LAYOUT).to(gl.float32)
-            if OUT_MODE != 0:  # in the looped kernel's order (fp8_quantize): divided by the scale, then clamped (a
-                # scale bound by scale_ub leaves |v| above the format's range)
-                v = v * gl.where(scale == 0.0, 0.0, 1.0 / scale)[:, None]
-                v = gl.minimum(gl.maximum(v, -fp8_max), fp8_max)
+            v = _to_out(v, scale, fp8_max, OUT_MODE)
             gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
+        # row_stats' rule, last, where nothing is held: the range test on the row's sum read back as one scalar (the
+        # exchange left it in shared memory), and a row past fp32's range written again from memory
+        row_ss = gl.inline_asm_elementwise(SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1)
+        if off_range(row_ss * inv_n + eps):
+            # a call (noinline): the plain pass's registers are free; only what the output reads is passed
+            val2 = gl.inline_asm_elementwise(
+                VAL2_ASM, "=r,r", [gl.program_id(0)], dtype=gl.int32, is_pure=False, pack=1
+            )
+            _restore_row(
+                row_ss,
+                val2,
+                X,
+                stride_x,
+                Y if OUT_MODE != 3 else None,
+                stride_y,
+                W if HAS_W else None,
+                B if HAS_B else None,
+                RSIG if STORE_RSIG else None,
+                SC if NEED_MAX else None,
+                SCALE_IN if OUT_MODE == 2 else None,
+                N,
+                inv_n,
+                eps,
+                w_off,
+                scale_ub if OUT_MODE == 1 else 0.0,
+                fp8_max if OUT_MODE != 0 else 0.0,
+                K,
+                CHUNK,
+                SUB,
+                LAYOUT,
+                RESCALED_EXCHANGE,
+                EVEN,
+                HAS_W,
+                HAS_B,
+                STORE_RSIG,
+                OUT_MODE,
+                NEED_MAX,
+            )
+
+    @gluon.jit
+    def _to_out(v, scale, fp8_max, OUT_MODE: gl.constexpr):
+        """v as stored: FP8 (OUT_MODE 1, 2) divided by the scale and clamped, NaN kept (row_io.fp8_quantize's
+        order: a scale bound by scale_ub leaves |v| above the format's range), else as is."""
+        if OUT_MODE != 0:
+            v = v * gl.where(scale == 0.0, 0.0, 1.0 / scale)[:, None]
+            v = gl.maximum(v, -fp8_max, propagate_nan=tl.PropagateNan.ALL)
+            v = gl.minimum(v, fp8_max, propagate_nan=tl.PropagateNan.ALL)
+        return v
+
+    @gluon.jit(noinline=True)
+    def _restore_row(
+        row_ss,
+        val2,
+        X,
+        stride_x,
+        Y,
+        stride_y,
+        W,
+        B,
+        RSIG,
+        SC,
+        SCALE_IN,
+        N,
+        inv_n,
+        eps,
+        w_off: gl.constexpr,
+        scale_ub,
+        fp8_max,
+        K: gl.constexpr,
+        CHUNK: gl.constexpr,
+        SUB: gl.constexpr,
+        LAYOUT: gl.constexpr,
+        RESCALED_EXCHANGE: gl.constexpr,
+        EVEN: gl.constexpr,
+        HAS_W: gl.constexpr,
+        HAS_B: gl.constexpr,
+        STORE_RSIG: gl.constexpr,
+        OUT_MODE: gl.constexpr,
+        NEED_MAX: gl.constexpr,
+    ):
+        """The cluster's row written again (row_stats.restore_rows' part for a row over K CTAs): each CTA reads its
+        piece back SUB columns a step, its scaled partial sum (and max|x c w|) meets the others' in the second
+        exchange, then rsigma, the FP8 scale or row max and y are written again. The second exchange's cluster
+        barrier orders the plain pass's stores before these."""
+        row = gl.program_id(0).to(gl.int64)
+        kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
+        cols = gl.arange(0, SUB, gl.SliceLayout(0, LAYOUT))
+        xrow = X + row * stride_x
+        acc = gl.full([K, SUB], 0.0, gl.float32, LAYOUT)
+        mxa = gl.full([K, SUB], 0.0, gl.float32, LAYOUT)
+        ss = row_ss + gl.zeros_like(kk).to(gl.float32)  # the exchanged sum (the same in every CTA) as [K]
+        base = val2 + gl.zeros_like(kk)
+        c = gl.where(ss * inv_n + eps == INF, DOWN, UP)
+        for s0 in range(0, CHUNK, SUB):
+            offs = kk[:, None] * CHUNK + s0 + cols[None, :]
+            if EVEN:
+                ok = None
+            else:
+                ok = offs < N
+            xc = _piece(xrow, offs, ok).to(gl.float32) * c[:, None]
+            acc += xc * xc
+            if NEED_MAX:
+                if HAS_W:
+                    xc = xc * weight_factor(_piece(W, offs, ok), w_off)
+                mxa = gl.maximum(mxa, gl.abs(xc))
+        if NEED_MAX:
+            ss_c, mx = gl.inline_asm_elementwise(
+                RESCALED_EXCHANGE,
+                "=f,=f,f,f,r",
+                [gl.sum(acc, axis=1), gl.max(mxa, axis=1), base],
+                dtype=(gl.float32, gl.float32),
+                is_pure=False,
+                pack=1,
+            )
+        else:
+            ss_c = gl.inline_asm_elementwise(
+                RESCALED_EXCHANGE, "=f,f,r", [gl.sum(acc, axis=1), base], dtype=gl.float32, is_pure=False, pack=1
+            )
+        r = gl.rsqrt(ss_c * inv_n + eps * c * c)
+        rs = r * c
+        if STORE_RSIG:
+            _row_store(RSIG, row, kk, rs)
+        scale = rs  # unused for a cast output
+        if NEED_MAX:
+            p = ss * rs
+            mx = gl.where(p == p, mx * r, p - p)
+            if OUT_MODE == 3:
+                _row_store(SC, row, kk, mx)
+            else:
+                scale = fp8_scale(mx, scale_ub, fp8_max)
+                _row_store(SC, row, kk, scale)
+        elif OUT_MODE == 2:
+            scale = gl.load(SCALE_IN + kk * 0)
+        if OUT_MODE != 3:
+            for s0 in range(0, CHUNK, SUB):
+                offs = kk[:, None] * CHUNK + s0 + cols[None, :]
+                if EVEN:
+                    ok = None
+                else:
+                    ok = offs < N
+                v = _piece(xrow, offs, ok).to(gl.float32) * rs[:, None]
+                if HAS_W:
+                    v = v * weight_factor(_piece(W, offs, ok), w_off)
+                if HAS_B:
+                    v = v + _piece(B, offs, ok).to(gl.float32)
+                v = _to_out(v, scale, fp8_max, OUT_MODE)
+                gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
 
 
 def row_max(out_mode: int) -> bool:
@@ -392,6 +622,8 @@ def constants(
         SHARED=shared_layout(k),
         ARRIVE=arrive_asm(k, 2 if with_max else 1),
         EXCHANGE=exchange_asm(k, with_max),
+        RESCALED_EXCHANGE=rescaled_exchange_asm(k, with_max),
+        SUB=min(chunk, VEC * 32 * num_warps),
         IDENT=x_size == 2,
         X_STAGED=x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode),
         EVEN=k * chunk == n,

@@ -25,13 +25,20 @@ def pre_round(v, DROP: tl.constexpr, MIN_NORMAL: tl.constexpr, SUB_MAGIC: tl.con
         b = v.to(tl.uint32, bitcast=True)
         b = b + ((1 << (DROP - 1)) - 1) + ((b >> DROP) & 1)
         b = b & (0xFFFFFFFF ^ ((1 << DROP) - 1))
-        r = b.to(tl.float32, bitcast=True)
+        r = tl.where(v == v, b.to(tl.float32, bitcast=True), v)  # a NaN's payload can carry out of the top bit
         if SUB_MAGIC != 0.0:
             a = tl.abs(v)
             s = (a + SUB_MAGIC) - SUB_MAGIC
             s = tl.where(v < 0, -s, s)
             r = tl.where(a < MIN_NORMAL, s, r)
         return r
+
+
+@triton.jit
+def fp8_scale(amax, scale_ub, fp8_max):
+    """The FP8 scale of a row max: min(amax, scale_ub) / fp8_max, NaN where amax is NaN (the hardware minimum would
+    drop it for scale_ub)."""
+    return tl.minimum(amax, scale_ub, propagate_nan=tl.PropagateNan.ALL) / fp8_max
 
 
 @triton.jit
@@ -146,9 +153,9 @@ def add_residual(h, R, stride_r, RO, stride_ro, r64, cols, mask):
 
 @triton.jit
 def gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M: tl.constexpr):
-    """The rows' sum of squares from the gathered per-shard stats [n_stats, M], in rank order: every rank gets the
-    same bits."""
-    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+    """The rows' sum of squares from the gathered per-shard stats [n_stats, M], in rank order and in the stats' dtype
+    (float64 from pre_stats): every rank gets the same bits."""
+    ss = tl.zeros([BLOCK_M], dtype=STATS.dtype.element_ty)
     for k in range(n_stats):
         ss += tl.load(STATS + k * stride_stats + rows, mask=row_ok, other=0.0)
     return ss
@@ -158,8 +165,9 @@ def gathered_stats(STATS, stride_stats, n_stats, rows, row_ok, BLOCK_M: tl.const
 def fp8_quantize(
     v, fp8_max, Y_DTYPE: tl.constexpr, Y_DROP: tl.constexpr, Y_MIN_NORMAL: tl.constexpr, Y_SUB: tl.constexpr
 ):
-    """v (already divided by its scale) clamped to the FP8 range and rounded to Y_DTYPE."""
-    q = tl.minimum(tl.maximum(v, -fp8_max), fp8_max)
+    """v (already divided by its scale) clamped to the FP8 range and rounded to Y_DTYPE; NaN stays NaN (float64's
+    clamp keeps it; the hardware minimum and maximum drop it unless told)."""
+    q = tl.clamp(v, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
     return pre_round(q, Y_DROP, Y_MIN_NORMAL, Y_SUB).to(Y_DTYPE)
 
 
@@ -204,7 +212,7 @@ def store_out(
         tl.store(SC + rows, amax, mask=sc_mask)
     else:
         if OUT_MODE == 1:
-            scale = tl.minimum(amax, scale_ub) / fp8_max
+            scale = fp8_scale(amax, scale_ub, fp8_max)
             tl.store(SC + rows, scale, mask=sc_mask)
             recip = fp8_recip(scale)[:, None]
         else:

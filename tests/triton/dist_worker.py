@@ -1,7 +1,8 @@
 """One rank of the distributed RMSNorm checks: `python dist_worker.py RANK WORLD PORT BACKEND` (gloo: CPU; nccl: GPUs).
 
 Every rank draws the same full activation, keeps its column shard (a strided view) and checks pre_stats, the gathered
-stats, post and the composed call against the float64 RMSNorm of the full rows. Exit status 0 means every check held."""
+stats, post and the composed call against the float64 RMSNorm of the full rows, ordinary rows and rows at the edges of
+the number formats (check_extreme). Exit status 0 means every check held."""
 
 import os
 import sys
@@ -53,6 +54,26 @@ def check(device, m, n_local, dtype):
     assert_close_cancelling(torch.cat(parts, dim=-1), want_b, dtype, context="reassembled")
 
 
+def check_extreme(device, n_local, dtype):
+    """Rows past fp32's range, tiny, subnormal, +-inf, NaN and zero rows among ordinary ones (test_extreme_values'
+    batch): the gathered float64 stats and post give every rank's columns of the float64 RMSNorm of the full rows."""
+    import warnings
+
+    from test_extreme_values import extreme_batch, weight
+
+    hidden = n_local * world
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy (the interpreter) on the overflowing squares
+        for eps in (1e-5, 0.0):
+            rows = ("huge", "one_huge", "tiny", "inf", "nan", "zero") + (("subnormal",) if eps > 0 else ())
+            x, w = extreme_batch(dtype, hidden, rows).cpu(), weight(hidden, dtype).cpu()
+            cols = slice(rank * n_local, (rank + 1) * n_local)
+            stats_all = gather_stats(pre_stats(x.to(device)[:, cols]))
+            y = post(x.to(device)[:, cols], stats_all, w[cols].contiguous().to(device), epsilon=eps)
+            v, _, _ = norm64(x, w, epsilon=eps)
+            assert_close(y, v[:, cols], dtype, context=f"post of extreme rows, eps={eps}")
+
+
 def work(rank, world, backend):
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
@@ -61,6 +82,8 @@ def work(rank, world, backend):
         cases = [(5, 13, torch.float32), (3, 24, torch.bfloat16)]
     for m, n_local, dtype in cases:
         check(device, m, n_local, dtype)
+    for dtype in (torch.bfloat16, torch.float32):
+        check_extreme(device, 24, dtype)
 
 
 if __name__ == "__main__":
