@@ -170,7 +170,10 @@ RULES = {
     "fused.stats_core": "stats on the input grid's first core",
     "fused.persistent_output": "persistent output has the output's shape, memory config and dtype",
     "fused.num_links": "1 <= num_links <= the fabric's links",
+    "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
+    "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.ccl_l1)",
     "all_gather.empty": "the gathered tensor has elements",
+    "all_gather.l1_budget": "circular buffer, semaphores, L1 input, output and staged copies fit a bank (ccl_l1)",
 }
 
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
@@ -1352,4 +1355,7 @@ def check_all_gather(
     out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
     if not output_given:  # a given output buffer is the output's spec; its own rules check it
         _check_shard_fits(out.padded_shape, memory_config, "gathered output")
+    from tt_rmsnorm import ccl_l1  # builds on this module, so it is imported when first called
+
+    ccl_l1.check_gather_l1(x, dim, out, n, mesh_shape)
     return n

@@ -16,15 +16,16 @@ from __future__ import annotations
 import math
 import random
 
+import fuzz_cases_ccl
+from fuzz_draws import TILE, gather_l1_edge_input, largest_divisor, padded, pick, subblock_limit
 from mock_cases import CK, DPC, GRIDS, PC, S, T
 
 from tt_rmsnorm.mock_cluster import MESH_SHAPES
 
 SYSTEMS = ("n150", "n300", "t3k", "galaxy")
 MULTI_CHIP = ("n300", "t3k", "galaxy")
-OPS = ("pre", "post", "rms_norm", "all_gather", "chain")
-OP_WEIGHTS = (0.25, 0.27, 0.2, 0.13, 0.15)
-TILE = 32
+OPS = ("pre", "post", "rms_norm", "all_gather", "chain", *fuzz_cases_ccl.CCL_OPS)
+OP_WEIGHTS = (0.19, 0.2, 0.15, 0.1, 0.11, 0.1, 0.1, 0.05)
 MAX_ELEMENTS = 1 << 21
 
 # Widths where tile padding and the interleaved pre/post L1 limits change verdicts (bf16 pre: 7168 | 8192; bf8 pre:
@@ -53,24 +54,6 @@ ROWS = (1, 7, 31, 32, 33, 64, 128, 256)
 # tiles per core of a sharded input: the sharded factories' L1 use grows with it (1x1 grids reach 256 tiles = 8192)
 SHARD_TILES = (1, 1, 2, 2, 3, 4, 4, 6, 8, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 DTYPE_WEIGHTS = {"bf16": 0.6, "bf8": 0.25, "fp32": 0.15}
-
-
-def _pick(rng: random.Random, weights: dict):
-    return rng.choices(list(weights), weights=list(weights.values()))[0]
-
-
-def subblock_limit(ck) -> int:
-    """The dst-register limit of the sharded factories (tt-metal's table; the generator's own copy)."""
-    fp32, sync = (ck[1], ck[4]) if ck else (False, False)
-    return {(False, False): 8, (True, False): 4, (False, True): 16, (True, True): 8}[(fp32, sync)]
-
-
-def _largest_divisor(n: int, at_most: int) -> int:
-    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
-
-
-def _padded(n: int) -> int:
-    return -(-n // TILE) * TILE
 
 
 def _compute(rng):
@@ -108,7 +91,7 @@ def _interleaved_x(rng, op):
     batch = 2 if rng.random() < 0.15 else 1
     while batch * rows * width > MAX_ELEMENTS:
         rows = max(1, rows // 2)
-    dtype = _pick(rng, DTYPE_WEIGHTS)
+    dtype = pick(rng, DTYPE_WEIGHTS)
     mem = "L1" if rng.random() < 0.25 else "DRAM"
     if rows * width * batch * 4 > 1 << 21:  # L1-interleaved inputs stay small: the mock's L1 is per core
         mem = "DRAM"
@@ -118,9 +101,9 @@ def _interleaved_x(rng, op):
 def _shard_layout(rng, system, rows, tiles_per_core, strategy=None, orient=None):
     """A sharded memory spec and the padded width it implies: strategy, grid (with an offset), orientation."""
     gx, gy = GRIDS[system]
-    strategy = strategy or _pick(rng, {"WIDTH": 0.8, "BLOCK": 0.15, "HEIGHT": 0.05})
+    strategy = strategy or pick(rng, {"WIDTH": 0.8, "BLOCK": 0.15, "HEIGHT": 0.05})
     orient = orient or ("COL" if rng.random() < 0.25 else "ROW")
-    padded_rows = _padded(rows)
+    padded_rows = padded(rows)
     if strategy == "WIDTH":
         cx, cy = rng.choice(((1, 1), (2, 1), (4, 1), (8, 1), (4, 2), (8, 2), (8, 4), (2, 4), (1, 4), (3, 2)))
         cx, cy = min(cx, gx), min(cy, gy)
@@ -151,7 +134,7 @@ def _sharded_x(rng, system, op):
     while rows * width > MAX_ELEMENTS:
         mem, width, rows = _shard_layout(rng, system, rows, max(1, tiles // 4))
         tiles = max(1, tiles // 4)
-    dtype = _pick(rng, DTYPE_WEIGHTS)
+    dtype = pick(rng, DTYPE_WEIGHTS)
     return T((1, 1, rows, width), dtype, mem=mem)
 
 
@@ -162,7 +145,7 @@ def sharded_pc(x, ck, widen=False, system="n150"):
     grid = (x1 - x0 + 1, y1 - y0 + 1)
     if widen:
         grid = GRIDS[system]
-    return PC(grid, _largest_divisor(block_w, subblock_limit(ck)), shard_h // TILE, block_w)
+    return PC(grid, largest_divisor(block_w, subblock_limit(ck)), shard_h // TILE, block_w)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -170,9 +153,9 @@ def sharded_pc(x, ck, widen=False, system="n150"):
 
 
 def _weight(rng, width, op):
-    kind = _pick(rng, {"none": 0.3, "rm": 0.3, "tile": 0.25, "tile1d": 0.1, "rm1d": 0.05})
-    pw = _padded(width)
-    dtype = _pick(rng, {"bf16": 0.75, "fp32": 0.2, "bf8": 0.05})
+    kind = pick(rng, {"none": 0.3, "rm": 0.3, "tile": 0.25, "tile1d": 0.1, "rm1d": 0.05})
+    pw = padded(width)
+    dtype = pick(rng, {"bf16": 0.75, "fp32": 0.2, "bf8": 0.05})
     if kind == "none":
         return None
     if kind == "rm":
@@ -190,11 +173,11 @@ def _stats_for(rng, x, system, sharded):
         return T(
             (1, 1, TILE, TILE * n), mem=S("WIDTH", (0, 0, 0, 0), (TILE, TILE * n)), kind=rng.choice(("means", None))
         )
-    dtype = _pick(rng, {"bf16": 0.7, "bf8": 0.15, "fp32": 0.15})
-    mem = _pick(rng, {"DRAM": 0.7, "L1": 0.2, "shard1": 0.1})
+    dtype = pick(rng, {"bf16": 0.7, "bf8": 0.15, "fp32": 0.15})
+    mem = pick(rng, {"DRAM": 0.7, "L1": 0.2, "shard1": 0.1})
     shape = (*x["shape"][:-1], TILE * n)
     if mem == "shard1":
-        rows = math.prod(_padded(d) if i == len(shape) - 2 else d for i, d in enumerate(shape[:-1]))
+        rows = math.prod(padded(d) if i == len(shape) - 2 else d for i, d in enumerate(shape[:-1]))
         mem = S("WIDTH", (0, 0, 0, 0), (rows, TILE * n))
     return T(shape, dtype, mem=mem, kind=rng.choice(("sums", None)))
 
@@ -233,7 +216,7 @@ def _base(rng, op, system):
         c["kw"]["epsilon"] = rng.choice((1e-5, 1e-6, 1e-12))
     if op == "post":
         if width % TILE:
-            c["x"] = x = {**x, "shape": (*x["shape"][:-1], _padded(width))}
+            c["x"] = x = {**x, "shape": (*x["shape"][:-1], padded(width))}
         c["stats"] = _stats_for(rng, x, system, sharded)
         if rng.random() < 0.2:
             c["kw"]["dtype"] = rng.choice(("bf16", "bf8", "fp32"))
@@ -248,7 +231,7 @@ def _base(rng, op, system):
 
 def _base_gather(rng, c, system):
     shape = rng.choice(((1, 1, 32, 32), (1, 1, 32, 32), (1, 1, 32, 64), (1, 1, 7, 100), (1, 32, 32), (1, 1, 2048, 32)))
-    dtype = _pick(rng, {"bf16": 0.6, "bf8": 0.15, "fp32": 0.15, "uint32": 0.1})
+    dtype = pick(rng, {"bf16": 0.6, "bf8": 0.15, "fp32": 0.15, "uint32": 0.1})
     layout = "RM" if rng.random() < 0.15 and dtype != "bf8" else "TILE"
     c["x"] = T(shape, dtype, layout, mem=rng.choice(("DRAM", "DRAM", "L1")))
     axis = _valid_axis(system)
@@ -390,7 +373,7 @@ def _refit(c):
             continue
         w = x["shape"][-1]
         if g["layout"] == "RM" and len(g["shape"]) == 4:
-            c[slot] = {**g, "shape": (1, 1, _padded(w) // TILE, TILE)}
+            c[slot] = {**g, "shape": (1, 1, padded(w) // TILE, TILE)}
         else:
             c[slot] = {**g, "shape": (*g["shape"][:-1], w)}
 
@@ -450,7 +433,7 @@ def _m_residual(rng, c):
         res["layout"] = "RM"
     elif choice == "sharding":
         res["mem"] = (
-            "DRAM" if _sharded(c) else S("WIDTH", (0, 0, 0, 0), (_padded(x["shape"][-2]), _padded(x["shape"][-1])))
+            "DRAM" if _sharded(c) else S("WIDTH", (0, 0, 0, 0), (padded(x["shape"][-2]), padded(x["shape"][-1])))
         )
         if not _sharded(c) and (math.prod(x["shape"][:-1]) > 256 or x["shape"][-1] > 8192 or len(x["shape"]) != 4):
             return None
@@ -470,7 +453,7 @@ def _m_residual(rng, c):
 def _m_weight(rng, c):
     if c["op"] not in ("post", "rms_norm"):
         return None
-    w = _padded(c["x"]["shape"][-1])
+    w = padded(c["x"]["shape"][-1])
     choice = rng.choice(
         ("tile_half", "tile_tall", "tile_bf8", "rm_short", "rm_1d", "tile_1d", "bias_other", "bias_only")
     )
@@ -514,7 +497,7 @@ def _m_stats(rng, c):
         rows = 64 if s["shape"][-2] <= 32 else 32
         mem = s["mem"]
         if isinstance(mem, tuple):
-            mem = S("WIDTH", (0, 0, 0, 0), (rows * math.prod(s["shape"][:-2]), _padded(s["shape"][-1])))
+            mem = S("WIDTH", (0, 0, 0, 0), (rows * math.prod(s["shape"][:-2]), padded(s["shape"][-1])))
         s = {**s, "shape": (*s["shape"][:-2], rows, s["shape"][-1]), "mem": mem}
     elif choice == "batch" and not isinstance(s["mem"], tuple):
         s = {**s, "shape": (2, *s["shape"][1:])}
@@ -522,8 +505,8 @@ def _m_stats(rng, c):
         if isinstance(s["mem"], tuple):
             s = {**s, "mem": "DRAM"}
         elif math.prod(s["shape"][:-1]) <= 2048:
-            rows = math.prod(_padded(d) if i == len(s["shape"]) - 2 else d for i, d in enumerate(s["shape"][:-1]))
-            s = {**s, "mem": S("WIDTH", (0, 0, 0, 0), (rows, _padded(s["shape"][-1])))}
+            rows = math.prod(padded(d) if i == len(s["shape"]) - 2 else d for i, d in enumerate(s["shape"][:-1]))
+            s = {**s, "mem": S("WIDTH", (0, 0, 0, 0), (rows, padded(s["shape"][-1])))}
     elif choice == "width48" and not isinstance(s["mem"], tuple):
         s = {**s, "shape": (*s["shape"][:-1], 48)}
     elif choice == "cores" and isinstance(s["mem"], tuple) and s["shape"][-1] >= 64:
@@ -558,7 +541,7 @@ def _m_out_dtype(rng, c):
 def _m_gather(rng, c):
     if c["op"] != "all_gather":
         return None
-    choice = rng.choice(("dim", "axis", "sharded_in", "sharded_out", "wrong_width_out", "no_axis"))
+    choice = rng.choice(("dim", "axis", "sharded_in", "sharded_out", "wrong_width_out", "no_axis", "l1_edge"))
     n = _gather_size(c["system"], c["kw"].get("cluster_axis"))
     rank = len(c["x"]["shape"])
     if choice == "dim":
@@ -567,6 +550,13 @@ def _m_gather(rng, c):
         c["kw"]["cluster_axis"] = rng.choice((0, 1, 2))
     elif choice == "no_axis":
         c["kw"].pop("cluster_axis", None)
+    elif choice == "l1_edge":
+        if c["system"] not in ("n300", "t3k"):  # Galaxy's 32 copies of an input that size cost too much to build
+            return None
+        c["x"], c["kw"] = (
+            gather_l1_edge_input(rng, max(n, 2)),
+            {"dim": 3, "cluster_axis": 1, "memory_config": "L1"},
+        )
     elif rank == 4 and c["x"]["shape"][-2:] == (32, 32) and c["x"]["layout"] == "TILE":
         if choice == "sharded_in":
             c["x"] = {**c["x"], "mem": S("WIDTH", (0, 0, 0, 0), (TILE, TILE))}
@@ -625,7 +615,7 @@ def _shard_bytes(spec) -> int:
 def buildable(c: dict) -> bool:
     """The call's tensors can be built on the mock: bfloat8_b only in TILE layout, and L1 shards (the op's output
     shard included) that fit."""
-    slots = [c.get(k) for k in ("x", "residual", "stats", "weight", "bias")]
+    slots = [c.get(k) for k in ("x", "residual", "stats", "weight", "bias", "persistent")]
     if any(t and t["dtype"] == "bf8" and t["layout"] != "TILE" for t in slots):  # bfloat8_b exists only in tiles
         return False
     return 2 * _shard_bytes(c.get("x")) + sum(_shard_bytes(t) for t in slots[1:]) <= L1_SHARD_BUDGET
@@ -710,11 +700,15 @@ def generate(seed: int, n: int) -> list[dict]:
         op = rng.choices(OPS, weights=OP_WEIGHTS)[0]
         if op in ("all_gather", "chain"):
             system = rng.choice(MULTI_CHIP) if op == "chain" or rng.random() < 0.9 else "n150"
+        elif op in fuzz_cases_ccl.CCL_OPS:
+            system = None  # drawn by the CCL generator
         else:
             system = rng.choices(SYSTEMS, weights=(0.55, 0.15, 0.15, 0.15))[0]
         k = rng.choices((0, 1, 2, 3), weights=(0.25, 0.5, 0.18, 0.07))[0]
         while True:
-            if op == "chain":
+            if op in fuzz_cases_ccl.CCL_OPS:
+                c, done = fuzz_cases_ccl.generate_one(rng, op, k)
+            elif op == "chain":
                 c = _chain(rng, system)
                 done = _mutate_chain(rng, c, k)
             else:

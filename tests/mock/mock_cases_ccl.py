@@ -29,6 +29,7 @@ from tt_rmsnorm.rules import RuleError, check_post_all_gather, check_pre_all_gat
 from tt_rmsnorm.tensors import describe, stats_kind_of
 
 TENSOR_SLOTS = ("x", "weight", "residual", "stats", "persistent")
+OPS = ("fused", "all_gather_async", "compose")
 SYSTEMS = ("t3k", "galaxy")
 
 
