@@ -29,7 +29,7 @@ from tt_rmsnorm.tiles import TILE
 # allocated circular buffers ... clash with L1 buffers"), and an output that does not fit a bank at all. Measured on
 # mock N300, T3000 and Galaxy byte-exact for the native gather (tests/tt/test_ccl_rules.py).
 #
-# ttnn's composite gather (ROW_MAJOR input with pages off the 32-B alignment, or TILE padded on the gather dim) stages
+# ttnn's composite gather (takes_composite_gather) stages
 # its work in the input's memory: with an L1 input that is every device's copy of the input, their row-major forms for
 # the concat and the concatenated output. GATHER_COMPOSITE_STAGES bounds that from above (the measured needs lie
 # 6-75% below it), so the rule never accepts a composite gather ttnn rejects.
@@ -68,13 +68,15 @@ def _row_major(t: TensorDesc) -> TensorDesc:
     )
 
 
-def takes_composite_gather(x: TensorDesc, dim: int) -> bool:
-    """ttnn gathers through all_broadcast + concat: a ROW_MAJOR input whose pages are off the alignment, or a TILE
-    input padded on the gather dim."""
-    if x.layout != ttnn.TILE_LAYOUT:
-        return _page_bytes(x) != x.padded_width * DTYPE_BYTES.get(x.dtype, 2)
+def takes_composite_gather(x, dim: int) -> bool:
+    """ttnn gathers through all_broadcast + concat (its composite gather) when the gather dim is padded: the last dim
+    off the tile grid, or (TILE only) the rows off it on a gather of dim -2. The composite gather needs no cluster_axis
+    on a 2-D mesh."""
+    x = describe(x)
     dim %= x.rank
-    return (dim == x.rank - 1 and x.shape[-1] % TILE != 0) or (dim == x.rank - 2 and x.shape[-2] % TILE != 0)
+    if dim == x.rank - 1:
+        return x.shape[-1] % TILE != 0
+    return x.layout == ttnn.TILE_LAYOUT and dim == x.rank - 2 and x.shape[-2] % TILE != 0
 
 
 def gather_l1_need(x, dim: int, out, num_devices: int, mesh_shape, semaphores: int = GATHER_OWN_SEMAPHORES) -> int:

@@ -146,12 +146,13 @@ def check_all_gather_async(
         output_given=persistent_output_buffer is not None,
     )
     sems = multi_device_global_semaphore
-    _check_count(
-        sems,
-        2,
-        "all_gather_async.semaphore_count",
-        "multi_device_global_semaphore=[s0, s1], each created once with ttnn.create_global_semaphore",
-    )
+    if sems is None or sems.count < 1 or not _takes_llama_stats_gather(describe(input_tensor), memory_config):
+        _check_count(
+            sems,
+            2,
+            "all_gather_async.semaphore_count",
+            "multi_device_global_semaphore=[s0, s1], each created once with ttnn.create_global_semaphore",
+        )
     ids = [*sems.ids, *(barrier_semaphore.ids if barrier_semaphore is not None else ())]
     if len(ids) != len(set(ids)):
         _fail(
@@ -170,6 +171,29 @@ def check_all_gather_async(
     semaphores = sems.count + (barrier_semaphore.count if barrier_semaphore is not None else 0)
     check_gather_l1(input_tensor, dim, out, n, mesh_shape, semaphores)
     return n
+
+
+def _takes_llama_stats_gather(x: TensorDesc, memory_config) -> bool:
+    """ttnn hands one shape to its Llama minimal sharded gather (use_all_gather_async_llama_sharded): decode stats of
+    1x1x32x32 on one L1 core gathered into a 32x128 shard on one core (4 devices). That gather accepts any number of
+    semaphores."""
+    out = memory_config or x.memory_config
+
+    def one_l1_core(mc, shard):
+        return (
+            mc.memory_layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED
+            and mc.buffer_type == ttnn.BufferType.L1
+            and mc.shard_spec is not None
+            and mc.shard_spec.grid.num_cores() == 1
+            and tuple(mc.shard_spec.shape) == shard
+        )
+
+    return (
+        x.padded_shape == (1, 1, TILE, TILE)
+        and x.layout == ttnn.TILE_LAYOUT
+        and one_l1_core(x.memory_config, (TILE, TILE))
+        and one_l1_core(out, (TILE, 4 * TILE))
+    )
 
 
 def _check_persistent_buffer(x: TensorDesc, dim: int, n: int, buf: TensorDesc, memory_config):

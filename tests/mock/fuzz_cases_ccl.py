@@ -167,10 +167,11 @@ def _m_fused(rng, c):
     elif choice == "stats_dram":
         c["stats"] = {**stats, "mem": "DRAM"}
     elif choice == "stats_two_cores":
-        c["stats"] = T((1, 1, TILE, 2 * TILE * n), stats["dtype"], mem=S("WIDTH", (0, 0, 1, 0), (TILE, TILE * n)))
+        w = stats["shape"][-1]
+        c["stats"] = T((1, 1, TILE, 2 * w), stats["dtype"], mem=S("WIDTH", (0, 0, 1, 0), (TILE, w)))
     elif choice == "stats_other_core":
         other = (first[0] + 1, first[1]) if first[0] + 1 < GRIDS[c["system"]][0] else (0, first[1])
-        c["stats"] = {**stats, "mem": _one_core(other, TILE * n)}
+        c["stats"] = {**stats, "mem": _one_core(other, stats["shape"][-1])}
     elif choice == "stats_half":
         c["stats"] = T((1, 1, TILE, 16 * n), stats["dtype"], mem=_one_core(first, 16 * n))
     elif choice == "stats_rm":
