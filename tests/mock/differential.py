@@ -50,6 +50,7 @@ class Outcome:
     detail: str = ""
     failing_step: dict | None = field(default=None, repr=False)
     failing_verdict: str = ""  # ttnn's verdict on the failing step: the battery line's `expect`
+    missed: bool = False  # a disagreement where the package accepts and ttnn rejects or crashes
 
 
 def _host_input(case: dict) -> bool:
@@ -90,21 +91,23 @@ def _package_side(case: dict) -> dict:
         return {"verdict": "error", "rule": None, "message": f"{type(e).__name__}: {e}", "warnings": []}
 
 
-def judge_step(case: dict, got: dict) -> tuple[str, str]:
-    """(category, detail) of one op call: package on TensorDescs and on real tensors against ttnn's verdict."""
+def judge_step(case: dict, got: dict) -> tuple[str, str, bool]:
+    """(category, detail, missed) of one op call: the package on TensorDescs and on real tensors against ttnn's
+    verdict; `missed` when the package accepts a call ttnn rejects or crashes on."""
     pkg = _package_side(case)
     both = f"package: {pkg['verdict']} {pkg['message'][:400]}\n  ttnn: {got['verdict']} {got['message'][:600]}"
     real = got.get("package_on_real")
     if real is not None and (real["verdict"], real["rule"]) != (pkg["verdict"], pkg["rule"]):
-        return "disagree", f"rules on TensorDescs vs on real tensors: {pkg['rule']} vs {real['rule']}\n  {both}"
+        return "disagree", f"rules on TensorDescs vs on real tensors: {pkg['rule']} vs {real['rule']}\n  {both}", False
     if pkg["verdict"] == "error":
-        return "disagree", f"package fault\n  {both}"
+        return "disagree", f"package fault\n  {both}", False
     if pkg["verdict"] == "reject" and pkg["rule"] in PACKAGE_ONLY_RULES and got["verdict"] in ("accept", "crash"):
-        return "package-only", both
+        return "package-only", both, False
     ttnn_verdict = "reject" if got["verdict"] == "crash" else got["verdict"]
     if pkg["verdict"] == ttnn_verdict == "accept" and pkg.get("predicted") not in (None, got.get("output")):
-        return "disagree", f"predicted output {pkg['predicted']}, ttnn returned {got.get('output')}\n  {both}"
-    return ("agree" if pkg["verdict"] == ttnn_verdict else "disagree"), both
+        return "disagree", f"predicted output {pkg['predicted']}, ttnn returned {got.get('output')}\n  {both}", False
+    missed = pkg["verdict"] == "accept" and ttnn_verdict == "reject"
+    return ("agree" if pkg["verdict"] == ttnn_verdict else "disagree"), both, missed
 
 
 def judge(case: dict, got: dict) -> Outcome:
@@ -113,7 +116,7 @@ def judge(case: dict, got: dict) -> Outcome:
     if "crash" in got:
         got = {"verdict": "crash", "message": got["crash"], "package_on_real": None}
     if case["op"] != "chain":
-        category, detail = judge_step(case, got)
+        category, detail, missed = judge_step(case, got)
         return Outcome(
             case,
             category,
@@ -122,17 +125,20 @@ def judge(case: dict, got: dict) -> Outcome:
             detail=detail,
             failing_step=case if category == "disagree" else None,
             failing_verdict="reject" if got["verdict"] == "crash" else got["verdict"],
+            missed=missed,
         )
     if got.get("verdict") == "crash":  # ttnn crashes on host inputs, which the pre sees first
         pre = {"op": "pre", "system": case["system"], "x": case["x"], "kw": case["pre_kw"]}
         pre.update({"residual": case["residual"]} if case.get("residual") else {})
-        category, detail = judge_step(pre, got)
-        return Outcome(case, category, crashed=True, detail=detail, failing_step=pre, failing_verdict="reject")
+        category, detail, missed = judge_step(pre, got)
+        return Outcome(
+            case, category, crashed=True, detail=detail, failing_step=pre, failing_verdict="reject", missed=missed
+        )
     category = "agree"
     for step in got["steps"]:
         if step["case"]["x"] is None:
             return Outcome(case, "harness", detail="an intermediate tensor has no spec form")
-        cat, detail = judge_step(step["case"], step)
+        cat, detail, missed = judge_step(step["case"], step)
         if cat == "disagree":
             return Outcome(
                 case,
@@ -140,6 +146,7 @@ def judge(case: dict, got: dict) -> Outcome:
                 detail=f"step {step['case']['op']}: {detail}",
                 failing_step=step["case"],
                 failing_verdict=step["verdict"],
+                missed=missed,
             )
         if cat == "package-only":
             category = cat
@@ -164,10 +171,28 @@ def run(cases: list[dict]) -> list[Outcome]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Reporting.
 
-COLUMNS = ("calls", "agree", "package-only", "disagree", "crashes", "harness", "ttnn accepts")
+COLUMNS = (
+    "calls",
+    "agree",
+    "package-only",
+    "disagree",
+    "pkg accepts, ttnn rejects",
+    "crashes",
+    "harness",
+    "ttnn accepts",
+    "agreement",
+)
+
+
+def agreement(outcomes: list[Outcome]) -> float:
+    """The share of calls outside the package-only guards on which the package and ttnn agree."""
+    judged = [o for o in outcomes if o.category != "package-only"]
+    return sum(o.category == "agree" for o in judged) / len(judged) if judged else 1.0
 
 
 def table(outcomes: list[Outcome]) -> str:
+    """Per op: the counts of each category, package accepts / ttnn rejects (within disagree), ttnn crashes, and the
+    agreement outside the package-only guards."""
     rows = []
     for op in (*fuzz_cases.OPS, "total"):
         mine = [o for o in outcomes if op == "total" or o.case["op"] == op]
@@ -176,13 +201,15 @@ def table(outcomes: list[Outcome]) -> str:
             sum(o.category == "agree" for o in mine),
             sum(o.category == "package-only" for o in mine),
             sum(o.category == "disagree" for o in mine),
+            sum(o.missed for o in mine),
             sum(o.crashed for o in mine),
             sum(o.category == "harness" for o in mine),
             sum(o.ttnn_accepted for o in mine),
         )
-        rows.append((op, *counts))
-    lines = [f"{'op':<11}" + "".join(f"{c:>14}" for c in COLUMNS)]
-    lines += [f"{r[0]:<11}" + "".join(f"{v:>14}" for v in r[1:]) for r in rows]
+        rows.append((op, *counts, f"{agreement(mine):.2%}"))
+    widths = [max(len(c), 7) + 2 for c in COLUMNS]
+    lines = [f"{'op':<17}" + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, widths, strict=True))]
+    lines += [f"{r[0]:<17}" + "".join(f"{v:>{w}}" for v, w in zip(r[1:], widths, strict=True)) for r in rows]
     return "\n".join(lines)
 
 
@@ -262,6 +289,10 @@ def main(argv: list[str]) -> int:
     print(table(outcomes))
     near = sum(len(c["mutations"]) == 1 for c in cases)
     print(f"seed {seed}: {n} calls ({near} one mutation from a valid call) in {wall:.1f} s wall")
+    print(
+        f"{sum(o.missed for o in outcomes)} calls the package accepts and ttnn rejects or crashes on; "
+        f"agreement outside PACKAGE_ONLY_RULES {agreement(outcomes):.2%}"
+    )
     return 1 if failures else 0
 
 

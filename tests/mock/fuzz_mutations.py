@@ -317,7 +317,9 @@ def _m_out_dtype(rng, c):
 def _m_gather(rng, c):
     if c["op"] != "all_gather":
         return None
-    choice = rng.choice(("dim", "axis", "sharded_in", "sharded_out", "wrong_width_out", "no_axis", "l1_edge"))
+    choice = rng.choice(
+        ("dim", "axis", "sharded_in", "sharded_out", "wrong_width_out", "no_axis", "l1_edge", "l1_edge", "l1_edge")
+    )
     n = gather_size(c["system"], c["kw"].get("cluster_axis"))
     rank = len(c["x"]["shape"])
     if choice == "dim":

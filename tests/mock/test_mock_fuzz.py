@@ -78,7 +78,9 @@ def test_judge_classifies_each_outcome():
     real = {"verdict": "reject", "rule": "pre.l1_budget", "message": "", "warnings": []}
     assert differential.judge_step(ok, _got("accept", real))[0] == "disagree"  # TensorDesc vs real tensor
     crash = differential.judge(ok, {"crash": "mock n150 worker died"})
-    assert crash.category == "disagree" and crash.crashed
+    assert crash.category == "disagree" and crash.crashed and crash.missed  # the package accepted it
+    assert not differential.judge(wide, _got("accept")).missed  # a disagreement the other way round
+    assert differential.agreement([differential.judge(ok, _got("accept")), crash]) == 0.5
     assert differential.judge(ok, {"harness": "building the tensors: ..."}).category == "harness"
 
 
