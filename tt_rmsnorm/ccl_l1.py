@@ -98,17 +98,22 @@ def gather_l1_need(x, dim: int, out, num_devices: int, mesh_shape, semaphores: i
 
 
 def check_gather_l1(x, dim: int, out, num_devices: int, mesh_shape, semaphores: int = GATHER_OWN_SEMAPHORES):
-    """The gather's buffers fit one bank of L1 above its circular buffer (see gather_l1_need)."""
+    """The gather's buffers fit one bank of L1 above its circular buffer (see gather_l1_need). Where the need is an
+    upper bound (the composite gather of an L1 input) the refusal is a package-only guard."""
     need = gather_l1_need(x, dim, out, num_devices, mesh_shape, semaphores)
-    if need > rules.L1_SIZE - rules.L1_BASE:
-        rules.check_l1_model_version()
-        _fail(
-            "all_gather.l1_budget",
-            "the gather's circular buffer, semaphores, and its L1 input, output and staged copies must fit one L1 bank "
-            f"({rules.L1_SIZE - rules.L1_BASE} B per core)",
-            f"{need} B per bank for input {describe(x).shape} x {num_devices} devices",
-            "gather into DRAM (memory_config=ttnn.DRAM_MEMORY_CONFIG), keep the input in DRAM, or gather fewer rows",
-        )
+    if need <= rules.L1_SIZE - rules.L1_BASE:
+        return
+    rules.check_l1_model_version()
+    x = describe(x)
+    bounded = takes_composite_gather(x, dim) and _bank_bytes(x, 1) > 0
+    _fail(
+        "all_gather.composite_l1_bound" if bounded else "all_gather.l1_budget",
+        "the gather's circular buffer, semaphores, and its L1 input, output"
+        + (" and staged copies (an upper bound)" if bounded else "")
+        + f" must fit one L1 bank ({rules.L1_SIZE - rules.L1_BASE} B per core)",
+        f"{need} B per bank for input {x.shape} x {num_devices} devices",
+        "gather into DRAM (memory_config=ttnn.DRAM_MEMORY_CONFIG), keep the input in DRAM, or gather fewer rows",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------

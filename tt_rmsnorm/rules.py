@@ -64,6 +64,10 @@ PACKAGE_ONLY_RULES = {
         "cores, fp32 accumulation) is the one sharded RMSNorm case whose per-worker stats gather exceeds one NOC burst"
     ),
     "epsilon.non_negative": "ttnn takes any epsilon, but rsqrt(E[x^2] + eps) is NaN for rows with E[x^2] < -eps",
+    "all_gather.composite_l1_bound": (
+        "ttnn's composite gather of an L1 input stages broadcast copies and concat buffers in L1 that the package "
+        "bounds from above (tt_rmsnorm.ccl_l1); a gather beyond the bound may still fit, the package refuses it"
+    ),
 }
 
 # Every rule id this module raises, with what it guards. The test suite has a violating case for each.
@@ -173,7 +177,8 @@ RULES = {
     "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
     "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.ccl_l1)",
     "all_gather.empty": "the gathered tensor has elements",
-    "all_gather.l1_budget": "circular buffer, semaphores, L1 input, output and staged copies fit a bank (ccl_l1)",
+    "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
+    "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
 }
 
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)

@@ -7,8 +7,10 @@ rules, then each call is classified.
   different verdict or rule on the real tensors than on the `TensorDesc`s;
 - harness: the call's tensors could not be built (a generator fault, counted apart and failing the run).
 
-A composition (`chain`) agrees when each of its steps does. A failing call is printed as a line for the battery's
-table (mock_cases.case(...)), ttnn's verdict as its `expect`.
+A composition (`chain`) agrees when each of its steps does; a CCL call (fused, all_gather_async, compose) runs as the
+CCL battery's cases do, and an accepted one agrees only when ttnn returns the output the package predicts. A failing
+call is printed as a line for its battery's table (`case(...)` of mock_cases' or mock_cases_ccl's format), ttnn's
+verdict as its `expect`.
 
     python tests/mock/differential.py 2000          # a fresh seed, printed; TT_RMSNORM_FUZZ_SEED fixes it
 """

@@ -2,13 +2,14 @@
 
 Each call is a battery case without `expect` (the differential run finds out what ttnn does): `op` is "pre", "post",
 "rms_norm", "all_gather", or "chain" (pre -> all_gather -> post on one multi-chip mesh, with per-step keyword arguments
-`pre_kw`, `gather_kw`, `post_kw`). A call starts from a valid one built from the sampled shape, grid, dtype and
-configs; most then take one or more mutations, each a single step across one rule: a width at an L1 edge, one
+`pre_kw`, `gather_kw`, `post_kw`), or one of the CCL battery's ops drawn by fuzz_cases_ccl ("fused",
+"all_gather_async", "compose"). A call starts from a valid one built from the sampled shape, grid, dtype and configs;
+most then take one or more mutations, each a single step across one rule (fuzz_mutations): a width at an L1 edge, one
 program-config field off by one, stats of the other kind, a weight of the wrong shape, ... Roughly half of the calls
 are one mutation from a valid call; `mutations` names the steps taken.
 
 Only calls whose tensors can be built on the mock are generated: shard grids lie inside the device's grid, bfloat8_b is
-always TILE, and tensors stay below ~2M elements.
+always TILE, and tensors stay below ~2M elements (gathers at the edge of an L1 bank: ~5M on N300 and T3000).
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from fuzz_draws import TILE, gather_l1_edge_input, largest_divisor, pick, subblock_limit
 from mock_cases import CK, DPC, GRIDS, PC, S, T
-from mock_cases_ccl import SEM
+from mock_cases_ccl import OPS, SEM, SYSTEMS
 
 from tt_rmsnorm.mock_cluster import MESH_SHAPES
 
-CCL_OPS = ("fused", "all_gather_async", "compose")
-CCL_SYSTEMS = ("t3k", "galaxy")
+CCL_OPS = OPS  # the ops of the CCL battery, on its systems
+CCL_SYSTEMS = SYSTEMS
 # Ethernet links of the mock fabrics between neighbours (ccl_rules.FABRIC_LINKS)
 LINKS = {"t3k": 2, "galaxy": 4}
 DTYPE_WEIGHTS = {"bf16": 0.6, "bf8": 0.25, "fp32": 0.15}

@@ -104,3 +104,13 @@ case("axisNone-dim0-unaligned", "all_gather", T((1, 1, 7, 100)), R, system="gala
 case("axisNone-rows-unaligned", "all_gather", T((1, 1, 7, 128)), A, system="galaxy", dim=2)
 case("axisNone-row-major-rows-unaligned", "all_gather", T((1, 1, 7, 100), layout="RM"), R, system="galaxy", dim=2)
 case("axisNone-row-major-unaligned", "all_gather", T((1, 1, 32, 100), layout="RM"), A, system="galaxy", dim=3)
+# the composite gather of an L1 input: the package bounds what it stages from above and refuses beyond the bound
+case(
+    "composite-L1-input-beyond-bound",
+    "all_gather",
+    T((1, 1, 341, 6144), "fp32", mem="L1"),
+    "pkg:all_gather.composite_l1_bound",
+    system="galaxy",
+    dim=2,
+    cluster_axis=1,
+)

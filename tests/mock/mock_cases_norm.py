@@ -382,6 +382,15 @@ for system in ("n300", "t3k", "galaxy"):
 case("welford-interleaved", "rms_norm", T(X), R, program_config=DPC(welford=True))
 case("sharded-default-pc", "rms_norm", T(X, mem=W8), R, program_config=DPC())
 case("residual-sharded", "rms_norm", T(X), A, residual=T(X, mem=W8))  # the pre refuses this one
+# a residual shard that leaves too little L1 below it for the whole-row buffers: ttnn streams the row instead
+case(
+    "residual-sharded-1core-streams",
+    "rms_norm",
+    T((1, 1, 256, 2048)),
+    A,
+    residual=T((1, 1, 256, 2048), mem=S("WIDTH", (0, 0, 0, 0), (256, 2048))),
+    epsilon=1e-6,
+)
 case("epsilon-negative", "post", T(X), "pkg:epsilon.non_negative", stats=ST, epsilon=-1e-5)
 case("epsilon-negative", "rms_norm", T(X), "pkg:epsilon.non_negative", epsilon=-1e-5)
 case("weight-tile-rank1", "post", T(X), A, stats=ST, weight=T((1024,)))

@@ -233,6 +233,16 @@ BAD = [
         gather(D((1, 1, 675 * 7 * 32, 32)), mesh_shape=(1, 8), memory_config=ttnn.L1_MEMORY_CONFIG),
     ),
     (
+        "all_gather.composite_l1_bound",
+        "an upper bound",
+        gather(
+            D((1, 1, 341, 6144), ttnn.float32, memory_config=ttnn.L1_MEMORY_CONFIG),
+            dim=2,
+            mesh_shape=(8, 4),
+            cluster_axis=1,
+        ),
+    ),
+    (
         "memory_config.shard_fits",
         "does not fit a 128 x 1024 tensor",
         post(x(), sums(), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128))),
