@@ -206,11 +206,22 @@ def _shard_bytes(spec) -> int:
     return (h // TILE) * (w // TILE) * _TILE_BYTES[spec["dtype"]]
 
 
+def _width_shards_match(spec) -> bool:
+    """A WIDTH_SHARDED spec's shard height is the tensor's physical height (tiles pad the rows), as ttnn requires to
+    build it; later mutations of the shape can break that."""
+    if not spec or not isinstance(spec["mem"], tuple) or spec["mem"][1] != "WIDTH" or len(spec["shape"]) < 2:
+        return True
+    rows = spec["shape"][-2] if spec["layout"] != "TILE" else padded(spec["shape"][-2])
+    return spec["mem"][3][0] == math.prod(spec["shape"][:-2]) * rows
+
+
 def buildable(c: dict) -> bool:
-    """The call's tensors can be built on the mock: bfloat8_b only in TILE layout, and L1 shards (the op's output
-    shard included) that fit."""
+    """The call's tensors can be built on the mock: bfloat8_b only in TILE layout, WIDTH shards as high as their
+    tensor, and L1 shards (the op's output shard included) that fit."""
     slots = [c.get(k) for k in ("x", "residual", "stats", "weight", "bias", "persistent")]
     if any(t and t["dtype"] == "bf8" and t["layout"] != "TILE" for t in slots):  # bfloat8_b exists only in tiles
+        return False
+    if not all(_width_shards_match(t) for t in slots):
         return False
     return 2 * _shard_bytes(c.get("x")) + sum(_shard_bytes(t) for t in slots[1:]) <= L1_SHARD_BUDGET
 
