@@ -10,6 +10,7 @@ case = collector(CASES)
 
 # --- all_gather of the stats ------------------------------------------------------------------------------------------
 STAT = (1, 1, 32, 32)
+SHARD1 = S("WIDTH", (0, 0, 0, 0), (32, 32))  # the stats of one device on one core
 for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))):
     for axis in axes:
         for dim in (0, 1, 2, 3, -1, -4):
@@ -33,35 +34,10 @@ for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))
     )
     case("out-L1", "all_gather", T(STAT), A, system=system, dim=3, cluster_axis=1, memory_config="L1")
     n = MESH_SHAPES[system][1]
-    case(
-        "sharded-no-memcfg",
-        "all_gather",
-        T(STAT, mem=S("WIDTH", (0, 0, 0, 0), (32, 32))),
-        R,
-        system=system,
-        dim=3,
-        cluster_axis=1,
-    )
-    case(
-        "sharded-1core",
-        "all_gather",
-        T(STAT, mem=S("WIDTH", (0, 0, 0, 0), (32, 32))),
-        A,
-        system=system,
-        dim=3,
-        cluster_axis=1,
-        memory_config=S("WIDTH", (0, 0, 0, 0), (32, 32 * n)),
-    )
-    case(
-        "interleaved-to-1core",
-        "all_gather",
-        T(STAT),
-        A,
-        system=system,
-        dim=3,
-        cluster_axis=1,
-        memory_config=S("WIDTH", (0, 0, 0, 0), (32, 32 * n)),
-    )
+    case("sharded-no-memcfg", "all_gather", T(STAT, mem=SHARD1), R, system=system, dim=3, cluster_axis=1)
+    for id, x in (("sharded-1core", T(STAT, mem=SHARD1)), ("interleaved-to-1core", T(STAT))):
+        out = S("WIDTH", (0, 0, 0, 0), (32, 32 * n))
+        case(id, "all_gather", x, A, system=system, dim=3, cluster_axis=1, memory_config=out)
     case("rank3", "all_gather", T((1, 32, 32)), A, system=system, dim=2, cluster_axis=1)
 for system in ("n300", "t3k"):
     case("axis0", "all_gather", T(STAT), R, system=system, dim=3, cluster_axis=0)
