@@ -46,8 +46,9 @@ SEED ?= 0
 mutation: $(STAMP)
 	@$(PY) -c 'import cosmic_ray' 2>/dev/null || $(PY) -m pip install -q --no-cache-dir -e '.[mutation]'
 	$(PY) tests/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
-# Differential fuzzing of the rules against ttnn on mock clusters: N generated calls, a fresh seed unless
-# TT_RMSNORM_FUZZ_SEED is set; prints every failing call as a battery case, then the agreement per op.
+# Differential fuzzing of the rules against ttnn on mock clusters: N generated calls (the norm ops, all_gather,
+# fused_rms_minimal, all_gather_async and their compositions), a fresh seed unless TT_RMSNORM_FUZZ_SEED is set; prints
+# every failing call as a battery case, then the agreement per op and the calls the package accepts and ttnn refuses.
 N ?= 1000
 fuzz: $(STAMP)
 	PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1 $(PY) tests/mock/differential.py $(N)

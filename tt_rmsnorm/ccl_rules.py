@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import ttnn
 
 from tt_rmsnorm import op_rules, operand_rules, rules, sharding_rules
+from tt_rmsnorm.ccl_l1 import check_fused_l1, check_gather_l1
 from tt_rmsnorm.rules import _check_dtype, _check_on_device, _check_tile, _fail, _name
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
@@ -145,12 +146,13 @@ def check_all_gather_async(
         output_given=persistent_output_buffer is not None,
     )
     sems = multi_device_global_semaphore
-    _check_count(
-        sems,
-        2,
-        "all_gather_async.semaphore_count",
-        "multi_device_global_semaphore=[s0, s1], each created once with ttnn.create_global_semaphore",
-    )
+    if sems is None or sems.count < 1 or not _takes_llama_stats_gather(describe(input_tensor), memory_config):
+        _check_count(
+            sems,
+            2,
+            "all_gather_async.semaphore_count",
+            "multi_device_global_semaphore=[s0, s1], each created once with ttnn.create_global_semaphore",
+        )
     ids = [*sems.ids, *(barrier_semaphore.ids if barrier_semaphore is not None else ())]
     if len(ids) != len(set(ids)):
         _fail(
@@ -162,7 +164,36 @@ def check_all_gather_async(
     _check_num_links(num_links, mesh_shape, "all_gather_async.num_links", (compute_grid or (None, None))[1])
     if persistent_output_buffer is not None:
         _check_persistent_buffer(describe(input_tensor), dim, n, describe(persistent_output_buffer), memory_config)
+    # the caller's semaphores (no pair of the op's own): the gather pair and the barrier
+    out = persistent_output_buffer
+    if out is None:
+        out = gathered_desc(input_tensor, dim, n, memory_config)
+    semaphores = sems.count + (barrier_semaphore.count if barrier_semaphore is not None else 0)
+    check_gather_l1(input_tensor, dim, out, n, mesh_shape, semaphores)
     return n
+
+
+def _takes_llama_stats_gather(x: TensorDesc, memory_config) -> bool:
+    """ttnn hands one shape to its Llama minimal sharded gather (use_all_gather_async_llama_sharded): decode stats of
+    1x1x32x32 on one L1 core gathered into a 32x128 shard on one core (4 devices). That gather accepts any number of
+    semaphores."""
+    out = memory_config or x.memory_config
+
+    def one_l1_core(mc, shard):
+        return (
+            mc.memory_layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED
+            and mc.buffer_type == ttnn.BufferType.L1
+            and mc.shard_spec is not None
+            and mc.shard_spec.grid.num_cores() == 1
+            and tuple(mc.shard_spec.shape) == shard
+        )
+
+    return (
+        x.padded_shape == (1, 1, TILE, TILE)
+        and x.layout == ttnn.TILE_LAYOUT
+        and one_l1_core(x.memory_config, (TILE, TILE))
+        and one_l1_core(out, (TILE, 4 * TILE))
+    )
 
 
 def _check_persistent_buffer(x: TensorDesc, dim: int, n: int, buf: TensorDesc, memory_config):
@@ -267,6 +298,7 @@ def check_fused_rms_minimal(
         )
     sharding_rules._check_output_memory_config(x, out_config)
     _check_fused_program_config(x, program_config, compute_kernel_config)
+    _check_fused_grid(x)
     w = describe(weight)
     _check_on_device(w, "weight")
     if w.layout != ttnn.ROW_MAJOR_LAYOUT:
@@ -277,6 +309,17 @@ def check_fused_rms_minimal(
     if persistent_output_tensor is not None:
         _check_fused_persistent(x, describe(persistent_output_tensor), out_config, dtype)
     _check_num_links(num_links, mesh_shape, "fused.num_links")
+    check_fused_l1(
+        x,
+        w,
+        describe(residual_input_tensor),
+        describe(stats),
+        out_config,
+        dtype,
+        compute_kernel_config,
+        describe(persistent_output_tensor),
+        mesh_shape,
+    )
     return n
 
 
@@ -330,6 +373,21 @@ def _check_fused_input(x: TensorDesc, sem: SemaphoreDesc):
             "the input must be sharded on (a part of) the grid the global semaphore was created on",
             f"input grid {x.shard_spec.grid} vs semaphore grid {sem.grid}",
             "create the semaphore on the input's shard grid: ttnn.create_global_semaphore(mesh, grid, 0)",
+        )
+
+
+def _check_fused_grid(x: TensorDesc):
+    """The factory places its reduce workers with `num_cores_to_corerangeset` in coordinates relative to the grid but
+    compares them with the grid's absolute end: a grid one core wide and several high that does not start at x = 0
+    puts the next worker at x = 1, outside the grid ("Start core must be within grid size")."""
+    gx, gy = rules._bbox_extent(x.shard_spec)
+    start = x.shard_spec.grid.bounding_box().start
+    if gx == 1 and gy > 1 and start.x != 0:
+        _fail(
+            "fused.reduce_workers",
+            "fused_rms_minimal cannot place its reduce workers on a shard grid one core wide off x = 0",
+            f"{gx}x{gy} cores from ({start.x},{start.y})",
+            "shard on a grid that starts at x = 0, or on a row of cores",
         )
 
 

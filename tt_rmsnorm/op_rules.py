@@ -17,6 +17,7 @@ import warnings
 import ttnn
 from loguru import logger
 
+from tt_rmsnorm import ccl_l1
 from tt_rmsnorm.l1_budget import (
     _check_l1,
     _check_rms_norm_l1,
@@ -288,8 +289,8 @@ def check_all_gather(
             "gather the stats on dim=3 (the last)",
         )
     mesh_shape = tuple(mesh_shape)
-    # a last dim off the tile grid takes ttnn's composite gather, which needs no axis
-    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1 and x.width % TILE == 0:
+    # a gather dim off the tile grid takes ttnn's composite gather, which needs no axis
+    if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1 and not ccl_l1.takes_composite_gather(x, dim):
         _fail(
             "all_gather.cluster_axis",
             "on a 2-D mesh the 1-D fabric needs cluster_axis",
@@ -329,4 +330,5 @@ def check_all_gather(
     out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
     if not output_given:  # a given output buffer is the output's spec; its own rules check it
         _check_shard_fits(out.padded_shape, memory_config, "gathered output")
+    ccl_l1.check_gather_l1(x, dim, out, n, mesh_shape)
     return n

@@ -67,6 +67,10 @@ PACKAGE_ONLY_RULES = {
         "cores, fp32 accumulation) is the one sharded RMSNorm case whose per-worker stats gather exceeds one NOC burst"
     ),
     "epsilon.non_negative": "ttnn takes any epsilon, but rsqrt(E[x^2] + eps) is NaN for rows with E[x^2] < -eps",
+    "all_gather.composite_l1_bound": (
+        "ttnn's composite gather of an L1 input stages broadcast copies and concat buffers in L1 that the package "
+        "bounds from above (tt_rmsnorm.ccl_l1); a gather beyond the bound may still fit, the package refuses it"
+    ),
 }
 
 
@@ -174,7 +178,11 @@ RULES = {
     "fused.stats_core": "stats on the input grid's first core",
     "fused.persistent_output": "persistent output has the output's shape, memory config and dtype",
     "fused.num_links": "1 <= num_links <= the fabric's links",
+    "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
+    "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.ccl_l1)",
     "all_gather.empty": "the gathered tensor has elements",
+    "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
+    "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
 }
 
 

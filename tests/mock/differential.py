@@ -7,8 +7,10 @@ rules, then each call is classified.
   different verdict or rule on the real tensors than on the `TensorDesc`s;
 - harness: the call's tensors could not be built (a generator fault, counted apart and failing the run).
 
-A composition (`chain`) agrees when each of its steps does. A failing call is printed as a line for the battery's
-table (mock_cases.case(...)), ttnn's verdict as its `expect`.
+A composition (`chain`) agrees when each of its steps does; a CCL call (fused, all_gather_async, compose) runs as the
+CCL battery's cases do, and an accepted one agrees only when ttnn returns the output the package predicts. A failing
+call is printed as a line for its battery's table (`case(...)` of mock_cases' or mock_cases_ccl's format), ttnn's
+verdict as its `expect`.
 
     python tests/mock/differential.py 2000          # a fresh seed, printed; TT_RMSNORM_FUZZ_SEED fixes it
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 import fuzz_cases
 import fuzz_worker
 import mock_cases
+import mock_cases_ccl
 from loguru import logger
 
 from tt_rmsnorm import mock_cluster
@@ -49,6 +52,7 @@ class Outcome:
     detail: str = ""
     failing_step: dict | None = field(default=None, repr=False)
     failing_verdict: str = ""  # ttnn's verdict on the failing step: the battery line's `expect`
+    missed: bool = False  # a disagreement where the package accepts and ttnn rejects or crashes
 
 
 def _host_input(case: dict) -> bool:
@@ -82,40 +86,30 @@ def _ttnn_side(system: str, cases: list[dict]) -> list[dict]:
 
 def _package_side(case: dict) -> dict:
     try:
+        if case["op"] in mock_cases_ccl.OPS:
+            return mock_cases_ccl.package_side(case)
         return mock_cases.package_side(case)
     except Exception as e:  # a package fault is a verdict of its own, and never agrees with ttnn
         return {"verdict": "error", "rule": None, "message": f"{type(e).__name__}: {e}", "warnings": []}
 
 
-def judge_step(case: dict, got: dict) -> tuple[str, str]:
-    """(category, detail) of one op call: package on TensorDescs and on real tensors against ttnn's verdict."""
+def judge_step(case: dict, got: dict) -> tuple[str, str, bool]:
+    """(category, detail, missed) of one op call: the package on TensorDescs and on real tensors against ttnn's
+    verdict; `missed` when the package accepts a call ttnn rejects or crashes on."""
     pkg = _package_side(case)
     both = f"package: {pkg['verdict']} {pkg['message'][:400]}\n  ttnn: {got['verdict']} {got['message'][:600]}"
     real = got.get("package_on_real")
     if real is not None and (real["verdict"], real["rule"]) != (pkg["verdict"], pkg["rule"]):
-        return "disagree", f"rules on TensorDescs vs on real tensors: {pkg['rule']} vs {real['rule']}\n  {both}"
+        return "disagree", f"rules on TensorDescs vs on real tensors: {pkg['rule']} vs {real['rule']}\n  {both}", False
     if pkg["verdict"] == "error":
-        return "disagree", f"package fault\n  {both}"
+        return "disagree", f"package fault\n  {both}", False
     if pkg["verdict"] == "reject" and pkg["rule"] in PACKAGE_ONLY_RULES and got["verdict"] in ("accept", "crash"):
-        return "package-only", both
+        return "package-only", both, False
     ttnn_verdict = "reject" if got["verdict"] == "crash" else got["verdict"]
-    if pkg["verdict"] == "accept" and ttnn_verdict == "reject" and _open_class(case, got["message"]):
-        return "open", both
-    return ("agree" if pkg["verdict"] == ttnn_verdict else "disagree"), both
-
-
-# Disagreements of a known class the rules do not model yet, each described in tests/mock/README.md. They are
-# counted and printed in their own column, and do not fail the run; any other disagreement does.
-OPEN_CLASSES = {
-    "all_gather into L1": (
-        "all_gather",
-        "clash with L1 buffers",  # the gathered output in L1 pushes the lowest buffer below the op's static buffers
-    ),
-}
-
-
-def _open_class(case: dict, message: str) -> bool:
-    return any(case["op"] == op and text in message for op, text in OPEN_CLASSES.values())
+    if pkg["verdict"] == ttnn_verdict == "accept" and pkg.get("predicted") not in (None, got.get("output")):
+        return "disagree", f"predicted output {pkg['predicted']}, ttnn returned {got.get('output')}\n  {both}", False
+    missed = pkg["verdict"] == "accept" and ttnn_verdict == "reject"
+    return ("agree" if pkg["verdict"] == ttnn_verdict else "disagree"), both, missed
 
 
 def judge(case: dict, got: dict) -> Outcome:
@@ -124,7 +118,7 @@ def judge(case: dict, got: dict) -> Outcome:
     if "crash" in got:
         got = {"verdict": "crash", "message": got["crash"], "package_on_real": None}
     if case["op"] != "chain":
-        category, detail = judge_step(case, got)
+        category, detail, missed = judge_step(case, got)
         return Outcome(
             case,
             category,
@@ -133,17 +127,20 @@ def judge(case: dict, got: dict) -> Outcome:
             detail=detail,
             failing_step=case if category == "disagree" else None,
             failing_verdict="reject" if got["verdict"] == "crash" else got["verdict"],
+            missed=missed,
         )
     if got.get("verdict") == "crash":  # ttnn crashes on host inputs, which the pre sees first
         pre = {"op": "pre", "system": case["system"], "x": case["x"], "kw": case["pre_kw"]}
         pre.update({"residual": case["residual"]} if case.get("residual") else {})
-        category, detail = judge_step(pre, got)
-        return Outcome(case, category, crashed=True, detail=detail, failing_step=pre, failing_verdict="reject")
+        category, detail, missed = judge_step(pre, got)
+        return Outcome(
+            case, category, crashed=True, detail=detail, failing_step=pre, failing_verdict="reject", missed=missed
+        )
     category = "agree"
     for step in got["steps"]:
         if step["case"]["x"] is None:
             return Outcome(case, "harness", detail="an intermediate tensor has no spec form")
-        cat, detail = judge_step(step["case"], step)
+        cat, detail, missed = judge_step(step["case"], step)
         if cat == "disagree":
             return Outcome(
                 case,
@@ -151,8 +148,9 @@ def judge(case: dict, got: dict) -> Outcome:
                 detail=f"step {step['case']['op']}: {detail}",
                 failing_step=step["case"],
                 failing_verdict=step["verdict"],
+                missed=missed,
             )
-        if cat in ("package-only", "open"):
+        if cat == "package-only":
             category = cat
             break
     accepted = len(got["steps"]) == 3 and got["steps"][-1]["verdict"] == "accept"
@@ -175,10 +173,28 @@ def run(cases: list[dict]) -> list[Outcome]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Reporting.
 
-COLUMNS = ("calls", "agree", "package-only", "open", "disagree", "crashes", "harness", "ttnn accepts")
+COLUMNS = (
+    "calls",
+    "agree",
+    "package-only",
+    "disagree",
+    "pkg accepts, ttnn rejects",
+    "crashes",
+    "harness",
+    "ttnn accepts",
+    "agreement",
+)
+
+
+def agreement(outcomes: list[Outcome]) -> float:
+    """The share of calls outside the package-only guards on which the package and ttnn agree."""
+    judged = [o for o in outcomes if o.category != "package-only"]
+    return sum(o.category == "agree" for o in judged) / len(judged) if judged else 1.0
 
 
 def table(outcomes: list[Outcome]) -> str:
+    """Per op: the counts of each category, package accepts / ttnn rejects (within disagree), ttnn crashes, and the
+    agreement outside the package-only guards."""
     rows = []
     for op in (*fuzz_cases.OPS, "total"):
         mine = [o for o in outcomes if op == "total" or o.case["op"] == op]
@@ -186,15 +202,16 @@ def table(outcomes: list[Outcome]) -> str:
             len(mine),
             sum(o.category == "agree" for o in mine),
             sum(o.category == "package-only" for o in mine),
-            sum(o.category == "open" for o in mine),
             sum(o.category == "disagree" for o in mine),
+            sum(o.missed for o in mine),
             sum(o.crashed for o in mine),
             sum(o.category == "harness" for o in mine),
             sum(o.ttnn_accepted for o in mine),
         )
-        rows.append((op, *counts))
-    lines = [f"{'op':<11}" + "".join(f"{c:>14}" for c in COLUMNS)]
-    lines += [f"{r[0]:<11}" + "".join(f"{v:>14}" for v in r[1:]) for r in rows]
+        rows.append((op, *counts, f"{agreement(mine):.2%}"))
+    widths = [max(len(c), 7) + 2 for c in COLUMNS]
+    lines = [f"{'op':<17}" + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, widths, strict=True))]
+    lines += [f"{r[0]:<17}" + "".join(f"{v:>{w}}" for v, w in zip(r[1:], widths, strict=True)) for r in rows]
     return "\n".join(lines)
 
 
@@ -223,6 +240,11 @@ def _value(v) -> str:
         return f"PC({grid!r}, {sub}, {bh}, {bw}{extra})"
     if isinstance(v, tuple) and v and v[0] == "default_pc":
         return f"DPC(welford={v[1]}, legacy_reduction={v[2]})"
+    if isinstance(v, tuple) and v and v[0] == "sem":
+        _, grid, count, shared = v
+        return f"SEM({grid!r}, count={count}, shared={shared})"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k!r}: {_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, tuple) and v and v[0] == "compute":
         _, fp32, fidelity, approx, sync, packer = v
         packer_kw = ", packer_l1_acc=True" if packer else ""
@@ -231,9 +253,16 @@ def _value(v) -> str:
 
 
 def battery_line(step: dict, expect: str, name: str) -> str:
-    """`step` (a single-op call) as a line for mock_cases' table: case(id, op, x, expect, system=..., ...)."""
-    parts = [repr(name), repr(step["op"]), _tensor(step["x"]), repr(expect), f"system={step['system']!r}"]
-    parts += [f"{slot}={_tensor(step[slot])}" for slot in mock_cases.TENSOR_SLOTS[1:] if step.get(slot)]
+    """`step` (a single-op call) as a line for its battery's table: mock_cases' case(id, op, x, expect, system=...,
+    ...), or for the CCL ops mock_cases_ccl's case(id, op, system, x, expect, ...)."""
+    if step["op"] in mock_cases_ccl.OPS:
+        parts = [repr(name), repr(step["op"]), repr(step["system"]), _tensor(step["x"]), repr(expect)]
+        slots = mock_cases_ccl.TENSOR_SLOTS[1:]
+        parts += [f"{k}={_value(step[k])}" for k in ("sems", "barrier") if step.get(k)]
+    else:
+        parts = [repr(name), repr(step["op"]), _tensor(step["x"]), repr(expect), f"system={step['system']!r}"]
+        slots = mock_cases.TENSOR_SLOTS[1:]
+    parts += [f"{slot}={_tensor(step[slot])}" for slot in slots if step.get(slot)]
     parts += [f"{k}={_value(v)}" for k, v in step["kw"].items()]
     return f"case({', '.join(parts)})"
 
@@ -262,6 +291,10 @@ def main(argv: list[str]) -> int:
     print(table(outcomes))
     near = sum(len(c["mutations"]) == 1 for c in cases)
     print(f"seed {seed}: {n} calls ({near} one mutation from a valid call) in {wall:.1f} s wall")
+    print(
+        f"{sum(o.missed for o in outcomes)} calls the package accepts and ttnn rejects or crashes on; "
+        f"agreement outside PACKAGE_ONLY_RULES {agreement(outcomes):.2%}"
+    )
     return 1 if failures else 0
 
 

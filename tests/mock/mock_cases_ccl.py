@@ -30,6 +30,7 @@ from tt_rmsnorm.rules import RuleError
 from tt_rmsnorm.tensors import describe, stats_kind_of
 
 TENSOR_SLOTS = ("x", "weight", "residual", "stats", "persistent")
+OPS = ("fused", "all_gather_async", "compose")
 SYSTEMS = ("t3k", "galaxy")
 
 
@@ -420,6 +421,72 @@ for system in SYSTEMS:
     _fused_cases(system)
     _gather_cases(system)
     _compose_cases(system)
+
+
+# --- classes found by differential fuzzing (differential.py) ---------------------------------------------------------
+def _one_core_stats(core, n, dtype="bf16"):
+    return T((1, 1, 32, 32 * n), dtype, mem=_one_core(core, 32 * n))
+
+
+GX = dict(weight=T((1, 1, 256, 32), layout="RM"), cluster_axis=1, topology="Linear")
+TWO_CORES = S("WIDTH", (0, 7, 1, 7), (32, 4096))
+# fused_rms_minimal's static buffers (two x blocks, the weight block, a resharded output's block) against its shards
+for id, expect, extra in (
+    ("l1-8192-on-2-cores", A, {}),
+    ("l1-8192-on-2-cores-resharded", R, {"memory_config": S("WIDTH", (0, 0, 1, 0), (32, 4096))}),
+):
+    case(
+        id,
+        "fused",
+        "galaxy",
+        T((1, 1, 8, 8192), mem=TWO_CORES),
+        expect,
+        sems=SEM((0, 7, 1, 7)),
+        stats=_one_core_stats((0, 7), 4),
+        program_config=PC((2, 8), 16, 1, 128),
+        compute_kernel_config=CK(dst_sync=True),
+        **GX,
+        **extra,
+    )
+case(
+    "l1-4096-on-1-core",
+    "fused",
+    "galaxy",
+    T((1, 1, 32, 4096), mem=_one_core((0, 0), 4096)),
+    R,
+    sems=SEM((0, 0, 0, 0)),
+    stats=_one_core_stats((0, 0), 4, "fp32"),
+    program_config=PC((1, 1), 8, 1, 128),
+    compute_kernel_config=CK(fp32=True, dst_sync=True),
+    **{**GX, "weight": T((1, 1, 128, 32), "fp32", "RM")},
+)
+# the reduce workers are placed relative to the grid and compared with its absolute end
+case(
+    "one-column-off-x0",
+    "fused",
+    "galaxy",
+    T((1, 1, 32, 2048), mem=S("WIDTH", (3, 0, 3, 1), (32, 1024))),
+    R,
+    sems=SEM((3, 0, 3, 1)),
+    stats=_one_core_stats((3, 0), 4),
+    program_config=PC((4, 2), 8, 1, 32),
+    **{**GX, "weight": T((1, 1, 64, 32), layout="RM")},
+)
+# Galaxy's decode stats (32x32 on one core into 32x128 on one core) take ttnn's Llama gather: any number of semaphores
+for count in (1, 3):
+    case(
+        f"llama-stats-{count}-semaphores",
+        "all_gather_async",
+        "galaxy",
+        T((1, 1, 32, 32), mem=_one_core((0, 0), 32)),
+        A,
+        sems=SEM(count=count),
+        persistent=T((1, 1, 32, 128), mem=_one_core((0, 0), 128)),
+        memory_config=_one_core((0, 0), 128),
+        dim=3,
+        cluster_axis=1,
+        topology="Linear",
+    )
 
 # Cases where the package's verdict differs from ttnn's (strict xfails, as in mock_cases).
 KNOWN_DISAGREEMENTS: dict[str, str] = {}

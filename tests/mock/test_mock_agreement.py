@@ -7,6 +7,7 @@ A reject agrees only for the same reason: ttnn's message must be the one of the 
 
 import re
 
+import mock_battery
 import mock_cases
 import mock_worker
 import pytest
@@ -25,6 +26,7 @@ _L1 = r"Statically allocated dataflow buffers .* (beyond max L1 size|clash with 
 TTNN_MESSAGES = {
     "all_gather.cluster_axis": r"requires cluster_axis to be set|ShapeBase\[\] index out of range",
     "all_gather.empty": r"output_chunks_per_stripe must be > 0",
+    "all_gather.l1_budget": r"clash with L1 buffers|Out of Memory: Not enough space to allocate",
     "all_gather.dim": r"Invalid gather dim",
     "all_gather.num_devices": r"only work for num_devices > 1|un-initialized fabric context",
     "all_gather.sharded_needs_memory_config": r"Number of shards along width \d+ must not exceed number of cores",
@@ -85,10 +87,10 @@ def _both(pkg: dict, got: dict) -> str:
     return f"\n  package: {pkg['verdict']} {pkg['message']}\n  ttnn:    {got['verdict']} {got['message'][:600]}"
 
 
-@pytest.mark.parametrize("case", mock_cases.CASES, ids=[c["id"] for c in mock_cases.CASES])
+@pytest.mark.parametrize("case", mock_battery.CASES, ids=[c["id"] for c in mock_battery.CASES])
 def test_package_and_ttnn_agree(case, request):
-    if case["id"] in mock_cases.KNOWN_DISAGREEMENTS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=mock_cases.KNOWN_DISAGREEMENTS[case["id"]]))
+    if case["id"] in mock_battery.KNOWN_DISAGREEMENTS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=mock_battery.KNOWN_DISAGREEMENTS[case["id"]]))
     pkg = mock_cases.package_side(case)
     got = ttnn_side(case)
     expect = case["expect"]
@@ -122,8 +124,8 @@ def test_package_and_ttnn_agree(case, request):
 
 
 def test_battery_covers_every_op_and_guard():
-    by_op = {op: sum(c["op"] == op for c in mock_cases.CASES) for op in OPS}
-    assert len(mock_cases.CASES) >= 200 and all(n >= 20 for n in by_op.values()), by_op
-    exercised = {c["expect"][4:] for c in mock_cases.CASES if c["expect"].startswith("pkg:")}
+    by_op = {op: sum(c["op"] == op for c in mock_battery.CASES) for op in OPS}
+    assert len(mock_battery.CASES) >= 200 and all(n >= 20 for n in by_op.values()), by_op
+    exercised = {c["expect"][4:] for c in mock_battery.CASES if c["expect"].startswith("pkg:")}
     guards = {r for r in PACKAGE_ONLY_RULES if not r.startswith(("fused.", "all_gather_async."))}  # CCL: own battery
     assert exercised == guards, f"guards without a case: {guards - exercised}"

@@ -7,6 +7,7 @@ import os
 import differential
 import fuzz_cases
 import mock_cases
+import mock_cases_ccl
 import pytest
 
 from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
@@ -33,18 +34,29 @@ def _as_battery_case(id, op, x, expect, system="n150", **slots_and_kw):
     return {"op": op, "system": system, "x": x, **slots, "kw": slots_and_kw, "expect": expect}
 
 
+def _as_ccl_battery_case(id, op, system, x, expect, **slots_and_kw):
+    names = (*mock_cases_ccl.TENSOR_SLOTS, "sems", "barrier")
+    slots = {k: slots_and_kw.pop(k) for k in names if k in slots_and_kw}
+    return {"op": op, "system": system, "x": x, **slots, "kw": slots_and_kw, "expect": expect}
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_failing_call_prints_as_a_battery_case(seed):
-    """The line printed for a failing call, evaluated with the battery's constructors, is that same call."""
-    names = {n: getattr(mock_cases, n) for n in ("T", "S", "PC", "DPC", "CK")}
-    for c in fuzz_cases.generate(seed, 60):
+    """The line printed for a failing call, evaluated with its battery's constructors, is that same call: the CCL
+    ops print as lines for mock_cases_ccl's table, the others for mock_cases'."""
+    names = {n: getattr(mock_cases, n) for n in ("T", "S", "PC", "DPC", "CK")} | {"SEM": mock_cases_ccl.SEM}
+    seen = set()
+    for c in fuzz_cases.generate(seed, 120):
         if c["op"] == "chain":
             continue
+        ccl = c["op"] in mock_cases_ccl.OPS
+        seen.add(ccl)
         line = differential.battery_line(c, "reject", c["id"])
-        back = eval(line, {**names, "case": _as_battery_case})
+        back = eval(line, {**names, "case": _as_ccl_battery_case if ccl else _as_battery_case})
         assert {k: v for k, v in back.items() if k != "expect"} == {
             k: c[k] for k in back if k in c and k != "expect"
         }, line
+    assert seen == {True, False}
 
 
 def _got(verdict, pkg_on_real=None):
@@ -66,7 +78,9 @@ def test_judge_classifies_each_outcome():
     real = {"verdict": "reject", "rule": "pre.l1_budget", "message": "", "warnings": []}
     assert differential.judge_step(ok, _got("accept", real))[0] == "disagree"  # TensorDesc vs real tensor
     crash = differential.judge(ok, {"crash": "mock n150 worker died"})
-    assert crash.category == "disagree" and crash.crashed
+    assert crash.category == "disagree" and crash.crashed and crash.missed  # the package accepted it
+    assert not differential.judge(wide, _got("accept")).missed  # a disagreement the other way round
+    assert differential.agreement([differential.judge(ok, _got("accept")), crash]) == 0.5
     assert differential.judge(ok, {"harness": "building the tensors: ..."}).category == "harness"
 
 
@@ -87,15 +101,15 @@ def test_fuzz_sample_agrees(capsys):
     assert 0.25 <= accepted <= 0.75, f"seed {seed}: ttnn accepted {accepted:.0%} of the sample"
 
 
-def test_an_open_class_is_counted_apart_and_nothing_else_is():
-    """A disagreement of a documented open class is 'open'; the same accept-vs-reject with another message is not."""
-    gather = {"op": "all_gather", "system": "t3k", "x": mock_cases.T((1, 1, 32, 32)), "kw": {"dim": 3}}
-    clash = "RuntimeError: Statically allocated dataflow buffers in program 1 clash with L1 buffers on core range"
-
-    def rejected(message):
-        return {"verdict": "reject", "message": message, "package_on_real": None}
-
-    assert differential.judge_step(gather, rejected(clash))[0] == "open"
-    assert differential.judge_step(gather, rejected("RuntimeError: something else"))[0] == "disagree"
-    pre = {"op": "pre", "system": "t3k", "x": mock_cases.T((1, 1, 32, 1024)), "kw": {}}
-    assert differential.judge_step(pre, rejected(clash))[0] == "disagree"
+def test_an_all_gather_l1_clash_is_a_disagreement():
+    """No class of disagreement is set apart any more: the gather into L1 whose output pushes ttnn's static circular
+    buffers into a clash is a rule (all_gather.l1_budget), so a clash the rule misses fails the run, and the package's
+    rejection at the edge agrees with ttnn's."""
+    clash = "RuntimeError: Statically allocated circular buffers in program 1 clash with L1 buffers on core range"
+    ok = {"op": "all_gather", "system": "t3k", "x": mock_cases.T((1, 1, 32, 32)), "kw": {"dim": 3, "cluster_axis": 1}}
+    assert (
+        differential.judge_step(ok, {"verdict": "reject", "message": clash, "package_on_real": None})[0] == "disagree"
+    )
+    edge = {**ok, "x": mock_cases.T((1, 1, 675 * 7 * 32, 32)), "kw": {**ok["kw"], "memory_config": "L1"}}
+    assert differential.judge_step(edge, {"verdict": "reject", "message": clash, "package_on_real": None})[0] == "agree"
+    assert "open" not in differential.COLUMNS

@@ -5,7 +5,7 @@ and the shapes the package predicts for the gather's and the fused op's buffers.
 import pytest
 import ttnn
 
-from tt_rmsnorm import rules
+from tt_rmsnorm import ccl_l1, op_rules, rules
 from tt_rmsnorm.ccl_rules import (
     SemaphoreDesc,
     check_all_gather_async,
@@ -208,6 +208,25 @@ BAD = [
     ),
     ("fused.num_links", "between 1 and 2", fused(num_links=0)),
     ("fused.num_links", "between 1 and 2", fused(num_links=4)),
+    (
+        "fused.reduce_workers",
+        "one core wide off x = 0",
+        fused(
+            input_tensor=D((1, 1, 32, 1024), memory_config=xm(grid=(3, 0, 3, 1), shard=(32, 512))),
+            program_config=pc((4, 2), 8, 16),
+            stats=stats(core=(3, 0)),
+        ),
+    ),
+    (
+        "fused.l1_budget",
+        "must end below",
+        fused(
+            input_tensor=D((1, 1, 32, 8192), memory_config=xm(grid=(0, 0, 0, 0), shard=(32, 8192))),
+            program_config=pc((1, 1), 8, 256),
+            stats=stats(),
+            weight=D((1, 1, 256, 32), layout=RM),
+        ),
+    ),
 ]
 IDS = [f"{rule}-{i}" for i, (rule, _, _) in enumerate(BAD)]
 
@@ -298,3 +317,105 @@ def test_semaphore_desc_of_handles():
     assert SemaphoreDesc.of(a, grid) == SemaphoreDesc(grid, 1, (id(a),))
     assert len(set(SemaphoreDesc.of([a, a], grid).ids)) == 1
     assert grid.contains(cores(1, 0, 2, 6)) and not cores(0, 0, 0, 0).contains(cores(0, 0, 7, 3))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# L1 of the CCL ops (tt_rmsnorm.ccl_l1), against what ttnn did on the mock meshes.
+
+DRAM_MC, L1_MC = ttnn.DRAM_MEMORY_CONFIG, ttnn.L1_MEMORY_CONFIG
+
+# The largest all_gather into L1 (cluster_axis=1, dim 3) that ttnn accepted on mock T3000; one tile row (one row for
+# ROW_MAJOR) more was rejected with "static circular buffer region ends at 118112 (bf8, 64-B rows: 118880)".
+GATHER_EDGES = [
+    ((1, 1, 150976, 32), ttnn.bfloat16, ttnn.TILE_LAYOUT, DRAM_MC, 32),
+    ((1, 1, 134176, 32), ttnn.bfloat16, ttnn.TILE_LAYOUT, L1_MC, 32),
+    ((1, 1, 75488, 32), ttnn.float32, ttnn.TILE_LAYOUT, DRAM_MC, 32),
+    ((1, 1, 75488, 32), ttnn.uint32, ttnn.TILE_LAYOUT, DRAM_MC, 32),
+    ((1, 1, 284032, 32), ttnn.bfloat8_b, ttnn.TILE_LAYOUT, DRAM_MC, 32),
+    ((1, 1, 4704, 1024), ttnn.bfloat16, ttnn.TILE_LAYOUT, DRAM_MC, 32),
+    ((1, 1, 150920, 32), ttnn.bfloat16, RM, DRAM_MC, 1),
+    ((1, 1, 4704, 1024), ttnn.bfloat16, RM, DRAM_MC, 1),
+]
+
+
+@pytest.mark.parametrize("shape, dtype, layout, input_memory, step", GATHER_EDGES, ids=lambda v: str(v))
+def test_all_gather_into_l1_stops_where_ttnn_does(shape, dtype, layout, input_memory, step):
+    def check(rows):
+        x = D((*shape[:2], rows, shape[3]), dtype, layout, input_memory)
+        return op_rules.check_all_gather(x, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=L1_MC)
+
+    assert check(shape[2]) == 8
+    with pytest.raises(RuleError) as err:
+        check(shape[2] + step)
+    assert err.value.rule == "all_gather.l1_budget"
+
+
+# Bytes per bank above L1_BASE each gather needed beside its L1 input on mock T3000 (bisected with an L1 filler).
+GATHER_NEEDS = [
+    # the native gather: byte-exact
+    ((1, 1, 32, 32), ttnn.TILE_LAYOUT, 3, DRAM_MC, L1_MC, 14400, 0),
+    ((1, 1, 256, 1024), ttnn.TILE_LAYOUT, 3, DRAM_MC, L1_MC, 88128, 0),
+    ((1, 1, 256, 1024), ttnn.TILE_LAYOUT, 3, L1_MC, L1_MC, 88128, 10240),
+    ((1, 1, 64, 128), RM, 3, L1_MC, L1_MC, 17216, 512),
+    # the composite gather of a DRAM input stages nothing in L1 (its output stays in DRAM): byte-exact
+    ((1, 1, 7, 100), ttnn.TILE_LAYOUT, 2, DRAM_MC, L1_MC, 12352, 0),
+    ((1, 1, 85, 4096), ttnn.TILE_LAYOUT, 2, DRAM_MC, L1_MC, 16448, 0),
+    # the composite gather of an L1 input: an upper bound
+    ((1, 1, 7, 100), ttnn.TILE_LAYOUT, 2, L1_MC, L1_MC, 28736, 2048),
+    ((1, 1, 7, 100), ttnn.TILE_LAYOUT, 3, L1_MC, L1_MC, 30784, 2048),
+    ((1, 1, 7, 8192), ttnn.TILE_LAYOUT, 2, L1_MC, L1_MC, 245824, 10240),
+    ((1, 1, 85, 4096), ttnn.TILE_LAYOUT, 2, L1_MC, DRAM_MC, 262208, 14336),
+    ((1, 1, 64, 100), RM, 3, L1_MC, L1_MC, 17728, 416),
+]
+
+
+@pytest.mark.parametrize("shape, layout, dim, input_memory, output_memory, need, input_bytes", GATHER_NEEDS)
+def test_gather_l1_need_against_ttnn(shape, layout, dim, input_memory, output_memory, need, input_bytes):
+    x = D(shape, layout=layout, memory_config=input_memory)
+    out = gathered_desc(x, dim, 8, output_memory)
+    model = ccl_l1.gather_l1_need(x, dim, out, 8, (1, 8))
+    if ccl_l1.takes_composite_gather(x, dim) and input_memory == L1_MC:
+        assert model >= need + input_bytes
+    else:
+        assert model == need + input_bytes
+
+
+def test_fused_l1_as_ttnn_reported():
+    """Static circular buffer ends (and the lowest L1 buffer) ttnn reported when it refused these fused calls on mock
+    Galaxy: byte-exact."""
+    one_core = fused_args(
+        GALAXY,
+        input_tensor=D((1, 1, 32, 4096), memory_config=sharded((0, 0, 0, 0), (32, 4096))),
+        program_config=pc((1, 1), 8, 128),
+        weight=D((1, 1, 128, 32), ttnn.float32, RM),
+        stats=D((1, 1, 32, 128), ttnn.float32, memory_config=sharded((0, 0, 0, 0), (32, 128))),
+        compute_kernel_config=ttnn.WormholeComputeKernelConfig(fp32_dest_acc_en=True, dst_full_sync_en=True),
+        global_semaphore=SemaphoreDesc(cores(0, 0, 0, 0)),
+    )
+    resharded = fused_args(
+        GALAXY,
+        input_tensor=D((1, 1, 8, 8192), memory_config=sharded((0, 7, 1, 7), (32, 4096))),
+        program_config=pc((2, 8), 16, 128),
+        weight=D((1, 1, 256, 32), layout=RM),
+        stats=D((1, 1, 32, 128), memory_config=sharded((0, 7, 0, 7), (32, 128))),
+        compute_kernel_config=ttnn.WormholeComputeKernelConfig(dst_full_sync_en=True),
+        memory_config=sharded((0, 0, 1, 0), (32, 4096)),
+        global_semaphore=SemaphoreDesc(cores(0, 7, 1, 7)),
+    )
+    for args, end in ((one_core, 1716322), (resharded, 1179746)):
+        got = ccl_l1.fused_l1_bytes(
+            args["input_tensor"],
+            args["weight"],
+            None,
+            args["stats"],
+            args.get("memory_config") or args["input_tensor"].memory_config,
+            None,
+            args["compute_kernel_config"],
+            None,
+            (8, 4),
+        )
+        assert got[0] == end
+        with pytest.raises(RuleError) as err:
+            check_fused_rms_minimal(**args)
+        assert err.value.rule == "fused.l1_budget"
+    assert got[1] == 966624

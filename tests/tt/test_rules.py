@@ -226,6 +226,22 @@ BAD = [
     ("all_gather.sharded_needs_memory_config", "explicit output memory_config", gather(means())),
     ("rms_norm.welford", "Welford", rms(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
     ("all_gather.empty", "empty tensor", gather(D((0, 1024), layout=RM), dim=0)),
+    # 675 tiles of output per bank on T3000's 56 banks: one past the 674 that fit beside the gather's buffers
+    (
+        "all_gather.l1_budget",
+        "fit one L1 bank",
+        gather(D((1, 1, 675 * 7 * 32, 32)), mesh_shape=(1, 8), memory_config=ttnn.L1_MEMORY_CONFIG),
+    ),
+    (
+        "all_gather.composite_l1_bound",
+        "an upper bound",
+        gather(
+            D((1, 1, 341, 6144), ttnn.float32, memory_config=ttnn.L1_MEMORY_CONFIG),
+            dim=2,
+            mesh_shape=(8, 4),
+            cluster_axis=1,
+        ),
+    ),
     (
         "memory_config.shard_fits",
         "does not fit a 128 x 1024 tensor",
