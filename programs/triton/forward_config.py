@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import triton
 
-from programs.triton import rmsnorm_cluster
+from programs.triton import cluster_staging
 from programs.triton.launch import dram_gbps_per_sm, sm_count
 
 # --- rows kernel --------------------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def _cluster_rows(c: FwdCall) -> FwdConfig | None:
     per_thread = _cluster_per_thread(c)
     # a row max beside 64 elements a thread: 8 warps, so the weight's registers fit under the looser cap
     min_warps = 8 if c.row_max and per_thread > CLUSTER_PER_THREAD else 4
-    chunk = max(min_warps * 32 * per_thread, c.n // rmsnorm_cluster.MAX_CLUSTER)
+    chunk = max(min_warps * 32 * per_thread, c.n // cluster_staging.MAX_CLUSTER)
     return _cluster_launch(chunk, per_thread, c.row_max)
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from programs.triton import cluster_staging, rmsnorm_async, rmsnorm_cluster
 from programs.triton import fp8 as fp8mod
-from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.checks import TritonRuleError
 from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
@@ -207,11 +207,11 @@ def cluster_busy(cfg: FwdConfig, c: Call) -> bool:
     """Whether a cluster launch fills the device at least twice over (rmsnorm_cluster stages x then); its shared
     memory checked for the widest of the call's passes (a dynamic tensor scale: the row max, then the FP8 output)."""
     m, n = c.x2.shape
-    sizes = [rmsnorm_cluster.element_size(v) for v in (c.weight, c.bias)]
-    busy = m * rmsnorm_cluster.cluster_size(n, cfg.chunk) >= 2 * sm_count(c.x2.device)
+    sizes = [cluster_staging.element_size(v) for v in (c.weight, c.bias)]
+    busy = m * cluster_staging.cluster_size(n, cfg.chunk) >= 2 * sm_count(c.x2.device)
     modes = (OUT_AMAX, OUT_FP8_STATIC) if c.dynamic_tensor_scale else (c.mode,)
     staged = max(
-        rmsnorm_cluster.shared_bytes(n, cfg.chunk, cfg.num_warps, c.x2.element_size(), *sizes, busy, om) for om in modes
+        cluster_staging.shared_bytes(n, cfg.chunk, cfg.num_warps, c.x2.element_size(), *sizes, busy, om) for om in modes
     )
     rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, c.x2.device, staged)
     return busy

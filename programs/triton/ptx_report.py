@@ -275,7 +275,7 @@ def fwd_cluster(
     busy: bool = True,
 ) -> Report:
     """The cluster forward with a weight (and a bias if asked); out_mode FP8 (fp8.OUT_*): e4m3 output; busy
-    as rmsnorm_cluster.x_staged takes it (False: too few CTAs to stage x)."""
+    as cluster_staging.x_staged takes it (False: too few CTAs to stage x)."""
     from programs.triton import rmsnorm_cluster as rc
 
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)

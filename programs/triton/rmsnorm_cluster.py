@@ -37,7 +37,9 @@ import triton.language as tl
 
 from programs.log import logger
 from programs.triton.checks import TritonRuleError
-from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW
+from programs.triton.cluster_exchange import SUM_ASM, VAL2_ASM, arrive_asm, exchange_asm, rescaled_exchange_asm
+from programs.triton.cluster_staging import MAX_CLUSTER, cluster_size, element_size, row_max, x_staged
+from programs.triton.fp8 import OUT_CAST
 
 try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental import gluon
@@ -51,7 +53,7 @@ except ImportError:  # pragma: no cover - older Triton
     GLUON = False
 
 SHARED_LIMIT = 227 * 1024  # Hopper's shared memory a CTA, where torch does not say
-MAX_CLUSTER = 16  # 16 CTAs is Hopper's non-portable cluster size (Triton's launcher allows it for num_ctas == 16)
+
 VEC = 8  # 16-bit elements a thread loads at once (16 bytes)
 
 
@@ -69,135 +71,9 @@ def shared_budget(device) -> int:
     return limit - 1024
 
 
-def cluster_size(n: int, chunk: int) -> int:
-    """CTAs a row takes: the power of two covering N in chunk-column pieces (the CGA bases need a power of two)."""
-    k = 1
-    while k * chunk < n:
-        k *= 2
-    return k
-
-
-def arrive_asm(k: int, values: int = 1) -> str:
-    """PTX at the kernel's start: the mbarrier and the K value slots (`values` floats a CTA), declared at function
-    scope (the exchange's asm names them). Thread 0 initializes the mbarrier, arrives on it at once expecting
-    4 * values * K bytes (phase 0 then completes when the K partials have landed) and fences the init for the cluster;
-    every thread arrives on the cluster barrier (relaxed), which the exchange waits on before it writes into a peer: a
-    peer's mbarrier must be initialized, and the CTA started, first."""
-    return "\n".join(
-        [
-            ".shared .align 8 .b64 rmsc_bar;",
-            f".shared .align 16 .f32 rmsc_val[{values * k}];",
-            f".shared .align 16 .f32 rmsc_val2[{values * k}];",
-            ".shared .align 4 .f32 rmsc_ss;",
-            "{",
-            ".reg .pred p;",
-            ".reg .b32 t, a;",
-            "mov.u32 t, %tid.x;",
-            "setp.eq.u32 p, t, 0;",
-            "mov.u32 a, rmsc_bar;",
-            "@p mbarrier.init.shared::cta.b64 [a], 1;",
-            f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], {4 * values * k};",
-            "@p fence.mbarrier_init.release.cluster;",
-            "}",
-            "barrier.cluster.arrive.relaxed.aligned;",
-            "mov.u32 $0, $1;",
-        ]
-    )
-
-
-def exchange_asm(k: int, with_max: bool = False) -> str:
-    """PTX of the exchange: $1 this CTA's partial, $0 the row's sum (slots summed in rank order). with_max: the CTA
-    also sends $3 (its max|x*w|, the FP8 row max before rs) beside $2, in one 8-byte st.async; $0 is the sum and $1
-    the max of the K maxima. The wait loop's exit is voted by the whole warp: ptxas treats a loop over one shared
-    address as uniform (its registers then too), and a warp that split there read a clobbered base address (seen
-    with polled slots)."""
-    vals = 2 if with_max else 1
-    send = "{bits, mbits}" if with_max else "bits"
-    lines = [
-        "{",
-        ".reg .pred p, q;",
-        ".reg .b32 base, bar, me, tid, la, ra, rb, bits, mbits;",
-        f".reg .f32 slot<{vals * k}>;",
-        "mov.u32 base, rmsc_val;",
-        "mov.u32 bar, rmsc_bar;",
-        "mov.u32 me, %cluster_ctarank;",
-        "mov.u32 tid, %tid.x;",
-        f"setp.lt.u32 p, tid, {k};",
-        f"mad.lo.u32 la, me, {4 * vals}, base;",
-        f"mov.b32 bits, ${2 if with_max else 1};",
-    ]
-    if with_max:
-        lines.append("mov.b32 mbits, $3;")
-    lines += [
-        "barrier.cluster.wait.acquire.aligned;",
-        "@p mapa.shared::cluster.u32 ra, la, tid;",
-        "@p mapa.shared::cluster.u32 rb, bar, tid;",
-        f"@p st.async.shared::cluster.mbarrier::complete_tx::bytes{'.v2' if with_max else ''}.b32 [ra], {send}, [rb];",
-        "wait_${:uid}:",
-        "mbarrier.try_wait.parity.shared::cta.b64 q, [bar], 0;",
-        "vote.sync.all.pred q, q, 0xffffffff;",
-        "@!q bra.uni wait_${:uid};",
-    ]
-    n = vals * k
-    for j in range(0, n, 4):
-        if n - j >= 4:
-            lines.append(f"ld.shared.v4.f32 {{slot{j}, slot{j + 1}, slot{j + 2}, slot{j + 3}}}, [base+{4 * j}];")
-        else:
-            lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(j, n)]
-    # value j of rank r is slot[vals * r + j]: the sums in rank order, the maxima in any order (max is exact)
-    lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
-    if with_max:
-        lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
-        lines += ["mov.f32 $1, slot1;"]
-    # the row's sum also into rmsc_ss, where SUM_ASM reads it back as one scalar (row_stats' range test needs a
-    # scalar, and a reduction over the cluster's CTAs does not lower): each thread reads its own store
-    lines += ["mov.u32 base, rmsc_ss;", "st.shared.f32 [base], slot0;", "mov.f32 $0, slot0;", "}"]
-    return "\n".join(lines)
-
-
-# the row's sum as the exchange left it in rmsc_ss: a scalar (its operand only orders it after the exchange's asm);
-# and the shared address of rmsc_val2, for the second pass's exchange in a called function
-SUM_ASM = "{ .reg .b32 a; mov.u32 a, rmsc_ss; ld.shared.f32 $0, [a]; }"
-VAL2_ASM = "mov.u32 $0, rmsc_val2;"
-if GLUON:
+if GLUON:  # the exchange's PTX strings as the kernel's constexpr globals
     SUM_ASM = gl.constexpr(SUM_ASM)
     VAL2_ASM = gl.constexpr(VAL2_ASM)
-
-
-def rescaled_exchange_asm(k: int, with_max: bool = False) -> str:
-    """PTX of the second pass's exchange (rows past fp32's range only, row_stats): every CTA's scaled partial $1
-    (and with_max its max|x c w| $2) stored into slot rank of rmsc_val2 (its shared address the last operand: the
-    exchange runs in a called function, where the kernel's shared names are not in scope) in every peer by threads
-    0..K-1, a cluster
-    barrier (release / acquire: the stores are visible after it; every CTA of the cluster takes this branch, its
-    test reading the same sum), then $0 the sum in rank order (and $1 the max)."""
-    vals = 2 if with_max else 1
-    lines = [
-        "{",
-        ".reg .pred p;",
-        ".reg .b32 base, me, tid, la, ra, bits, mbits;",
-        f".reg .f32 slot<{vals * k}>;",
-        f"mov.u32 base, ${4 if with_max else 2};",
-        "mov.u32 me, %cluster_ctarank;",
-        "mov.u32 tid, %tid.x;",
-        f"setp.lt.u32 p, tid, {k};",
-        f"mad.lo.u32 la, me, {4 * vals}, base;",
-        f"mov.b32 bits, ${2 if with_max else 1};",
-        "@p mapa.shared::cluster.u32 ra, la, tid;",
-    ]
-    if with_max:
-        lines += ["mov.b32 mbits, $3;", "@p st.shared::cluster.v2.b32 [ra], {bits, mbits};"]
-    else:
-        lines += ["@p st.shared::cluster.b32 [ra], bits;"]
-    lines += ["barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;"]
-    n = vals * k
-    lines += [f"ld.shared.f32 slot{i}, [base+{4 * i}];" for i in range(n)]
-    lines += [f"add.f32 slot0, slot0, slot{vals * r};" for r in range(1, k)]
-    if with_max:
-        lines += [f"max.f32 slot1, slot1, slot{vals * r + 1};" for r in range(1, k)]
-        lines += ["mov.f32 $1, slot1;"]
-    lines += ["mov.f32 $0, slot0;", "}"]
-    return "\n".join(lines)
 
 
 def layout(k: int, num_warps: int):
@@ -551,55 +427,6 @@ if GLUON:
                 gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
 
 
-def row_max(out_mode: int) -> bool:
-    """Whether the output needs the row max (FP8 row scales, or the row max alone): exchanged beside the sum."""
-    return out_mode in (OUT_FP8_ROW, OUT_AMAX)
-
-
-X_STAGED_MIN_CTAS = 16  # CTAs a row from which x waits in shared memory through the exchange (x_staged)
-
-
-def x_staged(
-    n: int, chunk: int, num_warps: int, w_size: int, b_size: int, busy: bool = True, out_mode: int = OUT_CAST
-) -> bool:
-    """Whether x waits in shared memory through the exchange while the weight is loaded: at 64 elements a thread,
-    with a weight of at most 16 bits (an fp32 weight in registers would take all 64 of them), no bias, and busy: at
-    least two CTAs for every SM, so that others run while one waits (H100, us, against the weight and
-    bias staged: 1024 x 262144 with a bias 435.2 against 425.4; 8 x 262144, 128 CTAs, 6.58 against 6.24; 64 x
-    262144 27.3 against 27.7). Only in rows of X_STAGED_MIN_CTAS: the weight's L2 latency hides behind the wait for
-    16 peers, not for 8 or fewer, where the weight staged before x's loads ran faster on H200 (us, x
-    staged / the weight staged, H200 then H100: 2048 x 65536 131.9 / 130.2, 179.5 / 180.1; FP8 given scale 2048 x
-    65536 104.5 / 100.0, 135.1 / 134.9; 8192 x 16384 101.9 / 97.4, 134.8 / 134.6; 16 CTAs, 1024 x 131072 132.3 /
-    136.6, 180.2 / 181.9; 512 x 262144 134.8 / 155.6, 181.4 / 188.1). Only into a float output: into FP8 with a
-    tensor scale the weight staged ran faster at 16 CTAs too, but for 1024 x 131072 on H100 (given scale 512 x
-    262144 126.9 / 122.2, 142.6 / 139.3; 1024 x 131072 114.5 / 113.9, 135.8 / 138.2; dynamic 1024 x 262144 395.3 /
-    387.7, 455.7 / 453.1), and a row max needs the weight beside x before the exchange, so the weight
-    waits in shared memory and x in registers."""
-    return (
-        chunk // (32 * num_warps) > 32
-        and cluster_size(n, chunk) >= X_STAGED_MIN_CTAS
-        and w_size <= 2
-        and b_size == 0
-        and busy
-        and out_mode == OUT_CAST
-    )
-
-
-def shared_bytes(
-    n: int,
-    chunk: int,
-    num_warps: int,
-    x_size: int,
-    w_size: int,
-    b_size: int,
-    busy: bool = True,
-    out_mode: int = OUT_CAST,
-) -> int:
-    """A CTA's staging buffers: the bias, and x or the weight (x_staged), element sizes in bytes (0: absent)."""
-    staged = x_size if x_staged(n, chunk, num_warps, w_size, b_size, busy, out_mode) else w_size
-    return chunk * (staged + b_size)
-
-
 def constants(
     n: int,
     chunk: int,
@@ -673,11 +500,6 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
             f"chunk={1 << (limit // (staged // chunk)).bit_length() - 1} or less (more CTAs a row)",
         )
     return k
-
-
-def element_size(t) -> int:
-    """Bytes an element of the optional weight or bias (0: absent), as x_staged and shared_bytes take it."""
-    return 0 if t is None else t.element_size()
 
 
 def launch(

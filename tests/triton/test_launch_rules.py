@@ -400,10 +400,11 @@ def test_async_launch_shape_rules(monkeypatch):
 def test_cluster_launch_shape_rules(monkeypatch):
     """A cluster launch's chunk is a power of two of whole 16-byte loads a thread, a row takes 2 to 16 CTAs, and a CTA's
     chunk of the weight and bias fits its shared memory."""
+    from programs.triton import cluster_staging as cs
     from programs.triton import rmsnorm_cluster as rc
 
     monkeypatch.setattr(rc, "supported", lambda device: True)
-    assert [rc.cluster_size(n, 4096) for n in (8192, 12288, 65536, 65537)] == [2, 4, 16, 32]
+    assert [cs.cluster_size(n, 4096) for n in (8192, 12288, 65536, 65537)] == [2, 4, 16, 32]
     with pytest.raises(TritonRuleError, match=r"\[config.chunk\]"):
         rc.check(65536, 3000, 4, torch.device("cpu"))
     with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*at least 8 elements a thread"):
@@ -415,23 +416,23 @@ def test_cluster_launch_shape_rules(monkeypatch):
     assert rc.check(40000, 4096, 4, torch.device("cpu")) == 16  # the last CTAs masked
     # the bias and the weight (at 64 elements a thread in a row of 16 CTAs, a 16-bit weight and no bias: x) wait in
     # shared memory: 16384 columns of an fp32 weight and bias take 128 KB, 65536 more than a CTA has
-    assert rc.x_staged(262144, 16384, 8, 2, 0) and rc.x_staged(262144, 16384, 8, 0, 0)
-    assert rc.x_staged(131072, 8192, 4, 2, 0) and not rc.x_staged(65536, 8192, 4, 2, 0)  # 16 CTAs a row, not 8
+    assert cs.x_staged(262144, 16384, 8, 2, 0) and cs.x_staged(262144, 16384, 8, 0, 0)
+    assert cs.x_staged(131072, 8192, 4, 2, 0) and not cs.x_staged(65536, 8192, 4, 2, 0)  # 16 CTAs a row, not 8
     assert not any(
-        rc.x_staged(262144, 16384, 8, 2, 0, out_mode=om) for om in (fp8.OUT_FP8_STATIC, fp8.OUT_FP8_ROW, fp8.OUT_AMAX)
+        cs.x_staged(262144, 16384, 8, 2, 0, out_mode=om) for om in (fp8.OUT_FP8_STATIC, fp8.OUT_FP8_ROW, fp8.OUT_AMAX)
     )
     assert not (
-        rc.x_staged(262144, 16384, 8, 4, 0)
-        or rc.x_staged(262144, 16384, 8, 2, 2)
-        or rc.x_staged(131072, 8192, 8, 2, 0)
-        or rc.x_staged(262144, 16384, 8, 2, 0, busy=False)
+        cs.x_staged(262144, 16384, 8, 4, 0)
+        or cs.x_staged(262144, 16384, 8, 2, 2)
+        or cs.x_staged(131072, 8192, 8, 2, 0)
+        or cs.x_staged(262144, 16384, 8, 2, 0, busy=False)
     )
-    assert rc.shared_bytes(262144, 16384, 8, 2, 4, 4) == 16384 * 8
+    assert cs.shared_bytes(262144, 16384, 8, 2, 4, 4) == 16384 * 8
     assert (
-        rc.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and rc.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
+        cs.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and cs.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
     )
-    assert rc.check(262144, 16384, 8, torch.device("cpu"), rc.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
+    assert rc.check(262144, 16384, 8, torch.device("cpu"), cs.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
     with pytest.raises(
         TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"
     ):
-        rc.check(131072, 65536, 16, torch.device("cpu"), rc.shared_bytes(131072, 65536, 16, 2, 4, 4))
+        rc.check(131072, 65536, 16, torch.device("cpu"), cs.shared_bytes(131072, 65536, 16, 2, 4, 4))
