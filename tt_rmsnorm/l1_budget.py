@@ -1,9 +1,10 @@
 """The L1 models of ttnn 0.81.1's RMSNorm program factories and the budget rules on them.
 
 Each model gives where a factory's circular buffers end in one core's L1: the interleaved pre and post
-(`pre_l1_bytes`, `post_l1_bytes`, the whole local row on one core), the interleaved `rms_norm` (`rms_norm_l1_bytes`)
-and the sharded factory (`sharded_l1_bytes`, its static buffers against its tensors' shards). ttnn rejects a program
-whose buffers pass the end of L1 or the lowest L1 buffer of its tensors; the `*.l1_budget` rules raise there first.
+(`pre_l1_bytes`, `post_l1_bytes`, the whole local row on one core), the interleaved `rms_norm` (`rms_norm_l1_bytes`:
+the whole row, or streamed where that does not fit the L1 below its tensors) and the sharded factory
+(`sharded_l1_bytes`, its static buffers against its tensors' shards). ttnn rejects a program whose buffers pass the end
+of L1 or the lowest L1 buffer of its tensors; the `*.l1_budget` rules raise there first.
 The models are calibrated on one ttnn release (`L1_MODEL_TTNN_VERSION`); on any other the first check warns.
 """
 
