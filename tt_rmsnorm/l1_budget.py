@@ -122,27 +122,18 @@ def rms_norm_l1_bytes(
     floor: int = L1_SIZE,
 ) -> int:
     """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core) when the lowest L1
-    buffer of its tensors starts at `floor`. The whole-row buffers are used when they fit 95% of the span between
-    L1_BASE and `floor` (`rms_norm_streams`); otherwise the row streams through buffers of a few dst blocks
-    (`_rms_norm_stream_bytes`). A ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
-    if rms_norm_streams(x, compute_kernel_config, residual, weight, bias, floor):
-        return L1_BASE + _rms_norm_stream_bytes(x, compute_kernel_config, residual, weight, bias)
-    return L1_BASE + _rms_norm_row_bytes(x, compute_kernel_config, residual, weight, bias)
+    buffer of its tensors starts at `floor`. ttnn keeps the whole row when its buffers fit 95% of the span between
+    L1_BASE and `floor`; otherwise it streams the row through buffers of a few dst blocks (`_rms_norm_stream_bytes`).
+    A ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    row = _rms_norm_row_bytes(x, compute_kernel_config, residual, weight, bias)
+    if _fits_rms_norm_span(row, floor) or _row_major_affine(weight, bias):
+        return L1_BASE + row
+    return L1_BASE + _rms_norm_stream_bytes(x, compute_kernel_config, residual, weight, bias)
 
 
-def rms_norm_streams(
-    x: TensorDesc,
-    compute_kernel_config=None,
-    residual: TensorDesc | None = None,
-    weight: TensorDesc | None = None,
-    bias: TensorDesc | None = None,
-    floor: int = L1_SIZE,
-) -> bool:
-    """Whether ttnn streams the interleaved rms_norm's row: a TILE (or no) weight/bias and whole-row buffers larger
-    than 95% of the allocator's L1 span below its tensors' lowest L1 buffer (`floor`)."""
-    if any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias)):
-        return False
-    return not _fits_rms_norm_span(_rms_norm_row_bytes(x, compute_kernel_config, residual, weight, bias), floor)
+def _row_major_affine(weight: TensorDesc | None, bias: TensorDesc | None) -> bool:
+    """A ROW_MAJOR weight or bias: the interleaved rms_norm's kernel for it has no streaming variant."""
+    return any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
 
 
 def _fits_rms_norm_span(cb_bytes: int, floor: int) -> bool:
@@ -316,7 +307,7 @@ def _check_rms_norm_l1(x: TensorDesc, compute_kernel_config, residual, weight, b
     (whole row or streamed) take at most 95% of the span below them."""
     floor = _l1_floor(grid, x, residual, weight, bias, _output_desc(x, x.shape, None, memory_config))
     needed = rms_norm_l1_bytes(x, compute_kernel_config, residual, weight, bias, floor)
-    if any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias)):
+    if _row_major_affine(weight, bias):
         if needed > min(floor, L1_SIZE):
             _fail(
                 "rms_norm.l1_budget",

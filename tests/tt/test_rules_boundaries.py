@@ -293,7 +293,6 @@ def test_rms_norm_streams_when_a_residual_shard_leaves_too_little_l1_for_the_row
     either (ttnn: "require 161792 bytes, but only 78462 bytes of the allocator's L1 span are available")."""
     x, residual = _residual_on_one_core(rows)
     floor = l1_budget.L1_SIZE - rows * 4096
-    assert l1_budget.rms_norm_streams(x, residual=residual, floor=floor) == streams
     assert l1_budget.rms_norm_l1_bytes(x, residual=residual, floor=floor) - l1_budget.L1_BASE == (
         161_792 if streams else 389_120
     )
