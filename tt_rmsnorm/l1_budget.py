@@ -1,9 +1,10 @@
 """The L1 models of ttnn 0.81.1's RMSNorm program factories and the budget rules on them.
 
 Each model gives where a factory's circular buffers end in one core's L1: the interleaved pre and post
-(`pre_l1_bytes`, `post_l1_bytes`, the whole local row on one core), the interleaved `rms_norm` (`rms_norm_l1_bytes`)
-and the sharded factory (`sharded_l1_bytes`, its static buffers against its tensors' shards). ttnn rejects a program
-whose buffers pass the end of L1 or the lowest L1 buffer of its tensors; the `*.l1_budget` rules raise there first.
+(`pre_l1_bytes`, `post_l1_bytes`, the whole local row on one core), the interleaved `rms_norm` (`rms_norm_l1_bytes`:
+the whole row, or streamed where that does not fit the L1 below its tensors) and the sharded factory
+(`sharded_l1_bytes`, its static buffers against its tensors' shards). ttnn rejects a program whose buffers pass the end
+of L1 or the lowest L1 buffer of its tensors; the `*.l1_budget` rules raise there first.
 The models are calibrated on one ttnn release (`L1_MODEL_TTNN_VERSION`); on any other the first check warns.
 """
 
@@ -118,51 +119,61 @@ def rms_norm_l1_bytes(
     residual: TensorDesc | None = None,
     weight: TensorDesc | None = None,
     bias: TensorDesc | None = None,
+    floor: int = L1_SIZE,
 ) -> int:
-    """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core). Each buffer holds
-    the row rounded up to the dst block (4 tiles with fp32_dest_acc_en, else 8), unless that exceeds 95% of L1: then a
-    TILE weight/bias or a FLOAT32 input streams the row in 56-tile chunks and no weight in 112-tile chunks. A
-    ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core) when the lowest L1
+    buffer of its tensors starts at `floor`. ttnn keeps the whole row when its buffers fit 95% of the span between
+    L1_BASE and `floor`; otherwise it streams the row through buffers of a few dst blocks (`_rms_norm_stream_bytes`).
+    A ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    row = _rms_norm_row_bytes(x, compute_kernel_config, residual, weight, bias)
+    if _fits_rms_norm_span(row, floor) or _row_major_affine(weight, bias):
+        return L1_BASE + row
+    return L1_BASE + _rms_norm_stream_bytes(x, compute_kernel_config, residual, weight, bias)
+
+
+def _row_major_affine(weight: TensorDesc | None, bias: TensorDesc | None) -> bool:
+    """A ROW_MAJOR weight or bias: the interleaved rms_norm's kernel for it has no streaming variant."""
+    return any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
+
+
+def _fits_rms_norm_span(cb_bytes: int, floor: int) -> bool:
+    """ttnn's test for the interleaved rms_norm's buffers: at most 95% of the L1 span from L1_BASE to `floor`."""
+    return cb_bytes <= 0.95 * (min(floor, L1_SIZE) - L1_BASE)
+
+
+def _rms_norm_formats(x: TensorDesc, compute_kernel_config) -> tuple[int, int, int]:
+    """(dst block in tiles, compute-format tile bytes, bf16 tile bytes) of the interleaved rms_norm."""
     fp32_acc = _compute(compute_kernel_config).fp32_dest_acc_en
-    block = 4 if fp32_acc else 8
-    single, bf16 = TILE_BYTES[ttnn.float32 if fp32_acc else ttnn.bfloat16], TILE_BYTES[ttnn.bfloat16]
+    return (4 if fp32_acc else 8), TILE_BYTES[ttnn.float32 if fp32_acc else ttnn.bfloat16], TILE_BYTES[ttnn.bfloat16]
+
+
+def _rms_norm_row_bytes(x, compute_kernel_config, residual, weight, bias) -> int:
+    """The whole-row buffers: the row rounded up to the dst block (4 tiles with fp32_dest_acc_en, else 8) in the
+    input (or, with a residual, the sum), x^2 and each affine operand, two blocks of output and of residual."""
+    block, single, bf16 = _rms_norm_formats(x, compute_kernel_config)
     row = -(-(x.padded_width // TILE) // block) * block
-    gamma_tile = weight.tile_bytes() if weight is not None else bf16
-    beta_tile = bias.tile_bytes() if bias is not None else bf16
-    res_tile = residual.tile_bytes() if residual is not None else 0
-
-    def sizes(n):
-        in0, im6 = (2 * block, n) if residual is not None else (n, 2 * block)
-        return {
-            "in0": in0 * x.tile_bytes(),
-            "in1": 2 * block * res_tile,
-            "out": 2 * block * x.tile_bytes(),
-            "im0": n * single,
-            "im3": n * single,
-            "gamma": n * gamma_tile,
-            "beta": n * beta_tile,
-            "im6": im6 * single,
-            "im5": 2 * block * single,
-            "im4": 8 * single,
-            "small": 2 * single + 2 * bf16 + 2 * bf16 + 2 * single,  # im1, scaler, epsilon, im2
-        }
-
-    row_major_affine = any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
-    streamed = not row_major_affine and sum(sizes(row).values()) >= 0.95 * L1_SIZE
-    if streamed:
-        row = 56 if weight is not None or bias is not None or x.dtype == ttnn.float32 else 112
-    c = sizes(row)
-    total = c["in0"] + c["out"] + 4 * bf16 + 2 * single + c["im3"] + c["im4"]  # in0, out, scaler, eps, im2, im3, im4
-    if residual is not None or streamed:
-        total += c["im0"]
-    if streamed:
-        total += TILE_BYTES[ttnn.float32] if fp32_acc else single  # the streaming accumulator
-    if weight is not None or bias is not None:
-        total += c["im5"]
-    total += (c["gamma"] if weight is not None else 0) + (c["beta"] if bias is not None else 0)
+    total = (row if residual is None else 2 * block) * x.tile_bytes()  # in0: the row, or a block pair with a residual
+    total += 2 * block * x.tile_bytes() + 4 * bf16 + 2 * single + row * single + 8 * single  # out, scaler, eps, im2-4
     if residual is not None:
-        total += c["in1"]
-    return L1_BASE + total
+        total += row * single + 2 * block * residual.tile_bytes()  # the sum x + residual, the residual
+    if weight is not None or bias is not None:
+        total += 2 * block * single  # the normalized row on its way to the affine
+    total += sum(row * g.tile_bytes() for g in (weight, bias) if g is not None)
+    return total
+
+
+def _rms_norm_stream_bytes(x, compute_kernel_config, residual, weight, bias) -> int:
+    """The streaming buffers, at any width (calibrated on ttnn's reported sizes on a mock N150): three dst blocks of
+    input/output, two blocks and eleven tiles in the compute format, the scaler and epsilon; a residual adds two
+    blocks of its own and one of the input's format, each affine operand a block, and any affine two compute blocks."""
+    block, single, bf16 = _rms_norm_formats(x, compute_kernel_config)
+    total = 3 * block * x.tile_bytes() + (2 * block + 11) * single + 4 * bf16
+    if residual is not None:
+        total += 2 * block * residual.tile_bytes() + block * x.tile_bytes()
+    if weight is not None or bias is not None:
+        total += 2 * block * single
+    total += sum(block * g.tile_bytes() for g in (weight, bias) if g is not None)
+    return total
 
 
 def sharded_l1_bytes(
@@ -292,15 +303,25 @@ def _check_sharded_l1(op: str, x: TensorDesc, **kw):
 
 
 def _check_rms_norm_l1(x: TensorDesc, compute_kernel_config, residual, weight, bias, memory_config, grid):
-    """The interleaved rms_norm's buffers end below the end of L1 and below its tensors' L1 buffers."""
-    needed = rms_norm_l1_bytes(x, compute_kernel_config, residual, weight, bias)
+    """The interleaved rms_norm's buffers end below the end of L1 and below its tensors' L1 buffers; the tiled kernels
+    (whole row or streamed) take at most 95% of the span below them."""
     floor = _l1_floor(grid, x, residual, weight, bias, _output_desc(x, x.shape, None, memory_config))
-    if needed > min(floor, L1_SIZE):
+    needed = rms_norm_l1_bytes(x, compute_kernel_config, residual, weight, bias, floor)
+    if _row_major_affine(weight, bias):
+        if needed > min(floor, L1_SIZE):
+            _fail(
+                "rms_norm.l1_budget",
+                f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
+                " of L1 or its tensors' L1 buffers)",
+                f"width {x.padded_width} {_name(x.dtype)}, ROW_MAJOR weight/bias (no streaming variant)",
+                "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
+            )
+    elif not _fits_rms_norm_span(needed - L1_BASE, floor):
+        span = min(floor, L1_SIZE) - L1_BASE
         _fail(
             "rms_norm.l1_budget",
-            f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
-            " of L1 or its tensors' L1 buffers)",
-            f"width {x.padded_width} {_name(x.dtype)}"
-            + (", ROW_MAJOR weight/bias (no streaming variant)" if weight is not None or bias is not None else ""),
-            "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
+            f"the interleaved rms_norm streams the row and its streaming buffers need {needed - L1_BASE} B, above 95%"
+            f" of the {span} B of L1 below its tensors' L1 buffers (from {floor} B)",
+            f"width {x.padded_width} {_name(x.dtype)}",
+            "keep the residual, weight or output in DRAM, or shard the L1 tensor over more cores (smaller shards)",
         )

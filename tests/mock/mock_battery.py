@@ -11,12 +11,6 @@ CASES: list[dict] = sorted(
 
 # Cases where the package's verdict differs from ttnn's, reported to the rules' owner. The battery marks them as strict
 # expected failures, so each one turns the battery red again as soon as the rule is fixed (then drop it from here).
-KNOWN_DISAGREEMENTS: dict[str, str] = {
-    "rms_norm-n150-residual-sharded-1core-streams": (
-        "rules.rms_norm_l1_bytes decides streaming against 95% of L1; ttnn streams whenever the whole-row buffers do "
-        "not fit the allocator's L1 span below the lowest tensor (here a 1 MiB residual shard), and its streaming "
-        "buffers (161,792 B here) are smaller than the model's"
-    ),
-}
+KNOWN_DISAGREEMENTS: dict[str, str] = {}
 
 assert len({c["id"] for c in CASES}) == len(CASES), "duplicate case ids"

@@ -382,15 +382,17 @@ for system in ("n300", "t3k", "galaxy"):
 case("welford-interleaved", "rms_norm", T(X), R, program_config=DPC(welford=True))
 case("sharded-default-pc", "rms_norm", T(X, mem=W8), R, program_config=DPC())
 case("residual-sharded", "rms_norm", T(X), A, residual=T(X, mem=W8))  # the pre refuses this one
-# a residual shard that leaves too little L1 below it for the whole-row buffers: ttnn streams the row instead
-case(
-    "residual-sharded-1core-streams",
-    "rms_norm",
-    T((1, 1, 256, 2048)),
-    A,
-    residual=T((1, 1, 256, 2048), mem=S("WIDTH", (0, 0, 0, 0), (256, 2048))),
-    epsilon=1e-6,
-)
+# a residual shard on one core: below a 224-row shard the whole-row buffers fit 95% of L1, below a 256-row one ttnn
+# streams the row, below a 320-row one the streaming buffers do not fit either
+for rows, verdict, name in ((224, A, "whole-row"), (256, A, "streams"), (320, R, "streaming-misfit")):
+    case(
+        f"residual-sharded-1core-{name}",
+        "rms_norm",
+        T((1, 1, rows, 2048)),
+        verdict,
+        residual=T((1, 1, rows, 2048), mem=S("WIDTH", (0, 0, 0, 0), (rows, 2048))),
+        epsilon=1e-6,
+    )
 case("epsilon-negative", "post", T(X), "pkg:epsilon.non_negative", stats=ST, epsilon=-1e-5)
 case("epsilon-negative", "rms_norm", T(X), "pkg:epsilon.non_negative", epsilon=-1e-5)
 case("weight-tile-rank1", "post", T(X), A, stats=ST, weight=T((1024,)))

@@ -54,7 +54,7 @@ TTNN_MESSAGES = {
     "program_config.subblock_w_limit": r"subblock width must less than \d+ tiles",
     "program_config.welford": r"Welford's algorithm is not supported for RMSNorm",
     "rms_norm.welford": r"Welford's algorithm is not supported for RMSNorm",
-    "rms_norm.l1_budget": _L1,
+    "rms_norm.l1_budget": rf"{_L1}|LayerNorm streaming circular buffers require \d+ bytes",
     "residual.interleaved": r"Residual tensor must be interleaved",
     "residual.layout": r"Residual tensor must have TILE layout",
     "residual.on_device": r"Operands to layernorm need to be on device",

@@ -548,7 +548,7 @@ def test_rms_norm_cases_ttnn_accepts_or_rejects():
 
 
 def test_interleaved_rms_norm_streams_only_tile_affine():
-    """A TILE weight lets ttnn stream a row that does not fit (56-tile chunks); a ROW_MAJOR weight does not."""
+    """A TILE weight lets ttnn stream a row that does not fit (a few dst blocks at a time); a ROW_MAJOR one does not."""
     wide = x((1, 1, 32, 8192), dtype=ttnn.float32)
     assert rms(wide, weight=D((1, 1, 1, 8192)), compute_kernel_config=FP32_ACC)() == "interleaved"
     assert rms(wide, compute_kernel_config=FP32_ACC)() == "interleaved"

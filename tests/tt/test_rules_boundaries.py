@@ -272,3 +272,58 @@ def test_rms_norm_l1_bytes_buffer_the_row_rounded_up_to_the_dst_block(width, row
     # out two blocks, im4 8 tiles, scaler and epsilon two tiles each, im2 two - all 2048-byte tiles
     tiles = 2 * row_tiles + 2 * 8 + 8 + 2 * 2 + 2
     assert l1_budget.rms_norm_l1_bytes(D((1, 1, 32, width))) - l1_budget.L1_BASE == tiles * 2048
+
+
+def _residual_on_one_core(rows):
+    """An interleaved [1, 1, rows, 2048] bf16 input and its residual width-sharded whole onto one core, whose shard
+    (rows * 4096 B) takes the top of that core's L1."""
+    shard = shard_mc(W_SHARD, (1, 1), (rows, 2048))
+    return D((1, 1, rows, 2048)), D((1, 1, rows, 2048), memory_config=shard)
+
+
+@pytest.mark.parametrize(
+    "rows, streams, accepted",
+    [(224, False, True), (256, True, True), (288, True, True), (320, True, False)],
+    ids=["224-rows-whole-row", "256-rows-streams", "288-rows-streams", "320-rows-streaming-misfit"],
+)
+def test_rms_norm_streams_when_a_residual_shard_leaves_too_little_l1_for_the_row(rows, streams, accepted):
+    """ttnn on a mock N150 (the agreement battery's residual-sharded-1core cases): the whole-row buffers (389,120 B)
+    fit 95% of the L1 span below a 224-row residual shard (from 581,632 B) but not below a 256-row one (from 450,560 B),
+    where ttnn streams the row through 161,792 B of buffers; below a 320-row shard (from 188,416 B) those do not fit
+    either (ttnn: "require 161792 bytes, but only 78462 bytes of the allocator's L1 span are available")."""
+    x, residual = _residual_on_one_core(rows)
+    floor = l1_budget.L1_SIZE - rows * 4096
+    assert l1_budget.rms_norm_l1_bytes(x, residual=residual, floor=floor) - l1_budget.L1_BASE == (
+        161_792 if streams else 389_120
+    )
+    if accepted:
+        op_rules.check_rms_norm(x, residual_input_tensor=residual, compute_grid=(8, 8))
+    else:
+        assert _rule(op_rules.check_rms_norm, x, residual_input_tensor=residual, compute_grid=(8, 8)) == (
+            "rms_norm.l1_budget"
+        )
+
+
+@pytest.mark.parametrize(
+    "residual, weight, fp32_acc, reported",
+    [
+        (False, False, False, 112_640),
+        (True, False, False, 161_792),
+        (True, True, False, 210_944),
+        (True, True, True, 176_128),
+    ],
+    ids=["bare", "residual", "residual-weight", "residual-weight-fp32acc"],
+)
+@pytest.mark.parametrize("width", [256, 2048, 4096])
+def test_rms_norm_streaming_buffers_equal_ttnns_report_at_any_width(width, residual, weight, fp32_acc, reported):
+    """ttnn's "LayerNorm streaming circular buffers require N bytes" on a mock N150 for bf16 rows: the streaming
+    buffers hold a few dst blocks, whatever the width."""
+    x = D((1, 1, 32, width))
+    got = l1_budget.rms_norm_l1_bytes(
+        x,
+        FP32_ACC if fp32_acc else None,
+        residual=x if residual else None,
+        weight=D((1, 1, 1, width)) if weight else None,
+        floor=l1_budget.L1_BASE,  # no L1 left: always streams
+    )
+    assert got - l1_budget.L1_BASE == reported
