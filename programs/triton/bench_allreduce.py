@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -159,9 +160,8 @@ class Watchdog:
             self._start(label)
 
 
-def main():
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before any communicator or symmetric memory exists
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+def parse_args(argv=None):
+    """The command line (the module docstring says what each table holds)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", default="1,8,32,64,128,256,512,1024,2048,4096,8192")
     ap.add_argument("--hidden", type=int, default=8192)
@@ -179,7 +179,137 @@ def main():
     ap.add_argument("--torch-baseline", action="store_true", help="also time NCCL + torch norm/FP8 (unfused)")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
     ap.add_argument("--stall-s", type=float, default=20.0, help="name a step still running after this long")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def shape_str(shape) -> str:
+    """A launch shape as the tables print it."""
+    return "default" if shape is None else f"{shape[0]}x{shape[1]}"
+
+
+def render(rows, title: str, hidden: int, torch_baseline: bool) -> list[str]:
+    """One table: a row a T, every method's time, the best stage and the dispatched call against NCCL + fused norm."""
+    head = ["T", "KiB/rank", "NCCL AR", "AR + fused norm/FP8"]
+    head += ["AR + torch norm/FP8"] if torch_baseline else []
+    head += [f"stage {k}: {v} (best shape)" for k, v in STAGE_NAMES.items()]
+    head += ["best stage", "fused: dispatched stage, default shape", "vs AR+fused", "algbw GB/s"]
+    out = [title, "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for r in rows:
+        cells = [str(r["T"]), f"{r['per_rank_kib']:.0f}", f"{r['nccl']:.1f}", f"{r['nccl+fused']:.1f}"]
+        cells += [f"{r['nccl+torch']:.1f}"] if torch_baseline else []
+        for k in STAGE_NAMES:
+            us = r[f"s{k}"]
+            cells.append("-" if math.isnan(us) else f"{us:.1f} ({r[f's{k}_shape']})")
+        timed_stages = {k: r[f"s{k}"] for k in STAGE_NAMES if not math.isnan(r[f"s{k}"])}
+        best = min(timed_stages, key=timed_stages.get)
+        cells += [f"{best} ({r['nccl+fused'] / timed_stages[best]:.2f}x)"]
+        cells += [f"{r['fused']:.1f} (stage {r['auto']})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
+        cells += [f"{r['T'] * hidden * 2 / r['fused'] / 1e3:.0f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def sweep_shapes(sweep, world: int, t: int, stage: int) -> list:
+    """The launch shapes a stage is timed at for T = t: the default only for stage 4 (NCCL's), one row a program for
+    the pushed and Lamport stages, and block_m > 1 only where every SM gets a block."""
+    if stage == NCCL:
+        return [None]
+    if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
+        return [s for s in sweep if s[0] == 1]
+    rows = t if stage == 1 else math.ceil(t / world)
+    return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]
+
+
+@dataclass
+class Bench:
+    """One rank's run: the options, its device, the workspaces (one a stage-0 grid), the pinned launch state and
+    the watchdog that names a step making no progress."""
+
+    args: argparse.Namespace
+    dev: torch.device
+    rank: int
+    world: int
+    sweep: list
+    comm: AllReduceRMSNormFP8
+    push_comms: dict
+    pin: object
+    watchdog: Watchdog
+
+    def timed(self, fn, rst=None, label=""):
+        """Microseconds a call, the slowest rank's median over CUDA-graph replays."""
+        self.watchdog.arm(label)
+        dist.barrier()
+        us = slowest(graph_time_us(fn, rst, self.args.calls, self.args.reps, self.pin))
+        self.watchdog.disarm()
+        return us
+
+    def table(self, token_list, with_res: bool) -> list[dict]:
+        """The rows of one table; with a residual only the default launch shape is timed."""
+        return [self.measure(t, with_res) for t in token_list]
+
+    def measure(self, t: int, with_res: bool) -> dict:
+        """One row of a table: every method at T = t."""
+        dev, h, at = self.dev, self.args.hidden, f"T={t} residual={with_res}"
+        g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * self.rank)
+        x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
+        w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(
+            torch.bfloat16
+        )
+        res = (
+            torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16)
+            if with_res
+            else None
+        )
+        a = x.clone()
+
+        def reset():
+            a.copy_(x)
+
+        r = {"T": t, "per_rank_kib": t * h * 2 / 1024}
+        r["nccl"] = self.timed(lambda: dist.all_reduce(a), reset, f"{at} NCCL all_reduce")
+        r["nccl+fused"] = self.timed(
+            lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)),
+            reset,
+            f"{at} NCCL all_reduce + fused norm",
+        )
+        r["nccl+torch"] = (
+            self.timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset, f"{at} NCCL + torch norm")
+            if self.args.torch_baseline
+            else None
+        )
+        for stage in STAGE_NAMES:
+            r[f"s{stage}"], r[f"s{stage}_shape"] = math.nan, None
+            if t > {PUSH: PUSH_MAX_TOKENS, LAMPORT: LAMPORT_MAX_TOKENS, LAMPORT2: LAMPORT2_MAX_TOKENS}.get(stage, t):
+                continue
+            best = None
+            shapes = [None] if with_res else sweep_shapes(self.sweep, self.world, t, stage)
+            for grid, c in self.push_comms.items() if stage == PUSH else [(None, self.comm)]:
+                for shape in shapes:
+                    us = self.timed(
+                        lambda c=c, stage=stage, shape=shape: c(
+                            x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape
+                        ),
+                        label=f"{at} stage {stage} shape {shape_str(shape)} grid {grid or 'default'}",
+                    )
+                    if best is None or us < best[0]:
+                        best = (us, shape_str(shape) + ("" if grid is None else f", {grid} programs"))
+            r[f"s{stage}"], r[f"s{stage}_shape"] = best
+        r["auto"] = choose_stage(t, h, 2, self.world, residual=with_res)
+        r["fused"] = self.timed(  # dispatched, default shape
+            lambda: self.comm(x, w, epsilon=EPS, residual=res, dtype=FP8), label=f"{at} dispatched stage {r['auto']}"
+        )
+        if self.rank == 0:
+            logger.info(
+                f"T={t} res={with_res}: "
+                + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+            )
+        return r
+
+
+def main():
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before any communicator or symmetric memory exists
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    args = parse_args()
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
     watchdog = Watchdog(int(os.environ.get("RANK", "0")), args.stall_s)
@@ -213,109 +343,14 @@ def main():
         f"# measured: local HBM copy {hbm_gbs:.0f} GB/s (read+write), pull from a peer over NVLink {nvl_gbs:.0f} GB/s",
     ]
 
-    def timed(fn, rst=None, label=""):
-        watchdog.arm(label)
-        dist.barrier()
-        us = slowest(graph_time_us(fn, rst, args.calls, args.reps, pin))
-        watchdog.disarm()
-        return us
-
-    def measure(t, with_res, shapes):
-        """One row of a table: every method at T = t."""
-        g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * rank)
-        x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
-        w = (1 + 0.1 * torch.randn(h, generator=torch.Generator(device=dev).manual_seed(5), device=dev)).to(
-            torch.bfloat16
-        )
-        res = (
-            torch.randn(t, h, generator=torch.Generator(device=dev).manual_seed(6), device=dev).to(torch.bfloat16)
-            if with_res
-            else None
-        )
-        a = x.clone()
-
-        def reset():
-            a.copy_(x)
-
-        r = {"T": t, "per_rank_kib": t * h * 2 / 1024}
-        at = f"T={t} residual={with_res}"
-        r["nccl"] = timed(lambda: dist.all_reduce(a), reset, f"{at} NCCL all_reduce")
-        r["nccl+fused"] = timed(
-            lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)),
-            reset,
-            f"{at} NCCL all_reduce + fused norm",
-        )
-        r["nccl+torch"] = (
-            timed(lambda: (dist.all_reduce(a), torch_norm_quant(a, w, res)), reset, f"{at} NCCL + torch norm")
-            if args.torch_baseline
-            else None
-        )
-        for stage in STAGE_NAMES:
-            r[f"s{stage}"], r[f"s{stage}_shape"] = math.nan, None
-            if t > {PUSH: PUSH_MAX_TOKENS, LAMPORT: LAMPORT_MAX_TOKENS, LAMPORT2: LAMPORT2_MAX_TOKENS}.get(stage, t):
-                continue
-            best = None
-            for grid, c in push_comms.items() if stage == PUSH else [(None, comm)]:
-                for shape in shapes(t, stage):
-                    us = timed(
-                        lambda c=c, stage=stage, shape=shape: c(
-                            x, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape
-                        ),
-                        label=f"{at} stage {stage} shape {shape_str(shape)} grid {grid or 'default'}",
-                    )
-                    if best is None or us < best[0]:
-                        best = (us, shape_str(shape) + ("" if grid is None else f", {grid} programs"))
-            r[f"s{stage}"], r[f"s{stage}_shape"] = best
-        r["auto"] = choose_stage(t, h, 2, world, residual=with_res)
-        r["fused"] = timed(  # dispatched, default shape
-            lambda: comm(x, w, epsilon=EPS, residual=res, dtype=FP8), label=f"{at} dispatched stage {r['auto']}"
-        )
-        if rank == 0:
-            logger.info(
-                f"T={t} res={with_res}: "
-                + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
-            )
-        return r
-
-    def run_table(token_list, with_res, shapes):
-        return [measure(t, with_res, shapes) for t in token_list]
-
-    def shapes(t, stage):
-        if stage == NCCL:
-            return [None]
-        if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
-            return [s for s in sweep if s[0] == 1]
-        rows = t if stage == 1 else math.ceil(t / world)
-        return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]
-
-    def shape_str(shape):
-        return "default" if shape is None else f"{shape[0]}x{shape[1]}"
-
-    def render(rows, title):
-        head = ["T", "KiB/rank", "NCCL AR", "AR + fused norm/FP8"]
-        head += ["AR + torch norm/FP8"] if args.torch_baseline else []
-        head += [f"stage {k}: {v} (best shape)" for k, v in STAGE_NAMES.items()]
-        head += ["best stage", "fused: dispatched stage, default shape", "vs AR+fused", "algbw GB/s"]
-        out = [title, "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-        for r in rows:
-            cells = [str(r["T"]), f"{r['per_rank_kib']:.0f}", f"{r['nccl']:.1f}", f"{r['nccl+fused']:.1f}"]
-            cells += [f"{r['nccl+torch']:.1f}"] if args.torch_baseline else []
-            for k in STAGE_NAMES:
-                us = r[f"s{k}"]
-                cells.append("-" if math.isnan(us) else f"{us:.1f} ({r[f's{k}_shape']})")
-            timed_stages = {k: r[f"s{k}"] for k in STAGE_NAMES if not math.isnan(r[f"s{k}"])}
-            best = min(timed_stages, key=timed_stages.get)
-            cells += [f"{best} ({r['nccl+fused'] / timed_stages[best]:.2f}x)"]
-            cells += [f"{r['fused']:.1f} (stage {r['auto']})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
-            cells += [f"{r['T'] * h * 2 / r['fused'] / 1e3:.0f}"]
-            out.append("| " + " | ".join(cells) + " |")
-        return out
-
-    lines += render(run_table(tokens, False, shapes), "\n## no residual (times in µs per call)")
+    bench = Bench(args, dev, rank, world, sweep, comm, push_comms, pin, watchdog)
+    lines += render(bench.table(tokens, False), "\n## no residual (times in µs per call)", h, args.torch_baseline)
     if res_tokens:
         lines += render(
-            run_table(res_tokens, True, lambda t, s: [None]),
+            bench.table(res_tokens, True),
             "\n## with residual (residual_out returned; default launch shape)",
+            h,
+            args.torch_baseline,
         )
     if rank == 0:
         text = "\n".join(lines)
