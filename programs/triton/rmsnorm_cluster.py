@@ -28,6 +28,9 @@ time (rescaled_exchange_asm: stores into the peers' shared memory and a cluster 
 cluster reaches, their sums being the same bits) and writes rsigma, the FP8 scale or row max and y again.
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
+
+The kernel body stays one function: its loads, exchange and stores hand registers from one step to the next, and
+_restore_row is the called second pass.
 """
 
 from __future__ import annotations

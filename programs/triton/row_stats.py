@@ -32,6 +32,9 @@ stored_rstd / stored_scaled_stats read them back where the sum is taken (looped,
 from memory in a fixed order, so all programs of a row get the same bits.
 
 Hardware minimum and maximum (PTX max.f32) drop a NaN operand, so nothing here detects NaN through a row max.
+
+restore_rows stays one function: it is the second pass called (noinline) after the plain one, so its frame holds
+only what the output needs, and it is read as one pass over a flagged row.
 """
 
 import triton

@@ -8,6 +8,9 @@ is the mark, the NaN 0x7FFF, is sent as the NaN 0x7FFE, so no other bit of any v
 its own (local) buffer until no word of the row is empty; after reading it writes the empty mark back (local stores),
 so the buffer is empty again for its next use. Each program counts its calls (CALLS[pid], plain load and store) and
 takes the buffer half from the parity; the grid is the same G programs in every call of a stage on a workspace.
+
+Kernel bodies stay whole: their phases share the rows held in registers and the call's counters, and the row math
+they repeat lives in row_math.py.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ peer had finished call k and all its reads of that half. Outputs are local. With
 interpreter, ranks simulated in one process) the phases run in separate launches and the counters stay 0.
 
 Rank-order fp32 summation makes every rank compute the same bits, run to run and rank to rank.
+
+Kernel bodies stay whole: their phases share the rows held in registers and the call's counters, and the row math
+they repeat lives in row_math.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ spread over all G programs (more SMs issue the NVLink stores); row r is then rec
 r % G, which loads its own row, the weight and the residual before it polls. The receive buffer B_r[half, src, row,
 H/2] is double-buffered by call parity: a rank rewrites half p in call c + 2 only after it received every peer's words
 of call c + 1, so every peer had finished call c.
+
+Kernel bodies stay whole: their phases share the rows held in registers and the call's counters, and the row math
+they repeat lives in row_math.py.
 """
 
 from __future__ import annotations
