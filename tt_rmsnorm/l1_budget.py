@@ -96,7 +96,8 @@ def post_l1_bytes(
 ) -> int:
     """L1 end address of the interleaved post. 1-D: the whole row is buffered unless it exceeds 95% of L1, then it is
     streamed in short chunks; 2-D: each core buffers Wt / cores_y tiles (cores_y = the largest divisor of Wt <= grid.y).
-    Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
+    Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt); the end address is the one ttnn reports,
+    to the byte, at the edge of L1 (tests/tt/test_rules_boundaries.py)."""
     wt = x.padded_width // TILE
     available = L1_SIZE - L1_BASE
     if use_2d_core_grid:
