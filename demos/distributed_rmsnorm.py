@@ -56,6 +56,11 @@ def _progress(items, desc):
     return tqdm(items, desc=desc, unit="step", file=sys.stderr, leave=False)
 
 
+def _report(line: str):
+    """A report line printed while a progress bar runs: tqdm lifts the bar off the terminal, prints, and redraws it."""
+    tqdm.write(line, file=sys.stdout)
+
+
 def _ttnn_dtype(name):
     import ttnn
 
@@ -256,14 +261,14 @@ def model_section(layers: int) -> bool:
         try:
             got = mock_cluster.run_isolated(system, model_norms_in_worker, axis, layers, timeout=1800)
         except Exception as e:  # reported: the demo goes on to the dry runs
-            print(f"  {name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            _report(f"  {name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             ok = False
             continue
-        print(
+        _report(
             f"  {name} {shape[0]}x{shape[1]}: {got['norms']} norms built in {got['build_s']:.1f} s; {got['resources']}"
         )
         for mode, s in got["steps"].items():
-            print(
+            _report(
                 f"    {mode} T={s['tokens']}: every norm ACCEPTED, output per device {list(s['shape'])} {s['memory']}; "
                 f"{s['host_us']:.0f} us host time per norm call (mock)"
             )
@@ -281,7 +286,7 @@ def dry_run_section() -> bool:
         try:
             rows = mock_cluster.dry_run(system)
         except Exception as e:  # reported: a broken mock is evidence too
-            print(f"{system:<8}dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            _report(f"{system:<8}dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             ok = False
             continue
         for r in rows:
@@ -292,7 +297,7 @@ def dry_run_section() -> bool:
                 shape, dtype, memory = outs[0]
                 detail = f"{r['devices']} x {list(shape)} {dtype} {memory}" + ("" if len(outs) == 1 else " (differ!)")
             mode = f"{r['mode']} T={r['tokens']}"
-            print(f"{system:<8}{r['mesh']:<6}{mode:<15}{r['path']:<9}{r['verdict']:<10}{detail}")
+            _report(f"{system:<8}{r['mesh']:<6}{mode:<15}{r['path']:<9}{r['verdict']:<10}{detail}")
     mock_cluster.shutdown_workers()
     return ok
 
