@@ -277,6 +277,26 @@ def _l1_floor(grid, *tensors) -> int:
     return L1_SIZE - sum(_bank_bytes(t, grid[0] * grid[1]) for t in tensors)
 
 
+def pre_l1_floor(grid, x: TensorDesc, residual: TensorDesc | None, out: TensorDesc) -> int:
+    """The lowest L1 address of the interleaved pre's tensors. A bfloat8_b input or residual in L1 whose rows are off
+    the tile grid reaches the factory as a copy: ttnn fills its tile padding through a bfloat16 copy, typecast back to
+    bfloat8_b below it. The bfloat16 copies are freed and leave one hole of that size at the copy's place (the
+    residual's copy reuses the input's), where the stats output then goes."""
+    banks = grid[0] * grid[1]
+    refilled = [t for t in (x, residual) if t is not None and _refills_padding(t) and _bank_bytes(t, banks)]
+    if not refilled:
+        return _l1_floor(grid, x, residual, out)
+    bf16_copy = TensorDesc(refilled[0].shape, dtype=ttnn.bfloat16, memory_config=refilled[0].memory_config)
+    hole = _bank_bytes(bf16_copy, banks)
+    copies = hole + sum(_bank_bytes(t, banks) for t in refilled)
+    return _l1_floor(grid, x, residual) - copies - max(0, _bank_bytes(out, banks) - hole)
+
+
+def _refills_padding(t: TensorDesc) -> bool:
+    """A bfloat8_b TILE tensor whose rows are off the tile grid: ttnn refills its padding through a bfloat16 copy."""
+    return t.dtype == ttnn.bfloat8_b and t.layout == ttnn.TILE_LAYOUT and t.shape[-2] % TILE != 0
+
+
 def _output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
     return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config)
 

@@ -26,6 +26,7 @@ from tt_rmsnorm.l1_budget import (
     _output_desc,
     post_l1_bytes,
     pre_l1_bytes,
+    pre_l1_floor,
 )
 from tt_rmsnorm.operand_rules import (
     _check_gamma_beta,
@@ -139,7 +140,7 @@ def check_pre_all_gather(
         pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)),
         "pre",
         x,
-        _l1_floor(grid, x, res, out),
+        pre_l1_floor(grid, x, res, out),
     )
     return "interleaved"
 

@@ -16,7 +16,7 @@ from fuzz_draws import (
     padded,
     sharded_pc,
 )
-from mock_cases import CK, DPC, GRIDS, PC, S, T
+from mock_cases import CK, DPC, GRIDS, PC, S, T, package_side
 
 
 def is_sharded(c):
@@ -134,6 +134,36 @@ def _m_width(rng, c):
         c["x"] = {**x, "shape": (*x["shape"][:-2], rows, w)}
     _refit(c)
     return "x.width"
+
+
+def _m_l1_edge(rng, c):
+    """The width, in tile steps, where the package's L1 verdict on this interleaved call flips: the last width it
+    accepts or the first it rejects with an `*.l1_budget` rule (found by bisection). A model off by less than the
+    steps of the fixed edge widths shows here."""
+    x = c["x"]
+    if is_sharded(c) or c["op"] not in ("pre", "post", "rms_norm") or x["layout"] != "TILE":
+        return None
+
+    def verdict(tiles):
+        trial = {**c, "x": {**x, "shape": (*x["shape"][:-1], tiles * TILE)}, "kw": dict(c["kw"])}
+        _refit(trial)
+        got = package_side(trial)
+        l1 = got["verdict"] == "reject" and (got["rule"] or "").endswith("l1_budget")
+        return trial, ("accept" if got["verdict"] == "accept" else "l1" if l1 else None)
+
+    elements = math.prod(x["shape"][:-1])
+    lo, hi = 1, MAX_ELEMENTS // TILE // elements
+    if hi <= lo or verdict(lo)[1] != "accept" or verdict(hi)[1] != "l1":
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        side = verdict(mid)[1]
+        if side is None:
+            return None
+        lo, hi = (mid, hi) if side == "accept" else (lo, mid)
+    trial, _ = verdict(rng.choice((lo, hi)))
+    c.update(trial)
+    return "x.l1_edge_width"
 
 
 def _refit(c):
@@ -362,6 +392,9 @@ MUTATIONS = (
     _m_layout,
     _m_width,
     _m_width,
+    _m_l1_edge,
+    _m_l1_edge,
+    _m_l1_edge,
     _m_rows,
     _m_rank,
     _m_host,

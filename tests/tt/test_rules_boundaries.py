@@ -97,6 +97,44 @@ def test_post_l1_edge_matches_ttnn(dtype, acc, affine, devices, width, reported)
         assert _rule(check, x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw) == "post.l1_budget"
 
 
+# ttnn 0.81.1 on a mock N150, the interleaved pre of an L1-interleaved bfloat8_b input (and residual): (rows, width,
+# residual dtype, use_2d_core_grid, the lowest L1 buffer and the end of the buffers ttnn reported, or None where it
+# ran). Rows off the tile grid: ttnn refills the padding through a bfloat16 copy typecast back below it.
+PRE_L1_REFILL = [
+    (31, 10432, None, False, 1473792, 1486944),  # the fuzzer's call: accepted while the copies were not modelled
+    (31, 10336, None, False, 1473792, 1474272),
+    (31, 10304, None, False, None, None),
+    (1, 10464, None, False, 1473792, 1491168),
+    (33, 10432, None, False, 1452672, 1486944),
+    (100, 10336, None, False, 1410432, 1474272),
+    (31, 5216, ttnn.bfloat8_b, False, 1479936, 1486944),
+    (31, 4256, ttnn.bfloat16, False, 1480320, 1488864),
+    (31, 7008, None, True, 1482240, 1493728),
+    (32, 10464, None, False, 1490560, 1491168),  # on the tile grid: no copy
+]
+
+
+@pytest.mark.filterwarnings("ignore::tt_rmsnorm.rules.AccuracyWarning")
+@pytest.mark.parametrize(
+    "rows, width, residual, two_d, floor, end",
+    PRE_L1_REFILL,
+    ids=[f"rows{r}-w{w}{'-res' if res else ''}{'-2d' if t else ''}" for r, w, res, t, _, _ in PRE_L1_REFILL],
+)
+def test_pre_l1_floor_counts_the_padding_refill_copies(rows, width, residual, two_d, floor, end):
+    """The pre's verdict is ttnn's, and where ttnn rejects, the rule names its lowest L1 buffer and its buffers' end."""
+    l1 = ttnn.L1_MEMORY_CONFIG
+    x = D((1, 1, rows, width), dtype=ttnn.bfloat8_b, memory_config=l1)
+    res = D((1, 1, rows, width), dtype=residual, memory_config=l1) if residual else None
+    kw = dict(residual_input_tensor=res, use_2d_core_grid=two_d, compute_grid=(8, 8))
+    if floor is None:
+        op_rules.check_pre_all_gather(x, **kw)
+        return
+    with pytest.raises(RuleError) as err:
+        op_rules.check_pre_all_gather(x, **kw)
+    assert err.value.rule == "pre.l1_budget"
+    assert f"from {floor} B" in str(err.value) and f"needs {end} B" in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize("width, accepted", [(20480, False), (21504, True), (22528, True)])
 def test_post_streams_rows_past_95_percent_of_l1(width, accepted):
     """ttnn on a mock N150: a 20480-wide bf16 row is buffered whole and does not fit; from 21504 (672 tiles, past 95 %
