@@ -13,8 +13,10 @@ from fuzz_draws import (
     TILE,
     gather_l1_edge_input,
     gather_size,
+    largest_divisor,
     padded,
     sharded_pc,
+    subblock_limit,
 )
 from mock_cases import CK, DPC, GRIDS, PC, S, T, package_side
 
@@ -136,33 +138,63 @@ def _m_width(rng, c):
     return "x.width"
 
 
-def _m_l1_edge(rng, c):
-    """The width, in tile steps, where the package's L1 verdict on this interleaved call flips: the last width it
-    accepts or the first it rejects with an `*.l1_budget` rule (found by bisection). A model off by less than the
-    steps of the fixed edge widths shows here."""
+def l1_edge_tiles(c) -> int | None:
+    """The tiles of width (per core for a width-sharded input) of a pre, post or rms_norm call the l1-edge mutation
+    can move; None for any other call."""
     x = c["x"]
-    if is_sharded(c) or c["op"] not in ("pre", "post", "rms_norm") or x["layout"] != "TILE":
+    if c["op"] not in ("pre", "post", "rms_norm") or x["layout"] != "TILE":
         return None
+    if is_sharded(c):
+        return x["mem"][3][1] // TILE if x["mem"][1] == "WIDTH" else None
+    return x["shape"][-1] // TILE
 
-    def verdict(tiles):
-        trial = {**c, "x": {**x, "shape": (*x["shape"][:-1], tiles * TILE)}, "kw": dict(c["kw"])}
-        _refit(trial)
-        got = package_side(trial)
-        l1 = got["verdict"] == "reject" and (got["rule"] or "").endswith("l1_budget")
-        return trial, ("accept" if got["verdict"] == "accept" else "l1" if l1 else None)
 
-    elements = math.prod(x["shape"][:-1])
-    lo, hi = 1, MAX_ELEMENTS // TILE // elements
-    if hi <= lo or verdict(lo)[1] != "accept" or verdict(hi)[1] != "l1":
+def at_l1_edge_tiles(c, tiles: int) -> dict:
+    """`c` with `tiles` tiles of width (per core for a width-sharded input), its other tensors and a sharded program
+    config following."""
+    x = c["x"]
+    cores = 1
+    trial = {**c, "kw": dict(c["kw"])}
+    if is_sharded(c):
+        _, strategy, grid, (sh, _), orient = x["mem"]
+        cores = len(grid) if isinstance(grid[0], tuple) else (grid[2] - grid[0] + 1) * (grid[3] - grid[1] + 1)
+        trial["x"] = {**x, "mem": S(strategy, grid, (sh, tiles * TILE), orient)}
+    else:
+        trial["x"] = dict(x)
+    trial["x"]["shape"] = (*x["shape"][:-1], cores * tiles * TILE)
+    pc = _pc(c)
+    if pc:  # the same program config with the new block width and the subblock that divides it
+        subblock = largest_divisor(tiles, subblock_limit(c["kw"].get("compute_kernel_config")))
+        trial["kw"]["program_config"] = (*pc[:2], subblock, pc[3], tiles, *pc[5:])
+    _refit(trial)
+    return trial
+
+
+def l1_side(c) -> str | None:
+    """The package's verdict on `c`: "accept", "l1" (rejected by an `*.l1_budget` rule), or None (another rule)."""
+    got = package_side(c)
+    if got["verdict"] == "accept":
+        return "accept"
+    return "l1" if (got["rule"] or "").endswith("l1_budget") else None
+
+
+def _m_l1_edge(rng, c):
+    """The width, in tile steps (per core for a width-sharded input), where the package's L1 verdict on this pre, post
+    or rms_norm flips: the last width it accepts or the first it rejects with an `*.l1_budget` rule (found by
+    bisection). A model off by less than the steps of the fixed edge widths shows here."""
+    tiles = l1_edge_tiles(c)
+    if tiles is None:
+        return None
+    lo, hi = 1, MAX_ELEMENTS // math.prod(c["x"]["shape"][:-1]) // (c["x"]["shape"][-1] // tiles)
+    if hi <= lo or l1_side(at_l1_edge_tiles(c, lo)) != "accept" or l1_side(at_l1_edge_tiles(c, hi)) != "l1":
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        side = verdict(mid)[1]
+        side = l1_side(at_l1_edge_tiles(c, mid))
         if side is None:
             return None
         lo, hi = (mid, hi) if side == "accept" else (lo, mid)
-    trial, _ = verdict(rng.choice((lo, hi)))
-    c.update(trial)
+    c.update(at_l1_edge_tiles(c, rng.choice((lo, hi))))
     return "x.l1_edge_width"
 
 
