@@ -53,6 +53,7 @@ from tt_rmsnorm.rules import (
 from tt_rmsnorm.sharding_rules import (
     _check_interleaved_program_config,
     _check_output_memory_config,
+    _check_rms_norm_output_shard,
     _check_shard_fits,
     _check_sharded_input,
     _check_sharded_post_output,
@@ -239,6 +240,7 @@ def check_rms_norm(
         _check_stats_gather(x, program_config, compute_kernel_config, grid)
         _check_output_memory_config(x, memory_config)
         _check_shard_fits(x.padded_shape, memory_config, "output")
+        _check_rms_norm_output_shard(x, memory_config)
     else:
         if program_config is not None and _is_sharded_pc(program_config):
             _fail(

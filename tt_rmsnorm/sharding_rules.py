@@ -368,3 +368,19 @@ def _check_sharded_post_output(x: TensorDesc, memory_config):
             "keep the input's shard height",
         )
     _check_shard_fits(x.padded_shape, memory_config, "output")
+
+
+def _check_rms_norm_output_shard(x: TensorDesc, memory_config):
+    """The sharded rms_norm writes each core's output block (its input shard's tiles) straight into the output
+    tensor's shard on that core, resharded or not: every output shard must hold one input shard."""
+    if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
+        return
+    (sh, sw), (oh, ow) = x.shard_spec.shape, memory_config.shard_spec.shape
+    block, held = math.ceil(sh / TILE) * math.ceil(sw / TILE), math.ceil(oh / TILE) * math.ceil(ow / TILE)
+    if held < block:
+        _fail(
+            "rms_norm.output_shard_holds_block",
+            f"the sharded rms_norm writes each core's {block}-tile block into the output's shard, which holds {held}",
+            f"output shard {[oh, ow]} vs input shard {[sh, sw]}",
+            "give the output shards at least the input's shard shape, or omit memory_config (the input's is used)",
+        )

@@ -486,3 +486,23 @@ case(
     use_2d_core_grid=True,
 )
 case("2d-grid-residual-fits", "pre", T((1, 1, 128, 1024)), A, residual=T((1, 1, 128, 1024)), use_2d_core_grid=True)
+# the sharded rms_norm writes each core's block into the output's shard on that core, resharded or not
+SHARD_2 = S("WIDTH", (0, 0, 1, 0), (32, 256))
+case(
+    "out-shard-below-block",
+    "rms_norm",
+    T((1, 1, 1, 512), mem=SHARD_2),
+    R,
+    memory_config=S("WIDTH", (0, 0, 3, 1), (32, 128)),
+)
+case(
+    "out-shard-holds-block",
+    "rms_norm",
+    T((1, 1, 1, 512), mem=SHARD_2),
+    A,
+    memory_config=S("WIDTH", (0, 0, 0, 0), (32, 512)),
+)
+# the interleaved pre refills the tile padding of an off-grid bfloat8_b L1 input through a bfloat16 copy in L1
+case("bf8-L1-31-rows", "pre", T((1, 1, 31, 10432), "bf8", mem="L1"), R)
+case("bf8-L1-31-rows-fits", "pre", T((1, 1, 31, 10304), "bf8", mem="L1"), A)
+case("bf8-L1-32-rows", "pre", T((1, 1, 32, 10432), "bf8", mem="L1"), A)

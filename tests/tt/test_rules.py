@@ -178,6 +178,14 @@ BAD = [
         "shard height",
         post(xs(), means(), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32))),
     ),
+    (
+        "rms_norm.output_shard_holds_block",
+        "8-tile block",
+        rms(
+            x((1, 1, 1, 512), memory_config=shard_mc(W_SHARD, (2, 1), (32, 256))),
+            memory_config=shard_mc(W_SHARD, (4, 2), (32, 128)),
+        ),
+    ),
     ("sharded_pre.dtype_ignored", "always writes bfloat16", pre(xs(), dtype=ttnn.bfloat8_b)),
     ("residual.shape", "shapes must match", pre(x(), residual_input_tensor=x((1, 1, 64, 1024)))),
     ("residual.same_sharding", "same shard spec", pre(xs(), residual_input_tensor=x((1, 1, 32, 1024)))),
