@@ -72,16 +72,18 @@ def pre_l1_bytes(
     use_2d_core_grid: bool = False,
 ) -> int:
     """L1 end address of the interleaved pre's circular buffers (layernorm_pre_all_gather_program_factory): the
-    input double-buffered, x^2, a reduce scaler and the output; the 2-D factory double-buffers x^2 too and adds
-    merge buffers and one block of x^2. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt)."""
+    input double-buffered, x^2 (double-buffered where that still ends inside L1, whatever L1 tensors lie there), a
+    reduce scaler and the output; the 2-D factory double-buffers x^2 always and adds merge buffers and one block of
+    x^2. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt, tests/tt/test_rules_boundaries.py)."""
     wt = x.padded_width // TILE
     cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     fused = 2 * wt * residual.tile_bytes() + wt * cb if residual is not None else 0  # residual x2, fused a+b
     if use_2d_core_grid:  # three merge tiles and a block of the largest divisor of Wt up to 8 tiles
         block = max(d for d in range(1, min(wt, 8) + 1) if wt % d == 0)
         return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + (3 + block) * cb + TILE_BYTES[stats_dtype] + fused
-    total = 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype]  # input x2, x^2, reduce scaler, out
-    return L1_BASE + total + fused
+    single = L1_BASE + 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype] + fused
+    double = single + wt * cb  # the second x^2 buffer
+    return double if double <= L1_SIZE else single
 
 
 def post_l1_bytes(

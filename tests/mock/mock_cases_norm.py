@@ -506,3 +506,6 @@ case(
 case("bf8-L1-31-rows", "pre", T((1, 1, 31, 10432), "bf8", mem="L1"), R)
 case("bf8-L1-31-rows-fits", "pre", T((1, 1, 31, 10304), "bf8", mem="L1"), A)
 case("bf8-L1-32-rows", "pre", T((1, 1, 32, 10432), "bf8", mem="L1"), A)
+# the interleaved pre double-buffers x^2 where that still ends inside L1, blind to the L1 tensors below the end
+case("x2-double-into-L1-tensors", "pre", T((1, 1, 64, 3072), mem="L1"), R, residual=T((1, 1, 64, 3072), mem="L1"))
+case("x2-single-fits", "pre", T((1, 1, 64, 3104), mem="L1"), A, residual=T((1, 1, 64, 3104), mem="L1"))

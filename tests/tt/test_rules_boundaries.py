@@ -97,6 +97,35 @@ def test_post_l1_edge_matches_ttnn(dtype, acc, affine, devices, width, reported)
         assert _rule(check, x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw) == "post.l1_budget"
 
 
+# ttnn 0.81.1 on a mock N150, the interleaved pre of an L1-interleaved bfloat16 input (and residual): (rows, width,
+# residual?, the lowest L1 buffer and the end of the buffers ttnn reported, or None where it ran). ttnn double-buffers
+# x^2 where that still ends inside L1, blind to the L1 tensors below the end.
+PRE_X2_DOUBLE = [
+    (64, 3072, True, 1484800, 1486176),  # the fuzzer's call: double-buffered, into the tensors
+    (64, 3104, True, None, None),  # double-buffered it would pass the end of L1: single, and it fits
+    (8192, 3040, False, 712704, 888160),
+    (8192, 3104, False, 696320, 904544),
+    (4096, 6144, False, 708608, 1289568),  # single
+]
+
+
+@pytest.mark.parametrize(
+    "rows, width, residual, floor, end",
+    PRE_X2_DOUBLE,
+    ids=[f"rows{r}-w{w}{'-res' if res else ''}" for r, w, res, _, _ in PRE_X2_DOUBLE],
+)
+def test_pre_double_buffers_x2_where_it_ends_inside_l1(rows, width, residual, floor, end):
+    """The pre's verdict is ttnn's, and where ttnn rejects, the rule names its lowest L1 buffer and its buffers' end."""
+    x = D((1, 1, rows, width), memory_config=ttnn.L1_MEMORY_CONFIG)
+    kw = dict(residual_input_tensor=x if residual else None, compute_grid=(8, 8))
+    if floor is None:
+        op_rules.check_pre_all_gather(x, **kw)
+        return
+    with pytest.raises(RuleError) as err:
+        op_rules.check_pre_all_gather(x, **kw)
+    assert f"from {floor} B" in str(err.value) and f"needs {end} B" in str(err.value), str(err.value)
+
+
 # ttnn 0.81.1 on a mock N150, the interleaved pre of an L1-interleaved bfloat8_b input (and residual): (rows, width,
 # residual dtype, use_2d_core_grid, the lowest L1 buffer and the end of the buffers ttnn reported, or None where it
 # ran). Rows off the tile grid: ttnn refills the padding through a bfloat16 copy typecast back below it.
