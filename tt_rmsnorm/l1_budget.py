@@ -115,9 +115,7 @@ def post_l1_bytes(
             per_tile += TILE_BYTES.get(g.dtype, 2048) + cb
     # the stats, two scalar tiles (epsilon and the reduce scaler: bfloat16, one of them float32 for a float32 input)
     # and two one-tile intermediates in the compute format
-    scalars = TILE_BYTES[ttnn.bfloat16] + (
-        TILE_BYTES[ttnn.float32] if x.dtype == ttnn.float32 else TILE_BYTES[ttnn.bfloat16]
-    )
+    scalars = TILE_BYTES[ttnn.bfloat16] + TILE_BYTES[ttnn.float32 if x.dtype == ttnn.float32 else ttnn.bfloat16]
     small = (stats.padded_width // TILE) * stats.tile_bytes() + scalars + 2 * cb
     return L1_BASE + cb_length * per_tile + small
 

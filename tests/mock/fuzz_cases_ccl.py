@@ -11,7 +11,7 @@ single step across one rule of `tt_rmsnorm.ccl_rules` (or across ttnn's own L1 l
 
 from __future__ import annotations
 
-from fuzz_draws import TILE, gather_l1_edge_input, largest_divisor, pick, subblock_limit
+from fuzz_draws import TILE, gather_l1_edge_input, grid_cores, largest_divisor, pick, subblock_limit
 from mock_cases import CK, DPC, GRIDS, PC, S, T
 from mock_cases_ccl import OPS, SEM, SYSTEMS
 
@@ -54,10 +54,6 @@ def _width_grid(rng, system, width):
     return (x0, y0, x0 + cx - 1, y0 + cy - 1)
 
 
-def _cores(grid) -> int:
-    return (grid[2] - grid[0] + 1) * (grid[3] - grid[1] + 1)
-
-
 def _acc(ck) -> str:
     return "fp32" if ck and ck[1] else "bf16"
 
@@ -72,7 +68,7 @@ def _fused(rng, system):
     width = rng.choice((256, 512, 1024, 1024, 2048, 2048, 4096, 8192))
     rows = rng.choice((1, 8, 32, 32))
     grid = _width_grid(rng, system, width)
-    shard_w = width // _cores(grid)
+    shard_w = width // grid_cores(grid)
     xm = S("WIDTH", grid, (TILE, shard_w))
     ck = _compute(rng)
     if rng.random() < 0.2 and shard_w // TILE > 1:  # dst_full_sync doubles the subblock limit
@@ -155,7 +151,7 @@ def _m_fused(rng, c):
     grid_rect = x["mem"][2]
     if choice == "sems2":
         c["sems"] = SEM(c["sems"][1], count=2)
-    elif choice == "sem_one_core" and _cores(grid_rect) > 1:
+    elif choice == "sem_one_core" and grid_cores(grid_rect) > 1:
         c["sems"] = SEM((*first, *first))
     elif choice in ("no_stats", "no_weight"):
         c.pop(choice[3:], None)
@@ -357,7 +353,7 @@ def _compose(rng, system):
     kw = {}
     if rng.random() < 0.5:  # decode: sharded input, stats on the grid's first core
         grid = _width_grid(rng, system, width)
-        shard_w = width // _cores(grid)
+        shard_w = width // grid_cores(grid)
         xm = S("WIDTH", grid, (TILE, shard_w))
         c["x"] = T((1, 1, TILE, width), mem=xm)
         kw["program_config"] = PC((grid[2] + 1, grid[3] + 1), largest_divisor(shard_w // TILE, 8), 1, shard_w // TILE)

@@ -64,6 +64,13 @@ def valid_axis(system: str):
     return 1 if MESH_SHAPES[system][0] > 1 or MESH_SHAPES[system][1] > 1 else None
 
 
+def grid_cores(grid) -> int:
+    """Cores of a shard grid spec: a core range (x0, y0, x1, y1) or a tuple of single cores ((x, y), ...)."""
+    if isinstance(grid[0], tuple):
+        return len(grid)
+    return (grid[2] - grid[0] + 1) * (grid[3] - grid[1] + 1)
+
+
 def sharded_pc(x, ck, widen=False, system="n150"):
     """The valid LayerNormShardedMultiCoreProgramConfig for a sharded input spec (the generator's own derivation)."""
     _, strategy, (x0, y0, x1, y1), (shard_h, shard_w), orient = x["mem"]

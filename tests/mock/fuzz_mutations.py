@@ -13,6 +13,7 @@ from fuzz_draws import (
     TILE,
     gather_l1_edge_input,
     gather_size,
+    grid_cores,
     largest_divisor,
     padded,
     sharded_pc,
@@ -120,7 +121,7 @@ def _m_width(rng, c):
         if strategy != "WIDTH":
             return None
         tiles = rng.choice((64, 96, 128, 160, 192, 224, 256))
-        cores = (grid[2] - grid[0] + 1) * (grid[3] - grid[1] + 1)
+        cores = grid_cores(grid)
         if x["shape"][-2] * cores * tiles * TILE > MAX_ELEMENTS:
             return None
         c["x"] = {
@@ -149,19 +150,19 @@ def l1_edge_tiles(c) -> int | None:
     return x["shape"][-1] // TILE
 
 
+def _width_cores(c) -> int:
+    """The cores the input's width is split over: its shard grid's, or one for an interleaved input."""
+    return grid_cores(c["x"]["mem"][2]) if is_sharded(c) else 1
+
+
 def at_l1_edge_tiles(c, tiles: int) -> dict:
     """`c` with `tiles` tiles of width (per core for a width-sharded input), its other tensors and a sharded program
     config following."""
     x = c["x"]
-    cores = 1
-    trial = {**c, "kw": dict(c["kw"])}
+    trial = {**c, "x": {**x, "shape": (*x["shape"][:-1], _width_cores(c) * tiles * TILE)}, "kw": dict(c["kw"])}
     if is_sharded(c):
         _, strategy, grid, (sh, _), orient = x["mem"]
-        cores = len(grid) if isinstance(grid[0], tuple) else (grid[2] - grid[0] + 1) * (grid[3] - grid[1] + 1)
-        trial["x"] = {**x, "mem": S(strategy, grid, (sh, tiles * TILE), orient)}
-    else:
-        trial["x"] = dict(x)
-    trial["x"]["shape"] = (*x["shape"][:-1], cores * tiles * TILE)
+        trial["x"]["mem"] = S(strategy, grid, (sh, tiles * TILE), orient)
     pc = _pc(c)
     if pc:  # the same program config with the new block width and the subblock that divides it
         subblock = largest_divisor(tiles, subblock_limit(c["kw"].get("compute_kernel_config")))
@@ -185,7 +186,7 @@ def _m_l1_edge(rng, c):
     tiles = l1_edge_tiles(c)
     if tiles is None:
         return None
-    lo, hi = 1, MAX_ELEMENTS // math.prod(c["x"]["shape"][:-1]) // (c["x"]["shape"][-1] // tiles)
+    lo, hi = 1, MAX_ELEMENTS // math.prod(c["x"]["shape"][:-1]) // (_width_cores(c) * TILE)
     if hi <= lo or l1_side(at_l1_edge_tiles(c, lo)) != "accept" or l1_side(at_l1_edge_tiles(c, hi)) != "l1":
         return None
     while hi - lo > 1:

@@ -1,6 +1,8 @@
 """Rule boundaries the one-violation-per-rule table (test_rules.py) leaves open: each condition checked on the side
 it must reject and the side it must accept, and the L1 byte counts against what ttnn 0.81.1 reported on a mock N150."""
 
+from functools import partial
+
 import pytest
 import ttnn
 from test_rules import pc, shard_mc
@@ -18,6 +20,19 @@ def _rule(check, *args, **kw):
     with pytest.raises(RuleError) as err:
         check(*args, **kw)
     return err.value.rule
+
+
+def _l1_verdict_is_ttnns(check, rule, end=None, floor=None):
+    """`check()` runs where ttnn ran (`end` None); where ttnn rejected, it raises `rule` and its message names the end
+    of the buffers and, where given, the lowest L1 buffer ttnn reported."""
+    if end is None:
+        check()
+        return
+    with pytest.raises(RuleError) as err:
+        check()
+    assert err.value.rule == rule
+    assert f"needs {end} B" in str(err.value), str(err.value)
+    assert floor is None or f"from {floor} B" in str(err.value), str(err.value)
 
 
 # ttnn's "Statically allocated dataflow buffers ... grow to N B" for the interleaved pre (the agreement battery's
@@ -89,12 +104,12 @@ def test_post_l1_edge_matches_ttnn(dtype, acc, affine, devices, width, reported)
     affine_kw = {"weight": D((1, 1, 1, width)), "bias": D((1, 1, 1, width))}
     affine_kw = dict(list(affine_kw.items())[:affine])
     ckc = configs.compute_kernel_config(fp32_dest_acc_en=acc)
-    check = op_rules.check_post_all_gather
-    if reported is None:
-        check(x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw)
-    else:
+    if reported is not None:
         assert l1_budget.post_l1_bytes(x, stats, ckc, **affine_kw) == reported
-        assert _rule(check, x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw) == "post.l1_budget"
+    check = partial(
+        op_rules.check_post_all_gather, x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw
+    )
+    _l1_verdict_is_ttnns(check, "post.l1_budget", reported)
 
 
 # ttnn 0.81.1 on a mock N150, the interleaved pre of an L1-interleaved bfloat16 input (and residual): (rows, width,
@@ -117,13 +132,10 @@ PRE_X2_DOUBLE = [
 def test_pre_double_buffers_x2_where_it_ends_inside_l1(rows, width, residual, floor, end):
     """The pre's verdict is ttnn's, and where ttnn rejects, the rule names its lowest L1 buffer and its buffers' end."""
     x = D((1, 1, rows, width), memory_config=ttnn.L1_MEMORY_CONFIG)
-    kw = dict(residual_input_tensor=x if residual else None, compute_grid=(8, 8))
-    if floor is None:
-        op_rules.check_pre_all_gather(x, **kw)
-        return
-    with pytest.raises(RuleError) as err:
-        op_rules.check_pre_all_gather(x, **kw)
-    assert f"from {floor} B" in str(err.value) and f"needs {end} B" in str(err.value), str(err.value)
+    check = partial(
+        op_rules.check_pre_all_gather, x, residual_input_tensor=x if residual else None, compute_grid=(8, 8)
+    )
+    _l1_verdict_is_ttnns(check, "pre.l1_budget", end, floor)
 
 
 # ttnn 0.81.1 on a mock N150, the interleaved pre of an L1-interleaved bfloat8_b input (and residual): (rows, width,
@@ -154,14 +166,10 @@ def test_pre_l1_floor_counts_the_padding_refill_copies(rows, width, residual, tw
     l1 = ttnn.L1_MEMORY_CONFIG
     x = D((1, 1, rows, width), dtype=ttnn.bfloat8_b, memory_config=l1)
     res = D((1, 1, rows, width), dtype=residual, memory_config=l1) if residual else None
-    kw = dict(residual_input_tensor=res, use_2d_core_grid=two_d, compute_grid=(8, 8))
-    if floor is None:
-        op_rules.check_pre_all_gather(x, **kw)
-        return
-    with pytest.raises(RuleError) as err:
-        op_rules.check_pre_all_gather(x, **kw)
-    assert err.value.rule == "pre.l1_budget"
-    assert f"from {floor} B" in str(err.value) and f"needs {end} B" in str(err.value), str(err.value)
+    check = partial(
+        op_rules.check_pre_all_gather, x, residual_input_tensor=res, use_2d_core_grid=two_d, compute_grid=(8, 8)
+    )
+    _l1_verdict_is_ttnns(check, "pre.l1_budget", end, floor)
 
 
 @pytest.mark.parametrize("width, accepted", [(20480, False), (21504, True), (22528, True)])
@@ -387,12 +395,12 @@ PRE_2D_L1 = [
 def test_2d_pre_l1_matches_ttnn(dtype, acc, wt, reported):
     """The 2-D pre's verdict near the end of L1 is ttnn's, and where ttnn rejects, the model gives its end address."""
     x, ckc = D((1, 1, 64, 32 * wt), dtype=dtype), configs.compute_kernel_config(fp32_dest_acc_en=acc)
-    check = op_rules.check_pre_all_gather
-    if reported is None:
-        check(x, compute_kernel_config=ckc, use_2d_core_grid=True, compute_grid=(8, 8))
-    else:
+    if reported is not None:
         assert l1_budget.pre_l1_bytes(x, ckc, use_2d_core_grid=True) == reported
-        assert _rule(check, x, compute_kernel_config=ckc, use_2d_core_grid=True, compute_grid=(8, 8)) == "pre.l1_budget"
+    check = partial(
+        op_rules.check_pre_all_gather, x, compute_kernel_config=ckc, use_2d_core_grid=True, compute_grid=(8, 8)
+    )
+    _l1_verdict_is_ttnns(check, "pre.l1_budget", reported)
 
 
 @pytest.mark.parametrize("width, row_tiles", [(1024, 32), (1056, 40), (32, 8)], ids=["32-tiles", "33-tiles", "1-tile"])
