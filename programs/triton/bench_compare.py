@@ -1,14 +1,15 @@
-"""Two source trees' forward and backward timed against each other in one run: did a change cost anything?
+"""Source trees' forward and backward timed against each other in one run: did a change cost anything?
 
-    python3 programs/triton/bench_compare.py BEFORE AFTER [--shapes 4096x4096,8192x8192,2048x65536] [--rounds 7]
-                                             [--fp8]
+    python3 programs/triton/bench_compare.py BEFORE AFTER [AFTER ...] [--shapes 4096x4096,8192x8192,2048x65536]
+                                             [--rounds 7] [--fp8]
 
-BEFORE and AFTER are directories that each hold a `programs` package (a checkout, or `git archive REV programs
-tt_rmsnorm` unpacked). Every round runs one fresh process a tree, the trees' order alternating round by round; each
-process imports programs.triton from its own tree and times rmsnorm_fwd and rmsnorm_bwd (default launches, bf16,
-a weight, rsigma from the forward; --fp8: also the forward into e4m3 with row scales) at every shape with
+BEFORE and each AFTER are directories that each hold a `programs` package (a checkout, or `git archive REV programs
+tt_rmsnorm` unpacked). Every round runs one fresh process a tree, the trees' order rotating round by round (with
+two trees: alternating); each process imports programs.triton from its own tree (its directory put first on
+PYTHONPATH, so a Triton placed on PYTHONPATH stays visible) and times rmsnorm_fwd and rmsnorm_bwd (default launches,
+bf16, a weight, rsigma from the forward; --fp8: also the forward into e4m3 with row scales) at every shape with
 bench_timing.graph_time (CUDA graphs over rotating input sets of at least 3x the L2). The table gives each tree's
-median over the rounds, the ratio after / before, and the spread of each tree's rounds (max / min - 1), beside a
+median over the rounds, each AFTER's ratio to BEFORE, and the spread of each tree's rounds (max / min - 1), beside a
 device-to-device copy's bandwidth measured at the start and the end of the run (bytes read plus written), which
 says whether the card's memory speed held through it.
 """
@@ -78,7 +79,7 @@ def _time_shape(m, n, sets, calls, reps, g, fwd, bwd, graph_time, rotating, fp8:
 
 
 def run_tree(tree: Path, shapes: str, reps: int, fp8: bool) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, __file__, "--worker", "--shapes", shapes, "--reps", str(reps)] + (["--fp8"] if fp8 else [])
     done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -88,7 +89,7 @@ def run_tree(tree: Path, shapes: str, reps: int, fp8: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trees", nargs="*", type=Path, help="BEFORE AFTER")
+    ap.add_argument("trees", nargs="*", type=Path, help="BEFORE AFTER [AFTER ...]")
     ap.add_argument("--shapes", default="4096x4096,8192x8192,2048x65536")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=15)
@@ -98,24 +99,51 @@ def main() -> None:
     if a.worker:
         print(json.dumps(worker(parse_shapes(a.shapes), a.reps, a.fp8)), flush=True)
         return
-    before, after = (t.resolve() for t in a.trees)
+    if len(a.trees) < 2:
+        ap.error("give BEFORE and at least one AFTER tree")
+    trees = [t.resolve() for t in a.trees]
+    names = tree_names(trees)
     bw_start = copy_gbps()
-    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(a.rounds):
-        order = [("before", before), ("after", after)]
-        for name, tree in order if r % 2 == 0 else order[::-1]:
+        for name, tree in rotated(list(zip(names, trees, strict=True)), r):
             runs[name].append(run_tree(tree, a.shapes, a.reps, a.fp8))
             print(f"round {r + 1} {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in runs[name][-1].items()), flush=True)
     bw_end = copy_gbps()
     dev = torch.cuda.get_device_name(0)
     print(f"\n{dev}; copy {bw_start:.0f} GB/s at the start, {bw_end:.0f} GB/s at the end; {a.rounds} rounds, medians")
-    print(f"{'call':<18} {'before us':>10} {'after us':>10} {'after/before':>13} {'spread b/a':>14}")
-    for key in runs["before"][0]:
-        b = [t[key] for t in runs["before"]]
-        f = [t[key] for t in runs["after"]]
-        mb, ma = statistics.median(b), statistics.median(f)
-        spread = f"{max(b) / min(b) - 1:.1%}/{max(f) / min(f) - 1:.1%}"
-        print(f"{key:<18} {mb:>10.2f} {ma:>10.2f} {ma / mb:>13.4f} {spread:>14}")
+    print("\n".join(render(runs, names)))
+
+
+def tree_names(trees: list[Path]) -> list[str]:
+    """The trees' directory names, or before / after where they clash (the two-tree call's names)."""
+    names = [t.name for t in trees]
+    if len(set(names)) == len(names):
+        return names
+    return ["before", "after"] if len(trees) == 2 else [f"tree{i}" for i in range(len(trees))]
+
+
+def rotated(items: list, r: int) -> list:
+    """Round r's order: two trees alternate; more rotate by one a round, so each tree takes every place in turn."""
+    if len(items) == 2:
+        return items if r % 2 == 0 else items[::-1]
+    k = r % len(items)
+    return items[k:] + items[:k]
+
+
+def render(runs: dict[str, list[dict]], names: list[str]) -> list[str]:
+    """A line a call: each tree's median, each later tree's median / the first's, each tree's spread (max / min - 1)."""
+    base, later = names[0], names[1:]
+    head = f"{'call':<18} {base + ' us':>12}" + "".join(f" {n + ' us':>12} {n + '/' + base:>16}" for n in later)
+    lines = [head + f" {'spread':>8}" * len(names)]
+    for key in runs[base][0]:
+        meds = {n: statistics.median(t[key] for t in runs[n]) for n in names}
+        spreads = [max(t[key] for t in runs[n]) / min(t[key] for t in runs[n]) - 1 for n in names]
+        line = f"{key:<18} {meds[base]:>12.2f}" + "".join(
+            f" {meds[n]:>12.2f} {meds[n] / meds[base]:>16.4f}" for n in later
+        )
+        lines.append(line + "".join(f" {s:>8.1%}" for s in spreads))
+    return lines
 
 
 if __name__ == "__main__":

@@ -224,3 +224,24 @@ def test_allreduce_bench_table_names_the_best_stage_and_the_dispatched_ratio():
     assert len(cells) == len(head.strip("|").split("|")) == rule.count("---:")
     assert cells[-4:] == ["3 (3.00x)", "6.0 (stage 0)", "2.00x", f"{8 * 8192 * 2 / 6.0 / 1e3:.0f}"]
     assert "-" in cells  # stages not timed at this T
+
+
+def test_tree_comparison_rotates_every_tree_through_every_place_and_reports_ratios_to_the_first(tmp_path):
+    """bench_compare: two trees alternate, more rotate (each takes every place in turn); the table gives each later
+    tree's median over the first's; clashing directory names fall back to positional names."""
+    from programs.triton.bench_compare import render, rotated, tree_names
+
+    assert [rotated(["a", "b"], r) for r in range(2)] == [["a", "b"], ["b", "a"]]
+    three = [rotated(["a", "b", "c"], r) for r in range(3)]
+    assert all(sorted(order) == ["a", "b", "c"] for order in three)
+    assert {order.index("a") for order in three} == {0, 1, 2}, "every tree takes every place"
+    runs = {"a": [{"fwd 8x8": 10.0}, {"fwd 8x8": 12.0}, {"fwd 8x8": 11.0}], "b": [{"fwd 8x8": 9.9}] * 3}
+    head, line = render(runs, ["a", "b"])
+    assert "b/a" in head
+    assert line.split()[2:5] == ["11.00", "9.90", "0.9000"], line
+    assert line.split()[-2:] == ["20.0%", "0.0%"], "each tree's spread, max / min - 1"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "x").mkdir()
+    assert tree_names([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
+    assert tree_names([tmp_path / "x", tmp_path / "y" / "x"]) == ["before", "after"]
