@@ -22,15 +22,18 @@ FP8 output (x normalized as given: no residual or distributed stats): with one g
 its partial sum (one 8-byte st.async), and the row max is rs times the largest (rs > 0; no bias, as the split kernel).
 Launched with PDL where rmsnorm_fwd's enable_pdl says so, as the rows kernels are.
 Rows whose fp32 sum of squares leaves fp32's range (row_stats.py's rule): the exchange also leaves the row's sum in
-shared memory, where the kernel reads it back as one scalar after its plain pass; such a row is written again by a
-called function (_restore_row), which reads the CTA's piece back in steps, exchanges the scaled partials a second
-time (rescaled_exchange_asm: stores into the peers' shared memory and a cluster barrier, which every CTA of the
-cluster reaches, their sums being the same bits) and writes rsigma, the FP8 scale or row max and y again.
+shared memory, where the kernel reads it back as one scalar. A cast or one-scale output takes the second pass before
+its stores, over the piece the CTA holds (_held_pass); an output with a row max (FP8 row scales, the row max alone)
+takes it after its plain pass, in a called function (_restore_row) that reads the CTA's piece back in steps and
+writes rsigma, the FP8 scale or row max and y again: held there, it spills under Triton 3.8, and called after the
+stores, the cast output's forward cost 3.7-6.9% (_held_pass says where each was measured). Either pass exchanges
+the scaled partials a second time (rescaled_exchange_asm: stores into the peers' shared memory and a cluster
+barrier, which every CTA of the cluster reaches, their sums being the same bits).
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
 compiled PTX (ptx_report) instead of running it.
 
-The kernel body stays one function: its loads, exchange and stores hand registers from one step to the next, and
-_restore_row is the called second pass.
+The kernel body stays one function: its loads, exchange and stores hand registers from one step to the next;
+_held_pass and _restore_row are the two forms of the second pass.
 """
 
 from __future__ import annotations
@@ -252,6 +255,8 @@ if GLUON:
         else:
             ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
+        if not NEED_MAX:  # row_stats' rule over the row held (a cast or one-scale output): _held_pass
+            rs = _held_pass(rs, xsm if X_STAGED else xs, inv_n, eps, LAYOUT, RESCALED_EXCHANGE, X_STAGED)
         if STORE_RSIG:
             _row_store(RSIG, row, kk, rs)
         if NEED_MAX:  # max|y| = rs max|x w|; NaN where y holds a NaN (row_stats.nan_rows)
@@ -281,10 +286,11 @@ if GLUON:
                 v = v + bs.load(LAYOUT).to(gl.float32)
             v = _to_out(v, scale, fp8_max, OUT_MODE)
             gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
-        # row_stats' rule, last, where nothing is held: the range test on the row's sum read back as one scalar (the
-        # exchange left it in shared memory), and a row past fp32's range written again from memory
+        # row_stats' rule for the outputs with a row max, last, where nothing is held: the range test on the row's sum
+        # read back as one scalar (the exchange left it in shared memory), and a row past fp32's range written again
+        # from memory by a called function
         row_ss = gl.inline_asm_elementwise(SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1)
-        if off_range(row_ss * inv_n + eps):
+        if NEED_MAX and off_range(row_ss * inv_n + eps):
             # a call (noinline): the plain pass's registers are free; only what the output reads is passed
             val2 = gl.inline_asm_elementwise(
                 VAL2_ASM, "=r,r", [gl.program_id(0)], dtype=gl.int32, is_pure=False, pack=1
@@ -319,6 +325,35 @@ if GLUON:
                 OUT_MODE,
                 NEED_MAX,
             )
+
+    @gluon.jit
+    def _held_pass(rs, xs, inv_n, eps, LAYOUT: gl.constexpr, RESCALED_EXCHANGE: gl.constexpr, X_STAGED: gl.constexpr):
+        """rs, or for a row past fp32's range its rescaled value: the second pass over the piece this CTA holds (xs:
+        in registers, or in shared memory where X_STAGED), its scaled partials exchanged a second time. Before the
+        stores, inline: for a cast or one-scale output this costs nothing measurable where the called pass after the
+        stores cost the 2048 x 65536 forward 3.7% (Triton 3.6) and 6.9% (Triton 3.8); with a row max the held pass
+        spills under Triton 3.8 (1.53x at 2048 x 65536 into e4m3), so those outputs take the called pass."""
+        row_ss = gl.inline_asm_elementwise(SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1)
+        ss = row_ss + gl.zeros_like(rs)
+        if off_range(row_ss * inv_n + eps):
+            c = gl.where(ss * inv_n + eps == INF, DOWN, UP)
+            if X_STAGED:
+                xc = xs.load(LAYOUT).to(gl.float32) * c[:, None]
+            else:
+                xc = xs.to(gl.float32) * c[:, None]
+            val2 = gl.inline_asm_elementwise(
+                VAL2_ASM, "=r,r", [gl.program_id(0)], dtype=gl.int32, is_pure=False, pack=1
+            )
+            ss_c = gl.inline_asm_elementwise(
+                RESCALED_EXCHANGE,
+                "=f,f,r",
+                [gl.sum(xc * xc, axis=1), val2 + gl.zeros_like(rs).to(gl.int32)],
+                dtype=gl.float32,
+                is_pure=False,
+                pack=1,
+            )
+            rs = gl.rsqrt(ss_c * inv_n + eps * c * c) * c
+        return rs
 
     @gluon.jit
     def _to_out(v, scale, fp8_max, OUT_MODE: gl.constexpr):
@@ -361,7 +396,8 @@ if GLUON:
         OUT_MODE: gl.constexpr,
         NEED_MAX: gl.constexpr,
     ):
-        """The cluster's row written again (row_stats.restore_rows' part for a row over K CTAs): each CTA reads its
+        """The cluster's row written again where the output has a row max (row_stats.restore_rows' part for a row over
+        K CTAs; the kernel calls it for outputs with a row max only, _held_pass serving the others): each CTA reads its
         piece back SUB columns a step, its scaled partial sum (and max|x c w|) meets the others' in the second
         exchange, then rsigma, the FP8 scale or row max and y are written again. The second exchange's cluster
         barrier orders the plain pass's stores before these."""
