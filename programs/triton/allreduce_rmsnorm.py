@@ -33,9 +33,11 @@ Paths (`stage`, default from `choose_stage`, which reads the measured table DISP
      the row is empty, then empty it again. Half of stage 0's bytes, one program per SM: tens of rows on 4 ranks.
   4  NCCL as the transport (nccl_allreduce_rmsnorm_fp8): reduce-scatter, the fused norm on the owned rows, all-gather
      of FP8 rows and scales; with a residual reduce-scatter + all-gather, then the fused norm (its sums are NCCL's,
-     rounded to the activation dtype). The path for sizes where no fused stage beats NCCL all_reduce + the fused
-     norm; on 4 x H100 none was measured (torch's all_reduce works in place, so the plain unfused path costs a copy of
-     x here, and this variant was slower than stage 2 at every T), so no DISPATCH row takes it.
+     rounded to the activation dtype). With reuse_x=True (the caller's x is dead after the call, as a row-parallel
+     layer's output is) and a residual: NCCL's all_reduce in place on x, then the fused norm, which is the unfused
+     path itself: the dispatch takes it where no fused stage beats that path (4 ranks, a residual, 513-2048 rows).
+     torch's all_reduce works only in place, so without reuse_x it would cost a copy of x, and the dispatch takes
+     stage 2 there instead.
   5  two stages pushed with the flags in the data (TensorRT-LLM's two-shot with Lamport buffers): rows pushed to their
      owners (reduce-scatter), normalized and quantized there, the FP8 rows and scales (with a residual: residual_out)
      pushed to every peer (all-gather). (W-1)/W of stage 3's bytes in the first push, no barrier: from tens to
@@ -262,8 +264,11 @@ class AllReduceRMSNormFP8:
         dtype: torch.dtype = torch.float8_e4m3fn,
         stage: int | None = None,
         config: tuple[int, int] | None = None,
+        reuse_x: bool = False,
     ) -> RMSNormOutput:
-        """The fused call on this rank's partial x [..., H]; collective (all ranks, same shapes and options)."""
+        """The fused call on this rank's partial x [..., H]; collective (all ranks, same shapes and options).
+        reuse_x: x may be overwritten (its values after the call are unspecified), which lets stage 4 all-reduce in
+        place where that is the fastest path (see the stages above); x is never written otherwise."""
         x2 = check_call(
             x,
             weight,
@@ -280,7 +285,9 @@ class AllReduceRMSNormFP8:
         )
         t = x2.shape[0]
         if stage is None:
-            stage = choose_stage(t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None)
+            stage = choose_stage(
+                t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None, reuse_x=reuse_x
+            )
             stage = fitting_stage(stage, t, self.bufs, self.hidden, int32_view_ok(x2))
         if stage == NCCL:
             out = nccl_allreduce_rmsnorm_fp8(
@@ -292,6 +299,7 @@ class AllReduceRMSNormFP8:
                 residual=as_rows(residual, "residual") if residual is not None else None,
                 scale_ub=scale_ub,
                 dtype=dtype,
+                reuse_x=reuse_x,
             )
             ro = out.residual_out.view(x.shape) if out.residual_out is not None else None
             return RMSNormOutput(out.y.view(x.shape), None, ro, out.scale)
@@ -341,8 +349,10 @@ def nccl_allreduce_rmsnorm_fp8(
     residual: torch.Tensor | None,
     scale_ub: float,
     dtype: torch.dtype,
+    reuse_x: bool = False,
 ) -> RMSNormOutput:
-    """Stage 4, NCCL as the transport (x: [T, H] rows, inputs already checked; x is not written). Without a residual
+    """Stage 4, NCCL as the transport (x: [T, H] rows, inputs already checked; x is written only where reuse_x
+    allows it: with a residual, all_reduce in place on x, then rmsnorm_fwd on every row). Without a residual
     and with T a multiple of the world size: reduce-scatter the rows, normalize and quantize the owned T/W rows with
     rmsnorm_fwd, all-gather the FP8 rows and the scales: the norm runs on 1/W of the rows and the all-gather moves
     1 byte an element instead of 2. With a residual every rank needs the whole sum (residual_out): reduce-scatter +
@@ -352,6 +362,9 @@ def nccl_allreduce_rmsnorm_fp8(
     world = dist.get_world_size(group)
     t, h = x.shape
     norm = dict(epsilon=epsilon, weight_offset=weight_offset, dtype=dtype, scale_mode="row", scale_ub=scale_ub)
+    if reuse_x and residual is not None:
+        dist.all_reduce(x, group=group)
+        return rmsnorm_fwd(x, weight, residual=residual, **norm)
     if t % world:
         total = x.clone()
         dist.all_reduce(total, group=group)

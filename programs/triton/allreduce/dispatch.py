@@ -32,20 +32,24 @@ _DISPATCH_2 = (
     (None, TWO_STAGE, PULL),
 )
 _DISPATCH_4 = (
-    # 4 x H100 (NV18 between every pair), three runs. T = 1: stage 0 7.7-7.9 us against stage 3 7.9-9.5 (1.82-1.88x);
-    # T = 8: stage 0 10.1-10.4 against stage 3 9.3-11.2, a tie (1.38-1.47x); with a residual T = 1 2.11x, T = 8 1.40x
+    # 4 x H100 (NV18 between every pair), four runs. T = 1: stage 0 7.7-8.9 us against stage 3 7.9-9.5 (1.79-1.88x);
+    # T = 8: stage 0 10.1-10.6 against stage 3 9.3-11.2, a tie (1.38-1.49x); with a residual T = 1 1.71-2.11x, T = 8
+    # 1.40-1.48x
     (8 * ROW, PUSH, PUSH),
-    # T = 32: stage 3 12.7-14.1 us against stage 5 12.4 and stage 0 16.6-17.0 (1.36x dispatched); with a residual
-    # stage 3 13.1 against stage 5 14.4 (1.43x)
-    (32 * ROW, LAMPORT, LAMPORT),
-    # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-18.8 against stage 3 25.6-27.9 and
-    # stage 2 33.3-35.2 (1.84-2.03x), T = 256 25.9 (1.72x), T = 512 46.8 against stage 2 63.5 (1.40x); with a
-    # residual (it all-gathers residual_out) T = 64 1.32x, 128 1.41x, 256 1.34x, 512 1.24x. Stage 5 is measured
-    # up to 512 rows in CUDA graphs (the 4-rank benchmark made no progress at T = 1024 in one run:
-    # docs/allreduce.md), so it ends here
+    # T = 32: stage 5 12.3-12.4 us against stage 3 12.7-14.1 (stage 3 dispatched at its default shape: 14.5, 1.26x,
+    # in the fourth run); with a residual stage 3 13.1-15.3 against stage 5 14.4-16.8 (1.08-1.43x)
+    (32 * ROW, LAMPORT2, LAMPORT),
+    # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-19.4 against stage 3 25.6-27.9 and
+    # stage 2 33.3-35.2 (1.75-2.03x), T = 256 25.9 (1.72x), T = 512 46.8-51.4 against stage 2 63.5-69.0
+    # (1.39-1.40x); with a residual (it all-gathers residual_out) T = 64 1.32x, 128 1.41-1.54x, 256 1.34x, 512
+    # 1.18-1.24x. Stage 5's buffers end here (workspace.LAMPORT2_MAX_TOKENS says why)
     (512 * ROW, LAMPORT2, LAMPORT2),
-    # stage 2 (2 rows x 16 warps from 512 rows a rank): T = 2048 170.2 us (1.14x), 8192 592.6 (1.15x, stage 4's
-    # NCCL reduce-scatter + all-gather 592.5, a tie); with a residual 223.8 (1.00x against 223.0) and 736.9 (1.05x)
+    # stage 2 (2 rows x 16 warps from 512 rows a rank): T = 2048 170.2-173.9 us (1.12-1.14x). With a residual no
+    # fused stage beats NCCL all_reduce + the fused norm at T = 2048 (stage 2 223.8-232.8 against 223.0, 0.96-1.00x;
+    # stage 4 reduce-scatter + all-gather 265.2): stage 4 in place where reuse_x allows, else stage 2
+    (2048 * ROW, TWO_STAGE, NCCL),
+    # T = 8192 574.3-592.6 (1.15-1.20x; stage 4's reduce-scatter + all-gather 592.5-593.1); with a residual
+    # 736.9-759.9 (1.02-1.05x)
     (None, TWO_STAGE, TWO_STAGE),
 )
 # 3 ranks and 5-8 ranks take the 4-rank rows (not measured: 8-GPU machines were not available)
@@ -56,14 +60,19 @@ def dispatch_rows(world: int) -> tuple:
     return DISPATCH[2] if world == 2 else DISPATCH[4]
 
 
-def choose_stage(tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False) -> int:
+def choose_stage(
+    tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False, reuse_x: bool = False
+) -> int:
     """The measured stage (DISPATCH) for a call of [tokens, hidden] elements of `itemsize` bytes over `world` ranks.
-    Stages 0 and 3 carry 16-bit words: other activations (or an odd hidden size) take stage 1 there."""
+    Stages 0 and 3 carry 16-bit words: other activations (or an odd hidden size) take stage 1 there. Stage 4 with a
+    residual is the in-place all_reduce: without reuse_x the call takes stage 2."""
     payload = tokens * hidden * itemsize
     for bound, stage, stage_res in dispatch_rows(world):
         if bound is None or payload <= bound:
             chosen = stage_res if residual else stage
             break
+    if chosen == NCCL and residual and not reuse_x:
+        return TWO_STAGE
     if chosen in (PUSH, LAMPORT, LAMPORT2) and not push_capable(hidden, itemsize):
         return PULL
     return chosen
