@@ -497,6 +497,15 @@ def gloo_worker(rank, world, dist):
         gathered = [torch.empty(t, h, dtype=torch.uint8) for _ in range(world)]
         dist.all_gather(gathered, out.y.view(torch.uint8).contiguous())
         assert all(torch.equal(g, gathered[0]) for g in gathered), "ranks disagree"
+        if res is not None:  # stage 4 with reuse_x: the in-place all_reduce's sums on x, then the fused norm
+            x = xs[rank].clone()
+            out = ar.nccl_allreduce_rmsnorm_fp8(
+                x, w, None, epsilon=1e-6, weight_offset=1.0, residual=res, scale_ub=ub, dtype=E4M3, reuse_x=True
+            )
+            sums = nccl_sums(xs[rank], dist, world, in_place=True)
+            assert torch.equal(x, sums), "x holds the all-reduced sums"
+            exp = expected(xs, w, res, epsilon=1e-6, weight_offset=1.0, scale_ub=ub, sums=sums)
+            check(out, exp, context=f"call {call}, stage 4 in place", bf16_sums=True)
 
 
 NCCL_CASES = [  # (stage, tokens (call k takes tokens[k % len]), calls)
