@@ -253,13 +253,16 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
         f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, "
         f"out_mode={out_mode}, busy={busy}))))"
     )
-    from programs.triton.rmsnorm_cluster import SPILL_OK_BYTES
+    from programs.triton.cluster_staging import row_max
+    from programs.triton.rmsnorm_cluster import SPILL_OK_BYTES, held_pass
 
-    if not busy and maxnreg and r["spill_bytes"] > SPILL_OK_BYTES:
+    held = held_pass(n, chunk, warps, row_max(out_mode))
+    if (not busy or held) and maxnreg and r["spill_bytes"] > SPILL_OK_BYTES:
         # too few rows to fill the SMs (the weight staged, not x): the cap buys no occupancy there, and the call of
         # row_stats' second pass holds a few of the kernel's arguments through its normalize (Triton 3.8: 44 bytes
-        # spilled under the cap); the launcher drops such a cap after the first call (note_spills), and uncapped
-        # the launch spills nothing
+        # spilled under the cap); or row_stats' second pass over the held row (held_pass), whose registers the cap
+        # of 64 does not leave at 64 elements a thread under Triton 3.8 (312-332 bytes). The launcher drops such a
+        # cap after the first call (note_spills), and uncapped the launch spills nothing
         r = _compiled_json(
             "import dataclasses; "
             f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg=0, "
@@ -270,7 +273,8 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
     assert r["spill_bytes"] <= SPILL_OK_BYTES, r
     assert r["async_sends"] == 1, r
     assert r["wide_loads"] >= 4, r  # x and the weight: 16-byte loads (fewer where masked)
-    assert r["registers"] <= ((128 if chunk // (32 * warps) > 32 else 72) if out_mode == 1 else 64), r
+    # the held pass takes a few registers past 64 at 32 elements a thread over an uneven row (67, Triton 3.8)
+    assert r["registers"] <= ((128 if chunk // (32 * warps) > 32 else 72) if out_mode == 1 or held else 64), r
 
 
 # where each kernel lets the next one launch: at the start, but the cp.async forward once its x has
