@@ -32,12 +32,12 @@ _DISPATCH_2 = (
     (None, TWO_STAGE, PULL),
 )
 _DISPATCH_4 = (
-    # 4 x H100 (NV18 between every pair), four runs. T = 1: stage 0 7.7-8.9 us against stage 3 7.9-9.5 (1.79-1.88x);
-    # T = 8: stage 0 10.1-10.6 against stage 3 9.3-11.2, a tie (1.38-1.49x); with a residual T = 1 1.71-2.11x, T = 8
+    # 4 x H100 (NV18 between every pair), five runs. T = 1: stage 0 7.7-8.9 us against stage 3 7.9-9.5 (1.79-2.00x);
+    # T = 8: stage 0 9.8-10.6 against stage 3 9.3-11.2, a tie (1.38-1.85x); with a residual T = 1 1.71-2.11x, T = 8
     # 1.40-1.48x
     (8 * ROW, PUSH, PUSH),
-    # T = 32: stage 5 12.3-12.4 us against stage 3 12.7-14.1 (stage 3 dispatched at its default shape: 14.5, 1.26x,
-    # in the fourth run); with a residual stage 3 13.1-15.3 against stage 5 14.4-16.8 (1.08-1.43x)
+    # T = 32: stage 5 11.9-12.5 us against stage 3 12.7-14.1 (14.5 at its default shape: 1.26x), 1.44-1.67x; with a
+    # residual stage 3 13.1-15.3 against stage 5 14.4-16.8 (1.08-1.43x)
     (32 * ROW, LAMPORT2, LAMPORT),
     # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-19.4 against stage 3 25.6-27.9 and
     # stage 2 33.3-35.2 (1.75-2.03x), T = 256 25.9 (1.72x), T = 512 46.8-51.4 against stage 2 63.5-69.0
