@@ -25,7 +25,7 @@ Rows whose fp32 sum of squares leaves fp32's range (row_stats.py's rule): the ex
 shared memory, where the kernel reads it back as one scalar. A cast or one-scale output takes the second pass before
 its stores, over the piece the CTA holds (_held_pass); an output with a row max takes it after its plain pass, in a
 called function (_restore_row) that reads the CTA's piece back in steps and writes rsigma, the FP8 scale or row max
-and y again (held_pass says why each). Either pass exchanges
+and y again (_held_pass says why each). Either pass exchanges
 the scaled partials a second time (rescaled_exchange_asm: stores into the peers' shared memory and a cluster
 barrier, which every CTA of the cluster reaches, their sums being the same bits).
 Gluon kernels do not run under TRITON_INTERPRET: off CUDA the launcher refuses (config.cluster), and CI checks the
@@ -194,7 +194,6 @@ if GLUON:
         STORE_RSIG: gl.constexpr,
         OUT_MODE: gl.constexpr = 0,
         NEED_MAX: gl.constexpr = False,
-        HELD_PASS: gl.constexpr = False,
         PDL: gl.constexpr = False,
     ):
         # OUT_MODE as fp8.OUT_*: 0 the cast output; 1 FP8 with a scale a row, 3 only the row max (both NEED_MAX, the
@@ -255,7 +254,7 @@ if GLUON:
         else:
             ss = gl.inline_asm_elementwise(EXCHANGE, "=f,f", [part], dtype=gl.float32, is_pure=False, pack=1)
         rs = gl.rsqrt(ss * inv_n + eps)
-        if HELD_PASS:  # row_stats' rule over the row held (held_pass says where)
+        if not NEED_MAX:  # row_stats' rule over the row held (_held_pass says why only here)
             rs = _held_pass(rs, xsm if X_STAGED else xs, inv_n, eps, LAYOUT, RESCALED_EXCHANGE, X_STAGED)
         if STORE_RSIG:
             _row_store(RSIG, row, kk, rs)
@@ -286,53 +285,54 @@ if GLUON:
                 v = v + bs.load(LAYOUT).to(gl.float32)
             v = _to_out(v, scale, fp8_max, OUT_MODE)
             gl.store(Y + row * stride_y + offs, v.to(Y.dtype.element_ty), mask=ok)
-        # row_stats' rule where the row was not held for it, last, where nothing is held: the range test on the row's
-        # sum read back as one scalar (the exchange left it in shared memory), and a row past fp32's range written
-        # again from memory by a called function
-        row_ss = gl.inline_asm_elementwise(SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1)
-        if not HELD_PASS and off_range(row_ss * inv_n + eps):
-            # a call (noinline): the plain pass's registers are free; only what the output reads is passed
-            val2 = gl.inline_asm_elementwise(
-                VAL2_ASM, "=r,r", [gl.program_id(0)], dtype=gl.int32, is_pure=False, pack=1
+        if NEED_MAX:  # row_stats' rule for an output with a row max (_held_pass says why here): last, where nothing is
+            # held, the range test on the row's sum read back as one scalar (the exchange left it in shared memory),
+            # and a row past fp32's range written again from memory by a called function
+            row_ss = gl.inline_asm_elementwise(
+                SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1
             )
-            _restore_row(
-                row_ss,
-                val2,
-                X,
-                stride_x,
-                Y if OUT_MODE != 3 else None,
-                stride_y,
-                W if HAS_W else None,
-                B if HAS_B else None,
-                RSIG if STORE_RSIG else None,
-                SC if NEED_MAX else None,
-                SCALE_IN if OUT_MODE == 2 else None,
-                N,
-                inv_n,
-                eps,
-                w_off,
-                scale_ub if OUT_MODE == 1 else 0.0,
-                fp8_max if OUT_MODE != 0 else 0.0,
-                K,
-                CHUNK,
-                SUB,
-                LAYOUT,
-                RESCALED_EXCHANGE,
-                EVEN,
-                HAS_W,
-                HAS_B,
-                STORE_RSIG,
-                OUT_MODE,
-                NEED_MAX,
-            )
+            if off_range(row_ss * inv_n + eps):
+                # a call (noinline): the plain pass's registers are free; only what the output reads is passed
+                val2 = gl.inline_asm_elementwise(
+                    VAL2_ASM, "=r,r", [gl.program_id(0)], dtype=gl.int32, is_pure=False, pack=1
+                )
+                _restore_row(
+                    row_ss,
+                    val2,
+                    X,
+                    stride_x,
+                    Y if OUT_MODE != 3 else None,
+                    stride_y,
+                    W if HAS_W else None,
+                    B if HAS_B else None,
+                    RSIG if STORE_RSIG else None,
+                    SC,
+                    N,
+                    inv_n,
+                    eps,
+                    w_off,
+                    scale_ub if OUT_MODE == 1 else 0.0,
+                    fp8_max,
+                    K,
+                    CHUNK,
+                    SUB,
+                    LAYOUT,
+                    RESCALED_EXCHANGE,
+                    EVEN,
+                    HAS_W,
+                    HAS_B,
+                    STORE_RSIG,
+                    OUT_MODE,
+                )
 
     @gluon.jit
     def _held_pass(rs, xs, inv_n, eps, LAYOUT: gl.constexpr, RESCALED_EXCHANGE: gl.constexpr, X_STAGED: gl.constexpr):
         """rs, or for a row past fp32's range its rescaled value: the second pass over the piece this CTA holds (xs:
-        in registers, or in shared memory where X_STAGED), its scaled partials exchanged a second time. Before the
-        stores, inline: at 2048 x 65536 into a cast output this costs nothing measurable where the called pass after
-        the stores cost 3.7% (Triton 3.6) and 6.9% (Triton 3.8); with a row max it spills under Triton 3.8 (1.53x
-        into e4m3 there). held_pass says which launches take it."""
+        in registers, or in shared memory where X_STAGED), its scaled partials exchanged a second time. Every cast or
+        one-scale output takes it, before the stores, inline: at 2048 x 65536 (64 elements a thread under a cap of 64
+        registers) the called pass after the stores cost 3.7% (Triton 3.6) and 6.9% (Triton 3.8), this one nothing
+        (3.6) and 1.0% (3.8: its code spills under the cap there, and the launcher drops the cap, note_spills). With a
+        row max this pass cost 1.53x under Triton 3.8, so those outputs take the called pass (_restore_row)."""
         row_ss = gl.inline_asm_elementwise(SUM_ASM, "=f,r", [gl.program_id(0)], dtype=gl.float32, is_pure=False, pack=1)
         ss = row_ss + gl.zeros_like(rs)
         if off_range(row_ss * inv_n + eps):
@@ -377,7 +377,6 @@ if GLUON:
         B,
         RSIG,
         SC,
-        SCALE_IN,
         N,
         inv_n,
         eps,
@@ -394,13 +393,11 @@ if GLUON:
         HAS_B: gl.constexpr,
         STORE_RSIG: gl.constexpr,
         OUT_MODE: gl.constexpr,
-        NEED_MAX: gl.constexpr,
     ):
-        """The cluster's row written again (row_stats.restore_rows' part for a row over K CTAs; the launches with a row
-        max, held_pass): each CTA reads its
-        piece back SUB columns a step, its scaled partial sum (and max|x c w|) meets the others' in the second
-        exchange, then rsigma, the FP8 scale or row max and y are written again. The second exchange's cluster
-        barrier orders the plain pass's stores before these."""
+        """The cluster's row written again where the output has a row max (OUT_MODE 1 or 3; row_stats.restore_rows'
+        part for a row over K CTAs): each CTA reads its piece back SUB columns a step, its scaled partial sum and
+        max|x c w| meet the others' in the second exchange, then rsigma, the FP8 scale or row max and y are written
+        again. The second exchange's cluster barrier orders the plain pass's stores before these."""
         row = gl.program_id(0).to(gl.int64)
         kk = gl.arange(0, K, gl.SliceLayout(1, LAYOUT))
         cols = gl.arange(0, SUB, gl.SliceLayout(0, LAYOUT))
@@ -418,38 +415,28 @@ if GLUON:
                 ok = offs < N
             xc = _piece(xrow, offs, ok).to(gl.float32) * c[:, None]
             acc += xc * xc
-            if NEED_MAX:
-                if HAS_W:
-                    xc = xc * weight_factor(_piece(W, offs, ok), w_off)
-                mxa = gl.maximum(mxa, gl.abs(xc))
-        if NEED_MAX:
-            ss_c, mx = gl.inline_asm_elementwise(
-                RESCALED_EXCHANGE,
-                "=f,=f,f,f,r",
-                [gl.sum(acc, axis=1), gl.max(mxa, axis=1), base],
-                dtype=(gl.float32, gl.float32),
-                is_pure=False,
-                pack=1,
-            )
-        else:
-            ss_c = gl.inline_asm_elementwise(
-                RESCALED_EXCHANGE, "=f,f,r", [gl.sum(acc, axis=1), base], dtype=gl.float32, is_pure=False, pack=1
-            )
+            if HAS_W:
+                xc = xc * weight_factor(_piece(W, offs, ok), w_off)
+            mxa = gl.maximum(mxa, gl.abs(xc))
+        ss_c, mx = gl.inline_asm_elementwise(
+            RESCALED_EXCHANGE,
+            "=f,=f,f,f,r",
+            [gl.sum(acc, axis=1), gl.max(mxa, axis=1), base],
+            dtype=(gl.float32, gl.float32),
+            is_pure=False,
+            pack=1,
+        )
         r = gl.rsqrt(ss_c * inv_n + eps * c * c)
         rs = r * c
         if STORE_RSIG:
             _row_store(RSIG, row, kk, rs)
-        scale = rs  # unused for a cast output
-        if NEED_MAX:
-            p = ss * rs
-            mx = gl.where(p == p, mx * r, p - p)
-            if OUT_MODE == 3:
-                _row_store(SC, row, kk, mx)
-            else:
-                scale = fp8_scale(mx, scale_ub, fp8_max)
-                _row_store(SC, row, kk, scale)
-        elif OUT_MODE == 2:
-            scale = gl.load(SCALE_IN + kk * 0)
+        p = ss * rs
+        mx = gl.where(p == p, mx * r, p - p)
+        if OUT_MODE == 3:
+            _row_store(SC, row, kk, mx)
+        else:
+            scale = fp8_scale(mx, scale_ub, fp8_max)
+            _row_store(SC, row, kk, scale)
         if OUT_MODE != 3:
             for s0 in range(0, CHUNK, SUB):
                 offs = kk[:, None] * CHUNK + s0 + cols[None, :]
@@ -498,17 +485,7 @@ def constants(
         STORE_RSIG=store_rsigma,
         OUT_MODE=out_mode,
         NEED_MAX=with_max,
-        HELD_PASS=held_pass(n, chunk, num_warps, with_max),
     )
-
-
-def held_pass(n: int, chunk: int, num_warps: int, with_max: bool) -> bool:
-    """Whether a launch takes row_stats' second pass over the piece it holds (_held_pass) rather than called after
-    its stores (_restore_row): every cast or one-scale output. At 2048 x 65536 (64 elements a thread under a cap of 64
-    registers) the called pass cost 3.7% (Triton 3.6) and 6.9% (Triton 3.8), the held one nothing (3.6) and 1.0%
-    (3.8: its code spills under the cap there, and the launcher drops the cap, note_spills). With a row max the held
-    pass cost 1.53x under Triton 3.8, so those launches take the called pass."""
-    return not with_max
 
 
 def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:

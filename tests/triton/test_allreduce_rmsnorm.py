@@ -575,7 +575,7 @@ def nccl_worker(rank, world, dist):
         for i, (k, out) in enumerate(zip(order, outs, strict=True)):
             xs, w, res, eps, off, ub = ins[k]
             context = f"stage {stage} T={t} call {k}"
-            bf16_sums = stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL)
+            bf16_sums = takes_nccl(comm, stage, xs, res)
             sums = nccl_sums(xs[rank], dist, world, res is not None) if bf16_sums else None  # every rank takes part
             if i % world == rank:
                 exp = expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub, sums=sums)
@@ -593,8 +593,9 @@ def nccl_worker(rank, world, dist):
         xs, w, res, eps, off, ub = ins[repeat]
         ref = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub)
         same = (ref.y.view(torch.uint8) == first.y.view(torch.uint8)).float().mean().item()
-        took_nccl = stage == ar.NCCL or (stage is None and comm_stage(comm, xs, res) == ar.NCCL)
-        if not took_nccl:  # stage 4 normalizes NCCL's bf16 sums, not the fp32 sums: held to float64 above instead
+        if not takes_nccl(
+            comm, stage, xs, res
+        ):  # stage 4 normalizes NCCL's bf16 sums, not the fp32 sums: held to float64 above instead
             assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
         print(
             f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; "
@@ -629,11 +630,13 @@ def nccl_sums(x, dist, world, in_place):
     return total
 
 
-def comm_stage(comm, xs, res):
-    """The stage a dispatched call of these partials takes."""
-    return ar.choose_stage(
-        xs[0].shape[0], comm.hidden, comm.dtype.itemsize, comm.world, residual=res is not None, reuse_x=True
-    )
+def takes_nccl(comm, stage, xs, res):
+    """Whether a call of these partials with this `stage` (None: dispatched, reuse_x as the worker passes it) takes
+    stage 4, whose sums are NCCL's."""
+    if stage is None:
+        t, residual = xs[0].shape[0], res is not None
+        stage = ar.choose_stage(t, comm.hidden, comm.dtype.itemsize, comm.world, residual=residual, reuse_x=True)
+    return stage == ar.NCCL
 
 
 def work(rank, world, backend):

@@ -254,13 +254,13 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
         f"out_mode={out_mode}, busy={busy}))))"
     )
     from programs.triton.cluster_staging import row_max
-    from programs.triton.rmsnorm_cluster import SPILL_OK_BYTES, held_pass
+    from programs.triton.rmsnorm_cluster import SPILL_OK_BYTES
 
-    held = held_pass(n, chunk, warps, row_max(out_mode))
+    held = not row_max(out_mode)  # row_stats' second pass over the held row (rmsnorm_cluster._held_pass)
     if (not busy or held) and maxnreg and r["spill_bytes"] > SPILL_OK_BYTES:
         # too few rows to fill the SMs (the weight staged, not x): the cap buys no occupancy there, and the call of
         # row_stats' second pass holds a few of the kernel's arguments through its normalize (Triton 3.8: 44 bytes
-        # spilled under the cap); or row_stats' second pass over the held row (held_pass), whose registers the cap
+        # spilled under the cap); or row_stats' second pass over the held row (_held_pass), whose registers the cap
         # of 64 does not leave at 64 elements a thread under Triton 3.8 (312-332 bytes). The launcher drops such a
         # cap after the first call (note_spills), and uncapped the launch spills nothing
         r = _compiled_json(
