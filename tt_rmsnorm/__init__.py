@@ -10,7 +10,7 @@ Attributes load lazily so that the ttnn-free modules (`accuracy`, `reference`) i
 from importlib import import_module
 
 _EXPORTS = {
-    "RuleError": "rules",
+    "RuleError": "errors",
     "TensorDesc": "tensors",
     "mark_stats": "tensors",
     "rms_norm_pre_all_gather": "ops",

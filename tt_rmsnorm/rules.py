@@ -22,20 +22,9 @@ from dataclasses import dataclass
 
 import ttnn
 
+from tt_rmsnorm.errors import AccuracyWarning, RuleError  # noqa: F401  (re-exported for the rule modules)
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE
-
-
-class RuleError(ValueError):
-    """A violated rule: `rule` (stable id), `seen` (the offending value) and `fix` (what to do)."""
-
-    def __init__(self, rule: str, message: str, seen, fix: str):
-        self.rule, self.seen, self.fix = rule, seen, fix
-        super().__init__(f"[{rule}] {message}; got {seen}. Fix: {fix}")
-
-
-class AccuracyWarning(UserWarning):
-    """A requested option is accepted but known to lose accuracy."""
 
 
 # Package-only guards: ttnn accepts these (or crashes instead of raising); we reject on purpose.
