@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import ttnn
 
-from tt_rmsnorm.ccl_rules import SemaphoreDesc
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 - sharded (decode, padded height 32): `LayerNormShardedMultiCoreProgramConfig` over a width- (or block-) sharded L1
   input, stats gathered onto one core (`stats_memory_config`).
 
-`choose_path` picks between them from the shape; every choice here is accepted by the rules in `tt_rmsnorm.op_rules`.
+`choose_path` picks between them from the shape; every choice here is accepted by the rules in
+`tt_rmsnorm.rules.op_checks`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm import l1_budget, rules
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import l1_budget
+from tt_rmsnorm.rules.common import max_subblock_w
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE, one_tile_row, tile_padded
 
@@ -109,7 +112,7 @@ def choose_path(shape, sharded: bool | None = None) -> str:
     if sharded is None:
         return "sharded" if fits else "interleaved"
     if sharded and not fits:
-        raise rules.RuleError(
+        raise RuleError(
             "sharded.height_32",
             "the sharded distributed path needs one tile row (padded height 32, batch 1)",
             f"shape {tuple(shape)}",
@@ -181,7 +184,7 @@ def sharded_program_config(shape, grid: tuple[int, int], strategy: str = WIDTH, 
     block_w = shard_w // TILE
     return ttnn.LayerNormShardedMultiCoreProgramConfig(
         compute_with_storage_grid_size=ttnn.CoreCoord(grid[0], grid[1]),
-        subblock_w=_largest_divisor_at_most(block_w, rules.max_subblock_w(compute_kernel_config)),
+        subblock_w=_largest_divisor_at_most(block_w, max_subblock_w(compute_kernel_config)),
         block_h=shard_h // TILE,
         block_w=block_w,
         inplace=False,
@@ -196,7 +199,7 @@ def program_config_from_shard_spec(shard_spec, compute_kernel_config=None):
     block_w = shard_w // TILE
     return ttnn.LayerNormShardedMultiCoreProgramConfig(
         compute_with_storage_grid_size=ttnn.CoreCoord(box.end.x - box.start.x + 1, box.end.y - box.start.y + 1),
-        subblock_w=_largest_divisor_at_most(block_w, rules.max_subblock_w(compute_kernel_config)),
+        subblock_w=_largest_divisor_at_most(block_w, max_subblock_w(compute_kernel_config)),
         block_h=shard_h // TILE,
         block_w=block_w,
         inplace=False,

@@ -16,8 +16,10 @@ import torch
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm import paths, planner, rules
+from tt_rmsnorm import paths, planner
+from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.hardware import mock_cluster_active
+from tt_rmsnorm.rules.common import GAMMA_DTYPES
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
@@ -51,7 +53,7 @@ def resolve_cluster_axis(mesh_shape, cluster_axis=None) -> tuple[int | None, int
     mesh_shape = tuple(mesh_shape)
     if cluster_axis is not None:
         if cluster_axis not in (0, 1) or len(mesh_shape) != 2:
-            raise rules.RuleError(
+            raise RuleError(
                 "mesh.cluster_axis",
                 f"cluster_axis must be 0 or 1 on a 2-D mesh {mesh_shape}",
                 cluster_axis,
@@ -60,7 +62,7 @@ def resolve_cluster_axis(mesh_shape, cluster_axis=None) -> tuple[int | None, int
         return cluster_axis, mesh_shape[cluster_axis]
     rows, cols = mesh_shape
     if rows > 1 and cols > 1:
-        raise rules.RuleError(
+        raise RuleError(
             "mesh.cluster_axis_required",
             "a 2-D mesh needs cluster_axis: the axis the hidden dim is sharded over",
             f"mesh {mesh_shape}, cluster_axis=None",
@@ -82,7 +84,7 @@ def mapper(mesh_device, axis, dim):
 
 def check_local_width(hidden: int, n: int, what: str):
     if hidden % (TILE * n):
-        raise rules.RuleError(
+        raise RuleError(
             "distributed.width_multiple_of_32",
             f"{what}: the hidden size must split into per-device widths that are multiples of 32",
             f"hidden {hidden} over {n} devices = {hidden / n:g} each",
@@ -101,8 +103,8 @@ def prepare_weight(
 ):
     """Each device gets its contiguous slice of gamma, as tt-metal's models/common/rmsnorm.py does: ROW_MAJOR
     [1, 1, H/32, 32] sharded on dim 2 over the tensor-parallel axis (or TILE [1, 1, 1, H] sharded on dim 3)."""
-    if dtype not in rules.GAMMA_DTYPES:
-        raise rules.RuleError(
+    if dtype not in GAMMA_DTYPES:
+        raise RuleError(
             "weight.dtype",
             "weight dtype must be bfloat16 or float32 for the distributed post",
             dtype,
@@ -116,7 +118,7 @@ def prepare_weight(
     elif layout == ttnn.TILE_LAYOUT:
         w, dim = w.reshape(1, 1, 1, w.numel()), 3
     else:
-        raise rules.RuleError(
+        raise RuleError(
             "weight.layout", "weight layout must be ROW_MAJOR or TILE", layout, "layout=ttnn.ROW_MAJOR_LAYOUT"
         )
     return ttnn.from_torch(
@@ -326,11 +328,11 @@ def _plan(
 ) -> paths.PathPlan:
     for t, required, (rule, message, fix) in zip((x, w, residual), (True, False, False), _TENSOR_ARGS, strict=True):
         if (required or t is not None) and not isinstance(t, ttnn.Tensor):
-            raise rules.RuleError(rule, message, type(t).__name__, fix)
+            raise RuleError(rule, message, type(t).__name__, fix)
     mesh_shape = tuple(mesh_device.shape)
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
     if ccl is not None and (ccl.mesh_device is not mesh_device or ccl.cluster_axis != axis):
-        raise rules.RuleError(
+        raise RuleError(
             "ccl.mesh_axis",
             "the CCL resources belong to another mesh or cluster axis",
             f"resources for axis {ccl.cluster_axis}, call on axis {axis}",

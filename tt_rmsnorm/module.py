@@ -15,8 +15,9 @@ import torch
 import ttnn
 
 from tt_rmsnorm import mesh as tt_mesh
-from tt_rmsnorm import paths, planner, rules
+from tt_rmsnorm import paths, planner
 from tt_rmsnorm.ccl import CCLResources
+from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.tensors import describe
 from tt_rmsnorm.tiles import TILE
 
@@ -80,7 +81,7 @@ class DistributedRMSNorm:
         self.gather_output = gather_output
         name = weight_name(weight_key, layer_num, state_dict_prefix)
         if name not in state_dict:
-            raise rules.RuleError(
+            raise RuleError(
                 "module.weight_key",
                 "the norm's weight is not in the state_dict",
                 name,
@@ -88,7 +89,7 @@ class DistributedRMSNorm:
             )
         torch_weight = torch.as_tensor(state_dict[name]).reshape(-1).float()
         if torch_weight.numel() != dim:
-            raise rules.RuleError(
+            raise RuleError(
                 "module.weight_size", "the weight must have `dim` elements", torch_weight.numel(), f"dim={dim}"
             )
         if add_unit_offset:
@@ -126,7 +127,7 @@ class DistributedRMSNorm:
 
     def forward(self, x, mode: str = "decode", residual=None):
         if mode not in MODES:
-            raise rules.RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
+            raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
         if self.is_distributed(mode):
             out = tt_mesh.distributed_rms_norm(
                 x,

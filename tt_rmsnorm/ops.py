@@ -1,14 +1,15 @@
 """Validating wrappers of the ttnn ops, with ttnn's names and keyword arguments.
 
-Each wrapper runs its check in `tt_rmsnorm.op_rules` first, so bad input raises `RuleError` before any device work,
-then calls ttnn, and records what kind of stats a pre produced (sums or means) so the post can refuse the other kind.
+Each wrapper runs its check in `tt_rmsnorm.rules.op_checks` first, so bad input raises `RuleError` before any device
+work, then calls ttnn, and records what kind of stats a pre produced (sums or means) so the post can refuse the other
+kind.
 """
 
 from __future__ import annotations
 
 import ttnn
 
-from tt_rmsnorm import op_rules
+from tt_rmsnorm.rules import op_checks
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, mark_stats, stats_kind_of
 
 
@@ -36,7 +37,7 @@ def rms_norm_pre_all_gather(
         memory_config=memory_config,
         use_2d_core_grid=use_2d_core_grid,
     )
-    path = op_rules.check_pre_all_gather(input_tensor, **kw)
+    path = op_checks.check_pre_all_gather(input_tensor, **kw)
     stats = ttnn.rms_norm_pre_all_gather(input_tensor, **_given(kw))
     mark_stats(stats, STATS_MEANS if path == "sharded" else STATS_SUMS)
     return stats
@@ -44,7 +45,7 @@ def rms_norm_pre_all_gather(
 
 def all_gather(input_tensor, dim, *, cluster_axis=None, memory_config=None):
     """ttnn.all_gather over the input's mesh; gathered stats keep the kind of the stats they came from."""
-    op_rules.check_all_gather(
+    op_checks.check_all_gather(
         input_tensor,
         dim,
         cluster_axis=cluster_axis,
@@ -81,7 +82,7 @@ def rms_norm_post_all_gather(
         dtype=dtype,
         use_2d_core_grid=use_2d_core_grid,
     )
-    op_rules.check_post_all_gather(input_tensor, stats, epsilon=epsilon, **kw)
+    op_checks.check_post_all_gather(input_tensor, stats, epsilon=epsilon, **kw)
     return ttnn.rms_norm_post_all_gather(input_tensor, stats, epsilon=epsilon, **_given(kw))
 
 
@@ -105,5 +106,5 @@ def rms_norm(
         program_config=program_config,
         compute_kernel_config=compute_kernel_config,
     )
-    op_rules.check_rms_norm(input_tensor, epsilon=epsilon, **kw)
+    op_checks.check_rms_norm(input_tensor, epsilon=epsilon, **kw)
     return ttnn.rms_norm(input_tensor, epsilon=epsilon, **_given(kw))

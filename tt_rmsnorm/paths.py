@@ -19,8 +19,10 @@ from dataclasses import dataclass, field, replace
 
 import ttnn
 
-from tt_rmsnorm import ccl, ccl_rules, op_rules, operand_rules, rules, sharding_rules
+from tt_rmsnorm import ccl
 from tt_rmsnorm.configs import NormPlan
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import ccl_checks, op_checks, operands, sharding
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import one_tile_row
 
@@ -86,11 +88,11 @@ class PathPlan:
 
     def local_stats_desc(self, x: TensorDesc) -> TensorDesc:
         """One device's stats as the pre writes them: sums in DRAM (interleaved), means on one core (sharded)."""
-        return ccl_rules.pre_stats_desc(self.input_desc(x))
+        return ccl_checks.pre_stats_desc(self.input_desc(x))
 
     def stats_desc(self, x: TensorDesc) -> TensorDesc:
         """The gathered stats the post receives: one 32-wide tile per device on the gather axis."""
-        return ccl_rules.gathered_desc(
+        return ccl_checks.gathered_desc(
             self.local_stats_desc(x), 3, self.call.num_devices, self.norm.stats_memory_config
         )
 
@@ -110,10 +112,10 @@ class PathPlan:
         h = self.input_desc(x)
         res = None if residual is None else (self.input_desc(residual) if self.sharded else residual)
         if residual is not None:
-            operand_rules._check_residual(x, residual)
+            operands.check_residual(x, residual)
         pc, ck = self.norm.program_config, self.norm.compute_kernel_config
         pre_residual = res if self.sharded else None  # the interleaved post normalizes its input: x + r is added first
-        op_rules.check_pre_all_gather(
+        op_checks.check_pre_all_gather(
             h,
             dtype=ttnn.bfloat16,
             residual_input_tensor=pre_residual,
@@ -121,7 +123,7 @@ class PathPlan:
             program_config=pc,
             compute_grid=grid,
         )
-        op_rules.check_post_all_gather(
+        op_checks.check_post_all_gather(
             h,
             self.stats_desc(x),
             epsilon=self.call.epsilon,
@@ -134,7 +136,7 @@ class PathPlan:
         )
         target = self.call.memory_config
         if target is not None and self.sharded and target.is_sharded():
-            sharding_rules._check_output_memory_config(h, target)
+            sharding.check_output_memory_config(h, target)
 
 
 class GatherPath(PathPlan):
@@ -186,7 +188,7 @@ class ClassicPath(GatherPath):
     capture only."""
 
     def _check_gather(self, stats):
-        op_rules.check_all_gather(
+        op_checks.check_all_gather(
             stats,
             3,
             cluster_axis=self.call.cluster_axis,
@@ -208,7 +210,7 @@ class AsyncPath(GatherPath):
 
     def _check_gather(self, stats):
         gather, barrier, _ = self.semaphores()
-        ccl_rules.check_all_gather_async(
+        ccl_checks.check_all_gather_async(
             stats,
             3,
             multi_device_global_semaphore=gather,
@@ -247,8 +249,8 @@ class LocalPath(PathPlan):
 
     def check(self, x, w, residual):
         if residual is not None:
-            operand_rules._check_residual(x, residual)
-        op_rules.check_rms_norm(
+            operands.check_residual(x, residual)
+        op_checks.check_rms_norm(
             x,
             epsilon=self.call.epsilon,
             weight=w,
@@ -284,8 +286,8 @@ class FusedPath(PathPlan):
         h = self.input_desc(x)
         res = None if residual is None else self.input_desc(residual)
         if residual is not None:
-            operand_rules._check_residual(x, residual)
-        ccl_rules.check_fused_rms_minimal(
+            operands.check_residual(x, residual)
+        ccl_checks.check_fused_rms_minimal(
             h,
             self.norm.program_config,
             self.call.cluster_axis,
@@ -342,7 +344,7 @@ def choose(local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = 
     """(path, why) for a per-device activation shape. `path` other than "auto" is taken as given (the rules then say
     whether it can run)."""
     if path not in ("auto", *PATHS):
-        raise rules.RuleError("path.name", "unknown path", path, f"one of {('auto', *PATHS)}")
+        raise RuleError("path.name", "unknown path", path, f"one of {('auto', *PATHS)}")
     if path != "auto":
         return path, "asked for"
     if num_devices == 1:

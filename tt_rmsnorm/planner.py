@@ -13,7 +13,9 @@ from dataclasses import replace
 import torch
 import ttnn
 
-from tt_rmsnorm import ccl_rules, configs, paths, rules
+from tt_rmsnorm import configs, paths
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import ccl_checks
 from tt_rmsnorm.tensors import TensorDesc
 
 _PATH_CLASSES = {
@@ -76,7 +78,7 @@ def config_key(cfg):
 def _layout(name: str, x: TensorDesc, sharded):
     """Whether the layout plan is sharded: the local path keeps x where it is, the fused path is sharded by contract."""
     if x.is_sharded and sharded is False:
-        raise rules.RuleError(
+        raise RuleError(
             "mesh.sharded_override",
             "x is already sharded; the interleaved path needs an interleaved input",
             "sharded=False",
@@ -107,14 +109,14 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
 
 def _check_path_fits(name: str, num_devices: int, ccl) -> None:
     if name == "local" and num_devices != 1:
-        raise rules.RuleError(
+        raise RuleError(
             "path.local_one_device",
             "the local path normalizes one device's slice by itself: it needs one device on the gather axis",
             f"{num_devices} devices on the gather axis",
             'path="auto" (or "classic"/"async"/"fused")',
         )
     if name in ("async", "fused") and ccl is None:
-        raise rules.RuleError(
+        raise RuleError(
             "path.needs_ccl",
             f"the {name} path signals through global semaphores created once, before the call",
             "ccl=None",
@@ -128,7 +130,7 @@ def _buffers(name: str, plan: paths.PathPlan, x: TensorDesc) -> dict[str, Tensor
         return {"gathered": plan.stats_desc(x)}
     if name == "fused":
         return {
-            "fused_stats": ccl_rules.fused_stats_desc(
+            "fused_stats": ccl_checks.fused_stats_desc(
                 plan.input_desc(x), plan.call.num_devices, plan.norm.compute_kernel_config
             )
         }

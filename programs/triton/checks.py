@@ -10,7 +10,7 @@ FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 class TritonRuleError(ValueError):
     """A violated input rule: `rule` (stable id), `seen` (the offending value) and `fix` (what to do).
 
-    Same message shape as tt_rmsnorm.rules.RuleError, which cannot be imported here: it needs ttnn, absent on GPU
+    Same message shape as tt_rmsnorm.errors.RuleError, which cannot be imported here: it needs ttnn, absent on GPU
     hosts."""
 
     def __init__(self, rule: str, message: str, seen, fix: str):

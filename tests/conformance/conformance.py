@@ -5,8 +5,8 @@ real ttnn 0.81.1 on mock clusters, and prints the table: package verdict vs tt-m
     python tests/conformance/conformance.py --sample 40     # a seeded sample
 
 A call agrees when the package and ttnn give the same verdict, or when the package refuses with one of its documented
-package-only rules (tt_rmsnorm.rules.PACKAGE_ONLY_RULES) where ttnn accepts. An entry's verdict is its first refused
-call. The exit status is 1 when a call disagrees.
+package-only rules (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES) where ttnn accepts. An entry's verdict is its first
+refused call. The exit status is 1 when a call disagrees.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import mock_cases  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from tt_rmsnorm import configs, mock_cluster  # noqa: E402
-from tt_rmsnorm.rules import PACKAGE_ONLY_RULES  # noqa: E402
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES  # noqa: E402
 
 KEYWORD_RULE = "api.keyword"  # a keyword 0.81.1's ops do not take: a TypeError from the rules' signature, as from ttnn
 

@@ -6,7 +6,7 @@ import corpus
 import corpus_format
 import pytest
 
-from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 ISSUE_FILES = (
     {

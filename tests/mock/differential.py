@@ -30,7 +30,7 @@ import mock_cases_ccl
 from loguru import logger
 
 from tt_rmsnorm import mock_cluster
-from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 SEED_ENV = "TT_RMSNORM_FUZZ_SEED"
 BATCH = 40

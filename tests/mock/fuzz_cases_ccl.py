@@ -6,7 +6,7 @@ Each call starts valid, built from what the contract has: the input's width, row
 op's program config derived from it), the weight's form, residual, stats buffer in the accumulation format on the
 grid's first core, global semaphores and the barrier on the full grid or the input's, num_links, topology,
 cluster_axis, dim, output and persistent-buffer memory configs. Most calls then take one or more mutations, each a
-single step across one rule of `tt_rmsnorm.ccl_rules` (or across ttnn's own L1 limits).
+single step across one rule of `tt_rmsnorm.rules.ccl_checks` (or across ttnn's own L1 limits).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tt_rmsnorm.mock_cluster import MESH_SHAPES
 
 CCL_OPS = OPS  # the ops of the CCL battery, on its systems
 CCL_SYSTEMS = SYSTEMS
-# Ethernet links of the mock fabrics between neighbours (ccl_rules.FABRIC_LINKS)
+# Ethernet links of the mock fabrics between neighbours (ccl_checks.FABRIC_LINKS)
 LINKS = {"t3k": 2, "galaxy": 4}
 DTYPE_WEIGHTS = {"bf16": 0.6, "bf8": 0.25, "fp32": 0.15}
 

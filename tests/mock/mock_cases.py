@@ -13,9 +13,9 @@ import warnings
 
 import ttnn
 
+from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.mock_cluster import MESH_SHAPES
-from tt_rmsnorm.op_rules import check_all_gather, check_post_all_gather, check_pre_all_gather, check_rms_norm
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather, check_rms_norm
 from tt_rmsnorm.tensors import TensorDesc
 
 # compute_with_storage_grid_size of each mock as opened by tt_rmsnorm.mesh.open_mesh

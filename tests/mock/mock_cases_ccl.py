@@ -17,16 +17,16 @@ import mock_cases
 import ttnn
 from mock_cases import CK, GRIDS, PC, S, T, tensor_desc
 
-from tt_rmsnorm.ccl_rules import (
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.mock_cluster import MESH_SHAPES, _memory_config_text
+from tt_rmsnorm.rules.ccl_checks import (
     SemaphoreDesc,
     check_all_gather_async,
     check_fused_rms_minimal,
     gathered_desc,
     pre_stats_desc,
 )
-from tt_rmsnorm.mock_cluster import MESH_SHAPES, _memory_config_text
-from tt_rmsnorm.op_rules import check_post_all_gather, check_pre_all_gather
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm.rules.op_checks import check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import describe, stats_kind_of
 
 TENSOR_SLOTS = ("x", "weight", "residual", "stats", "persistent")

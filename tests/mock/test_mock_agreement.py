@@ -1,6 +1,6 @@
 """The agreement battery: the package's rules and real ttnn (on a mock device) see the same inputs and must give the
 same verdict, accept or reject, in both directions. The only exceptions are the package-only guards
-(tt_rmsnorm.rules.PACKAGE_ONLY_RULES): there ttnn accepts (or crashes) and the package rejects on purpose.
+(tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES): there ttnn accepts (or crashes) and the package rejects on purpose.
 
 A reject agrees only for the same reason: ttnn's message must be the one of the rule the package names
 (`TTNN_MESSAGES`), so a rule that fires for the wrong reason, or a ttnn error the case did not mean, is a failure."""
@@ -13,7 +13,7 @@ import mock_worker
 import pytest
 
 from tt_rmsnorm import mock_cluster
-from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 pytestmark = pytest.mark.mock_cluster
 

@@ -1,14 +1,15 @@
-"""The CCL agreement battery: tt_rmsnorm.ccl_rules and real ttnn (mock T3000 and Galaxy) judge the same
+"""The CCL agreement battery: tt_rmsnorm.rules.ccl_checks and real ttnn (mock T3000 and Galaxy) judge the same
 all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post calls, and must agree; where they accept,
 the package's prediction of the output (shape, dtype, memory config) must be what ttnn returned. The exceptions are
-the package-only guards (tt_rmsnorm.rules.PACKAGE_ONLY_RULES), where ttnn accepts and the package rejects on purpose."""
+the package-only guards (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES), where ttnn accepts and the package rejects on
+purpose."""
 
 import mock_cases_ccl
 import mock_worker
 import pytest
 
 from tt_rmsnorm import mock_cluster
-from tt_rmsnorm.rules import PACKAGE_ONLY_RULES, RULES
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
 
 pytestmark = pytest.mark.mock_cluster
 

@@ -6,7 +6,7 @@ import mock_worker
 import pytest
 
 from tt_rmsnorm import configs, mock_cluster
-from tt_rmsnorm.op_rules import check_all_gather, check_post_all_gather, check_pre_all_gather
+from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import TensorDesc
 
 pytestmark = pytest.mark.mock_cluster

@@ -11,7 +11,7 @@ import mock_cases
 import mock_cases_ccl
 import pytest
 
-from tt_rmsnorm.rules import PACKAGE_ONLY_RULES
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 N_ENV = "TT_RMSNORM_FUZZ_N"
 

@@ -139,7 +139,8 @@ def _cache_then_bad_field(mesh, variant):
     import torch
     import ttnn
 
-    from tt_rmsnorm import configs, rules
+    from tt_rmsnorm import configs
+    from tt_rmsnorm.errors import RuleError
 
     tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 128)
     good = dict(epsilon=1e-5, ccl=ccl, path="async")
@@ -169,7 +170,7 @@ def _cache_then_bad_field(mesh, variant):
     with _Recorder(ttnn, refuse=True) as rec:
         try:
             tt_mesh.distributed_rms_norm(*args, **kw)
-        except rules.RuleError as e:
+        except RuleError as e:
             return {"rule": e.rule, "ttnn_calls": rec.calls}
     return {"rule": None, "ttnn_calls": rec.calls}
 

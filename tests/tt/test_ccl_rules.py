@@ -1,12 +1,13 @@
-"""tt_rmsnorm.ccl_rules without a device: one violating case per rule id of all_gather_async and fused_rms_minimal
-(the message names the value seen and the fix), the model-code configurations that must pass on T3000 and Galaxy,
-and the shapes the package predicts for the gather's and the fused op's buffers."""
+"""tt_rmsnorm.rules.ccl_checks without a device: one violating case per rule id of all_gather_async and
+fused_rms_minimal (the message names the value seen and the fix), the model-code configurations that must pass on
+T3000 and Galaxy, and the shapes the package predicts for the gather's and the fused op's buffers."""
 
 import pytest
 import ttnn
 
-from tt_rmsnorm import ccl_l1, op_rules, rules
-from tt_rmsnorm.ccl_rules import (
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import ccl_l1, op_checks
+from tt_rmsnorm.rules.ccl_checks import (
     SemaphoreDesc,
     check_all_gather_async,
     check_fused_rms_minimal,
@@ -14,7 +15,7 @@ from tt_rmsnorm.ccl_rules import (
     gathered_desc,
     pre_stats_desc,
 )
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
 from tt_rmsnorm.tensors import TensorDesc as D
 
 RM = ttnn.ROW_MAJOR_LAYOUT
@@ -242,10 +243,10 @@ def test_violation_names_rule_value_and_fix(rule, fragment, check):
 
 
 def test_every_ccl_rule_has_a_violating_case():
-    ccl = {r for r in rules.RULES if r.startswith(CCL_PREFIXES)}
+    ccl = {r for r in RULES if r.startswith(CCL_PREFIXES)}
     covered = {b[0] for b in BAD}
     assert covered == ccl, f"untested: {ccl - covered}; unknown: {covered - ccl}"
-    assert {r for r in rules.PACKAGE_ONLY_RULES if r.startswith(CCL_PREFIXES)} <= ccl
+    assert {r for r in PACKAGE_ONLY_RULES if r.startswith(CCL_PREFIXES)} <= ccl
 
 
 def test_shared_all_gather_rules_apply_to_all_gather_async():
@@ -320,7 +321,7 @@ def test_semaphore_desc_of_handles():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# L1 of the CCL ops (tt_rmsnorm.ccl_l1), against what ttnn did on the mock meshes.
+# L1 of the CCL ops (tt_rmsnorm.rules.ccl_l1), against what ttnn did on the mock meshes.
 
 DRAM_MC, L1_MC = ttnn.DRAM_MEMORY_CONFIG, ttnn.L1_MEMORY_CONFIG
 
@@ -342,7 +343,7 @@ GATHER_EDGES = [
 def test_all_gather_into_l1_stops_where_ttnn_does(shape, dtype, layout, input_memory, step):
     def check(rows):
         x = D((*shape[:2], rows, shape[3]), dtype, layout, input_memory)
-        return op_rules.check_all_gather(x, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=L1_MC)
+        return op_checks.check_all_gather(x, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=L1_MC)
 
     assert check(shape[2]) == 8
     with pytest.raises(RuleError) as err:

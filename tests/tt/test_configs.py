@@ -4,7 +4,10 @@ rules."""
 import pytest
 import ttnn
 
-from tt_rmsnorm import configs, op_rules, rules
+from tt_rmsnorm import configs
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import op_checks
+from tt_rmsnorm.rules.common import max_subblock_w
 from tt_rmsnorm.tensors import TensorDesc as D
 
 GRIDS = [(8, 4), (1, 4), (8, 2), (2, 8)]
@@ -25,7 +28,7 @@ def test_width_sharded_config_consistent(grid, width, fp32_acc):
     assert list(mc.shard_spec.shape) == [32, pc.block_w * 32]
     assert pc.block_w * 32 * cores == width
     assert pc.block_h == 1 and pc.block_w % pc.subblock_w == 0
-    assert pc.subblock_w <= rules.max_subblock_w(cfg)
+    assert pc.subblock_w <= max_subblock_w(cfg)
     assert (pc.compute_with_storage_grid_size.x, pc.compute_with_storage_grid_size.y) == grid
     same = configs.program_config_from_shard_spec(mc.shard_spec, cfg)
     assert (same.block_w, same.block_h, same.subblock_w) == (pc.block_w, pc.block_h, pc.subblock_w)
@@ -78,7 +81,7 @@ def test_block_sharded_rms_norm_config_accepted():
     pc = configs.sharded_program_config(shape, (8, 4), configs.BLOCK)
     mc = configs.sharded_memory_config(shape, (8, 4), configs.BLOCK)
     assert (pc.block_h, pc.block_w) == (1, 4) and list(mc.shard_spec.shape) == [32, 128]
-    assert op_rules.check_rms_norm(D(shape, memory_config=mc), program_config=pc, compute_grid=(8, 8)) == "sharded"
+    assert op_checks.check_rms_norm(D(shape, memory_config=mc), program_config=pc, compute_grid=(8, 8)) == "sharded"
 
 
 @pytest.mark.parametrize(
@@ -98,7 +101,7 @@ def test_choose_path(shape, sharded, path):
 
 
 def test_choose_sharded_on_prefill_raises():
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         configs.choose_path((1, 1, 128, 1024), True)
     assert err.value.rule == "sharded.height_32" and "padded height 32" in str(err.value)
 
@@ -155,10 +158,10 @@ def test_demo_plans_pass_the_rules(name, plan):
     else:
         x = D(shape)
         stats = D(shape[:-1] + (32 * n,), stats_kind="sums")
-    assert op_rules.check_pre_all_gather(x, **kw) == plan.path
-    assert op_rules.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.path
+    assert op_checks.check_pre_all_gather(x, **kw) == plan.path
+    assert op_checks.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.path
     if n > 1:
-        op_rules.check_all_gather(
+        op_checks.check_all_gather(
             D(
                 shape[:-1] + (32,),
                 memory_config=plan.stats_memory_config if plan.path == "sharded" else ttnn.DRAM_MEMORY_CONFIG,

@@ -9,8 +9,9 @@ import ttnn
 from loguru import logger
 
 import tt_rmsnorm
-from tt_rmsnorm import configs, l1_budget, op_rules, sharding_rules
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm import configs
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import l1_budget, op_checks, sharding
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, mark_stats, stats_kind_of
 
 RM = ttnn.ROW_MAJOR_LAYOUT
@@ -44,22 +45,22 @@ MEANS = TensorDesc((1, 1, 32, 256), memory_config=DECODE.stats_memory_config, st
     [
         (
             "interleaved-post",
-            lambda: op_rules.check_post_all_gather(
+            lambda: op_checks.check_post_all_gather(
                 TensorDesc((1, 1, 128, 1024)), TensorDesc((1, 1, 128, 256), stats_kind=STATS_SUMS), bias=BIAS
             ),
             True,
         ),
         (
             "sharded-post",
-            lambda: op_rules.check_post_all_gather(
+            lambda: op_checks.check_post_all_gather(
                 X_DECODE, MEANS, bias=BIAS, program_config=DECODE.program_config, compute_grid=(8, 7)
             ),
             False,
         ),
-        ("rms_norm-interleaved", lambda: op_rules.check_rms_norm(TensorDesc((1, 1, 128, 1024)), bias=BIAS), False),
+        ("rms_norm-interleaved", lambda: op_checks.check_rms_norm(TensorDesc((1, 1, 128, 1024)), bias=BIAS), False),
         (
             "rms_norm-sharded",
-            lambda: op_rules.check_rms_norm(
+            lambda: op_checks.check_rms_norm(
                 X_DECODE, bias=BIAS, program_config=DECODE.program_config, compute_grid=(8, 7)
             ),
             False,
@@ -77,7 +78,7 @@ BAD_USER = TensorDesc((576, 2048), memory_config=shard(WIDTH, (8, 8), (576, 32))
 
 def test_bad_user_repro_refused_naming_the_block_sharded_program_config():
     with pytest.raises(RuleError) as err:
-        op_rules.check_rms_norm(BAD_USER, compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
+        op_checks.check_rms_norm(BAD_USER, compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
     assert err.value.rule == "sharded.stats_gather_burst"
     assert "3 fp32 stats tiles (12288 B" in str(err.value)
     assert "compute_with_storage_grid_size=(8, 6), subblock_w=4, block_h=3, block_w=8" in err.value.fix
@@ -85,8 +86,8 @@ def test_bad_user_repro_refused_naming_the_block_sharded_program_config():
     fixed = TensorDesc((576, 2048), memory_config=shard(BLOCK, (8, 6), (96, 256)))
     pc = configs.program_config_from_shard_spec(fixed.shard_spec, FP32_ACC)
     assert (pc.compute_with_storage_grid_size.x, pc.subblock_w, pc.block_h, pc.block_w) == (8, 4, 3, 8)
-    op_rules.check_rms_norm(fixed, program_config=pc, compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
-    op_rules.check_rms_norm(BAD_USER, compute_kernel_config=NO_FP32_ACC, compute_grid=(8, 8))
+    op_checks.check_rms_norm(fixed, program_config=pc, compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
+    op_checks.check_rms_norm(BAD_USER, compute_kernel_config=NO_FP32_ACC, compute_grid=(8, 8))
 
 
 @pytest.mark.parametrize(
@@ -101,22 +102,22 @@ def test_bad_user_repro_refused_naming_the_block_sharded_program_config():
 )
 def test_tt_metal_passing_width_sharded_cases_stay_accepted(rows, width, grid, shard_shape, dtype, ck):
     x = TensorDesc((rows, width), dtype=dtype, memory_config=shard(WIDTH, grid, shard_shape))
-    assert sharding_rules.sharded_reduce_worker_tiles(x, (8, 8), rows // 32) * (4096 if ck is None else 2048) <= 8192
-    op_rules.check_rms_norm(x, compute_kernel_config=ck, compute_grid=(8, 8))
+    assert sharding.sharded_reduce_worker_tiles(x, (8, 8), rows // 32) * (4096 if ck is None else 2048) <= 8192
+    op_checks.check_rms_norm(x, compute_kernel_config=ck, compute_grid=(8, 8))
 
 
 def test_reduce_worker_tiles_follow_the_factory():
     # two-stage (1-D width sharding on 8 rows of cores): each row's 8 cores share 18 tile rows -> 3 each
-    assert sharding_rules.sharded_reduce_worker_tiles(BAD_USER, (8, 8), 18) == 3
+    assert sharding.sharded_reduce_worker_tiles(BAD_USER, (8, 8), 18) == 3
     # one row of cores: single stage over the 8 cores of the shard
     one_row = TensorDesc((576, 2048), memory_config=shard(WIDTH, (8, 1), (576, 256)))
-    assert sharding_rules.sharded_reduce_worker_tiles(one_row, (8, 8), 18) == 3
+    assert sharding.sharded_reduce_worker_tiles(one_row, (8, 8), 18) == 3
     # block sharding (several shards in height): the grid's columns share each block's rows
     block = TensorDesc((576, 2048), memory_config=shard(BLOCK, (8, 6), (96, 256)))
-    assert sharding_rules.sharded_reduce_worker_tiles(block, (8, 6), 3) == 1
+    assert sharding.sharded_reduce_worker_tiles(block, (8, 6), 3) == 1
     # one core: no core-to-core reduce at all
     single = TensorDesc((576, 64), memory_config=shard(WIDTH, (1, 1), (576, 64)))
-    assert sharding_rules.sharded_reduce_worker_tiles(single, (1, 1), 18) == 0
+    assert sharding.sharded_reduce_worker_tiles(single, (1, 1), 18) == 0
 
 
 # --- raw stats tensors marked as sums or means ------------------------------------------------------------------------
@@ -137,11 +138,11 @@ def test_deepseek_sums_into_the_sharded_post_caught_once_marked():
     x = TensorDesc((1, 1, 32, 896), memory_config=grid)
     raw = TensorDesc((1, 1, 32, 256), memory_config=DECODE.stats_memory_config)
     kw = dict(program_config=configs.program_config_from_shard_spec(grid.shard_spec), compute_grid=(8, 8))
-    assert rule_of(lambda: op_rules.check_post_all_gather(x, raw, **kw)) is None  # unmarked: nothing to go on
+    assert rule_of(lambda: op_checks.check_post_all_gather(x, raw, **kw)) is None  # unmarked: nothing to go on
     marked = mark_stats(raw, "sums")
     assert marked.stats_kind == STATS_SUMS and raw.stats_kind is None
-    assert rule_of(lambda: op_rules.check_post_all_gather(x, marked, **kw)) == "stats.kind_mismatch"
-    assert rule_of(lambda: op_rules.check_post_all_gather(x, mark_stats(raw, "means"), **kw)) is None
+    assert rule_of(lambda: op_checks.check_post_all_gather(x, marked, **kw)) == "stats.kind_mismatch"
+    assert rule_of(lambda: op_checks.check_post_all_gather(x, mark_stats(raw, "means"), **kw)) is None
 
 
 # --- the L1 model's ttnn version --------------------------------------------------------------------------------------
@@ -165,10 +166,10 @@ def test_l1_model_is_tagged_with_the_calibrated_version(fresh_version_warnings):
 def test_other_ttnn_version_warns_once(monkeypatch, fresh_version_warnings):
     monkeypatch.setattr(l1_budget, "installed_ttnn_version", lambda: "0.82.0")
     with pytest.warns(l1_budget.L1ModelVersionWarning, match="calibrated on ttnn 0.81.1 but ttnn 0.82.0"):
-        op_rules.check_pre_all_gather(TensorDesc((1, 1, 32, 1024)), compute_grid=(8, 8))  # the L1 rule runs
+        op_checks.check_pre_all_gather(TensorDesc((1, 1, 32, 1024)), compute_grid=(8, 8))  # the L1 rule runs
     assert any("0.82.0" in line for line in fresh_version_warnings)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second call with the same version stays quiet
-        op_rules.check_pre_all_gather(TensorDesc((1, 1, 32, 1024)), compute_grid=(8, 8))
+        op_checks.check_pre_all_gather(TensorDesc((1, 1, 32, 1024)), compute_grid=(8, 8))
     with pytest.raises(RuleError, match=r"L1 model of ttnn 0\.81\.1"):
-        op_rules.check_pre_all_gather(TensorDesc((1, 1, 32, 16384)), compute_grid=(8, 8))
+        op_checks.check_pre_all_gather(TensorDesc((1, 1, 32, 16384)), compute_grid=(8, 8))

@@ -5,7 +5,8 @@ import torch
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import mesh, ops, rules
+from tt_rmsnorm import mesh, ops
+from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.tensors import STATS_MEANS, TensorDesc, mark_stats, stats_kind_of
 
 
@@ -27,7 +28,7 @@ def host_x():
 )
 def test_host_input_rejected_before_ttnn(host_x, call):
     # ttnn itself segfaults on a host input (ttnn-findings #2): reaching this assertion proves the rule ran first.
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         call(host_x)
     assert err.value.rule == "input.on_device" and "ttnn.to_device" in str(err.value)
 
@@ -64,7 +65,7 @@ def test_resolve_cluster_axis(mesh_shape, axis, expect):
 
 
 def test_2d_mesh_needs_cluster_axis():
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         mesh.resolve_cluster_axis((8, 4))
     assert err.value.rule == "mesh.cluster_axis_required" and "cluster_axis=1" in str(err.value)
 
@@ -74,13 +75,13 @@ class _FakeMesh:
 
 
 def test_prepare_weight_rejects_ragged_slices_before_device():
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         mesh.prepare_weight(torch.ones(8192 + 32), _FakeMesh())
     assert err.value.rule == "distributed.width_multiple_of_32" and "8224" in str(err.value)
 
 
 def test_distributed_rms_norm_needs_ttnn_tensors():
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         tt_rmsnorm.distributed_rms_norm(torch.ones(1, 1, 32, 1024), None, _FakeMesh(), epsilon=1e-5)
     assert err.value.rule == "input.ttnn_tensor" and "shard_activation" in str(err.value)
 

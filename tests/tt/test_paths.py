@@ -5,7 +5,8 @@ import pytest
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import ccl, module, paths, planner, rules
+from tt_rmsnorm import ccl, module, paths, planner
+from tt_rmsnorm.errors import RuleError
 
 T3K, GALAXY, N300, N150 = (1, 8), (8, 4), (1, 2), (1, 1)
 
@@ -82,7 +83,7 @@ def test_persistent_buffers_are_sized_from_the_plan(path, tokens, attr, layout):
     ids=["async-without-ccl", "fused-without-ccl", "local-on-8-devices", "unknown-path"],
 )
 def test_path_preconditions_raise_before_any_device(mesh_shape, path, ccl_given, rule):
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         tt_rmsnorm.plan_distributed_rms_norm(
             (1, 1, 32, 1024), mesh_shape, compute_grid=(8, 7), path=path, ccl=ccl_given
         )
@@ -90,7 +91,7 @@ def test_path_preconditions_raise_before_any_device(mesh_shape, path, ccl_given,
 
 
 def test_fused_prefill_is_refused_by_a_rule():
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         tt_rmsnorm.plan_distributed_rms_norm((1, 1, 128, 1024), T3K, compute_grid=(8, 7), path="fused", ccl=True)
     assert "128" in str(err.value)
 
@@ -98,7 +99,7 @@ def test_fused_prefill_is_refused_by_a_rule():
 def test_plan_runs_every_rule_of_its_ops():
     # a FLOAT32 activation on the interleaved path with fp32 accumulation turned off: the pre's rule fires at planning
     off = tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=False)
-    with pytest.raises(rules.RuleError) as err:
+    with pytest.raises(RuleError) as err:
         tt_rmsnorm.plan_distributed_rms_norm(
             (1, 1, 128, 1024), T3K, compute_grid=(8, 7), dtype=ttnn.float32, compute_kernel_config=off
         )

@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 import ttnn
 
-from tt_rmsnorm import configs, l1_budget, op_rules, rules
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm import configs
+from tt_rmsnorm.errors import AccuracyWarning, RuleError
+from tt_rmsnorm.rules import l1_budget, op_checks
+from tt_rmsnorm.rules.common import max_subblock_w
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
 from tt_rmsnorm.tensors import TensorDesc as D
 
 RM = ttnn.ROW_MAJOR_LAYOUT
@@ -69,7 +72,7 @@ def pre(inp, **kw):
     if inp.is_sharded:
         kw.setdefault("program_config", PC)
         kw.setdefault("compute_kernel_config", CKC)
-    return lambda: op_rules.check_pre_all_gather(inp, **kw)
+    return lambda: op_checks.check_pre_all_gather(inp, **kw)
 
 
 def post(inp, stats, **kw):
@@ -78,16 +81,16 @@ def post(inp, stats, **kw):
     if inp.is_sharded:
         kw.setdefault("program_config", PC)
         kw.setdefault("compute_kernel_config", CKC)
-    return lambda: op_rules.check_post_all_gather(inp, stats, **kw)
+    return lambda: op_checks.check_post_all_gather(inp, stats, **kw)
 
 
 def rms(inp, **kw):
     kw.setdefault("compute_grid", GRID_T3K)
-    return lambda: op_rules.check_rms_norm(inp, **kw)
+    return lambda: op_checks.check_rms_norm(inp, **kw)
 
 
 def gather(inp, dim=3, mesh_shape=(1, 8), **kw):
-    return lambda: op_rules.check_all_gather(inp, dim, mesh_shape=mesh_shape, **kw)
+    return lambda: op_checks.check_all_gather(inp, dim, mesh_shape=mesh_shape, **kw)
 
 
 # (rule id, a fragment of the message, the check)
@@ -288,12 +291,12 @@ def test_violation_raises_named_rule(rule, fragment, check):
 
 def test_every_rule_has_a_violating_case():
     covered = {b[0] for b in BAD}
-    own = {r for r in rules.RULES if not r.startswith(("fused.", "all_gather_async."))}  # those: test_ccl_rules.py
+    own = {r for r in RULES if not r.startswith(("fused.", "all_gather_async."))}  # those: test_ccl_rules.py
     assert covered == own, f"untested: {own - covered}; unknown: {covered - own}"
 
 
 def test_package_only_rules_are_rules():
-    assert set(rules.PACKAGE_ONLY_RULES) <= set(rules.RULES)
+    assert set(PACKAGE_ONLY_RULES) <= set(RULES)
 
 
 # Valid combinations (model-code usage and the tests' shard specs): the rules must accept each.
@@ -318,9 +321,9 @@ def test_sharded_configs_accepted(width, grid, weight_layout):
     stats = D((1, 1, 32, 32 * n), memory_config=configs.stats_memory_config(n), stats_kind="means")
     weight = rm_weight(width) if weight_layout == RM else D((1, 1, 1, width))
     kw = dict(program_config=pcfg, compute_kernel_config=cfg, compute_grid=(8, 8))
-    assert op_rules.check_pre_all_gather(inp, **kw) == "sharded"
-    assert op_rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=weight, **kw) == "sharded"
-    assert op_rules.check_rms_norm(inp, weight=weight, **kw) == "sharded"
+    assert op_checks.check_pre_all_gather(inp, **kw) == "sharded"
+    assert op_checks.check_post_all_gather(inp, stats, epsilon=1e-5, weight=weight, **kw) == "sharded"
+    assert op_checks.check_rms_norm(inp, weight=weight, **kw) == "sharded"
 
 
 @pytest.mark.parametrize(
@@ -342,7 +345,7 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
     inp = D(shape, dtype=dtype)
     stats = D(shape[:-1] + (32 * n_dev,), stats_kind="sums")
     assert (
-        op_rules.check_pre_all_gather(
+        op_checks.check_pre_all_gather(
             inp, compute_kernel_config=cfg, residual_input_tensor=D(shape, dtype=dtype) if shape[-1] <= 2048 else None
         )
         == "interleaved"
@@ -351,9 +354,9 @@ def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
         dict(weight=rm_weight(shape[-1]), bias=rm_weight(shape[-1])) if shape[-1] <= 2048 else {}
     )  # wide rows: L1 (data/l1_verdicts.txt)
     assert (
-        op_rules.check_post_all_gather(inp, stats, epsilon=1e-5, compute_kernel_config=cfg, **affine) == "interleaved"
+        op_checks.check_post_all_gather(inp, stats, epsilon=1e-5, compute_kernel_config=cfg, **affine) == "interleaved"
     )
-    assert op_rules.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
+    assert op_checks.check_rms_norm(inp, weight=D((1, 1, 1, shape[-1])), compute_kernel_config=cfg) == "interleaved"
 
 
 def _data_rows(name: str) -> list[list[str]]:
@@ -415,7 +418,7 @@ def _l1_verdicts_2d():
     return [(op, int(w), int(s), acc == "True", dt, int(g), verdict) for op, w, s, acc, dt, g, verdict, *_ in rows]
 
 
-@pytest.mark.filterwarnings("ignore::tt_rmsnorm.rules.AccuracyWarning")
+@pytest.mark.filterwarnings("ignore::tt_rmsnorm.errors.AccuracyWarning")
 @pytest.mark.parametrize(
     "op, width, rows, acc, dt, weight, verdict",
     _l1_verdicts_2d(),
@@ -444,20 +447,20 @@ def test_l1_budget_2d_core_grid_matches_ttnn_verdicts(op, width, rows, acc, dt, 
 
 
 def test_use_2d_core_grid_warns_on_interleaved():
-    with pytest.warns(rules.AccuracyWarning, match="35435"):
-        op_rules.check_pre_all_gather(x(), use_2d_core_grid=True)
+    with pytest.warns(AccuracyWarning, match="35435"):
+        op_checks.check_pre_all_gather(x(), use_2d_core_grid=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        op_rules.check_pre_all_gather(x(), use_2d_core_grid=False)
+        op_checks.check_pre_all_gather(x(), use_2d_core_grid=False)
 
 
 def test_all_gather_galaxy_axes():
-    assert op_rules.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
-    assert op_rules.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
-    assert op_rules.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
+    assert op_checks.check_all_gather(x(), 3, cluster_axis=1, mesh_shape=(8, 4)) == 4
+    assert op_checks.check_all_gather(x(), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
+    assert op_checks.check_all_gather(x(), 3, mesh_shape=(1, 8)) == 8
     local = means((1, 1, 32, 32), memory_config=shard_mc(W_SHARD, (1, 1), (32, 32)))  # one device's stats
     assert (
-        op_rules.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
+        op_checks.check_all_gather(local, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=PLAN.stats_memory_config)
         == 8
     )
 
@@ -485,14 +488,14 @@ def test_sharded_l1_matches_ttnn_verdicts(op, cores, tiles, dt, acc, weight, ver
     cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
     width = cores * tiles * 32
     inp = D((1, 1, 32, width), dtype=dtype, memory_config=shard_mc(W_SHARD, (cores, 1), (32, tiles * 32)))
-    subblock = max(d for d in range(1, rules.max_subblock_w(cfg) + 1) if tiles % d == 0)
+    subblock = max(d for d in range(1, max_subblock_w(cfg) + 1) if tiles % d == 0)
     kw = dict(program_config=pc((cores, 1), subblock, 1, tiles), compute_kernel_config=cfg, compute_grid=(8, 8))
     w = rm_weight(width) if weight else None
     stats = means((1, 1, 32, 256), memory_config=shard_mc(W_SHARD, (1, 1), (32, 256))) if op == "post" else None
     check = {
-        "pre": lambda: op_rules.check_pre_all_gather(inp, **kw),
-        "post": lambda: op_rules.check_post_all_gather(inp, stats, epsilon=1e-5, weight=w, **kw),
-        "rms_norm": lambda: op_rules.check_rms_norm(inp, weight=w, **kw),
+        "pre": lambda: op_checks.check_pre_all_gather(inp, **kw),
+        "post": lambda: op_checks.check_post_all_gather(inp, stats, epsilon=1e-5, weight=w, **kw),
+        "rms_norm": lambda: op_checks.check_rms_norm(inp, weight=w, **kw),
     }[op]
     if verdict == "ok":
         check()
@@ -528,7 +531,7 @@ def test_rank1_weight_is_described_as_ttnn_pads_it(layout):
                 check()
             assert err.value.rule == "weight.row_major_shape", name
     with pytest.raises(RuleError) as err:
-        op_rules.check_post_all_gather(x(), sums(), weight=D((1024,), dtype=ttnn.bfloat8_b))
+        op_checks.check_post_all_gather(x(), sums(), weight=D((1024,), dtype=ttnn.bfloat8_b))
     assert err.value.rule == "weight.dtype"
 
 
@@ -537,7 +540,7 @@ def test_guards_ttnn_does_not_have_are_package_only():
     for check in (post(x(), sums(), epsilon=-1e-5), rms(x(), epsilon=-1e-5)):
         with pytest.raises(RuleError) as err:
             check()
-        assert err.value.rule == "epsilon.non_negative" and err.value.rule in rules.PACKAGE_ONLY_RULES
+        assert err.value.rule == "epsilon.non_negative" and err.value.rule in PACKAGE_ONLY_RULES
     rms(x(), epsilon=0.0)()
 
 
@@ -586,7 +589,7 @@ def test_2d_pre_counts_the_residual():
     a FLOAT32 residual (static buffers to 1,987,936 B), and the rules count the same bytes."""
     inp, res = x((2, 1, 128, 2048), dtype=ttnn.float32), x((2, 1, 128, 2048), dtype=ttnn.float32)
     assert l1_budget.pre_l1_bytes(inp, FP32_ACC, res, use_2d_core_grid=True) == 1_987_936
-    with pytest.warns(rules.AccuracyWarning), pytest.raises(RuleError, match="pre.l1_budget"):
+    with pytest.warns(AccuracyWarning), pytest.raises(RuleError, match="pre.l1_budget"):
         pre(
             inp, residual_input_tensor=res, compute_kernel_config=FP32_ACC, use_2d_core_grid=True, compute_grid=(8, 8)
         )()

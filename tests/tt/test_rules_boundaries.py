@@ -7,8 +7,9 @@ import pytest
 import ttnn
 from test_rules import pc, shard_mc
 
-from tt_rmsnorm import configs, l1_budget, op_rules
-from tt_rmsnorm.rules import RuleError
+from tt_rmsnorm import configs
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.rules import l1_budget, op_checks
 from tt_rmsnorm.tensors import TensorDesc as D
 
 FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
@@ -107,7 +108,7 @@ def test_post_l1_edge_matches_ttnn(dtype, acc, affine, devices, width, reported)
     if reported is not None:
         assert l1_budget.post_l1_bytes(x, stats, ckc, **affine_kw) == reported
     check = partial(
-        op_rules.check_post_all_gather, x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw
+        op_checks.check_post_all_gather, x, stats, compute_kernel_config=ckc, compute_grid=(8, 8), **affine_kw
     )
     _l1_verdict_is_ttnns(check, "post.l1_budget", reported)
 
@@ -133,7 +134,7 @@ def test_pre_double_buffers_x2_where_it_ends_inside_l1(rows, width, residual, fl
     """The pre's verdict is ttnn's, and where ttnn rejects, the rule names its lowest L1 buffer and its buffers' end."""
     x = D((1, 1, rows, width), memory_config=ttnn.L1_MEMORY_CONFIG)
     check = partial(
-        op_rules.check_pre_all_gather, x, residual_input_tensor=x if residual else None, compute_grid=(8, 8)
+        op_checks.check_pre_all_gather, x, residual_input_tensor=x if residual else None, compute_grid=(8, 8)
     )
     _l1_verdict_is_ttnns(check, "pre.l1_budget", end, floor)
 
@@ -155,7 +156,7 @@ PRE_L1_REFILL = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore::tt_rmsnorm.rules.AccuracyWarning")
+@pytest.mark.filterwarnings("ignore::tt_rmsnorm.errors.AccuracyWarning")
 @pytest.mark.parametrize(
     "rows, width, residual, two_d, floor, end",
     PRE_L1_REFILL,
@@ -167,7 +168,7 @@ def test_pre_l1_floor_counts_the_padding_refill_copies(rows, width, residual, tw
     x = D((1, 1, rows, width), dtype=ttnn.bfloat8_b, memory_config=l1)
     res = D((1, 1, rows, width), dtype=residual, memory_config=l1) if residual else None
     check = partial(
-        op_rules.check_pre_all_gather, x, residual_input_tensor=res, use_2d_core_grid=two_d, compute_grid=(8, 8)
+        op_checks.check_pre_all_gather, x, residual_input_tensor=res, use_2d_core_grid=two_d, compute_grid=(8, 8)
     )
     _l1_verdict_is_ttnns(check, "pre.l1_budget", end, floor)
 
@@ -176,7 +177,7 @@ def test_pre_l1_floor_counts_the_padding_refill_copies(rows, width, residual, tw
 def test_post_streams_rows_past_95_percent_of_l1(width, accepted):
     """ttnn on a mock N150: a 20480-wide bf16 row is buffered whole and does not fit; from 21504 (672 tiles, past 95 %
     of the 1.39 MB above the allocator base) the post streams it and runs."""
-    check = op_rules.check_post_all_gather
+    check = op_checks.check_post_all_gather
     args = (D((1, 1, 32, width)), D((1, 1, 32, 32), stats_kind="sums"))
     if accepted:
         check(*args, compute_grid=(8, 8))
@@ -198,18 +199,18 @@ def test_sharded_block_h_must_equal_the_shard_height():
     """rms_norm (not distributed) takes a 64-high shard: block_h 1 and 3 are both wrong, 2 is right."""
     x = D((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))
     for block_h in (1, 3):
-        got = _rule(op_rules.check_rms_norm, x, program_config=pc(block_h=block_h), compute_grid=(8, 7))
+        got = _rule(op_checks.check_rms_norm, x, program_config=pc(block_h=block_h), compute_grid=(8, 7))
         assert got == "program_config.block_h_shard"
-    op_rules.check_rms_norm(x, program_config=pc(block_h=2), compute_grid=(8, 7))
+    op_checks.check_rms_norm(x, program_config=pc(block_h=2), compute_grid=(8, 7))
 
 
 def test_sharded_residual_must_match_the_input_sharding():
     mc = shard_mc(W_SHARD, (8, 4), (32, 32))
     x = D((1, 1, 32, 1024), memory_config=mc)
     kw = dict(program_config=pc(), compute_grid=(8, 7))
-    op_rules.check_rms_norm(x, residual_input_tensor=D((1, 1, 32, 1024), memory_config=mc), **kw)
+    op_checks.check_rms_norm(x, residual_input_tensor=D((1, 1, 32, 1024), memory_config=mc), **kw)
     other = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 4), (32, 64)))
-    assert _rule(op_rules.check_rms_norm, x, residual_input_tensor=other, **kw) == "residual.same_sharding"
+    assert _rule(op_checks.check_rms_norm, x, residual_input_tensor=other, **kw) == "residual.same_sharding"
 
 
 def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
@@ -220,31 +221,31 @@ def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
     kw = dict(program_config=pc(), compute_grid=(8, 7))
     narrow = D((1, 1, 32, 990), padded_shape=(1, 1, 32, 1024))
     wide = D((1, 1, 32, 1010), padded_shape=(1, 1, 32, 1024))
-    assert _rule(op_rules.check_rms_norm, x, weight=narrow, **kw) == "weight.tile_width"
-    op_rules.check_rms_norm(x, weight=wide, **kw)
+    assert _rule(op_checks.check_rms_norm, x, weight=narrow, **kw) == "weight.tile_width"
+    op_checks.check_rms_norm(x, weight=wide, **kw)
 
 
 @pytest.mark.parametrize(
     "axis, rule", [(2, "all_gather.cluster_axis"), (3, "all_gather.cluster_axis"), (-1, "all_gather.cluster_axis")]
 )
 def test_all_gather_cluster_axis_outside_the_mesh(axis, rule):
-    assert _rule(op_rules.check_all_gather, D((1, 1, 32, 32)), 3, cluster_axis=axis, mesh_shape=(8, 4)) == rule
-    assert op_rules.check_all_gather(D((1, 1, 32, 32)), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
+    assert _rule(op_checks.check_all_gather, D((1, 1, 32, 32)), 3, cluster_axis=axis, mesh_shape=(8, 4)) == rule
+    assert op_checks.check_all_gather(D((1, 1, 32, 32)), 3, cluster_axis=0, mesh_shape=(8, 4)) == 8
 
 
 def test_all_gather_dim_range():
     for dim in (-4, 3):
-        assert op_rules.check_all_gather(D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8)) == 8
+        assert op_checks.check_all_gather(D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8)) == 8
     for dim in (-5, 4):
-        got = _rule(op_rules.check_all_gather, D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8))
+        got = _rule(op_checks.check_all_gather, D((1, 1, 32, 32)), dim, cluster_axis=1, mesh_shape=(1, 8))
         assert got == "all_gather.dim"
 
 
 def test_block_sharded_2d_config_with_more_rows_than_grid_rows():
     """Block sharding, Ht = 4 tiles over 2 grid rows: block_h = 2 is right (Ht divisible by the rows), 1 is not."""
     x = D((1, 1, 128, 1024), memory_config=shard_mc(B_SHARD, (8, 2), (64, 128)))
-    op_rules.check_rms_norm(x, program_config=pc((8, 2), block_h=2, block_w=4), compute_grid=(8, 7))
-    got = _rule(op_rules.check_rms_norm, x, program_config=pc((8, 2), block_h=1, block_w=4), compute_grid=(8, 7))
+    op_checks.check_rms_norm(x, program_config=pc((8, 2), block_h=2, block_w=4), compute_grid=(8, 7))
+    got = _rule(op_checks.check_rms_norm, x, program_config=pc((8, 2), block_h=1, block_w=4), compute_grid=(8, 7))
     assert got == "program_config.block_h_shard"
 
 
@@ -252,11 +253,11 @@ def test_program_grid_larger_than_the_shard_grid_is_accepted():
     """The shard grid must fit the program config's grid, not equal it (ttnn runs a 4x2 shard grid under 8x8)."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (32, 32)))
     for grid in [(8, 4), (8, 6), (8, 7)]:
-        op_rules.check_pre_all_gather(x, program_config=pc(grid), compute_grid=(8, 7))
-    assert _rule(op_rules.check_pre_all_gather, x, program_config=pc((8, 3)), compute_grid=(8, 7)) == (
+        op_checks.check_pre_all_gather(x, program_config=pc(grid), compute_grid=(8, 7))
+    assert _rule(op_checks.check_pre_all_gather, x, program_config=pc((8, 3)), compute_grid=(8, 7)) == (
         "program_config.grid_fits_shards"
     )
-    assert _rule(op_rules.check_pre_all_gather, x, program_config=pc((7, 4)), compute_grid=(8, 7)) == (
+    assert _rule(op_checks.check_pre_all_gather, x, program_config=pc((7, 4)), compute_grid=(8, 7)) == (
         "program_config.grid_fits_shards"
     )
 
@@ -267,10 +268,10 @@ X, STATS = D((1, 1, 32, 1024)), D((1, 1, 32, 32))
 @pytest.mark.parametrize(
     "check, args",
     [
-        (op_rules.check_pre_all_gather, (X,)),
-        (op_rules.check_post_all_gather, (X, STATS)),
-        (op_rules.check_rms_norm, (X,)),
-        (op_rules.check_all_gather, (STATS, 3)),
+        (op_checks.check_pre_all_gather, (X,)),
+        (op_checks.check_post_all_gather, (X, STATS)),
+        (op_checks.check_rms_norm, (X,)),
+        (op_checks.check_all_gather, (STATS, 3)),
     ],
     ids=["pre", "post", "rms_norm", "all_gather"],
 )
@@ -283,10 +284,10 @@ def test_options_are_keyword_only(check, args):
 
 def test_residual_needs_the_same_logical_and_padded_shape():
     x = D((1, 1, 30, 1024))
-    assert _rule(op_rules.check_pre_all_gather, x, residual_input_tensor=D((1, 1, 32, 1024))) == "residual.shape"
+    assert _rule(op_checks.check_pre_all_gather, x, residual_input_tensor=D((1, 1, 32, 1024))) == "residual.shape"
     padded_only = D((1, 1, 30, 1024), padded_shape=(1, 1, 64, 1024))
-    assert _rule(op_rules.check_pre_all_gather, x, residual_input_tensor=padded_only) == "residual.shape"
-    op_rules.check_pre_all_gather(x, residual_input_tensor=D((1, 1, 30, 1024)))
+    assert _rule(op_checks.check_pre_all_gather, x, residual_input_tensor=padded_only) == "residual.shape"
+    op_checks.check_pre_all_gather(x, residual_input_tensor=D((1, 1, 30, 1024)))
 
 
 @pytest.mark.parametrize("rows, accepted", [(6, True), (7, True), (8, False), (9, False)])
@@ -295,22 +296,22 @@ def test_shard_grid_must_end_inside_the_compute_grid(rows, accepted):
     x = D((1, 1, 32, 32 * rows), memory_config=shard_mc(W_SHARD, (1, rows), (32, 32)))
     kw = dict(program_config=pc((1, rows)), compute_grid=(8, 7))
     if accepted:
-        op_rules.check_rms_norm(x, **kw)
+        op_checks.check_rms_norm(x, **kw)
     else:
-        assert _rule(op_rules.check_rms_norm, x, **kw) == "input.shard_grid_on_device"
+        assert _rule(op_checks.check_rms_norm, x, **kw) == "input.shard_grid_on_device"
 
 
 def test_post_stats_with_more_rows_than_the_input():
     x, stats = D((1, 1, 32, 1024)), D((1, 1, 64, 32), stats_kind="sums")
-    assert _rule(op_rules.check_post_all_gather, x, stats, compute_grid=(8, 8)) == "post.stats_dims"
+    assert _rule(op_checks.check_post_all_gather, x, stats, compute_grid=(8, 8)) == "post.stats_dims"
 
 
 def test_shard_wider_than_256_columns():
     """One core holding the whole 1024-wide row: block_w 32 (shard width 1024) is right."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (1, 1), (32, 1024)))
-    op_rules.check_pre_all_gather(x, program_config=pc((1, 1), subblock_w=8, block_w=32), compute_grid=(8, 8))
+    op_checks.check_pre_all_gather(x, program_config=pc((1, 1), subblock_w=8, block_w=32), compute_grid=(8, 8))
     got = _rule(
-        op_rules.check_pre_all_gather, x, program_config=pc((1, 1), subblock_w=8, block_w=16), compute_grid=(8, 8)
+        op_checks.check_pre_all_gather, x, program_config=pc((1, 1), subblock_w=8, block_w=16), compute_grid=(8, 8)
     )
     assert got == "program_config.block_w_shard"
 
@@ -321,48 +322,48 @@ def test_host_tensor_is_a_rule_error_not_a_device_query_error():
     import torch
 
     host = ttnn.from_torch(torch.zeros(1, 1, 32, 32), dtype=ttnn.bfloat16)
-    assert _rule(op_rules.check_pre_all_gather, host) == "input.on_device"
+    assert _rule(op_checks.check_pre_all_gather, host) == "input.on_device"
 
 
 def test_shard_grid_offset_from_the_origin_fits_by_its_extent():
     """Shards on cores (2, 0)..(5, 1): a 4x2 box, which fits a 4x2 program grid wherever it starts."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128), start=(2, 0)))
-    op_rules.check_pre_all_gather(x, program_config=pc((4, 2), block_w=4), compute_grid=(8, 7))
-    got = _rule(op_rules.check_pre_all_gather, x, program_config=pc((3, 2), block_w=4), compute_grid=(8, 7))
+    op_checks.check_pre_all_gather(x, program_config=pc((4, 2), block_w=4), compute_grid=(8, 7))
+    got = _rule(op_checks.check_pre_all_gather, x, program_config=pc((3, 2), block_w=4), compute_grid=(8, 7))
     assert got == "program_config.grid_fits_shards"
 
 
 def test_block_w_is_the_ceiling_of_tiles_over_cores():
     """34 tiles over 8 grid columns: block_w = ceil(34 / 8) = 5 (the last shard partial) is right, not 34 // 8."""
     x = D((1, 1, 64, 1088), memory_config=shard_mc(B_SHARD, (8, 2), (32, 160)))
-    op_rules.check_rms_norm(x, program_config=pc((8, 2), block_h=1, block_w=5), compute_grid=(8, 7))
+    op_checks.check_rms_norm(x, program_config=pc((8, 2), block_h=1, block_w=5), compute_grid=(8, 7))
 
 
 def test_1d_block_w_below_the_ceiling_is_rejected():
     """32 tiles over 16 cores need block_w 2; shards one tile wide (block_w 1) do not cover the row."""
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 2), (32, 32)))
-    got = _rule(op_rules.check_pre_all_gather, x, program_config=pc((8, 2), block_w=1), compute_grid=(8, 7))
+    got = _rule(op_checks.check_pre_all_gather, x, program_config=pc((8, 2), block_w=1), compute_grid=(8, 7))
     assert got == "program_config.block_w_cores"
 
 
 def test_interleaved_post_tile_weight_needs_the_inputs_padded_width():
     x, stats = D((1, 1, 128, 1024)), D((1, 1, 128, 32), stats_kind="sums")
     wide_pad = D((1, 1, 1, 1024), padded_shape=(1, 1, 32, 1056))
-    assert _rule(op_rules.check_post_all_gather, x, stats, weight=wide_pad, compute_grid=(8, 8)) == "weight.tile_width"
-    op_rules.check_post_all_gather(x, stats, weight=D((1, 1, 1, 1024)), compute_grid=(8, 8))
+    assert _rule(op_checks.check_post_all_gather, x, stats, weight=wide_pad, compute_grid=(8, 8)) == "weight.tile_width"
+    op_checks.check_post_all_gather(x, stats, weight=D((1, 1, 1, 1024)), compute_grid=(8, 8))
 
 
 def test_sharded_post_input_is_one_tile_row_high():
     x = D((1, 1, 64, 1024), memory_config=shard_mc(W_SHARD, (8, 4), (64, 32)))
     stats = D((1, 1, 64, 256), memory_config=shard_mc(W_SHARD, (1, 1), (64, 256)), stats_kind="means")
-    got = _rule(op_rules.check_post_all_gather, x, stats, program_config=pc(block_h=2), compute_grid=(8, 7))
+    got = _rule(op_checks.check_post_all_gather, x, stats, program_config=pc(block_h=2), compute_grid=(8, 7))
     assert got == "sharded.height_32"
 
 
 def test_rms_norm_takes_a_default_program_config_on_an_interleaved_input():
     x = D((1, 1, 128, 1024))
-    op_rules.check_rms_norm(x, program_config=ttnn.LayerNormDefaultProgramConfig(), compute_grid=(8, 8))
-    assert _rule(op_rules.check_rms_norm, x, program_config=pc(), compute_grid=(8, 8)) == (
+    op_checks.check_rms_norm(x, program_config=ttnn.LayerNormDefaultProgramConfig(), compute_grid=(8, 8))
+    assert _rule(op_checks.check_rms_norm, x, program_config=pc(), compute_grid=(8, 8)) == (
         "rms_norm.sharded_config_interleaved"
     )
 
@@ -386,7 +387,7 @@ PRE_2D_L1 = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore::tt_rmsnorm.rules.AccuracyWarning")
+@pytest.mark.filterwarnings("ignore::tt_rmsnorm.errors.AccuracyWarning")
 @pytest.mark.parametrize(
     "dtype, acc, wt, reported",
     PRE_2D_L1,
@@ -398,7 +399,7 @@ def test_2d_pre_l1_matches_ttnn(dtype, acc, wt, reported):
     if reported is not None:
         assert l1_budget.pre_l1_bytes(x, ckc, use_2d_core_grid=True) == reported
     check = partial(
-        op_rules.check_pre_all_gather, x, compute_kernel_config=ckc, use_2d_core_grid=True, compute_grid=(8, 8)
+        op_checks.check_pre_all_gather, x, compute_kernel_config=ckc, use_2d_core_grid=True, compute_grid=(8, 8)
     )
     _l1_verdict_is_ttnns(check, "pre.l1_budget", reported)
 
@@ -434,9 +435,9 @@ def test_rms_norm_streams_when_a_residual_shard_leaves_too_little_l1_for_the_row
         161_792 if streams else 389_120
     )
     if accepted:
-        op_rules.check_rms_norm(x, residual_input_tensor=residual, compute_grid=(8, 8))
+        op_checks.check_rms_norm(x, residual_input_tensor=residual, compute_grid=(8, 8))
     else:
-        assert _rule(op_rules.check_rms_norm, x, residual_input_tensor=residual, compute_grid=(8, 8)) == (
+        assert _rule(op_checks.check_rms_norm, x, residual_input_tensor=residual, compute_grid=(8, 8)) == (
             "rms_norm.l1_budget"
         )
 

@@ -13,15 +13,23 @@ import math
 
 import ttnn
 
-from tt_rmsnorm.rules import _bbox_extent, _Compute, _compute, _fail, _is_sharded_pc, _name, max_subblock_w
+from tt_rmsnorm.rules.common import (
+    ComputeFlags,
+    bbox_extent,
+    compute_flags,
+    enum_name,
+    fail,
+    is_sharded_program_config,
+    max_subblock_w,
+)
 from tt_rmsnorm.tensors import TILE_BYTES, TensorDesc
 from tt_rmsnorm.tiles import TILE
 
 
-def _require_sharded_program_config(program_config):
+def require_sharded_program_config(program_config):
     """The distributed ops' sharded path takes no default: ttnn needs the sharded program config given."""
-    if not _is_sharded_pc(program_config):
-        _fail(
+    if not is_sharded_program_config(program_config):
+        fail(
             "sharded.program_config",
             "a sharded input needs a LayerNormShardedMultiCoreProgramConfig",
             type(program_config).__name__,
@@ -31,7 +39,7 @@ def _require_sharded_program_config(program_config):
 
 def _check_not_height_sharded(t: TensorDesc, what: str):
     if t.memory_layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
-        _fail(
+        fail(
             f"{what}.height_sharded",
             f"{what}: height-sharded tensors are not supported by the layernorm op",
             "HEIGHT_SHARDED",
@@ -42,7 +50,7 @@ def _check_not_height_sharded(t: TensorDesc, what: str):
 def _check_shard_grid_on_device(t: TensorDesc, compute_grid, what: str):
     box = t.shard_spec.grid.bounding_box()
     if box.end.x >= compute_grid[0] or box.end.y >= compute_grid[1]:
-        _fail(
+        fail(
             f"{what}.shard_grid_on_device",
             f"{what} shard grid must lie inside the device's compute grid {compute_grid[0]}x{compute_grid[1]}",
             f"grid up to core ({box.end.x},{box.end.y})",
@@ -50,11 +58,11 @@ def _check_shard_grid_on_device(t: TensorDesc, compute_grid, what: str):
         )
 
 
-def _check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
+def check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
     _check_not_height_sharded(x, "input")
     _check_shard_grid_on_device(x, compute_grid, "input")
     if distributed and x.padded_shape[-2] != TILE:
-        _fail(
+        fail(
             "sharded.height_32",
             "the sharded distributed path needs padded height 32 (decode: <= 32 rows)",
             f"padded height {x.padded_shape[-2]}",
@@ -62,12 +70,12 @@ def _check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
         )
 
 
-def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, distributed: bool):
+def check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, distributed: bool):
     """tt-facts §3.2: a LayerNormShardedMultiCoreProgramConfig against the input's shard spec."""
     if pc.block_w < 1:
-        _fail("program_config.block_w", "block_w must be >= 1", pc.block_w, "block_w = shard width / 32")
+        fail("program_config.block_w", "block_w must be >= 1", pc.block_w, "block_w = shard width / 32")
     if pc.subblock_w < 1 or pc.block_w % pc.subblock_w != 0:
-        _fail(
+        fail(
             "program_config.subblock_w_divides",
             "block_w must be divisible by subblock_w",
             f"block_w={pc.block_w} subblock_w={pc.subblock_w}",
@@ -75,8 +83,8 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
         )
     limit = max_subblock_w(compute_kernel_config)
     if pc.subblock_w > limit:
-        c = _compute(compute_kernel_config)
-        _fail(
+        c = compute_flags(compute_kernel_config)
+        fail(
             "program_config.subblock_w_limit",
             f"subblock_w must be <= {limit} with fp32_dest_acc_en={c.fp32_dest_acc_en}, "
             f"dst_full_sync_en={c.dst_full_sync_en}",
@@ -84,7 +92,7 @@ def _check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, dist
             f"use the largest divisor of block_w <= {limit} (tt_rmsnorm.configs.sharded_program_config does)",
         )
     if pc.use_welford:
-        _fail(
+        fail(
             "program_config.welford",
             "Welford is not supported for RMSNorm",
             "use_welford=True",
@@ -97,9 +105,9 @@ def _check_blocks_match_shards(x: TensorDesc, pc):
     """The program config's grid holds the shard grid and its blocks are the input's shards, laid out 1-D (the whole
     height in one block) or 2-D (block sharding)."""
     grid = pc.compute_with_storage_grid_size
-    ex, ey = _bbox_extent(x.shard_spec)
+    ex, ey = bbox_extent(x.shard_spec)
     if ex > grid.x or ey > grid.y:
-        _fail(
+        fail(
             "program_config.grid_fits_shards",
             "the input's shard grid (its bounding box) must fit compute_with_storage_grid_size",
             f"shard grid {ex}x{ey} vs program grid {grid.x}x{grid.y}",
@@ -107,14 +115,14 @@ def _check_blocks_match_shards(x: TensorDesc, pc):
         )
     shard_h, shard_w = x.shard_spec.shape
     if pc.block_h * TILE != shard_h:
-        _fail(
+        fail(
             "program_config.block_h_shard",
             "block_h * 32 must equal the shard height",
             f"block_h={pc.block_h}, shard height {shard_h}",
             f"block_h={shard_h // TILE}",
         )
     if pc.block_w * TILE != shard_w:
-        _fail(
+        fail(
             "program_config.block_w_shard",
             "block_w * 32 must equal the shard width",
             f"block_w={pc.block_w}, shard width {shard_w}",
@@ -124,7 +132,7 @@ def _check_blocks_match_shards(x: TensorDesc, pc):
     if x.physical_rows == pc.block_h * TILE:  # the whole height in one block: 1-D multicast
         n = x.shard_spec.grid.num_cores()
         if pc.block_w != math.ceil(kt / n):
-            _fail(
+            fail(
                 "program_config.block_w_cores",
                 "block_w must equal ceil(Wt / shard cores)",
                 f"block_w={pc.block_w}, Wt={kt}, cores={n}",
@@ -134,7 +142,7 @@ def _check_blocks_match_shards(x: TensorDesc, pc):
         row_major = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
         across, down = (ex, ey) if row_major else (ey, ex)
         if pc.block_w != math.ceil(kt / across) or mt % down or pc.block_h != mt // down:
-            _fail(
+            fail(
                 "program_config.block_2d",
                 "block sharding needs block_w = ceil(Wt / grid columns) and block_h = Ht / grid rows",
                 f"block_w={pc.block_w} block_h={pc.block_h}, Wt={kt}, Ht={mt}, grid {across}x{down}",
@@ -142,51 +150,51 @@ def _check_blocks_match_shards(x: TensorDesc, pc):
             )
 
 
-def _check_interleaved_program_config(program_config, welford_rule: str, welford_message: str) -> None:
+def check_interleaved_program_config(program_config, welford_rule: str, welford_message: str) -> None:
     """The interleaved pre/post take a default (non-sharded) program config without Welford; each op words its own
     Welford error."""
     if program_config is None:
         return
-    if _is_sharded_pc(program_config):
-        _fail(
+    if is_sharded_program_config(program_config):
+        fail(
             "program_config.ignored",
             "a sharded program config on an interleaved input is silently ignored",
             "LayerNormShardedMultiCoreProgramConfig",
             "omit program_config or use ttnn.LayerNormDefaultProgramConfig()",
         )
     if program_config.use_welford:
-        _fail(welford_rule, welford_message, "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
+        fail(welford_rule, welford_message, "use_welford=True", "LayerNormDefaultProgramConfig(use_welford=False)")
 
 
-def _check_output_memory_config(x: TensorDesc, memory_config):
+def check_output_memory_config(x: TensorDesc, memory_config):
     if memory_config is None:
         return
     if x.is_sharded:
         if not memory_config.is_sharded() or memory_config.memory_layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
-            _fail(
+            fail(
                 "memory_config.sharded_output",
                 "sharded inputs require a WIDTH/BLOCK-sharded output memory_config",
-                _name(memory_config.memory_layout),
+                enum_name(memory_config.memory_layout),
                 "omit memory_config (the input's is used) or pass a sharded one",
             )
         if memory_config.buffer_type != x.memory_config.buffer_type or memory_config.memory_layout != x.memory_layout:
-            _fail(
+            fail(
                 "memory_config.matches_input",
                 "output and input buffer types and memory layouts must match",
-                f"{_name(memory_config.buffer_type)}/{_name(memory_config.memory_layout)} vs input "
-                f"{_name(x.memory_config.buffer_type)}/{_name(x.memory_layout)}",
+                f"{enum_name(memory_config.buffer_type)}/{enum_name(memory_config.memory_layout)} vs input "
+                f"{enum_name(x.memory_config.buffer_type)}/{enum_name(x.memory_layout)}",
                 "use the input's memory layout and buffer type",
             )
     elif memory_config.is_sharded():
-        _fail(
+        fail(
             "memory_config.interleaved_output",
             "an interleaved input gives an interleaved output; a sharded memory_config is rejected",
-            _name(memory_config.memory_layout),
+            enum_name(memory_config.memory_layout),
             "use ttnn.DRAM_MEMORY_CONFIG or ttnn.L1_MEMORY_CONFIG, then reshard the result",
         )
 
 
-def _check_shard_fits(padded_shape, memory_config, what: str) -> None:
+def check_shard_fits(padded_shape, memory_config, what: str) -> None:
     """ttnn's tensor-spec validation of a sharded memory config against the tensor it will hold (physical 2-D view:
     all padded dims but the last fold into the height)."""
     if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
@@ -203,15 +211,15 @@ def _check_shard_fits(padded_shape, memory_config, what: str) -> None:
         if shard_h != height or math.ceil(width / shard_w) > cores:
             problem = f"width sharding needs shard height {height} and at most {cores} shards of width {shard_w}"
     else:
-        ex, ey = _bbox_extent(spec)
+        ex, ey = bbox_extent(spec)
         rows, cols = (ey, ex) if spec.orientation == ttnn.ShardOrientation.ROW_MAJOR else (ex, ey)
         if math.ceil(height / shard_h) > rows or math.ceil(width / shard_w) > cols:
             problem = f"block sharding needs at most {rows} x {cols} shards"
     if problem:
-        _fail(
+        fail(
             "memory_config.shard_fits",
             f"the {what}'s sharded memory_config does not fit a {height} x {width} tensor: {problem}",
-            f"shard {list(spec.shape)} on {cores} cores, {_name(layout)}",
+            f"shard {list(spec.shape)} on {cores} cores, {enum_name(layout)}",
             "derive the shard shape from the output shape (tt_rmsnorm.configs.sharded_memory_config)",
         )
 
@@ -227,7 +235,7 @@ def sharded_reduce_worker_tiles(x: TensorDesc, program_grid, block_ht: int) -> i
     core-to-core reduce happens. 1-D (whole height in one shard) width sharding on a grid of several rows reduces in
     two stages, first along each row of cores."""
     spec = x.shard_spec
-    gx, gy = _bbox_extent(spec)
+    gx, gy = bbox_extent(spec)
     mcast_1d = x.physical_rows == block_ht * TILE
     row_wise = spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
     num_blocks = spec.grid.num_cores() if mcast_1d else (gx if row_wise else gy)
@@ -255,7 +263,7 @@ def _block_sharded_fix(x: TensorDesc, compute_grid, fp32: bool) -> str:
         return "shard the rows over more cores (BLOCK_SHARDED) so each core holds fewer tile rows"
     gx, gy = best
     block_h, block_w = ht // gy, wt // gx
-    limit = max_subblock_w(_Compute(fp32, False))
+    limit = max_subblock_w(ComputeFlags(fp32, False))
     subblock_w = max(d for d in range(1, min(block_w, limit) + 1) if block_w % d == 0)
     return (
         f"block-shard the input: BLOCK_SHARDED L1 on a {gx}x{gy} grid, shard [{block_h * TILE}, {block_w * TILE}], "
@@ -265,35 +273,35 @@ def _block_sharded_fix(x: TensorDesc, compute_grid, fp32: bool) -> str:
     )
 
 
-def _check_stats_gather(x: TensorDesc, program_config, compute_kernel_config, compute_grid):
+def check_stats_gather(x: TensorDesc, program_config, compute_kernel_config, compute_grid):
     """sharded.stats_gather_burst: see PACKAGE_ONLY_RULES. Without a program config ttnn derives one from the shard
     spec (create_layernorm_program_config: bounding-box grid, block_h = shard height / 32)."""
-    if _is_sharded_pc(program_config):
+    if is_sharded_program_config(program_config):
         grid = (program_config.compute_with_storage_grid_size.x, program_config.compute_with_storage_grid_size.y)
         block_ht = program_config.block_h
     else:
-        grid, block_ht = _bbox_extent(x.shard_spec), x.shard_spec.shape[0] // TILE
+        grid, block_ht = bbox_extent(x.shard_spec), x.shard_spec.shape[0] // TILE
     if compute_kernel_config is None:  # rms_norm's default accumulates in fp32 for a FLOAT32 input only
         fp32 = x.dtype == ttnn.float32
     else:
-        fp32 = _compute(compute_kernel_config).fp32_dest_acc_en
+        fp32 = compute_flags(compute_kernel_config).fp32_dest_acc_en
     tiles = sharded_reduce_worker_tiles(x, grid, block_ht)
     tile = TILE_BYTES[ttnn.float32 if fp32 else ttnn.bfloat16]
     if tiles * tile > NOC_MAX_BURST_BYTES:
         alt = ""
         if fp32 and tiles * TILE_BYTES[ttnn.bfloat16] <= NOC_MAX_BURST_BYTES:
             alt = "; or keep this sharding with fp32_dest_acc_en=False (bfloat16 stats tiles fit one burst)"
-        _fail(
+        fail(
             "sharded.stats_gather_burst",
             f"each stats-reduce worker would move {tiles} {'fp32' if fp32 else 'bf16'} stats tiles ({tiles * tile} B, "
             f"more than one {NOC_MAX_BURST_BYTES} B NOC burst); ttnn runs this sharding and returns wrong rows "
             "(tt-metal's test_rms_norm_bad_user_repro)",
-            f"block_h={block_ht} on a {_bbox_extent(x.shard_spec)[0]}x{_bbox_extent(x.shard_spec)[1]} shard grid",
+            f"block_h={block_ht} on a {bbox_extent(x.shard_spec)[0]}x{bbox_extent(x.shard_spec)[1]} shard grid",
             _block_sharded_fix(x, compute_grid, fp32) + alt,
         )
 
 
-def _check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
+def check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
     """The sharded factory places its all-to-all reduce workers with tt-metal's `num_cores_to_corerangeset`, which
     requires each start core inside the (origin-shifted) shard grid and enough cores after it. One tile-row blocks
     (1-D multicast) are laid out from core (0, 0) in the shard orientation; a COL_MAJOR grid one core high, and a
@@ -302,7 +310,7 @@ def _check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
     if x.physical_rows != block_ht * TILE:  # 2-D blocks: plain rectangles, no work split
         return
     box = spec.grid.bounding_box()
-    gx, gy = _bbox_extent(spec)
+    gx, gy = bbox_extent(spec)
     row_wise = spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
     nb = spec.grid.num_cores()
     two_stage = nb == gx * gy and (
@@ -337,40 +345,40 @@ def _check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
         inside = sx < nx and sy < ny
         available = ((ny - 1 - sy) * nx + nx - sx) if row_wise else ((nx - 1 - sx) * ny + ny - sy)
         if not inside or target > available:
-            _fail(
+            fail(
                 "sharded.reduce_workers",
                 "ttnn's sharded factory cannot place its reduce workers on this shard grid",
-                f"{_name(spec.orientation)} grid {gx}x{gy} from core ({box.start.x},{box.start.y}), start core "
+                f"{enum_name(spec.orientation)} grid {gx}x{gy} from core ({box.start.x},{box.start.y}), start core "
                 f"({sx},{sy}) for {target} cores",
                 "use ROW_MAJOR orientation on a grid that starts at x = 0 (tt_rmsnorm.configs.sharded_memory_config)",
             )
 
 
-def _check_sharded_post_output(x: TensorDesc, memory_config):
+def check_sharded_post_output(x: TensorDesc, memory_config):
     """The sharded post writes a sharded output of the input's buffer type, layout and shard height."""
     if memory_config is not None and not memory_config.is_sharded():
-        _fail(
+        fail(
             "memory_config.sharded_output",
             "sharded inputs require a sharded output memory_config",
-            _name(memory_config.memory_layout),
+            enum_name(memory_config.memory_layout),
             "omit memory_config (the input's is used)",
         )
-    _check_output_memory_config(x, memory_config)
+    check_output_memory_config(x, memory_config)
     if (
         memory_config is not None
         and memory_config.shard_spec is not None
         and memory_config.shard_spec.shape[0] != x.shard_spec.shape[0]
     ):
-        _fail(
+        fail(
             "memory_config.shard_height",
             "the output shard height must equal the input shard height",
             f"{memory_config.shard_spec.shape[0]} vs {x.shard_spec.shape[0]}",
             "keep the input's shard height",
         )
-    _check_shard_fits(x.padded_shape, memory_config, "output")
+    check_shard_fits(x.padded_shape, memory_config, "output")
 
 
-def _check_rms_norm_output_shard(x: TensorDesc, memory_config):
+def check_rms_norm_output_shard(x: TensorDesc, memory_config):
     """The sharded rms_norm writes each core's output block (its input shard's tiles) straight into the output
     tensor's shard on that core, resharded or not: every output shard must hold one input shard."""
     if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
@@ -378,7 +386,7 @@ def _check_rms_norm_output_shard(x: TensorDesc, memory_config):
     (sh, sw), (oh, ow) = x.shard_spec.shape, memory_config.shard_spec.shape
     block, held = math.ceil(sh / TILE) * math.ceil(sw / TILE), math.ceil(oh / TILE) * math.ceil(ow / TILE)
     if held < block:
-        _fail(
+        fail(
             "rms_norm.output_shard_holds_block",
             f"the sharded rms_norm writes each core's {block}-tile block into the output's shard, which holds {held}",
             f"output shard {[oh, ow]} vs input shard {[sh, sw]}",

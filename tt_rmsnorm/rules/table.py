@@ -1,31 +1,8 @@
-"""The rule table of ttnn 0.81.1's distributed RMSNorm ops, the error every rule raises, and the checks they share.
+"""The rule table: every rule id the package raises (`RULES`) and the guards ttnn lacks (`PACKAGE_ONLY_RULES`).
 
-`RULES` lists every rule id the package raises with what it guards, and `PACKAGE_ONLY_RULES` the guards ttnn lacks
-(it accepts, or crashes instead of raising). A violation raises `RuleError` (a ValueError) naming the rule, the value
-seen and the fix; the ids are stable: tests and the agreement battery refer to them.
-
-This module also owns the checks every op shares: a tensor on device, in TILE layout, of rank 4 and an allowed dtype;
-the per-device width; epsilon; and the compute kernel config as the ops resolve it (the dst-register limit on
-subblock_w, FLOAT32 needing fp32 accumulation). The rules live by concern beside it:
-
-- `tt_rmsnorm.op_rules`: the entry points, one per op (`check_pre_all_gather`, `check_post_all_gather`,
-  `check_rms_norm`, `check_all_gather`), each running the steps below in ttnn's order;
-- `tt_rmsnorm.sharding_rules`: sharded inputs, program and output memory configs, the sharded factory's stats reduce;
-- `tt_rmsnorm.operand_rules`: the residual, the gathered stats, the weight and the bias;
-- `tt_rmsnorm.l1_budget`: the L1 models of the factories and the budget rules on them;
-- `tt_rmsnorm.ccl_rules`: `all_gather_async` and `fused_rms_minimal`.
+The ids are stable: tests, the agreement battery and the fuzzer refer to them. Each module of `tt_rmsnorm.rules` raises
+the ids of its concern through `tt_rmsnorm.errors.RuleError`.
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-import ttnn
-
-from tt_rmsnorm.errors import AccuracyWarning, RuleError  # noqa: F401  (re-exported for the rule modules)
-from tt_rmsnorm.tensors import TensorDesc
-from tt_rmsnorm.tiles import TILE
-
 
 # Package-only guards: ttnn accepts these (or crashes instead of raising); we reject on purpose.
 PACKAGE_ONLY_RULES = {
@@ -41,7 +18,7 @@ PACKAGE_ONLY_RULES = {
     "program_config.ignored": "a sharded program config on an interleaved input is silently ignored by pre/post",
     "sharded_pre.dtype_ignored": "the sharded pre always writes bfloat16 stats and ignores `dtype`",
     "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved path; the sharded path ignores it",
-    # tt_rmsnorm.ccl_rules: all_gather_async and fused_rms_minimal
+    # tt_rmsnorm.rules.ccl_checks: all_gather_async and fused_rms_minimal
     "all_gather_async.distinct_semaphores": "ttnn accepts one handle passed twice; cycling needs distinct handles",
     "all_gather_async.persistent_truncated": "ttnn accepts a buffer smaller than the gather and returns it truncated",
     "fused.cluster_axis": "fused_rms_minimal reads any cluster_axis other than 0 as the column axis (2 is accepted)",
@@ -58,7 +35,7 @@ PACKAGE_ONLY_RULES = {
     "epsilon.non_negative": "ttnn takes any epsilon, but rsqrt(E[x^2] + eps) is NaN for rows with E[x^2] < -eps",
     "all_gather.composite_l1_bound": (
         "ttnn's composite gather of an L1 input stages broadcast copies and concat buffers in L1 that the package "
-        "bounds from above (tt_rmsnorm.ccl_l1); a gather beyond the bound may still fit, the package refuses it"
+        "bounds from above (tt_rmsnorm.rules.ccl_l1); a gather beyond the bound may still fit, the package refuses it"
     ),
 }
 
@@ -133,7 +110,7 @@ RULES = {
     "all_gather.cluster_axis": "cluster_axis is an axis of the mesh",
     "all_gather.num_devices": "more than one device on the gather axis",
     "all_gather.sharded_needs_memory_config": "sharded input needs an output memory_config",
-    # tt_rmsnorm.ccl_rules: experimental.all_gather_async (dim, cluster_axis, devices: the all_gather ids above)
+    # tt_rmsnorm.rules.ccl_checks: experimental.all_gather_async (dim, cluster_axis, devices: the all_gather ids above)
     "all_gather_async.semaphore_count": "exactly 2 gather semaphores",
     "all_gather_async.distinct_semaphores": "gather and barrier semaphores are distinct handles",
     "all_gather_async.num_links": "1 <= num_links <= the fabric's links (and the grid rows)",
@@ -143,7 +120,7 @@ RULES = {
     "all_gather_async.persistent_dtype": "persistent buffer dtype equals the input's",
     "all_gather_async.persistent_layout": "persistent buffer layout equals the input's",
     "all_gather_async.persistent_memory_config": "persistent buffer memory config equals memory_config or the input's",
-    # tt_rmsnorm.ccl_rules: fused_rms_minimal
+    # tt_rmsnorm.rules.ccl_checks: fused_rms_minimal
     "fused.cluster_axis": "cluster_axis is an axis of the mesh",
     "fused.num_devices": "more than one device on the gather axis",
     "fused.semaphore": "one global semaphore",
@@ -169,121 +146,8 @@ RULES = {
     "fused.persistent_output": "persistent output has the output's shape, memory config and dtype",
     "fused.num_links": "1 <= num_links <= the fabric's links",
     "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
-    "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.ccl_l1)",
+    "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.rules.ccl_l1)",
     "all_gather.empty": "the gathered tensor has elements",
     "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
     "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
 }
-
-
-PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
-STATS_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
-GAMMA_DTYPES = (ttnn.bfloat16, ttnn.float32)
-DEFAULT_COMPUTE_GRID = (8, 8)
-
-
-def _name(x) -> str:
-    return str(x).rsplit(".", 1)[-1] if x is not None else "None"
-
-
-def _fail(rule: str, message: str, seen, fix: str):
-    raise RuleError(rule, message, seen, fix)
-
-
-# Compute kernel config as the ops resolve it (defaults: rmsnorm_default_compute_config = HiFi4, approx, fp32 off).
-@dataclass(frozen=True)
-class _Compute:
-    fp32_dest_acc_en: bool
-    dst_full_sync_en: bool
-
-
-def _compute(cfg) -> _Compute:
-    if cfg is None:
-        return _Compute(False, False)
-    return _Compute(bool(cfg.fp32_dest_acc_en), bool(getattr(cfg, "dst_full_sync_en", False)))
-
-
-def max_subblock_w(cfg) -> int:
-    """The dst-register limit on subblock_w (sharded factory `assert_subblock_compute_config_compatible`)."""
-    c = _compute(cfg)
-    return {(False, False): 8, (True, False): 4, (False, True): 16, (True, True): 8}[
-        (c.fp32_dest_acc_en, c.dst_full_sync_en)
-    ]
-
-
-def _is_sharded_pc(pc) -> bool:
-    return isinstance(pc, ttnn.LayerNormShardedMultiCoreProgramConfig)
-
-
-def _bbox_extent(shard_spec) -> tuple[int, int]:
-    box = shard_spec.grid.bounding_box()
-    return box.end.x - box.start.x + 1, box.end.y - box.start.y + 1
-
-
-def _check_on_device(t: TensorDesc, what: str):
-    if not t.on_device:
-        _fail(
-            "input.on_device" if what == "input" else f"{what}.on_device",
-            f"{what} tensor must be on device (ttnn crashes on a host input)",
-            "host storage",
-            f"move it first: ttnn.to_device({what}, mesh_device) or ttnn.from_torch(..., device=mesh_device)",
-        )
-
-
-def _check_tile(t: TensorDesc, what: str):
-    if t.layout != ttnn.TILE_LAYOUT:
-        _fail(
-            f"{what}.layout",
-            f"{what} tensor must be in TILE layout",
-            _name(t.layout),
-            f"ttnn.to_layout({what}, ttnn.TILE_LAYOUT)",
-        )
-
-
-def _check_rank4(t: TensorDesc, op: str):
-    if t.rank != 4:
-        _fail(
-            "distributed.rank",
-            f"{op} needs a rank-4 input [batch, 1, seq, hidden_local] (it indexes dim 3)",
-            f"rank {t.rank} shape {t.shape}",
-            "reshape to 4 dims, e.g. x.reshape(1, 1, seq, hidden_local)",
-        )
-
-
-def _check_dtype(t: TensorDesc, allowed, rule: str, what: str):
-    if t.dtype not in allowed:
-        _fail(
-            rule,
-            f"{what} dtype must be one of {[_name(d) for d in allowed]}",
-            _name(t.dtype),
-            f"convert it, e.g. ttnn.typecast({what}, ttnn.bfloat16)",
-        )
-
-
-def _check_width_multiple_of_32(x: TensorDesc):
-    if x.width % TILE:
-        _fail(
-            "distributed.width_multiple_of_32",
-            "the per-device width must be a multiple of 32: the post divides sum(x^2) by the padded width",
-            x.width,
-            "shard the hidden dim so each device holds a multiple of 32 "
-            "(pad the hidden size with zeros and the weight with ones)",
-        )
-
-
-def _check_fp32_needs_acc(tensors: dict, compute_kernel_config, op: str):
-    if _compute(compute_kernel_config).fp32_dest_acc_en:
-        return
-    for what, t in tensors.items():
-        if t is not None and t.dtype == ttnn.float32:
-            _fail(
-                f"{op}.fp32_needs_fp32_acc",
-                f"the interleaved {op} with a FLOAT32 {what} requires fp32_dest_acc_en=True",
-                f"{what} FLOAT32 with fp32_dest_acc_en=False",
-                "pass compute_kernel_config=tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)",
-            )
-
-
-def _check_epsilon(epsilon):
-    if epsilon is not None and epsilon < 0:
-        _fail("epsilon.non_negative", "epsilon must be >= 0", epsilon, "use e.g. 1e-5 (Llama) or 1e-6")

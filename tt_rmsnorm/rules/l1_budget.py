@@ -17,8 +17,8 @@ import warnings
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm.rules import DEFAULT_COMPUTE_GRID, _bbox_extent, _compute, _fail, _name
-from tt_rmsnorm.sharding_rules import _check_reduce_workers
+from tt_rmsnorm.rules.common import DEFAULT_COMPUTE_GRID, bbox_extent, compute_flags, enum_name, fail
+from tt_rmsnorm.rules.sharding import check_reduce_workers
 from tt_rmsnorm.tensors import DTYPE_BYTES, TILE_BYTES, TensorDesc
 from tt_rmsnorm.tiles import TILE
 
@@ -76,7 +76,7 @@ def pre_l1_bytes(
     reduce scaler and the output; the 2-D factory double-buffers x^2 always and adds merge buffers and one block of
     x^2. Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt, tests/tt/test_rules_boundaries.py)."""
     wt = x.padded_width // TILE
-    cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    cb = TILE_BYTES[ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     fused = 2 * wt * residual.tile_bytes() + wt * cb if residual is not None else 0  # residual x2, fused a+b
     if use_2d_core_grid:  # three merge tiles and a block of the largest divisor of Wt up to 8 tiles
         block = max(d for d in range(1, min(wt, 8) + 1) if wt % d == 0)
@@ -108,7 +108,7 @@ def post_l1_bytes(
         cb_length = int((available // x.tile_bytes()) * 0.95 / 7)
     else:
         cb_length = wt
-    cb = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    cb = TILE_BYTES[ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     per_tile = x.tile_bytes() + TILE_BYTES[out_dtype or x.dtype]
     for g in (weight, bias):  # each affine operand: its own buffer and one intermediate in the compute format
         if g is not None:
@@ -150,7 +150,7 @@ def _fits_rms_norm_span(cb_bytes: int, floor: int) -> bool:
 
 def _rms_norm_formats(x: TensorDesc, compute_kernel_config) -> tuple[int, int, int]:
     """(dst block in tiles, compute-format tile bytes, bf16 tile bytes) of the interleaved rms_norm."""
-    fp32_acc = _compute(compute_kernel_config).fp32_dest_acc_en
+    fp32_acc = compute_flags(compute_kernel_config).fp32_dest_acc_en
     return (4 if fp32_acc else 8), TILE_BYTES[ttnn.float32 if fp32_acc else ttnn.bfloat16], TILE_BYTES[ttnn.bfloat16]
 
 
@@ -204,9 +204,9 @@ def sharded_l1_bytes(
     shard_h, shard_w = x.shard_spec.shape
     block_ht, block_wt = shard_h // TILE, shard_w // TILE
     kt = x.padded_width // TILE
-    single = TILE_BYTES[ttnn.float32 if _compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    single = TILE_BYTES[ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     bf16 = TILE_BYTES[ttnn.bfloat16]
-    gx, gy = _bbox_extent(x.shard_spec)
+    gx, gy = bbox_extent(x.shard_spec)
     row_wise = x.shard_spec.orientation == ttnn.ShardOrientation.ROW_MAJOR
     mcast_1d = x.physical_rows == shard_h
     nb = x.shard_spec.grid.num_cores() if mcast_1d else (gx if row_wise else gy)
@@ -244,11 +244,11 @@ def sharded_l1_bytes(
     elif memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is not None:
         oh, ow = memory_config.shard_spec.shape
         out_shard = (oh // TILE) * (ow // TILE) * TILE_BYTES[out_dtype]
-    shards = _shard_bytes(x) + _shard_bytes(residual) + _shard_bytes(stats) + out_shard
+    shards = shard_bytes(x) + shard_bytes(residual) + shard_bytes(stats) + out_shard
     return L1_BASE + static, L1_SIZE - shards
 
 
-def _shard_bytes(t: TensorDesc | None) -> int:
+def shard_bytes(t: TensorDesc | None) -> int:
     """Bytes of one core's shard of an L1-sharded tensor (0 for anything else)."""
     if t is None or not t.is_sharded or t.memory_config.buffer_type != ttnn.BufferType.L1:
         return 0
@@ -264,7 +264,7 @@ def _bank_bytes(t: TensorDesc | None, banks: int) -> int:
     if t is None or not t.on_device or t.memory_config.buffer_type != ttnn.BufferType.L1:
         return 0
     if t.is_sharded:
-        return _shard_bytes(t)
+        return shard_bytes(t)
     if t.layout == ttnn.TILE_LAYOUT:
         pages, page = math.prod(t.padded_shape) // (TILE * TILE), t.tile_bytes()
     else:
@@ -272,7 +272,7 @@ def _bank_bytes(t: TensorDesc | None, banks: int) -> int:
     return -(-pages // banks) * page
 
 
-def _l1_floor(grid, *tensors) -> int:
+def l1_floor(grid, *tensors) -> int:
     """The lowest L1 address of the given tensors' buffers (allocated from the top of L1 down)."""
     return L1_SIZE - sum(_bank_bytes(t, grid[0] * grid[1]) for t in tensors)
 
@@ -285,11 +285,11 @@ def pre_l1_floor(grid, x: TensorDesc, residual: TensorDesc | None, out: TensorDe
     banks = grid[0] * grid[1]
     refilled = [t for t in (x, residual) if t is not None and _refills_padding(t) and _bank_bytes(t, banks)]
     if not refilled:
-        return _l1_floor(grid, x, residual, out)
+        return l1_floor(grid, x, residual, out)
     bf16_copy = TensorDesc(refilled[0].shape, dtype=ttnn.bfloat16, memory_config=refilled[0].memory_config)
     hole = _bank_bytes(bf16_copy, banks)
     copies = hole + sum(_bank_bytes(t, banks) for t in refilled)
-    return _l1_floor(grid, x, residual) - copies - max(0, _bank_bytes(out, banks) - hole)
+    return l1_floor(grid, x, residual) - copies - max(0, _bank_bytes(out, banks) - hole)
 
 
 def _refills_padding(t: TensorDesc) -> bool:
@@ -297,58 +297,58 @@ def _refills_padding(t: TensorDesc) -> bool:
     return t.dtype == ttnn.bfloat8_b and t.layout == ttnn.TILE_LAYOUT and t.shape[-2] % TILE != 0
 
 
-def _output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
+def output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
     return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config)
 
 
-def _check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
+def check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
     """ttnn rejects the program when its circular buffers pass the end of L1 or the lowest L1 buffer of its tensors."""
     check_l1_model_version()
     if needed > min(floor, L1_SIZE):
         below = f", below its tensors' L1 buffers from {floor} B" if floor < L1_SIZE else ""
-        _fail(
+        fail(
             f"{op}.l1_budget",
             f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs "
             f"{needed} B",
-            f"local width {x.padded_width} {_name(x.dtype)}",
+            f"local width {x.padded_width} {enum_name(x.dtype)}",
             "shard the hidden dim over more devices, use bfloat8_b input, keep the input in DRAM, or turn "
             f"fp32_dest_acc_en off (L1 model of ttnn {L1_MODEL_TTNN_VERSION})",
         )
 
 
-def _check_sharded_l1(op: str, x: TensorDesc, **kw):
+def check_sharded_l1(op: str, x: TensorDesc, **kw):
     """The sharded factory's work split (reduce workers) and its L1, on the device's compute grid."""
-    _check_reduce_workers(x, x.shard_spec.shape[0] // TILE, kw["compute_grid"])
+    check_reduce_workers(x, x.shard_spec.shape[0] // TILE, kw["compute_grid"])
     end, floor = sharded_l1_bytes(op, x, **kw)
     if end > min(floor, L1_SIZE):
-        _fail(
+        fail(
             "sharded.l1_budget",
             f"the sharded {op}'s circular buffers end at {end} B of L1, above its tensors' shards (from {floor} B)",
-            f"shard {list(x.shard_spec.shape)} {_name(x.dtype)} on {x.shard_spec.grid.num_cores()} cores",
+            f"shard {list(x.shard_spec.shape)} {enum_name(x.dtype)} on {x.shard_spec.grid.num_cores()} cores",
             "shard the width over more cores (smaller shards), or turn fp32_dest_acc_en off",
         )
 
 
-def _check_rms_norm_l1(x: TensorDesc, compute_kernel_config, residual, weight, bias, memory_config, grid):
+def check_rms_norm_l1(x: TensorDesc, compute_kernel_config, residual, weight, bias, memory_config, grid):
     """The interleaved rms_norm's buffers end below the end of L1 and below its tensors' L1 buffers; the tiled kernels
     (whole row or streamed) take at most 95% of the span below them."""
-    floor = _l1_floor(grid, x, residual, weight, bias, _output_desc(x, x.shape, None, memory_config))
+    floor = l1_floor(grid, x, residual, weight, bias, output_desc(x, x.shape, None, memory_config))
     needed = rms_norm_l1_bytes(x, compute_kernel_config, residual, weight, bias, floor)
     if _row_major_affine(weight, bias):
         if needed > min(floor, L1_SIZE):
-            _fail(
+            fail(
                 "rms_norm.l1_budget",
                 f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
                 " of L1 or its tensors' L1 buffers)",
-                f"width {x.padded_width} {_name(x.dtype)}, ROW_MAJOR weight/bias (no streaming variant)",
+                f"width {x.padded_width} {enum_name(x.dtype)}, ROW_MAJOR weight/bias (no streaming variant)",
                 "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
             )
     elif not _fits_rms_norm_span(needed - L1_BASE, floor):
         span = min(floor, L1_SIZE) - L1_BASE
-        _fail(
+        fail(
             "rms_norm.l1_budget",
             f"the interleaved rms_norm streams the row and its streaming buffers need {needed - L1_BASE} B, above 95%"
             f" of the {span} B of L1 below its tensors' L1 buffers (from {floor} B)",
-            f"width {x.padded_width} {_name(x.dtype)}",
+            f"width {x.padded_width} {enum_name(x.dtype)}",
             "keep the residual, weight or output in DRAM, or shard the L1 tensor over more cores (smaller shards)",
         )

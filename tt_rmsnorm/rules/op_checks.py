@@ -4,9 +4,8 @@
 ttnn 0.81.1's `rms_norm_pre_all_gather`, `rms_norm_post_all_gather` (interleaved and sharded paths), `rms_norm` and
 `all_gather`, as read from tt-metal's op validation and program factories and as ttnn behaved on mock devices (the
 agreement battery, the fuzzer and the conformance corpus in tests/). Each takes real ttnn tensors or `TensorDesc`s,
-runs its steps in ttnn's order and raises `tt_rmsnorm.rules.RuleError` at the first violated rule. The steps live by
-concern: `tt_rmsnorm.rules` (shared checks), `tt_rmsnorm.sharding_rules`, `tt_rmsnorm.operand_rules` and
-`tt_rmsnorm.l1_budget`.
+runs its steps in ttnn's order and raises `tt_rmsnorm.errors.RuleError` at the first violated rule. The steps live by
+concern in the other modules of `tt_rmsnorm.rules`.
 """
 
 from __future__ import annotations
@@ -17,49 +16,49 @@ import warnings
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm import ccl_l1
-from tt_rmsnorm.l1_budget import (
-    _check_l1,
-    _check_rms_norm_l1,
-    _check_sharded_l1,
-    _l1_floor,
-    _output_desc,
+from tt_rmsnorm.errors import AccuracyWarning
+from tt_rmsnorm.rules import ccl_l1
+from tt_rmsnorm.rules.common import (
+    DEFAULT_COMPUTE_GRID,
+    PRE_INPUT_DTYPES,
+    check_dtype,
+    check_epsilon,
+    check_fp32_needs_acc,
+    check_on_device,
+    check_rank4,
+    check_tile,
+    check_width_multiple_of_32,
+    enum_name,
+    fail,
+    is_sharded_program_config,
+)
+from tt_rmsnorm.rules.l1_budget import (
+    check_l1,
+    check_rms_norm_l1,
+    check_sharded_l1,
+    l1_floor,
+    output_desc,
     post_l1_bytes,
     pre_l1_bytes,
     pre_l1_floor,
 )
-from tt_rmsnorm.operand_rules import (
-    _check_gamma_beta,
-    _check_interleaved_post_stats,
-    _check_residual,
-    _check_sharded_post_stats,
-    _check_stats,
+from tt_rmsnorm.rules.operands import (
+    check_gamma_beta,
+    check_interleaved_post_stats,
+    check_residual,
+    check_sharded_post_stats,
+    check_stats,
 )
-from tt_rmsnorm.rules import (
-    DEFAULT_COMPUTE_GRID,
-    PRE_INPUT_DTYPES,
-    AccuracyWarning,
-    _check_dtype,
-    _check_epsilon,
-    _check_fp32_needs_acc,
-    _check_on_device,
-    _check_rank4,
-    _check_tile,
-    _check_width_multiple_of_32,
-    _fail,
-    _is_sharded_pc,
-    _name,
-)
-from tt_rmsnorm.sharding_rules import (
-    _check_interleaved_program_config,
-    _check_output_memory_config,
-    _check_rms_norm_output_shard,
-    _check_shard_fits,
-    _check_sharded_input,
-    _check_sharded_post_output,
-    _check_sharded_program_config,
-    _check_stats_gather,
-    _require_sharded_program_config,
+from tt_rmsnorm.rules.sharding import (
+    check_interleaved_program_config,
+    check_output_memory_config,
+    check_rms_norm_output_shard,
+    check_shard_fits,
+    check_sharded_input,
+    check_sharded_post_output,
+    check_sharded_program_config,
+    check_stats_gather,
+    require_sharded_program_config,
 )
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
@@ -82,7 +81,7 @@ def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
     if not use_2d_core_grid:
         return
     if sharded:
-        _fail(
+        fail(
             "use_2d_core_grid.ignored",
             "use_2d_core_grid applies to the interleaved path only and is ignored for sharded inputs",
             True,
@@ -110,34 +109,34 @@ def check_pre_all_gather(
     """Validate `ttnn.rms_norm_pre_all_gather` arguments. Returns the path taken: 'interleaved' or 'sharded'."""
     grid = _resolve_grid(compute_grid, input_tensor)
     x, res = describe(input_tensor), describe(residual_input_tensor)
-    _check_on_device(x, "input")
-    _check_rank4(x, "rms_norm_pre_all_gather")
-    _check_tile(x, "input")
-    _check_dtype(x, PRE_INPUT_DTYPES, "pre.input.dtype", "input")
+    check_on_device(x, "input")
+    check_rank4(x, "rms_norm_pre_all_gather")
+    check_tile(x, "input")
+    check_dtype(x, PRE_INPUT_DTYPES, "pre.input.dtype", "input")
     _warn_2d_core_grid(use_2d_core_grid, x.is_sharded)
     if x.is_sharded:
-        _check_sharded_input(x, grid, distributed=True)
-        _require_sharded_program_config(program_config)
-        _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
-        _check_output_memory_config(x, memory_config)
+        check_sharded_input(x, grid, distributed=True)
+        require_sharded_program_config(program_config)
+        check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
+        check_output_memory_config(x, memory_config)
         if dtype not in (None, ttnn.bfloat16):
-            _fail(
+            fail(
                 "sharded_pre.dtype_ignored",
                 "the sharded pre always writes bfloat16 stats",
-                _name(dtype),
+                enum_name(dtype),
                 "pass dtype=ttnn.bfloat16 (or omit it)",
             )
-        _check_residual(x, res)
-        _check_sharded_l1("pre", x, compute_kernel_config=compute_kernel_config, residual=res, compute_grid=grid)
+        check_residual(x, res)
+        check_sharded_l1("pre", x, compute_kernel_config=compute_kernel_config, residual=res, compute_grid=grid)
         return "sharded"
-    _check_interleaved_program_config(
+    check_interleaved_program_config(
         program_config, "pre.welford", "RMSNorm with Welford's algorithm is not supported in pre_all_gather"
     )
-    _check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
-    _check_output_memory_config(x, memory_config)
-    _check_residual(x, res)
-    out = _output_desc(x, (*x.shape[:-1], TILE), dtype or ttnn.bfloat16, memory_config)
-    _check_l1(
+    check_fp32_needs_acc({"input": x}, compute_kernel_config, "pre")
+    check_output_memory_config(x, memory_config)
+    check_residual(x, res)
+    out = output_desc(x, (*x.shape[:-1], TILE), dtype or ttnn.bfloat16, memory_config)
+    check_l1(
         pre_l1_bytes(x, compute_kernel_config, res, dtype or ttnn.bfloat16, bool(use_2d_core_grid)),
         "pre",
         x,
@@ -163,21 +162,21 @@ def check_post_all_gather(
     """Validate `ttnn.rms_norm_post_all_gather` arguments. Returns the path: 'interleaved' or 'sharded'."""
     grid = _resolve_grid(compute_grid, input_tensor)
     x, s, w, b = describe(input_tensor), describe(stats), describe(weight), describe(bias)
-    _check_on_device(x, "input")
-    _check_rank4(x, "rms_norm_post_all_gather")
-    _check_tile(x, "input")
-    _check_dtype(x, PRE_INPUT_DTYPES, "post.input.dtype", "input")
-    _check_stats(s)
-    _check_epsilon(epsilon)
-    _check_width_multiple_of_32(x)
+    check_on_device(x, "input")
+    check_rank4(x, "rms_norm_post_all_gather")
+    check_tile(x, "input")
+    check_dtype(x, PRE_INPUT_DTYPES, "post.input.dtype", "input")
+    check_stats(s)
+    check_epsilon(epsilon)
+    check_width_multiple_of_32(x)
     _warn_2d_core_grid(use_2d_core_grid, x.is_sharded)
     if x.is_sharded:
-        _check_sharded_input(x, grid, distributed=True)
-        _check_sharded_post_stats(x, s, program_config)
-        _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
-        _check_sharded_post_output(x, memory_config)
-        _check_gamma_beta(x, w, b, "sharded")
-        _check_sharded_l1(
+        check_sharded_input(x, grid, distributed=True)
+        check_sharded_post_stats(x, s, program_config)
+        check_sharded_program_config(x, program_config, compute_kernel_config, distributed=True)
+        check_sharded_post_output(x, memory_config)
+        check_gamma_beta(x, w, b, "sharded")
+        check_sharded_l1(
             "post",
             x,
             compute_kernel_config=compute_kernel_config,
@@ -189,20 +188,20 @@ def check_post_all_gather(
             compute_grid=grid,
         )
         return "sharded"
-    _check_interleaved_post_stats(x, s)
-    _check_interleaved_program_config(
+    check_interleaved_post_stats(x, s)
+    check_interleaved_program_config(
         program_config, "post.welford", "RMS norm is not compatible with the Welford algorithm"
     )
-    _check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
+    check_fp32_needs_acc({"input": x, "stats": s}, compute_kernel_config, "post")
     # unlike the pre, the interleaved post honours a sharded output memory_config (a fused reshard)
-    _check_shard_fits(x.padded_shape, memory_config, "output")
-    _check_gamma_beta(x, w, b, "interleaved_post")
-    out = _output_desc(x, x.shape, dtype, memory_config)
-    _check_l1(
+    check_shard_fits(x.padded_shape, memory_config, "output")
+    check_gamma_beta(x, w, b, "interleaved_post")
+    out = output_desc(x, x.shape, dtype, memory_config)
+    check_l1(
         post_l1_bytes(x, s, compute_kernel_config, w, b, dtype, bool(use_2d_core_grid), grid[1]),
         "post",
         x,
-        _l1_floor(grid, x, s, w, b, out),
+        l1_floor(grid, x, s, w, b, out),
     )
     return "interleaved"
 
@@ -222,48 +221,48 @@ def check_rms_norm(
     """Validate single-device `ttnn.rms_norm` arguments. Returns 'interleaved' or 'sharded'."""
     grid = _resolve_grid(compute_grid, input_tensor)
     x, res, w, b = describe(input_tensor), describe(residual_input_tensor), describe(weight), describe(bias)
-    _check_on_device(x, "input")
-    _check_tile(x, "input")
-    _check_dtype(x, PRE_INPUT_DTYPES, "rms_norm.input.dtype", "input")
-    _check_epsilon(epsilon)
+    check_on_device(x, "input")
+    check_tile(x, "input")
+    check_dtype(x, PRE_INPUT_DTYPES, "rms_norm.input.dtype", "input")
+    check_epsilon(epsilon)
     if x.is_sharded:
-        _check_sharded_input(x, grid, distributed=False)
-        if program_config is not None and not _is_sharded_pc(program_config):
-            _fail(
+        check_sharded_input(x, grid, distributed=False)
+        if program_config is not None and not is_sharded_program_config(program_config):
+            fail(
                 "sharded.program_config",
                 "a sharded input takes a LayerNormShardedMultiCoreProgramConfig or none (ttnn derives one)",
                 type(program_config).__name__,
                 "omit program_config or pass tt_rmsnorm.configs.sharded_program_config(...)",
             )
         if program_config is not None:
-            _check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
-        _check_stats_gather(x, program_config, compute_kernel_config, grid)
-        _check_output_memory_config(x, memory_config)
-        _check_shard_fits(x.padded_shape, memory_config, "output")
-        _check_rms_norm_output_shard(x, memory_config)
+            check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
+        check_stats_gather(x, program_config, compute_kernel_config, grid)
+        check_output_memory_config(x, memory_config)
+        check_shard_fits(x.padded_shape, memory_config, "output")
+        check_rms_norm_output_shard(x, memory_config)
     else:
-        if program_config is not None and _is_sharded_pc(program_config):
-            _fail(
+        if program_config is not None and is_sharded_program_config(program_config):
+            fail(
                 "rms_norm.sharded_config_interleaved",
                 "a sharded program config needs a sharded input (ttnn fails with 'bad optional access')",
                 "LayerNormShardedMultiCoreProgramConfig",
                 "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config",
             )
         if program_config is not None and program_config.use_welford:
-            _fail(
+            fail(
                 "rms_norm.welford",
                 "Welford's algorithm is not supported for RMSNorm",
                 "use_welford=True",
                 "LayerNormDefaultProgramConfig(use_welford=False)",
             )
         if memory_config is not None and memory_config.is_sharded():  # rms_norm writes any sharded output
-            _check_shard_fits(x.padded_shape, memory_config, "output")
+            check_shard_fits(x.padded_shape, memory_config, "output")
         else:
-            _check_output_memory_config(x, memory_config)
-    _check_residual(x, res, sharded_residual_ok=True)
-    _check_gamma_beta(x, w, b, "sharded")
+            check_output_memory_config(x, memory_config)
+    check_residual(x, res, sharded_residual_ok=True)
+    check_gamma_beta(x, w, b, "sharded")
     if x.is_sharded:
-        _check_sharded_l1(
+        check_sharded_l1(
             "rms_norm",
             x,
             compute_kernel_config=compute_kernel_config,
@@ -274,7 +273,7 @@ def check_rms_norm(
             compute_grid=grid,
         )
         return "sharded"
-    _check_rms_norm_l1(x, compute_kernel_config, res, w, b, memory_config, grid)
+    check_rms_norm_l1(x, compute_kernel_config, res, w, b, memory_config, grid)
     return "interleaved"
 
 
@@ -283,9 +282,9 @@ def check_all_gather(
 ) -> int:
     """Validate `ttnn.all_gather(input, dim, cluster_axis=...)` on a mesh of `mesh_shape`. Returns the gather size."""
     x = describe(input_tensor)
-    _check_on_device(x, "input")
+    check_on_device(x, "input")
     if not -x.rank <= dim < x.rank:
-        _fail(
+        fail(
             "all_gather.dim",
             f"dim must be in [{-x.rank}, {x.rank}) for a rank-{x.rank} tensor",
             dim,
@@ -294,7 +293,7 @@ def check_all_gather(
     mesh_shape = tuple(mesh_shape)
     # a gather dim off the tile grid takes ttnn's composite gather, which needs no axis
     if cluster_axis is None and sum(d > 1 for d in mesh_shape) > 1 and not ccl_l1.takes_composite_gather(x, dim):
-        _fail(
+        fail(
             "all_gather.cluster_axis",
             "on a 2-D mesh the 1-D fabric needs cluster_axis",
             f"cluster_axis=None on mesh {mesh_shape}",
@@ -304,7 +303,7 @@ def check_all_gather(
         n = math.prod(mesh_shape)
     else:
         if not isinstance(cluster_axis, int) or not 0 <= cluster_axis < len(mesh_shape):
-            _fail(
+            fail(
                 "all_gather.cluster_axis",
                 f"cluster_axis must be an axis of the {len(mesh_shape)}-D mesh {mesh_shape}",
                 cluster_axis,
@@ -312,7 +311,7 @@ def check_all_gather(
             )
         n = mesh_shape[cluster_axis]
     if n < 2:
-        _fail(
+        fail(
             "all_gather.num_devices",
             "all_gather needs more than one device along the gather axis",
             f"{n} device(s) on axis {cluster_axis} of mesh {mesh_shape}",
@@ -320,18 +319,18 @@ def check_all_gather(
             "otherwise pick the axis the hidden dim is sharded over",
         )
     if x.is_sharded and memory_config is None:
-        _fail(
+        fail(
             "all_gather.sharded_needs_memory_config",
             "a sharded input needs an explicit output memory_config",
-            _name(x.memory_layout),
+            enum_name(x.memory_layout),
             "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
         )
     if math.prod(x.shape) == 0:
-        _fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")
+        fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")
     gathered = list(x.shape)
     gathered[dim] *= n
     out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
     if not output_given:  # a given output buffer is the output's spec; its own rules check it
-        _check_shard_fits(out.padded_shape, memory_config, "gathered output")
+        check_shard_fits(out.padded_shape, memory_config, "gathered output")
     ccl_l1.check_gather_l1(x, dim, out, n, mesh_shape)
     return n

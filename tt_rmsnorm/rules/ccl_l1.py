@@ -1,5 +1,5 @@
 """L1 of the CCL ops, as ttnn 0.81.1 allocates it on a Wormhole core: `ttnn.all_gather` and
-`ttnn.experimental.all_gather_async` (`check_gather_l1`, which `tt_rmsnorm.op_rules.check_all_gather` calls) and
+`ttnn.experimental.all_gather_async` (`check_gather_l1`, which `tt_rmsnorm.rules.op_checks.check_all_gather` calls) and
 `ttnn.fused_rms_minimal` (`check_fused_l1`).
 
 Circular buffers are allocated statically from L1_BASE up; tensors, shards and global semaphores from the top of L1
@@ -14,8 +14,8 @@ import math
 
 import ttnn
 
-from tt_rmsnorm import l1_budget, rules
-from tt_rmsnorm.rules import _fail
+from tt_rmsnorm.rules import l1_budget
+from tt_rmsnorm.rules.common import bbox_extent, compute_flags, fail
 from tt_rmsnorm.tensors import DTYPE_BYTES, TILE_BYTES, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
@@ -56,7 +56,7 @@ def _bank_bytes(t: TensorDesc, banks: int) -> int:
     if not t.on_device or t.memory_config.buffer_type != ttnn.BufferType.L1:
         return 0
     if t.is_sharded:
-        return l1_budget._shard_bytes(t)
+        return l1_budget.shard_bytes(t)
     rows = math.prod(t.padded_shape[:-1])
     pages = rows * t.padded_width // (TILE * TILE) if t.layout == ttnn.TILE_LAYOUT else rows
     return -(-pages // banks) * _page_bytes(t)
@@ -106,7 +106,7 @@ def check_gather_l1(x, dim: int, out, num_devices: int, mesh_shape, semaphores: 
     l1_budget.check_l1_model_version()
     x = describe(x)
     bounded = takes_composite_gather(x, dim) and _bank_bytes(x, 1) > 0
-    _fail(
+    fail(
         "all_gather.composite_l1_bound" if bounded else "all_gather.l1_budget",
         "the gather's circular buffer, semaphores, and its L1 input, output"
         + (" and staged copies (an upper bound)" if bounded else "")
@@ -130,11 +130,11 @@ def fused_l1_bytes(
     `fused_rms_minimal`. The input, residual, stats and output buffers borrow their tensors' memory; the output is a
     new shard (or the persistent buffer), kept in the static region too when it is resharded."""
     x = describe(x)
-    single = TILE_BYTES[ttnn.float32 if rules._compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
+    single = TILE_BYTES[ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     bf16 = TILE_BYTES[ttnn.bfloat16]
     out_tile = TILE_BYTES[dtype or x.dtype]
     block_wt = x.shard_spec.shape[1] // TILE
-    gx, gy = rules._bbox_extent(x.shard_spec)
+    gx, gy = bbox_extent(x.shard_spec)
     external = (gx + gy - 1) if gx > 1 and gy > 1 else math.ceil(x.padded_width // TILE / block_wt)
     static = 4 * bf16  # scalers and epsilon
     static += (5 + external) * single  # partial and global E[x^2], variance, reduced stats on the first core
@@ -157,7 +157,7 @@ def check_fused_l1(x, weight, residual, stats, out_config, dtype, compute_kernel
     )
     if end > min(floor, l1_budget.L1_SIZE):
         l1_budget.check_l1_model_version()
-        _fail(
+        fail(
             "fused.l1_budget",
             "fused_rms_minimal's circular buffers (two x blocks, the weight block, the resharded output) must end "
             "below its tensors' shards at the top of L1",

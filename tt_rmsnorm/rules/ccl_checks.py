@@ -4,9 +4,9 @@ device work.
 
 A mirror of their validation in ttnn 0.81.1 (`all_gather_async_device_operation.cpp`,
 `rms_allgather_device_operation.cpp` and its program factory), as real ttnn behaved on mock T3000 and Galaxy meshes,
-plus guards ttnn lacks (listed in `tt_rmsnorm.rules.PACKAGE_ONLY_RULES`). ttnn's global semaphores expose nothing
+plus guards ttnn lacks (listed in `tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES`). ttnn's global semaphores expose nothing
 to Python, so the checks take a `SemaphoreDesc`: the cores they were created on and the handles a call passes. Tensor
-arguments are real ttnn tensors or `TensorDesc`s; every violation raises `tt_rmsnorm.rules.RuleError`.
+arguments are real ttnn tensors or `TensorDesc`s; every violation raises `tt_rmsnorm.errors.RuleError`.
 
 The shapes the gather produces are also here (`gathered_desc`, `pre_stats_desc`, `fused_stats_desc`), so persistent
 buffers are sized from the same facts the checks use.
@@ -19,9 +19,19 @@ from dataclasses import dataclass
 
 import ttnn
 
-from tt_rmsnorm import op_rules, operand_rules, rules, sharding_rules
-from tt_rmsnorm.ccl_l1 import check_fused_l1, check_gather_l1
-from tt_rmsnorm.rules import _check_dtype, _check_on_device, _check_tile, _fail, _name
+from tt_rmsnorm.rules import op_checks, operands, sharding
+from tt_rmsnorm.rules.ccl_l1 import check_fused_l1, check_gather_l1
+from tt_rmsnorm.rules.common import (
+    bbox_extent,
+    check_dtype,
+    check_on_device,
+    check_tile,
+    compute_flags,
+    enum_name,
+    fail,
+    is_sharded_program_config,
+    max_subblock_w,
+)
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
@@ -93,13 +103,13 @@ def _one_core_l1(core, width: int) -> ttnn.MemoryConfig:
 
 
 def _accumulation_dtype(compute_kernel_config):
-    return ttnn.float32 if rules._compute(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16
+    return ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16
 
 
 def _check_count(sems: SemaphoreDesc | None, want: int, rule: str, fix: str):
     if sems is None or sems.count != want:
         op = {"fused": "fused_rms_minimal"}.get(rule.split(".")[0], rule.split(".")[0])
-        _fail(rule, f"{op} takes exactly {want} global semaphore(s)", f"{sems.count if sems else 0} handle(s)", fix)
+        fail(rule, f"{op} takes exactly {want} global semaphore(s)", f"{sems.count if sems else 0} handle(s)", fix)
 
 
 def _check_num_links(num_links, mesh_shape, rule: str, grid_rows: int | None = None):
@@ -107,7 +117,7 @@ def _check_num_links(num_links, mesh_shape, rule: str, grid_rows: int | None = N
         return
     most = min((v for v in (FABRIC_LINKS.get(tuple(mesh_shape)), grid_rows) if v is not None), default=None)
     if num_links < 1 or (most is not None and num_links > most):
-        _fail(
+        fail(
             rule,
             f"num_links must be between 1 and {most or 'the links of the fabric'} on mesh {tuple(mesh_shape)}",
             num_links,
@@ -136,8 +146,8 @@ def check_all_gather_async(
     also what the mesh overload calls `persistent_output_tensor`). Returns the number of devices gathered.
 
     The arguments it shares with `ttnn.all_gather` (dim, cluster_axis, devices on the axis, a sharded input's output
-    memory config) follow `tt_rmsnorm.op_rules.check_all_gather` and keep its rule ids."""
-    n = op_rules.check_all_gather(
+    memory config) follow `tt_rmsnorm.rules.op_checks.check_all_gather` and keep its rule ids."""
+    n = op_checks.check_all_gather(
         input_tensor,
         dim,
         cluster_axis=cluster_axis,
@@ -155,7 +165,7 @@ def check_all_gather_async(
         )
     ids = [*sems.ids, *(barrier_semaphore.ids if barrier_semaphore is not None else ())]
     if len(ids) != len(set(ids)):
-        _fail(
+        fail(
             "all_gather_async.distinct_semaphores",
             "the gather semaphores and the barrier semaphore must be distinct handles (ttnn accepts one twice)",
             f"{len(ids)} handles, {len(set(ids))} distinct",
@@ -200,7 +210,7 @@ def _check_persistent_buffer(x: TensorDesc, dim: int, n: int, buf: TensorDesc, m
     want = gathered_desc(x, dim, n, memory_config)
     dim %= x.rank
     if not buf.on_device:
-        _fail(
+        fail(
             "all_gather_async.persistent_on_device",
             "the persistent output buffer must be on device",
             "host storage",
@@ -211,36 +221,36 @@ def _check_persistent_buffer(x: TensorDesc, dim: int, n: int, buf: TensorDesc, m
         b != p for i, (b, p) in enumerate(zip(buf.padded_shape, x.padded_shape, strict=True)) if i != dim
     )
     if others_differ or buf.padded_shape[dim] > x.padded_shape[dim] * n:
-        _fail(
+        fail(
             "all_gather_async.persistent_shape",
             "the persistent buffer must have the input's rank and dims, and at most input * devices on the gather dim",
             seen,
-            f"allocate it with shape {want.shape} (tt_rmsnorm.ccl_rules.gathered_desc)",
+            f"allocate it with shape {want.shape} (tt_rmsnorm.rules.ccl_checks.gathered_desc)",
         )
     if buf.shape[dim] != want.shape[dim]:
-        _fail(
+        fail(
             "all_gather_async.persistent_truncated",
             "the persistent buffer must hold the whole gather (ttnn accepts a smaller one and returns it truncated)",
             seen,
-            f"allocate it with shape {want.shape} (tt_rmsnorm.ccl_rules.gathered_desc)",
+            f"allocate it with shape {want.shape} (tt_rmsnorm.rules.ccl_checks.gathered_desc)",
         )
     for field, rule in (
         ("dtype", "all_gather_async.persistent_dtype"),
         ("layout", "all_gather_async.persistent_layout"),
     ):
         if getattr(buf, field) != getattr(x, field):
-            _fail(
+            fail(
                 rule,
                 f"the persistent buffer's {field} must equal the input's",
-                f"{_name(getattr(buf, field))} vs input {_name(getattr(x, field))}",
+                f"{enum_name(getattr(buf, field))} vs input {enum_name(getattr(x, field))}",
                 f"allocate it with the input's {field}",
             )
     if buf.memory_config != want.memory_config:
-        _fail(
+        fail(
             "all_gather_async.persistent_memory_config",
             "the persistent buffer's memory config must equal memory_config (the input's when memory_config is None)",
-            f"{_name(buf.memory_layout)} {_name(buf.memory_config.buffer_type)} vs {_name(want.memory_layout)} "
-            f"{_name(want.memory_config.buffer_type)}",
+            f"{enum_name(buf.memory_layout)} {enum_name(buf.memory_config.buffer_type)} "
+            f"vs {enum_name(want.memory_layout)} {enum_name(want.memory_config.buffer_type)}",
             "pass memory_config=<the buffer's memory config>",
         )
 
@@ -268,7 +278,7 @@ def check_fused_rms_minimal(
     """Validate `ttnn.fused_rms_minimal` arguments (positional as ttnn: input, program_config, cluster_axis, the mesh's
     shape for mesh_device, global_semaphore). Returns the number of devices on the gather axis."""
     x = describe(input_tensor)
-    _check_on_device(x, "input")
+    check_on_device(x, "input")
     n = _check_fused_axis(cluster_axis, mesh_shape)
     _check_count(
         global_semaphore,
@@ -278,33 +288,35 @@ def check_fused_rms_minimal(
     )
     for what, t in (("stats", stats), ("weight", weight)):
         if t is None:
-            _fail(
+            fail(
                 f"fused.{what}_required",
                 f"fused_rms_minimal requires {what}",
                 None,
-                "tt_rmsnorm.ccl_rules.fused_stats_desc(...) sizes the stats buffer"
+                "tt_rmsnorm.rules.ccl_checks.fused_stats_desc(...) sizes the stats buffer"
                 if what == "stats"
                 else "tt_rmsnorm.prepare_weight(...) (ROW_MAJOR [1, 1, W/32, 32])",
             )
     _check_fused_input(x, global_semaphore)
     out_config = memory_config or x.memory_config
     if out_config.shard_spec is None or out_config.shard_spec.orientation != ttnn.ShardOrientation.ROW_MAJOR:
-        _fail(
+        fail(
             "fused.output_memory_config",
             "fused_rms_minimal writes a ROW_MAJOR sharded output (it never writes interleaved)",
-            f"{_name(out_config.memory_layout)}"
-            + ("" if out_config.shard_spec is None else f" {_name(out_config.shard_spec.orientation)}"),
+            f"{enum_name(out_config.memory_layout)}"
+            + ("" if out_config.shard_spec is None else f" {enum_name(out_config.shard_spec.orientation)}"),
             "a WIDTH_SHARDED L1 ROW_MAJOR memory_config (reshard afterwards if DRAM is needed)",
         )
-    sharding_rules._check_output_memory_config(x, out_config)
+    sharding.check_output_memory_config(x, out_config)
     _check_fused_program_config(x, program_config, compute_kernel_config)
     _check_fused_grid(x)
     w = describe(weight)
-    _check_on_device(w, "weight")
+    check_on_device(w, "weight")
     if w.layout != ttnn.ROW_MAJOR_LAYOUT:
-        _fail("fused.weight_layout", "the weight must be ROW_MAJOR", _name(w.layout), "tt_rmsnorm.prepare_weight(...)")
-    operand_rules._check_gamma(x, w, "weight", "sharded")
-    operand_rules._check_residual(x, describe(residual_input_tensor))
+        fail(
+            "fused.weight_layout", "the weight must be ROW_MAJOR", enum_name(w.layout), "tt_rmsnorm.prepare_weight(...)"
+        )
+    operands.check_gamma(x, w, "weight", "sharded")
+    operands.check_residual(x, describe(residual_input_tensor))
     _check_fused_stats(x, describe(stats), n, compute_kernel_config)
     if persistent_output_tensor is not None:
         _check_fused_persistent(x, describe(persistent_output_tensor), out_config, dtype)
@@ -326,7 +338,7 @@ def check_fused_rms_minimal(
 def _check_fused_axis(cluster_axis, mesh_shape) -> int:
     mesh_shape = tuple(mesh_shape)
     if not isinstance(cluster_axis, int) or not 0 <= cluster_axis < len(mesh_shape):
-        _fail(
+        fail(
             "fused.cluster_axis",
             f"cluster_axis must be an axis of the mesh {mesh_shape} (ttnn reads any other value as axis 1)",
             cluster_axis,
@@ -334,7 +346,7 @@ def _check_fused_axis(cluster_axis, mesh_shape) -> int:
         )
     n = mesh_shape[cluster_axis]
     if n < 2:
-        _fail(
+        fail(
             "fused.num_devices",
             "fused_rms_minimal needs more than one device on the gather axis",
             f"{n} device on axis {cluster_axis} of mesh {mesh_shape}",
@@ -345,30 +357,30 @@ def _check_fused_axis(cluster_axis, mesh_shape) -> int:
 
 def _check_fused_input(x: TensorDesc, sem: SemaphoreDesc):
     if x.rank != 4 or x.shape[0] != 1 or x.shape[1] != 1 or x.shape[2] > TILE or x.shape[3] % TILE:
-        _fail(
+        fail(
             "fused.input_shape",
             "fused_rms_minimal takes (1, 1, M, N) with M <= 32 and N a multiple of 32",
             x.shape,
             "decode only: at most 32 rows, batch folded into M; pad the local width to a multiple of 32",
         )
-    _check_tile(x, "input")
-    _check_dtype(x, FUSED_INPUT_DTYPES, "fused.input.dtype", "input")
+    check_tile(x, "input")
+    check_dtype(x, FUSED_INPUT_DTYPES, "fused.input.dtype", "input")
     if x.memory_layout != ttnn.TensorMemoryLayout.WIDTH_SHARDED or x.memory_config.buffer_type != ttnn.BufferType.L1:
-        _fail(
+        fail(
             "fused.input_sharded",
             "the input must be WIDTH_SHARDED in L1",
-            f"{_name(x.memory_layout)} {_name(x.memory_config.buffer_type)}",
+            f"{enum_name(x.memory_layout)} {enum_name(x.memory_config.buffer_type)}",
             "ttnn.to_memory_config(x, <width-sharded L1 config on the semaphore's grid>)",
         )
     if x.shard_spec.orientation != ttnn.ShardOrientation.ROW_MAJOR:
-        _fail(
+        fail(
             "fused.input_orientation",
             "the input's shards must be in ROW_MAJOR orientation",
-            _name(x.shard_spec.orientation),
+            enum_name(x.shard_spec.orientation),
             "ttnn.ShardSpec(grid, shape, ttnn.ShardOrientation.ROW_MAJOR)",
         )
     if not sem.grid.contains(x.shard_spec.grid):
-        _fail(
+        fail(
             "fused.semaphore_grid",
             "the input must be sharded on (a part of) the grid the global semaphore was created on",
             f"input grid {x.shard_spec.grid} vs semaphore grid {sem.grid}",
@@ -380,10 +392,10 @@ def _check_fused_grid(x: TensorDesc):
     """The factory places its reduce workers with `num_cores_to_corerangeset` in coordinates relative to the grid but
     compares them with the grid's absolute end: a grid one core wide and several high that does not start at x = 0
     puts the next worker at x = 1, outside the grid ("Start core must be within grid size")."""
-    gx, gy = rules._bbox_extent(x.shard_spec)
+    gx, gy = bbox_extent(x.shard_spec)
     start = x.shard_spec.grid.bounding_box().start
     if gx == 1 and gy > 1 and start.x != 0:
-        _fail(
+        fail(
             "fused.reduce_workers",
             "fused_rms_minimal cannot place its reduce workers on a shard grid one core wide off x = 0",
             f"{gx}x{gy} cores from ({start.x},{start.y})",
@@ -392,16 +404,16 @@ def _check_fused_grid(x: TensorDesc):
 
 
 def _check_fused_program_config(x: TensorDesc, pc, compute_kernel_config):
-    if not rules._is_sharded_pc(pc):
-        _fail(
+    if not is_sharded_program_config(pc):
+        fail(
             "fused.program_config",
             "fused_rms_minimal needs a LayerNormShardedMultiCoreProgramConfig",
             type(pc).__name__,
             "tt_rmsnorm.configs.program_config_from_shard_spec(x.memory_config().shard_spec, ...)",
         )
-    ex, ey, grid = *rules._bbox_extent(x.shard_spec), pc.compute_with_storage_grid_size
+    ex, ey, grid = *bbox_extent(x.shard_spec), pc.compute_with_storage_grid_size
     if ex > grid.x or ey > grid.y:
-        _fail(
+        fail(
             "fused.grid_fits_shards",
             "the input's shard grid (its bounding box) must fit compute_with_storage_grid_size",
             f"shard grid {ex}x{ey} vs program grid {grid.x}x{grid.y}",
@@ -409,22 +421,22 @@ def _check_fused_program_config(x: TensorDesc, pc, compute_kernel_config):
         )
     want = math.ceil(x.padded_width // TILE / x.shard_spec.grid.num_cores())
     if pc.block_w != want or pc.block_w * TILE != x.shard_spec.shape[1]:
-        _fail(
+        fail(
             "fused.block_w",
             "block_w must equal ceil(Wt / shard cores) and block_w * 32 the shard width",
             f"block_w={pc.block_w}, shard width {x.shard_spec.shape[1]}, {x.shard_spec.grid.num_cores()} cores",
             f"block_w={want}",
         )
     if pc.subblock_w < 1 or pc.block_w % pc.subblock_w:
-        _fail(
+        fail(
             "fused.subblock_w",
             "block_w must be divisible by subblock_w",
             f"block_w={pc.block_w} subblock_w={pc.subblock_w}",
             "pick subblock_w as a divisor of block_w",
         )
-    limit = rules.max_subblock_w(compute_kernel_config)
+    limit = max_subblock_w(compute_kernel_config)
     if pc.subblock_w > limit:
-        _fail(
+        fail(
             "fused.subblock_w_limit",
             "subblock_w must fit the dst registers (8; 4 with fp32_dest_acc_en; doubled with dst_full_sync_en)",
             pc.subblock_w,
@@ -433,28 +445,28 @@ def _check_fused_program_config(x: TensorDesc, pc, compute_kernel_config):
 
 
 def _check_fused_stats(x: TensorDesc, s: TensorDesc, n: int, compute_kernel_config):
-    _check_on_device(s, "stats")
+    check_on_device(s, "stats")
     want = _accumulation_dtype(compute_kernel_config)
     if s.dtype != want:
-        _fail(
+        fail(
             "fused.stats_dtype",
             "the stats buffer's dtype must be the accumulation format (float32 with fp32_dest_acc_en, else bfloat16)",
-            f"{_name(s.dtype)} with fp32_dest_acc_en={want == ttnn.float32}",
-            f"allocate it as {_name(want)} (tt_rmsnorm.ccl_rules.fused_stats_desc)",
+            f"{enum_name(s.dtype)} with fp32_dest_acc_en={want == ttnn.float32}",
+            f"allocate it as {enum_name(want)} (tt_rmsnorm.rules.ccl_checks.fused_stats_desc)",
         )
     if not s.is_sharded or s.memory_config.buffer_type != ttnn.BufferType.L1 or s.shard_spec.grid.num_cores() != 1:
-        _fail(
+        fail(
             "fused.stats_one_core",
             "the stats buffer must be sharded in L1 on exactly one core (it backs a circular buffer)",
-            f"{_name(s.memory_layout)} {_name(s.memory_config.buffer_type)}"
+            f"{enum_name(s.memory_layout)} {enum_name(s.memory_config.buffer_type)}"
             + (f" on {s.shard_spec.grid.num_cores()} cores" if s.is_sharded else ""),
-            "tt_rmsnorm.ccl_rules.fused_stats_desc(...) gives the memory config",
+            "tt_rmsnorm.rules.ccl_checks.fused_stats_desc(...) gives the memory config",
         )
     start = x.shard_spec.grid.bounding_box().start
     core = s.shard_spec.grid.bounding_box().start
     expected = fused_stats_desc(x, n, compute_kernel_config)
     for ok, rule, what, seen in (
-        (s.layout == ttnn.TILE_LAYOUT, "fused.stats_layout", "in TILE layout", _name(s.layout)),
+        (s.layout == ttnn.TILE_LAYOUT, "fused.stats_layout", "in TILE layout", enum_name(s.layout)),
         (s.padded_width == TILE * n, "fused.stats_width", f"{TILE * n} wide (32 per device)", s.padded_shape),
         (
             (core.x, core.y) == (start.x, start.y),
@@ -464,20 +476,20 @@ def _check_fused_stats(x: TensorDesc, s: TensorDesc, n: int, compute_kernel_conf
         ),
     ):
         if not ok:
-            _fail(
+            fail(
                 rule,
                 f"the stats buffer must be {what}",
                 seen,
-                f"shape {expected.shape} on core ({start.x},{start.y}) (tt_rmsnorm.ccl_rules.fused_stats_desc)",
+                f"shape {expected.shape} on core ({start.x},{start.y}) (tt_rmsnorm.rules.ccl_checks.fused_stats_desc)",
             )
 
 
 def _check_fused_persistent(x: TensorDesc, p: TensorDesc, out_config, dtype):
     want = (x.padded_shape, out_config, dtype or x.dtype, ttnn.TILE_LAYOUT)
     if not p.on_device or (p.padded_shape, p.memory_config, p.dtype, p.layout) != want:
-        _fail(
+        fail(
             "fused.persistent_output",
             "persistent_output_tensor becomes the op's output: it needs the output's shape, memory config and dtype",
-            f"{p.shape} {_name(p.memory_layout)} {_name(p.dtype)}",
+            f"{p.shape} {enum_name(p.memory_layout)} {enum_name(p.dtype)}",
             "pass None, or a buffer with the input's shape, the output memory config and dtype",
         )
