@@ -95,17 +95,17 @@ def _inputs(tokens: int, seed: int):
     return x, w
 
 
-def _reference_path(plan) -> tuple[str, str]:
-    """The reference model's path and stats dtype for a plan: fused gathers in the accumulation format."""
+def _reference_layout(plan) -> tuple[str, str]:
+    """The reference model's layout and stats dtype for a plan: fused gathers in the accumulation format."""
     if plan.name == "fused":
         return "fused", "float32" if plan.norm.compute_kernel_config.fp32_dest_acc_en else "bfloat16"
-    return plan.norm.path, "bfloat16"
+    return plan.norm.layout, "bfloat16"
 
 
 def _emulate(x, w, n, plan, dtype):
-    path, stats_dtype = _reference_path(plan)
+    layout, stats_dtype = _reference_layout(plan)
     out, stats = reference.distributed_rms_norm(
-        x, w, num_devices=n, epsilon=EPSILON, path=path, dtype=dtype, stats_dtype=stats_dtype
+        x, w, num_devices=n, epsilon=EPSILON, layout=layout, dtype=dtype, stats_dtype=stats_dtype
     )
     return out, tuple(stats.shape)
 
@@ -185,7 +185,7 @@ def print_numbers(rows, backend) -> bool:
     for r in rows:
         ok = r["golden"].passed and r["single"].passed
         print(
-            f"{r['mesh']:<14}{r['case']:<15}{r['dtype']:<11}{r['plan'].name:<9}{r['plan'].norm.path:<13}"
+            f"{r['mesh']:<14}{r['case']:<15}{r['dtype']:<11}{r['plan'].name:<9}{r['plan'].norm.layout:<13}"
             f"{r['golden'].pcc:>10.6f}{r['golden'].max_abs:>10.4f}{r['golden'].headline():>11}"
             f"{r['single'].pcc:>14.7f}{r['wall'] * 1e3:>8.1f}  {'PASS' if ok else 'FAIL'}"
         )

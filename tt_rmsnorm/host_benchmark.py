@@ -89,7 +89,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
 
     import tt_rmsnorm
     from tt_rmsnorm import mesh as tt_mesh
-    from tt_rmsnorm import planner
+    from tt_rmsnorm.planning import planner
 
     mesh_shape = tuple(mesh.shape)
     axis = 1 if mesh_shape[0] > 1 else None

@@ -5,7 +5,8 @@ T3000 1x8), the columns of a Galaxy 8x4 (`cluster_axis=1`, replicated over rows)
 
 `distributed_rms_norm` checks and plans once per call signature: everything a rule reads (tensor specs and storage,
 mesh, axis, path, configs, output dtype and memory config, epsilon, CCL resources) forms a key; a new key is planned
-and checked in full (`tt_rmsnorm.planner`) before any device work, a known key goes straight to the plan's ttnn calls.
+and checked in full (`tt_rmsnorm.planning.planner`) before any device work, a known key goes straight to the plan's ttnn
+calls.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import torch
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm import paths, planner
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.hardware import mock_cluster_active
+from tt_rmsnorm.planning import paths, planner
 from tt_rmsnorm.rules.common import GAMMA_DTYPES
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
@@ -242,11 +243,11 @@ def distributed_rms_norm(
     """RMSNorm of a hidden dim sharded over the mesh, equal to single-device `ttnn.rms_norm` of the full activation.
 
     x: mesh tensor [B, 1, S, H/n] per device (`shard_activation`); w: `prepare_weight(...)` or None.
-    path: "auto" (default), "classic", "async", "fused" or "local" (`tt_rmsnorm.paths`); auto takes local with one
-    device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis) fused
-    for decode with a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
+    path: "auto" (default), "classic", "async", "fused" or "local" (`tt_rmsnorm.planning.paths`); auto takes local
+    with one device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis)
+    fused for decode with a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
     decode when the padded height is 32 (`sharded` overrides). With `residual`, x + residual is normalized and
-    `(output, x + residual)` is returned; on the sharded paths that sum is written over x's shard by the pre (over the
+    `(output, x + residual)` is returned; on the sharded layouts that sum is written over x's shard by the pre (over the
     residual's by the fused op), as tt-metal's decode does. The output has x's memory config unless `memory_config`
     says otherwise.
     """

@@ -15,9 +15,9 @@ import torch
 import ttnn
 
 from tt_rmsnorm import mesh as tt_mesh
-from tt_rmsnorm import paths, planner
 from tt_rmsnorm.ccl import CCLResources
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import paths, planner
 from tt_rmsnorm.tensors import describe
 from tt_rmsnorm.tiles import TILE
 

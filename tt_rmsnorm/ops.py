@@ -37,9 +37,9 @@ def rms_norm_pre_all_gather(
         memory_config=memory_config,
         use_2d_core_grid=use_2d_core_grid,
     )
-    path = op_checks.check_pre_all_gather(input_tensor, **kw)
+    layout = op_checks.check_pre_all_gather(input_tensor, **kw)
     stats = ttnn.rms_norm_pre_all_gather(input_tensor, **_given(kw))
-    mark_stats(stats, STATS_MEANS if path == "sharded" else STATS_SUMS)
+    mark_stats(stats, STATS_MEANS if layout == "sharded" else STATS_SUMS)
     return stats
 
 

@@ -10,9 +10,9 @@ Modelled (sources: tt-metal's op sources and the 0.81.1 wheel's kernels):
   even, identical to torch's cast), keeps float32, and packs bfloat8_b with ttnn's own host conversion (16 consecutive
   values of a tile-face row share one exponent; 7-bit mantissas; round to nearest). A bf16 host tensor packed to
   bfloat8_b differs from the float32 one packed directly (double rounding), as on the device. Gamma and beta are bf16.
-- Residual: x + residual is rounded to the input's dtype before it is squared. On the sharded path the kernel writes the
-  sum back over the input's shard (in the input's format) and the post normalises that; on the interleaved path the
-  post's input is the caller's x + residual. The format of the interleaved pre's fused-add buffer is not confirmed;
+- Residual: x + residual is rounded to the input's dtype before it is squared. On the sharded layout the kernel writes
+  the sum back over the input's shard (in the input's format) and the post normalises that; on the interleaved layout
+  the post's input is the caller's x + residual. The format of the interleaved pre's fused-add buffer is not confirmed;
   it is modelled as the input's.
 - Interleaved pre: sum(x^2) over the local width in column 0 of one 32-wide tile per row, columns 1..31 exactly zero,
   rounded to the stats dtype (bf16 by default; float32 and bfloat8_b too). Tile padding is zero-filled by ttnn, so a
@@ -66,9 +66,11 @@ import torch
 from tt_rmsnorm.accuracy import dtype_name
 
 TILE_WIDTH = 32
-# "fused" is fused_rms_minimal: the sharded path's local means, gathered in the compute accumulation format (float32
+# "fused" is fused_rms_minimal: the sharded layout's local means, gathered in the compute accumulation format (float32
 # stats with fp32_dest_acc_en, else bfloat16) instead of always bfloat16.
-PATHS = ("interleaved", "sharded", "fused")
+# The layouts the model computes as ttnn does: the interleaved and sharded pre/post, and the sharded layout of
+# fused_rms_minimal, whose stats hold the accumulation format.
+LAYOUTS = ("interleaved", "sharded", "fused")
 DEVICE_DTYPES = ("bfloat16", "float32", "bfloat8_b")
 _TORCH_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 # The cluster bfloat8_b host packing is done against when no hardware or mock is set (any Wormhole will do).
@@ -106,30 +108,30 @@ def quantize(x, dtype) -> torch.Tensor:
     raise ValueError(f"quantize: dtype {name!r} is not a TT device dtype; use one of {DEVICE_DTYPES}")
 
 
-def pre_all_gather(x_local, *, path="interleaved", stats_dtype="bfloat16", residual=None) -> torch.Tensor:
+def pre_all_gather(x_local, *, layout="interleaved", stats_dtype="bfloat16", residual=None) -> torch.Tensor:
     """Per-device stats of `rms_norm_pre_all_gather`: [..., S, 32] for x_local [..., S, W_local].
 
     `x_local` holds the device's values (pass `quantize(x, dtype)`). Interleaved: sum(x^2) in column 0; sharded: the
     local mean E[x^2] in column 0. Columns 1..31 are zero. Rounded to `stats_dtype`."""
-    _check_path(path)
+    _check_layout(layout)
     stats_name = dtype_name(stats_dtype)
     if stats_name not in DEVICE_DTYPES:
         raise ValueError(f"stats_dtype {stats_name!r} is not a TT stats dtype; use one of {DEVICE_DTYPES}")
-    if path == "fused" and stats_name not in ("bfloat16", "float32"):
+    if layout == "fused" and stats_name not in ("bfloat16", "float32"):
         raise ValueError(
             f"fused_rms_minimal's stats are in the accumulation format, bfloat16 or float32; got {stats_name!r}"
         )
-    if path == "sharded" and stats_name != "bfloat16":
+    if layout == "sharded" and stats_name != "bfloat16":
         raise ValueError(
-            f"the sharded path supports bfloat16 stats only (ttnn: 'Only bfloat16 is supported for stats'), "
-            f"got stats_dtype={stats_name!r}; pass stats_dtype='bfloat16' or use the interleaved path"
+            f"the sharded layout supports bfloat16 stats only (ttnn: 'Only bfloat16 is supported for stats'), "
+            f"got stats_dtype={stats_name!r}; pass stats_dtype='bfloat16' or use the interleaved layout"
         )
     h = _with_residual(x_local, residual)
     squares = h.pow(2)
     total = squares.sum(-1)
-    value = total if path == "interleaved" else total / h.shape[-1]
+    value = total if layout == "interleaved" else total / h.shape[-1]
     overflow = squares.to(torch.float32).isinf().any(-1)  # x^2 rounded to fp32, as the kernel squares
-    if path == "interleaved":  # and the fp32 running sum; the sharded pre accumulates x^2 / W
+    if layout == "interleaved":  # and the fp32 running sum; the sharded pre accumulates x^2 / W
         overflow |= total.to(torch.float32).isinf()
     stats = torch.zeros((*h.shape[:-1], TILE_WIDTH), dtype=torch.float64)
     stats[..., 0] = torch.where(overflow & ~value.isnan(), torch.inf, value)
@@ -150,11 +152,13 @@ def all_gather_stats(per_device_stats: list) -> torch.Tensor:
     return torch.cat(list(per_device_stats), dim=-1)
 
 
-def post_all_gather(x_local, stats, *, path="interleaved", epsilon, weight=None, bias=None, dtype=None) -> torch.Tensor:
+def post_all_gather(
+    x_local, stats, *, layout="interleaved", epsilon, weight=None, bias=None, dtype=None
+) -> torch.Tensor:
     """`rms_norm_post_all_gather` on one device: x_local [..., S, W_local] normalised with the gathered stats
     [..., S, 32*N]. `weight`/`bias` are this device's W_local slice. Output rounded to `dtype`; None keeps x_local's
     torch dtype (bfloat16, float32, or float64 = unrounded), so bfloat8_b inputs, held as float32, need dtype given."""
-    _check_path(path)
+    _check_layout(layout)
     x = _f64(x_local)
     s = _f64(stats)
     if s.shape[-1] == 0 or s.shape[-1] % TILE_WIDTH:
@@ -170,7 +174,7 @@ def post_all_gather(x_local, stats, *, path="interleaved", epsilon, weight=None,
     num_devices = s.shape[-1] // TILE_WIDTH
     w_local = x.shape[-1]
     padded = -(-w_local // TILE_WIDTH) * TILE_WIDTH
-    scaler = _bf16_truncate(1.0 / (padded * num_devices) if path == "interleaved" else 1.0 / num_devices)
+    scaler = _bf16_truncate(1.0 / (padded * num_devices) if layout == "interleaved" else 1.0 / num_devices)
     ex2 = s.sum(-1, keepdim=True) * scaler
     y = x * torch.rsqrt(ex2 + epsilon)
     if weight is not None:
@@ -188,7 +192,7 @@ def distributed_rms_norm(
     *,
     num_devices,
     epsilon,
-    path="interleaved",
+    layout="interleaved",
     dtype="bfloat16",
     stats_dtype="bfloat16",
     residual=None,
@@ -210,12 +214,12 @@ def distributed_rms_norm(
     w = None if weight is None else quantize(_row(weight, hidden, "weight"), "bfloat16")
     b = None if bias is None else quantize(_row(bias, hidden, "bias"), "bfloat16")
     slices = [s.contiguous() for s in h.split(w_local, dim=-1)]
-    gathered = all_gather_stats([pre_all_gather(s, path=path, stats_dtype=stats_dtype) for s in slices])
+    gathered = all_gather_stats([pre_all_gather(s, layout=layout, stats_dtype=stats_dtype) for s in slices])
     outs = [
         post_all_gather(
             s,
             gathered,
-            path=path,
+            layout=layout,
             epsilon=epsilon,
             weight=None if w is None else w[d * w_local : (d + 1) * w_local],
             bias=None if b is None else b[d * w_local : (d + 1) * w_local],
@@ -226,14 +230,14 @@ def distributed_rms_norm(
     return torch.cat(outs, dim=-1), gathered
 
 
-def overflow_rows(x, *, num_devices, path="interleaved", dtype="bfloat16", residual=None) -> torch.Tensor:
+def overflow_rows(x, *, num_devices, layout="interleaved", dtype="bfloat16", residual=None) -> torch.Tensor:
     """Rows [...] (bool) whose stats overflow fp32 on the TT devices although every input is finite: the rows the
     distributed ops return as x * 0 (see the module docstring), where the float64 golden is finite."""
     name = dtype_name(dtype)
     x = torch.as_tensor(x)
     h = _device_input(x, residual, name)
     slices = h.split(x.shape[-1] // num_devices, dim=-1)
-    stats = all_gather_stats([pre_all_gather(s, path=path) for s in slices])
+    stats = all_gather_stats([pre_all_gather(s, layout=layout) for s in slices])
     return stats.isinf().any(-1) & _f64(h).isfinite().all(-1)
 
 
@@ -302,10 +306,10 @@ def _bf16_truncate(value: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
-def _check_path(path):
-    if path not in PATHS:
+def _check_layout(layout):
+    if layout not in LAYOUTS:
         raise ValueError(
-            f"path={path!r}; use 'interleaved' (DRAM, prefill), 'sharded' (L1 width/block, decode) or 'fused' "
+            f"layout={layout!r}; use 'interleaved' (DRAM, prefill), 'sharded' (L1 width/block, decode) or 'fused' "
             "(fused_rms_minimal, decode)"
         )
 

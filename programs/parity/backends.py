@@ -152,9 +152,9 @@ class Torch(Backend):
         return Limit(rows, x[rows] * 0.0, TORCH_OVERFLOW) if bool(rows.any()) else None
 
 
-def tt_path(per_device_shape) -> str:
-    """The TT path the package takes for this per-device shape (tt_rmsnorm.configs.choose_path's rule, importable
-    where ttnn is missing): sharded only for one tile row."""
+def tt_layout(per_device_shape) -> str:
+    """The TT layout the package takes for this per-device shape (tt_rmsnorm.planning.layouts.choose_layout's rule,
+    importable where ttnn is missing): sharded only for one tile row."""
     return "sharded" if one_tile_row(per_device_shape) else "interleaved"
 
 
@@ -183,17 +183,22 @@ class TTReference(Backend):
 
     def run(self, case):
         t = tensors(case)
-        path = tt_path(case.per_device_shape)
+        layout = tt_layout(case.per_device_shape)
         y, _ = reference.distributed_rms_norm(
-            t.x, t.effective_weight(), num_devices=case.num_devices, epsilon=case.epsilon, path=path, dtype=self.dtype
+            t.x,
+            t.effective_weight(),
+            num_devices=case.num_devices,
+            epsilon=case.epsilon,
+            layout=layout,
+            dtype=self.dtype,
         )
-        return y, f"tt-reference-{SHORT[self.dtype]} ({path}, {case.num_devices}-device emulation)"
+        return y, f"tt-reference-{SHORT[self.dtype]} ({layout}, {case.num_devices}-device emulation)"
 
     def limit(self, case):
         """The model's rows whose stats overflow, and the model's output there (what the TT kernels return)."""
         t = tensors(case)
-        path = tt_path(case.per_device_shape)
-        kw = dict(num_devices=case.num_devices, path=path, dtype=self.dtype)
+        layout = tt_layout(case.per_device_shape)
+        kw = dict(num_devices=case.num_devices, layout=layout, dtype=self.dtype)
         rows = reference.overflow_rows(t.x, **kw).reshape(-1)
         if not bool(rows.any()):
             return None
@@ -325,7 +330,7 @@ class TTNNHardware(Backend):
         tw = tt_rmsnorm.prepare_weight(t.effective_weight().to(torch.bfloat16), mesh)
         y = tt_rmsnorm.distributed_rms_norm(tx, tw, mesh, epsilon=case.epsilon)
         out = tt_rmsnorm.gather_output(y, mesh)
-        return out, f"ttnn-hardware (1x{case.num_devices} mesh, {tt_path(case.per_device_shape)})"
+        return out, f"ttnn-hardware (1x{case.num_devices} mesh, {tt_layout(case.per_device_shape)})"
 
     def limit(self, case):
         """The device must return what the reference model says on the overflowing rows (zeros)."""
@@ -403,9 +408,9 @@ class TTNNMock(Backend):
                 f"{case.num_devices} of {expected}"
             )
         mesh = "x".join(map(str, mesh_shape or mock_cluster.MESH_SHAPES[system]))
-        path = tt_path(case.per_device_shape)
+        layout = tt_layout(case.per_device_shape)
         return got, (
-            f"{MOCK_LABEL}: mock {system} {mesh}, {path}, {got['devices']} x {list(expected[0])} "
+            f"{MOCK_LABEL}: mock {system} {mesh}, {layout}, {got['devices']} x {list(expected[0])} "
             f"{got['dtype']}{retried}"
         )
 

@@ -125,7 +125,7 @@ def default_cases(seed: int = DEFAULT_SEED) -> list[Case]:
     library it cannot change (ttnn's kernels, torch), the row comes out as 0: the runner reports a documented limit."""
     c = [
         # Grouped by mesh size (each mock system's worker then starts once); decode (1 token, or one tile row of 32:
-        # the sharded TT path), prefill (the interleaved path), hard rows.
+        # the sharded TT layout), prefill (the interleaved layout), hard rows.
         Case("decode", 32, 2048, 1, 1e-6, "random"),
         Case("decode", 32, 4096, 2, 1e-5, "random", hard="zeros"),
         Case("prefill", 128, 4096, 2, 1e-5, "ones"),

@@ -27,7 +27,8 @@ import corpus_format  # noqa: E402
 import mock_cases  # noqa: E402
 from loguru import logger  # noqa: E402
 
-from tt_rmsnorm import configs, mock_cluster  # noqa: E402
+from tt_rmsnorm import mock_cluster  # noqa: E402
+from tt_rmsnorm.planning import layouts  # noqa: E402
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES  # noqa: E402
 
 KEYWORD_RULE = "api.keyword"  # a keyword 0.81.1's ops do not take: a TypeError from the rules' signature, as from ttnn
@@ -168,7 +169,7 @@ def _tt_metal_config(c: dict) -> dict:
 
 def _planned_config(c: dict, grid) -> dict:
     sharded = isinstance(c["x"]["mem"], tuple)
-    p = configs.plan(c["x"]["shape"], 8, compute_grid=grid, sharded=sharded)
+    p = layouts.plan(c["x"]["shape"], 8, compute_grid=grid, sharded=sharded)
     ck = p.compute_kernel_config
     cfg = {
         "fp32_acc": bool(ck.fp32_dest_acc_en),
@@ -198,7 +199,7 @@ def planner_vs_tt_metal(entries) -> str:
         pairs = Counter((t.get(aspect), o.get(aspect)) for t, o in rows.values() if aspect in t or aspect in o)
         differ = {f"{t}->{o}": n for (t, o), n in pairs.items() if t != o}
         lines.append(f"  {aspect:<17} differs in {sum(differ.values()):3d}: {differ or ''}  (tt-metal -> planner)")
-    lines.append("  reasons: tt_rmsnorm.configs.PLANNER_REASONS, docs/planner.md")
+    lines.append("  reasons: tt_rmsnorm.planning.layouts.PLANNER_REASONS, docs/planner.md")
     return "\n".join(lines)
 
 

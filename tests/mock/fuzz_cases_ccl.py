@@ -5,7 +5,7 @@ all_gather_async -> post ("compose") on mock T3000 (1x8) and Galaxy (8x4).
 Each call starts valid, built from what the contract has: the input's width, rows, dtype and shard grid (the fused
 op's program config derived from it), the weight's form, residual, stats buffer in the accumulation format on the
 grid's first core, global semaphores and the barrier on the full grid or the input's, num_links, topology,
-cluster_axis, dim, output and persistent-buffer memory configs. Most calls then take one or more mutations, each a
+cluster_axis, dim, output and persistent-buffer memory layouts. Most calls then take one or more mutations, each a
 single step across one rule of `tt_rmsnorm.rules.ccl_checks` (or across ttnn's own L1 limits).
 """
 

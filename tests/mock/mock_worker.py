@@ -100,7 +100,7 @@ def mesh_facts(mesh) -> dict:
 
 
 def run_plan(mesh, plan, cluster_axis) -> list[dict]:
-    """pre -> all_gather -> post with exactly the configs of a tt_rmsnorm.configs.NormPlan, on raw ttnn."""
+    """pre -> all_gather -> post with exactly the configs of a tt_rmsnorm.planning.layouts.NormPlan, on raw ttnn."""
     shape = plan.local_shape
     x = ttnn.from_torch(
         torch.randn(shape),

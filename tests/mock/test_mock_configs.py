@@ -1,17 +1,19 @@
-"""Every program, memory and compute config that tt_rmsnorm.configs produces for the demo and test shapes is accepted
-by the package's rules and by real ttnn: pre -> all_gather -> post on the mock system the shape is meant for."""
+"""Every program, memory and compute config that tt_rmsnorm.planning.layouts produces for the demo and test shapes is
+accepted by the package's rules and by real ttnn: pre -> all_gather -> post on the mock system the shape is meant
+for."""
 
 import mock_cases
 import mock_worker
 import pytest
 
-from tt_rmsnorm import configs, mock_cluster
+from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import TensorDesc
 
 pytestmark = pytest.mark.mock_cluster
 
-PLANS = configs.demo_configurations()
+PLANS = layouts.demo_configurations()
 
 
 def system_of(name: str) -> str:
@@ -20,12 +22,12 @@ def system_of(name: str) -> str:
 
 def run_plan_by_name(mesh, name):
     """Worker side: rebuild the plan there (ttnn config objects do not pickle) and run it on raw ttnn."""
-    plan = dict(configs.demo_configurations())[name]
+    plan = dict(layouts.demo_configurations())[name]
     return mock_worker.run_plan(mesh, plan, cluster_axis=1)
 
 
 def test_plans_cover_every_system_and_path():
-    seen = {(system_of(name), plan.path) for name, plan in PLANS}
+    seen = {(system_of(name), plan.layout) for name, plan in PLANS}
     assert {("t3k", "interleaved"), ("t3k", "sharded"), ("galaxy", "interleaved"), ("galaxy", "sharded")} <= seen
 
 
@@ -39,8 +41,8 @@ def test_demo_plan_is_accepted(name, plan):
         plan.local_shape, memory_config=plan.input_memory_config or TensorDesc(plan.local_shape).memory_config
     )
     cfg = dict(program_config=plan.program_config, compute_kernel_config=plan.compute_kernel_config, compute_grid=grid)
-    assert check_pre_all_gather(x, **cfg) == plan.path
-    stats_kind = "means" if plan.path == "sharded" else "sums"
+    assert check_pre_all_gather(x, **cfg) == plan.layout
+    stats_kind = "means" if plan.layout == "sharded" else "sums"
     stats = TensorDesc((*plan.local_shape[:-1], 32), stats_kind=stats_kind)
     check_all_gather(
         stats, 3, cluster_axis=1, mesh_shape=mock_cluster.MESH_SHAPES[system], memory_config=plan.stats_memory_config
@@ -49,13 +51,13 @@ def test_demo_plan_is_accepted(name, plan):
         (*plan.local_shape[:-1], 32 * n), memory_config=plan.stats_memory_config, stats_kind=stats_kind
     )
     weight = TensorDesc((1, 1, plan.local_shape[-1] // 32, 32), layout=mock_cases.LAYOUTS["RM"])
-    assert check_post_all_gather(x, gathered, epsilon=1e-5, weight=weight, **cfg) == plan.path
+    assert check_post_all_gather(x, gathered, epsilon=1e-5, weight=weight, **cfg) == plan.layout
 
     stats_out, gathered_out, y = mock_cluster.run_isolated(system, run_plan_by_name, name)
     assert stats_out["shape"] == (*plan.local_shape[:-1], 32)
     assert gathered_out["shape"] == (*plan.local_shape[:-1], 32 * n)
     assert y["shape"] == plan.local_shape and y["dtype"] == "BFLOAT16"
-    if plan.path == "sharded":
+    if plan.layout == "sharded":
         assert gathered_out["memory_config"].startswith(f"WIDTH_SHARDED L1 shard [32, {32 * n}] on 1 cores")
         assert y["memory_config"].startswith("WIDTH_SHARDED L1")
     else:

@@ -1,5 +1,5 @@
 """Dry run: tt_rmsnorm.distributed_rms_norm end to end through real ttnn on mock T3000 (1x8) and Galaxy (8x4) meshes,
-for the interleaved prefill and the sharded decode path; per device the right shape, memory config and dtype."""
+for the interleaved prefill and the sharded decode layout; per device the right shape, memory config and dtype."""
 
 import pytest
 
@@ -30,12 +30,12 @@ def _decode_from_sharded_activation(mesh):
     import torch
     import ttnn
 
-    from tt_rmsnorm import configs
     from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm.planning import layouts
 
     grid = mesh.compute_with_storage_grid_size()
     n = tuple(mesh.shape)[1]
-    plan = configs.plan((1, 1, 32, HIDDEN // n), n, compute_grid=(grid.x, grid.y), sharded=True)
+    plan = layouts.plan((1, 1, 32, HIDDEN // n), n, compute_grid=(grid.x, grid.y), sharded=True)
     x = tt_mesh.shard_activation(torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=plan.input_memory_config)
     w = tt_mesh.prepare_weight(torch.randn(HIDDEN), mesh)
     y = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5)

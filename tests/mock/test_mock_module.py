@@ -66,8 +66,8 @@ def _forward(mesh, system, mode, residual, output, gather):
     import ttnn
 
     import tt_rmsnorm
-    from tt_rmsnorm import configs
     from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm.planning import layouts
 
     axis = AXIS[system]
     n = tuple(mesh.shape)[1]
@@ -76,7 +76,7 @@ def _forward(mesh, system, mode, residual, output, gather):
     out_mc = None
     if output == "sharded":
         grid = mesh.compute_with_storage_grid_size()
-        plan = configs.plan((1, 1, tokens, DIM // n), n, compute_grid=(grid.x, grid.y))
+        plan = layouts.plan((1, 1, tokens, DIM // n), n, compute_grid=(grid.x, grid.y))
         out_mc = plan.input_memory_config  # width-sharded L1, as the next matmul takes it
     norm = tt_rmsnorm.DistributedRMSNorm(
         mesh,

@@ -139,8 +139,8 @@ def _cache_then_bad_field(mesh, variant):
     import torch
     import ttnn
 
-    from tt_rmsnorm import configs
     from tt_rmsnorm.errors import RuleError
+    from tt_rmsnorm.planning import layouts
 
     tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 128)
     good = dict(epsilon=1e-5, ccl=ccl, path="async")
@@ -151,7 +151,7 @@ def _cache_then_bad_field(mesh, variant):
         args[1] = tt_mesh.prepare_weight(torch.randn(HIDDEN * 2), mesh)
     elif variant == "input_fp32_no_fp32_acc":
         args[0] = tt_mesh.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
-        kw["compute_kernel_config"] = configs.compute_kernel_config(fp32_dest_acc_en=False)
+        kw["compute_kernel_config"] = layouts.compute_kernel_config(fp32_dest_acc_en=False)
     elif variant == "residual_shape":
         kw["residual"] = tt_mesh.shard_activation(torch.randn(1, 1, 64, HIDDEN), mesh)
     elif variant == "welford_program_config":
@@ -159,7 +159,7 @@ def _cache_then_bad_field(mesh, variant):
     elif variant == "sharded_prefill":
         kw["sharded"] = True
     elif variant == "mutated_compute_config":
-        cfg = configs.compute_kernel_config(fp32_dest_acc_en=True)
+        cfg = layouts.compute_kernel_config(fp32_dest_acc_en=True)
         x32 = tt_mesh.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
         args[0] = x32
         kw["compute_kernel_config"] = cfg
@@ -237,10 +237,10 @@ def _fused_into_next_matmul_config(mesh):
     writes it directly, with no move after the norm."""
     import ttnn
 
-    from tt_rmsnorm import configs
+    from tt_rmsnorm.planning import layouts
 
     tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 32)
-    target = configs.sharded_memory_config((1, 1, 32, 1024), (8, 4))
+    target = layouts.sharded_memory_config((1, 1, 32, 1024), (8, 4))
     assert target != plan.norm.input_memory_config
     x = ttnn.to_memory_config(x, plan.norm.input_memory_config)  # decode activations live in L1, as models keep them
     call = dict(epsilon=1e-5, ccl=ccl, memory_config=target)

@@ -4,8 +4,8 @@ rules."""
 import pytest
 import ttnn
 
-from tt_rmsnorm import configs
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import op_checks
 from tt_rmsnorm.rules.common import max_subblock_w
 from tt_rmsnorm.tensors import TensorDesc as D
@@ -19,9 +19,9 @@ WIDTHS = [1024, 2048]
 @pytest.mark.parametrize("fp32_acc", [True, False], ids=["fp32acc", "bf16acc"])
 def test_width_sharded_config_consistent(grid, width, fp32_acc):
     shape = (1, 1, 32, width)
-    cfg = configs.compute_kernel_config(fp32_dest_acc_en=fp32_acc)
-    pc = configs.sharded_program_config(shape, grid, configs.WIDTH, cfg)
-    mc = configs.sharded_memory_config(shape, grid, configs.WIDTH)
+    cfg = layouts.compute_kernel_config(fp32_dest_acc_en=fp32_acc)
+    pc = layouts.sharded_program_config(shape, grid, layouts.WIDTH, cfg)
+    mc = layouts.sharded_memory_config(shape, grid, layouts.WIDTH)
     cores = grid[0] * grid[1]
     assert mc.memory_layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED and mc.buffer_type == ttnn.BufferType.L1
     assert mc.shard_spec.grid.num_cores() == cores
@@ -30,28 +30,28 @@ def test_width_sharded_config_consistent(grid, width, fp32_acc):
     assert pc.block_h == 1 and pc.block_w % pc.subblock_w == 0
     assert pc.subblock_w <= max_subblock_w(cfg)
     assert (pc.compute_with_storage_grid_size.x, pc.compute_with_storage_grid_size.y) == grid
-    same = configs.program_config_from_shard_spec(mc.shard_spec, cfg)
+    same = layouts.program_config_from_shard_spec(mc.shard_spec, cfg)
     assert (same.block_w, same.block_h, same.subblock_w) == (pc.block_w, pc.block_h, pc.subblock_w)
 
 
 def test_subblock_w_is_largest_divisor_within_dst_limit():
     shape = (1, 1, 32, 8 * 32 * 8)  # block_w 8 on an 8x1 grid
     assert (
-        configs.sharded_program_config(
-            shape, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=True)
+        layouts.sharded_program_config(
+            shape, (8, 1), compute_kernel_config=layouts.compute_kernel_config(fp32_dest_acc_en=True)
         ).subblock_w
         == 4
     )
     assert (
-        configs.sharded_program_config(
-            shape, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=False)
+        layouts.sharded_program_config(
+            shape, (8, 1), compute_kernel_config=layouts.compute_kernel_config(fp32_dest_acc_en=False)
         ).subblock_w
         == 8
     )
     shape6 = (1, 1, 32, 6 * 32 * 8)
     assert (
-        configs.sharded_program_config(
-            shape6, (8, 1), compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=True)
+        layouts.sharded_program_config(
+            shape6, (8, 1), compute_kernel_config=layouts.compute_kernel_config(fp32_dest_acc_en=True)
         ).subblock_w
         == 3
     )
@@ -70,16 +70,16 @@ def test_subblock_w_is_largest_divisor_within_dst_limit():
     ],
 )
 def test_width_shard_grid(width, grid, expect):
-    got = configs.width_shard_grid(width, grid, max_cores=configs.MAX_DECODE_CORES)
+    got = layouts.width_shard_grid(width, grid, max_cores=layouts.MAX_DECODE_CORES)
     assert got == expect
     assert (width // 32) % (got[0] * got[1]) == 0 and got[0] <= grid[0] and got[1] <= grid[1]
-    assert width // 32 // (got[0] * got[1]) >= min(configs.DECODE_TILES_PER_CORE, width // 32)
+    assert width // 32 // (got[0] * got[1]) >= min(layouts.DECODE_TILES_PER_CORE, width // 32)
 
 
 def test_block_sharded_rms_norm_config_accepted():
     shape = (1, 1, 128, 1024)
-    pc = configs.sharded_program_config(shape, (8, 4), configs.BLOCK)
-    mc = configs.sharded_memory_config(shape, (8, 4), configs.BLOCK)
+    pc = layouts.sharded_program_config(shape, (8, 4), layouts.BLOCK)
+    mc = layouts.sharded_memory_config(shape, (8, 4), layouts.BLOCK)
     assert (pc.block_h, pc.block_w) == (1, 4) and list(mc.shard_spec.shape) == [32, 128]
     assert op_checks.check_rms_norm(D(shape, memory_config=mc), program_config=pc, compute_grid=(8, 8)) == "sharded"
 
@@ -97,27 +97,27 @@ def test_block_sharded_rms_norm_config_accepted():
     ids=["decode32", "decode7", "prefill128", "batch2", "override_interleaved", "prefill2048"],
 )
 def test_choose_path(shape, sharded, path):
-    assert configs.choose_path(shape, sharded) == path
+    assert layouts.choose_layout(shape, sharded) == path
 
 
 def test_choose_sharded_on_prefill_raises():
     with pytest.raises(RuleError) as err:
-        configs.choose_path((1, 1, 128, 1024), True)
+        layouts.choose_layout((1, 1, 128, 1024), True)
     assert err.value.rule == "sharded.height_32" and "padded height 32" in str(err.value)
 
 
 def test_stats_memory_config_one_core():
-    mc = configs.stats_memory_config(8)
+    mc = layouts.stats_memory_config(8)
     assert mc.shard_spec.grid.num_cores() == 1 and list(mc.shard_spec.shape) == [32, 256]
     assert mc.memory_layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED and mc.buffer_type == ttnn.BufferType.L1
 
 
 def test_compute_kernel_config_defaults():
-    c = configs.compute_kernel_config()
+    c = layouts.compute_kernel_config()
     assert c.math_fidelity == ttnn.MathFidelity.HiFi3 and c.math_approx_mode is False
     assert c.fp32_dest_acc_en is True and c.packer_l1_acc is False and c.dst_full_sync_en is False
     # without fp32 accumulation the Wormhole HiFi4 defect does not apply: the highest fidelity
-    assert configs.compute_kernel_config(fp32_dest_acc_en=False).math_fidelity == ttnn.MathFidelity.HiFi4
+    assert layouts.compute_kernel_config(fp32_dest_acc_en=False).math_fidelity == ttnn.MathFidelity.HiFi4
 
 
 @pytest.mark.parametrize(
@@ -130,45 +130,45 @@ def test_compute_kernel_config_defaults():
     ids=["decode", "prefill", "prefill-no-fp32-acc"],
 )
 def test_plan_describes_why_it_departs_from_tt_metal(shape, reasons):
-    plan = configs.plan(shape, 4, compute_grid=(8, 9), sharded=shape[-2] == 32 and shape[-1] <= 2048)
+    plan = layouts.plan(shape, 4, compute_grid=(8, 9), sharded=shape[-2] == 32 and shape[-1] <= 2048)
     assert plan.reasons == reasons
     text = plan.describe()
-    assert all(configs.PLANNER_REASONS[k][0] in text for k in reasons)
+    assert all(layouts.PLANNER_REASONS[k][0] in text for k in reasons)
     assert plan.explain().count("\n") == len(reasons) - 1 and "tt-metal" in plan.explain()
 
 
 def test_plan_drops_fp32_acc_only_where_l1_needs_it():
-    assert configs.plan((1, 1, 128, 1024), 8).compute_kernel_config.fp32_dest_acc_en is True
-    assert configs.plan((1, 1, 128, 7168), 1).compute_kernel_config.fp32_dest_acc_en is False
+    assert layouts.plan((1, 1, 128, 1024), 8).compute_kernel_config.fp32_dest_acc_en is True
+    assert layouts.plan((1, 1, 128, 7168), 1).compute_kernel_config.fp32_dest_acc_en is False
     assert (
-        configs.plan((1, 1, 32, 3072), 1, dtype=ttnn.float32, sharded=False).compute_kernel_config.fp32_dest_acc_en
+        layouts.plan((1, 1, 32, 3072), 1, dtype=ttnn.float32, sharded=False).compute_kernel_config.fp32_dest_acc_en
         is True
     )
 
 
-@pytest.mark.parametrize("name, plan", configs.demo_configurations(), ids=[n for n, _ in configs.demo_configurations()])
+@pytest.mark.parametrize("name, plan", layouts.demo_configurations(), ids=[n for n, _ in layouts.demo_configurations()])
 def test_demo_plans_pass_the_rules(name, plan):
-    grid = next(g for n, _, _, g in configs.DEMO_CASES if n == name)
+    grid = next(g for n, _, _, g in layouts.DEMO_CASES if n == name)
     shape, n = plan.local_shape, plan.num_devices
     kw = dict(program_config=plan.program_config, compute_kernel_config=plan.compute_kernel_config, compute_grid=grid)
     weight = D((1, 1, shape[-1] // 32, 32), layout=ttnn.ROW_MAJOR_LAYOUT)
-    if plan.path == "sharded":
+    if plan.layout == "sharded":
         x = D(shape, memory_config=plan.input_memory_config)
         stats = D(shape[:-1] + (32 * n,), memory_config=plan.stats_memory_config, stats_kind="means")
     else:
         x = D(shape)
         stats = D(shape[:-1] + (32 * n,), stats_kind="sums")
-    assert op_checks.check_pre_all_gather(x, **kw) == plan.path
-    assert op_checks.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.path
+    assert op_checks.check_pre_all_gather(x, **kw) == plan.layout
+    assert op_checks.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.layout
     if n > 1:
         op_checks.check_all_gather(
             D(
                 shape[:-1] + (32,),
-                memory_config=plan.stats_memory_config if plan.path == "sharded" else ttnn.DRAM_MEMORY_CONFIG,
+                memory_config=plan.stats_memory_config if plan.layout == "sharded" else ttnn.DRAM_MEMORY_CONFIG,
             ),
             3,
             cluster_axis=1,
             mesh_shape=(1, n),
             memory_config=plan.stats_memory_config,
         )
-    assert plan.path in plan.describe()
+    assert plan.layout in plan.describe()

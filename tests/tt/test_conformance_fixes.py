@@ -9,16 +9,16 @@ import ttnn
 from loguru import logger
 
 import tt_rmsnorm
-from tt_rmsnorm import configs
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import l1_budget, op_checks, sharding
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, mark_stats, stats_kind_of
 
 RM = ttnn.ROW_MAJOR_LAYOUT
 WIDTH, BLOCK = ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.TensorMemoryLayout.BLOCK_SHARDED
-DECODE = configs.plan((1, 1, 32, 1024), 8, compute_grid=(8, 7))
-FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
-NO_FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=False)
+DECODE = layouts.plan((1, 1, 32, 1024), 8, compute_grid=(8, 7))
+FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=True)
+NO_FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=False)
 
 
 def shard(layout, grid, shape, orientation=ttnn.ShardOrientation.ROW_MAJOR):
@@ -84,7 +84,7 @@ def test_bad_user_repro_refused_naming_the_block_sharded_program_config():
     assert "compute_with_storage_grid_size=(8, 6), subblock_w=4, block_h=3, block_w=8" in err.value.fix
     # the named fix passes every rule, and so does the same sharding with bf16 accumulation (3 x 2048 B)
     fixed = TensorDesc((576, 2048), memory_config=shard(BLOCK, (8, 6), (96, 256)))
-    pc = configs.program_config_from_shard_spec(fixed.shard_spec, FP32_ACC)
+    pc = layouts.program_config_from_shard_spec(fixed.shard_spec, FP32_ACC)
     assert (pc.compute_with_storage_grid_size.x, pc.subblock_w, pc.block_h, pc.block_w) == (8, 4, 3, 8)
     op_checks.check_rms_norm(fixed, program_config=pc, compute_kernel_config=FP32_ACC, compute_grid=(8, 8))
     op_checks.check_rms_norm(BAD_USER, compute_kernel_config=NO_FP32_ACC, compute_grid=(8, 8))
@@ -137,7 +137,7 @@ def test_deepseek_sums_into_the_sharded_post_caught_once_marked():
     grid = shard(WIDTH, (4, 7), (32, 32))
     x = TensorDesc((1, 1, 32, 896), memory_config=grid)
     raw = TensorDesc((1, 1, 32, 256), memory_config=DECODE.stats_memory_config)
-    kw = dict(program_config=configs.program_config_from_shard_spec(grid.shard_spec), compute_grid=(8, 8))
+    kw = dict(program_config=layouts.program_config_from_shard_spec(grid.shard_spec), compute_grid=(8, 8))
     assert rule_of(lambda: op_checks.check_post_all_gather(x, raw, **kw)) is None  # unmarked: nothing to go on
     marked = mark_stats(raw, "sums")
     assert marked.stats_kind == STATS_SUMS and raw.stats_kind is None

@@ -93,4 +93,4 @@ def test_distributed_rms_norm_needs_ttnn_tensors():
 )
 def test_plan_without_device(local, mesh_shape, axis, path):
     p = tt_rmsnorm.plan_distributed_rms_norm(local, mesh_shape, cluster_axis=axis, compute_grid=(8, 7))
-    assert p.norm.path == path and p.call.num_devices == mesh_shape[-1]
+    assert p.norm.layout == path and p.call.num_devices == mesh_shape[-1]

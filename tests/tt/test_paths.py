@@ -5,8 +5,9 @@ import pytest
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import ccl, module, paths, planner
+from tt_rmsnorm import ccl, module
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import paths, planner
 
 T3K, GALAXY, N300, N150 = (1, 8), (8, 4), (1, 2), (1, 1)
 
@@ -97,8 +98,8 @@ def test_fused_prefill_is_refused_by_a_rule():
 
 
 def test_plan_runs_every_rule_of_its_ops():
-    # a FLOAT32 activation on the interleaved path with fp32 accumulation turned off: the pre's rule fires at planning
-    off = tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=False)
+    # a FLOAT32 activation on the interleaved layout with fp32 accumulation turned off: the pre's rule fires at planning
+    off = tt_rmsnorm.planning.layouts.compute_kernel_config(fp32_dest_acc_en=False)
     with pytest.raises(RuleError) as err:
         tt_rmsnorm.plan_distributed_rms_norm(
             (1, 1, 128, 1024), T3K, compute_grid=(8, 7), dtype=ttnn.float32, compute_kernel_config=off
@@ -118,7 +119,7 @@ def test_link_choice_per_system(mesh_shape, system, links):
 
 
 def test_config_key_follows_mutation():
-    cfg = tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)
+    cfg = tt_rmsnorm.planning.layouts.compute_kernel_config(fp32_dest_acc_en=True)
     before = planner.config_key(cfg)
     cfg.fp32_dest_acc_en = False
     assert planner.config_key(cfg) != before

@@ -112,7 +112,7 @@ def test_interleaved_pre_matches_ttnn_golden(ttnn, shape, with_residual):
     row_scale = torch.linspace(0.5, 2.0, shape[-2]).unsqueeze(-1)
     x = ref.quantize(_randn(shape, 6) * row_scale, "bfloat16")
     residual = ref.quantize(_randn(shape, 7), "bfloat16") if with_residual else None
-    stats = ref.pre_all_gather(x, path="interleaved", residual=residual)
+    stats = ref.pre_all_gather(x, layout="interleaved", residual=residual)
 
     assert stats.shape == (*shape[:-1], 32) and stats.dtype == torch.bfloat16
     assert torch.count_nonzero(stats[..., 1:]) == 0, "columns 1..31 of the stats tile must be exactly zero"
@@ -172,13 +172,13 @@ def test_sharded_post_matches_ttnn_golden_given_sums(ttnn):
     x_full = ref.quantize(_randn((1, 1, 32, width * num_devices), 11), "bfloat16")
     weight, _ = _affine("weight", width * num_devices, 12)
     slices = x_full.split(width, dim=-1)
-    means = ref.all_gather_stats([ref.pre_all_gather(s, path="sharded") for s in slices])
+    means = ref.all_gather_stats([ref.pre_all_gather(s, layout="sharded") for s in slices])
     golden = ttnn.rms_norm_post_all_gather.golden_function
     want, got = [], []
     for d, x in enumerate(slices):
         w = weight[d * width : (d + 1) * width].double()
         want.append(golden(x.double(), means.double() * width, epsilon=EPS, weight=w))
-        got.append(ref.post_all_gather(x, means, path="sharded", epsilon=EPS, weight=w, dtype="float32"))
+        got.append(ref.post_all_gather(x, means, layout="sharded", epsilon=EPS, weight=w, dtype="float32"))
     assert_close(torch.cat(got, dim=-1), torch.cat(want, dim=-1), "float32", context="sharded post vs ttnn golden")
 
 
@@ -236,9 +236,9 @@ def test_distributed_bf16_equals_single_device(num_devices, affine):
 
 @pytest.mark.parametrize("num_devices", NUM_DEVICES, ids=NUM_DEVICE_IDS)
 def test_distributed_sharded_bf16_equals_single_device(num_devices):
-    x = _randn((1, 1, 32, HIDDEN), 18)  # the sharded path is decode-only: one tile row
+    x = _randn((1, 1, 32, HIDDEN), 18)  # the sharded layout is decode-only: one tile row
     weight, _ = _affine("weight", HIDDEN, 19)
-    out, means = ref.distributed_rms_norm(x, weight, num_devices=num_devices, epsilon=EPS, path="sharded")
+    out, means = ref.distributed_rms_norm(x, weight, num_devices=num_devices, epsilon=EPS, layout="sharded")
     _check_stats_layout(means, num_devices, 32)
     single = ref.single_device_rms_norm(x, weight, epsilon=EPS, dtype="bfloat16")
     assert_close(out, single, "bfloat16", context=f"sharded, {num_devices} devices vs single device")
@@ -296,12 +296,12 @@ def test_distributed_residual_matches_golden_of_sum():
     x = _randn((1, 1, 32, HIDDEN), 26)
     residual = _randn((1, 1, 32, HIDDEN), 27)
     weight, _ = _affine("weight", HIDDEN, 28)
-    for path in ["interleaved", "sharded"]:
-        out, _ = ref.distributed_rms_norm(x, weight, num_devices=8, epsilon=EPS, path=path, residual=residual)
+    for layout in ["interleaved", "sharded"]:
+        out, _ = ref.distributed_rms_norm(x, weight, num_devices=8, epsilon=EPS, layout=layout, residual=residual)
         single = ref.single_device_rms_norm(x, weight, epsilon=EPS, dtype="bfloat16", residual=residual)
-        assert_close(out, single, "bfloat16", context=f"{path} with residual vs single device")
+        assert_close(out, single, "bfloat16", context=f"{layout} with residual vs single device")
         h = ref.quantize(ref.quantize(x, "bfloat16").double() + ref.quantize(residual, "bfloat16").double(), "bfloat16")
-        assert_close(out, ref.golden_rms_norm(h, weight, epsilon=EPS), "bfloat16", context=f"{path} vs golden")
+        assert_close(out, ref.golden_rms_norm(h, weight, epsilon=EPS), "bfloat16", context=f"{layout} vs golden")
 
 
 # ------------------------------------------------------------------------- characterization: would catch a wrong model
@@ -311,18 +311,18 @@ def test_mean_stats_fed_to_interleaved_post_is_off_by_sqrt_w_local():
     num_devices, width = 8, 1024
     x = ref.quantize(_randn((1, 1, 32, width * num_devices), 29), "bfloat16")
     slices = x.split(width, dim=-1)
-    means = ref.all_gather_stats([ref.pre_all_gather(s, path="sharded") for s in slices])
-    sums = ref.all_gather_stats([ref.pre_all_gather(s, path="interleaved") for s in slices])
+    means = ref.all_gather_stats([ref.pre_all_gather(s, layout="sharded") for s in slices])
+    sums = ref.all_gather_stats([ref.pre_all_gather(s, layout="interleaved") for s in slices])
     golden = ref.golden_rms_norm(x, epsilon=1e-6)[..., :width]
-    right = ref.post_all_gather(slices[0], sums, path="interleaved", epsilon=1e-6, dtype="float32")
-    wrong = ref.post_all_gather(slices[0], means, path="interleaved", epsilon=1e-6, dtype="float32")
+    right = ref.post_all_gather(slices[0], sums, layout="interleaved", epsilon=1e-6, dtype="float32")
+    wrong = ref.post_all_gather(slices[0], means, layout="interleaved", epsilon=1e-6, dtype="float32")
     assert_close(right, golden, "bfloat16")
     with pytest.raises(AssertionError):
         assert_close(wrong, golden, "bfloat16", context="mean stats through the interleaved post")
     # The error is exactly the missing division by W_local inside rsqrt.
     assert_close(wrong / math.sqrt(width), golden, "bfloat16")
     # And the reverse mix (sums into the sharded post) is low by the same factor.
-    low = ref.post_all_gather(slices[0], sums, path="sharded", epsilon=1e-6, dtype="float32")
+    low = ref.post_all_gather(slices[0], sums, layout="sharded", epsilon=1e-6, dtype="float32")
     with pytest.raises(AssertionError):
         assert_close(low, golden, "bfloat16")
     assert_close(low * math.sqrt(width), golden, "bfloat16")
@@ -428,8 +428,8 @@ def test_reference_imports_and_runs_without_ttnn():
 @pytest.mark.parametrize(
     "call, fragment",
     [
-        (lambda x: ref.pre_all_gather(x, path="sharded", stats_dtype="bfloat8_b"), "bfloat16 stats only"),
-        (lambda x: ref.pre_all_gather(x, path="width_sharded"), "path='width_sharded'"),
+        (lambda x: ref.pre_all_gather(x, layout="sharded", stats_dtype="bfloat8_b"), "bfloat16 stats only"),
+        (lambda x: ref.pre_all_gather(x, layout="width_sharded"), "layout='width_sharded'"),
         (lambda x: ref.pre_all_gather(x, stats_dtype="float16"), "not a TT stats dtype"),
         (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 32, 48), epsilon=EPS), "32 * num_devices"),
         (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 64, 32), epsilon=EPS), "must agree"),

@@ -51,7 +51,7 @@ def test_sharded_post_scaler_is_one_over_num_devices(num_devices):
     x = ref.quantize(_randn((1, 1, 32, 256), 41), "bfloat16").double()
     means = torch.zeros(1, 1, 32, 32 * num_devices, dtype=torch.float64)
     means[..., ::32] = torch.linspace(0.25, 4.0, num_devices)
-    got = ref.post_all_gather(x, means, path="sharded", epsilon=EPS)
+    got = ref.post_all_gather(x, means, layout="sharded", epsilon=EPS)
     want = x * torch.rsqrt(means.sum(-1, keepdim=True) / num_devices + EPS)  # 1/N is a power of two or bf16-exact
     assert_close(got, want, "float32", context="sharded post: mean of the per-device means")
 
@@ -61,16 +61,16 @@ def _tiny_rows(seed):
     return 1e-4 * _randn((1, 1, 32, 1024), seed)
 
 
-@pytest.mark.parametrize("path", list(ref.PATHS))
-def test_epsilon_inside_the_square_root_on_tiny_rows(path):
+@pytest.mark.parametrize("layout", list(ref.LAYOUTS))
+def test_epsilon_inside_the_square_root_on_tiny_rows(layout):
     x = _tiny_rows(42)
     xq = ref.quantize(x, "bfloat16").double()
     inside = xq / torch.sqrt(xq.pow(2).mean(-1, keepdim=True) + EPS)
     outside = xq / (torch.sqrt(xq.pow(2).mean(-1, keepdim=True)) + EPS)
     assert_close(ref.golden_rms_norm(xq, epsilon=EPS), inside, "float32", context="golden, eps inside sqrt")
-    out, _ = ref.distributed_rms_norm(x, num_devices=4, epsilon=EPS, path=path)
+    out, _ = ref.distributed_rms_norm(x, num_devices=4, epsilon=EPS, layout=layout)
     single = ref.single_device_rms_norm(x, epsilon=EPS, dtype="bfloat16")
-    for got, what in ((out, f"{path}, 4 devices"), (single, "single device")):
+    for got, what in ((out, f"{layout}, 4 devices"), (single, "single device")):
         assert_close(got, inside, "bfloat16", context=f"{what} vs eps inside sqrt")
         with pytest.raises(AssertionError):
             assert_close(got, outside, "bfloat16", context=f"{what} vs eps outside sqrt")
@@ -99,15 +99,15 @@ def _rows_with(values):
     return x
 
 
-@pytest.mark.parametrize("path", list(ref.PATHS))
-def test_rows_overflowing_fp32_come_out_as_zeros(path):
+@pytest.mark.parametrize("layout", list(ref.LAYOUTS))
+def test_rows_overflowing_fp32_come_out_as_zeros(layout):
     """A square past the fp32 maximum (|x| = 2^65) makes the device's stats Inf, so the post's rsqrt is 0: the row is
     zeros where the float64 golden is finite. Other rows are untouched."""
     x = _rows_with([None, 2.0**65, None, 2.0**126])
     x[0, 0, 3] = 2.0**126  # a whole row near the bf16 maximum, as the parity runner's huge rows
     weight = ref.quantize(1.0 + 0.1 * _randn((1024,), 45), "bfloat16").float()
-    out, stats = ref.distributed_rms_norm(x, weight, num_devices=2, epsilon=EPS, path=path)
-    rows = ref.overflow_rows(x, num_devices=2, path=path)
+    out, stats = ref.distributed_rms_norm(x, weight, num_devices=2, epsilon=EPS, layout=layout)
+    rows = ref.overflow_rows(x, num_devices=2, layout=layout)
     assert rows.tolist() == [[[False, True, False, True]]]
     assert bool(stats[0, 0, 1].isinf().any()) and bool(stats[0, 0, 0].isfinite().all())
     assert bool((out[0, 0, 1] == 0).all()) and bool((out[0, 0, 3] == 0).all())
@@ -124,20 +124,20 @@ def test_sharded_pre_overflows_on_squares_not_on_the_mean():
     accumulation) but averages to 2^127 (finite for the sharded pre, which scales each square by 1/W first)."""
     x = torch.full((1, 1, 32, 64), 2.0**63.5)
     interleaved = ref.pre_all_gather(x.to(torch.float32), stats_dtype="float32")
-    sharded = ref.pre_all_gather(x.to(torch.bfloat16), path="sharded")
+    sharded = ref.pre_all_gather(x.to(torch.bfloat16), layout="sharded")
     assert bool(interleaved[..., 0].isinf().all())
     assert bool(sharded[..., 0].isfinite().all())
     assert torch.equal(sharded[..., 0].double(), ref.quantize(torch.full((1, 1, 32), 2.0**127), "bfloat16").double())
-    assert not bool(ref.overflow_rows(x, num_devices=1, path="sharded").any())
-    assert bool(ref.overflow_rows(x, num_devices=1, path="interleaved").all())
+    assert not bool(ref.overflow_rows(x, num_devices=1, layout="sharded").any())
+    assert bool(ref.overflow_rows(x, num_devices=1, layout="interleaved").all())
 
 
-@pytest.mark.parametrize("path", list(ref.PATHS))
-def test_nan_and_inf_inputs(path):
+@pytest.mark.parametrize("layout", list(ref.LAYOUTS))
+def test_nan_and_inf_inputs(layout):
     """NaN in a row: the whole row NaN on every device. Inf in a row: stats Inf, the row +-0 with NaN (Inf * 0) at
     the Inf. The float64 golden gives the same, and the policy accepts it (same NaN, same zeros); no row overflows."""
     x = _rows_with([None, float("nan"), float("inf"), float("-inf")])
-    out, _ = ref.distributed_rms_norm(x, num_devices=2, epsilon=EPS, path=path)
+    out, _ = ref.distributed_rms_norm(x, num_devices=2, epsilon=EPS, layout=layout)
     assert not bool(out[0, 0, 0].isnan().any())
     assert bool(out[0, 0, 1].isnan().all())
     for r in (2, 3):
@@ -145,7 +145,7 @@ def test_nan_and_inf_inputs(path):
         assert bool((out[0, 0, r, :5] == 0).all()) and bool((out[0, 0, r, 6:] == 0).all())
     golden = ref.golden_rms_norm(ref.quantize(x, "bfloat16"), epsilon=EPS)
     assert_close(out, golden, "bfloat16", context="NaN/Inf rows vs golden")
-    assert not bool(ref.overflow_rows(x, num_devices=2, path=path).any())
+    assert not bool(ref.overflow_rows(x, num_devices=2, layout=layout).any())
 
 
 def test_overflow_is_per_device_sum():

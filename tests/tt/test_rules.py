@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import ttnn
 
-from tt_rmsnorm import configs
 from tt_rmsnorm.errors import AccuracyWarning, RuleError
+from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import l1_budget, op_checks
 from tt_rmsnorm.rules.common import max_subblock_w
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
@@ -16,10 +16,10 @@ from tt_rmsnorm.tensors import TensorDesc as D
 
 RM = ttnn.ROW_MAJOR_LAYOUT
 GRID_T3K = (8, 7)
-PLAN = configs.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K, grid=(8, 4))  # width-sharded 8x4, block_w 1
+PLAN = layouts.plan((1, 1, 32, 1024), 8, compute_grid=GRID_T3K, grid=(8, 4))  # width-sharded 8x4, block_w 1
 CKC, PC = PLAN.compute_kernel_config, PLAN.program_config
-FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
-NO_FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=False)
+FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=True)
+NO_FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=False)
 
 
 def x(shape=(1, 1, 128, 1024), **kw):
@@ -114,7 +114,7 @@ BAD = [
         "dtype must be one of",
         post(x(), sums(), weight=rm_weight(), bias=D((1, 1, 1, 1024), dtype=ttnn.bfloat8_b)),
     ),
-    ("use_2d_core_grid.ignored", "interleaved path only", pre(xs(), use_2d_core_grid=True)),
+    ("use_2d_core_grid.ignored", "interleaved layout only", pre(xs(), use_2d_core_grid=True)),
     (
         "input.height_sharded",
         "height-sharded",
@@ -133,7 +133,7 @@ BAD = [
     (
         "sharded.program_config",
         "LayerNormShardedMultiCoreProgramConfig",
-        pre(xs(), program_config=configs.interleaved_program_config()),
+        pre(xs(), program_config=layouts.interleaved_program_config()),
     ),
     ("program_config.block_w", "block_w must be >= 1", pre(xs(), program_config=pc(block_w=0))),
     (
@@ -315,10 +315,10 @@ SHARD_SPECS = [
 @pytest.mark.parametrize("weight_layout", [RM, ttnn.TILE_LAYOUT], ids=["rm_weight", "tile_weight"])
 def test_sharded_configs_accepted(width, grid, weight_layout):
     shape, n = (1, 1, 32, width), 8
-    cfg = configs.compute_kernel_config()
-    pcfg = configs.sharded_program_config(shape, grid, configs.WIDTH, cfg)
-    inp = D(shape, memory_config=configs.sharded_memory_config(shape, grid, configs.WIDTH))
-    stats = D((1, 1, 32, 32 * n), memory_config=configs.stats_memory_config(n), stats_kind="means")
+    cfg = layouts.compute_kernel_config()
+    pcfg = layouts.sharded_program_config(shape, grid, layouts.WIDTH, cfg)
+    inp = D(shape, memory_config=layouts.sharded_memory_config(shape, grid, layouts.WIDTH))
+    stats = D((1, 1, 32, 32 * n), memory_config=layouts.stats_memory_config(n), stats_kind="means")
     weight = rm_weight(width) if weight_layout == RM else D((1, 1, 1, width))
     kw = dict(program_config=pcfg, compute_kernel_config=cfg, compute_grid=(8, 8))
     assert op_checks.check_pre_all_gather(inp, **kw) == "sharded"
@@ -341,7 +341,7 @@ def test_sharded_configs_accepted(width, grid, weight_layout):
 )
 @pytest.mark.parametrize("n_dev", [1, 8, 32], ids=["n1", "n8", "n32"])
 def test_interleaved_accepted(shape, dtype, fp32_acc, n_dev):
-    cfg = configs.compute_kernel_config(fp32_dest_acc_en=fp32_acc)
+    cfg = layouts.compute_kernel_config(fp32_dest_acc_en=fp32_acc)
     inp = D(shape, dtype=dtype)
     stats = D(shape[:-1] + (32 * n_dev,), stats_kind="sums")
     assert (
@@ -385,7 +385,7 @@ def test_l1_budget_matches_ttnn_verdicts(op, width, affine, acc, dt, residual, v
     """Every verdict ttnn 0.81.1 gave on a mock N150 for the interleaved pre/post L1 budgets (data/l1_verdicts.txt,
     recorded with tt_rmsnorm.mock_cluster): the rules reproduce each accept and each reject."""
     dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b, "fp32": ttnn.float32}[dt]
-    cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    cfg = layouts.compute_kernel_config(fp32_dest_acc_en=acc)
     inp = D((1, 1, 32, width), dtype=dtype)
     if op == "pre":
         check = pre(
@@ -430,7 +430,7 @@ def _l1_verdicts_2d():
 def test_l1_budget_2d_core_grid_matches_ttnn_verdicts(op, width, rows, acc, dt, weight, verdict):
     """The 2-D core-grid factories' L1 verdicts from ttnn on a mock N150 (data/l1_verdicts_2d.txt, grid 8x8)."""
     dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b}[dt]
-    cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    cfg = layouts.compute_kernel_config(fp32_dest_acc_en=acc)
     inp = D((1, 1, rows, width), dtype=dtype)
     if op == "pre":
         check = pre(inp, compute_kernel_config=cfg, use_2d_core_grid=True, compute_grid=(8, 8))
@@ -485,7 +485,7 @@ def test_sharded_l1_matches_ttnn_verdicts(op, cores, tiles, dt, acc, weight, ver
     """The sharded factories' L1 on a mock N150 (data/l1_verdicts_sharded.txt): each accept and reject, and where
     ttnn reported them, the exact end of the static buffers and the address of the lowest tensor shard."""
     dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b, "fp32": ttnn.float32}[dt]
-    cfg = configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    cfg = layouts.compute_kernel_config(fp32_dest_acc_en=acc)
     width = cores * tiles * 32
     inp = D((1, 1, 32, width), dtype=dtype, memory_config=shard_mc(W_SHARD, (cores, 1), (32, tiles * 32)))
     subblock = max(d for d in range(1, max_subblock_w(cfg) + 1) if tiles % d == 0)
@@ -550,7 +550,7 @@ def test_rms_norm_cases_ttnn_accepts_or_rejects():
     one when none is given."""
     assert rms(x((1, 1, 32, 1024)), residual_input_tensor=xs())() == "interleaved"
     with pytest.raises(RuleError) as err:
-        rms(xs(), program_config=configs.interleaved_program_config())()
+        rms(xs(), program_config=layouts.interleaved_program_config())()
     assert err.value.rule == "sharded.program_config"
     assert rms(xs())() == "sharded"
     assert rms(x((1, 1, 32, 1024)), memory_config=shard_mc(B_SHARD, (4, 1), (32, 256)))() == "interleaved"
@@ -570,7 +570,7 @@ def test_interleaved_rms_norm_streams_only_tile_affine():
 def test_l1_interleaved_tensors_lower_the_l1_ceiling():
     """An L1-interleaved input (and the pre's stats, which follow it into L1) take the top of every core's L1: on
     a mock N300 (56 banks) the pre at width 7200 fits with a DRAM input and clashes with an L1 one."""
-    kw = dict(compute_kernel_config=configs.compute_kernel_config(fp32_dest_acc_en=False, dst_full_sync_en=True))
+    kw = dict(compute_kernel_config=layouts.compute_kernel_config(fp32_dest_acc_en=False, dst_full_sync_en=True))
     assert pre(x((1, 1, 32, 7200)), compute_grid=(8, 7), **kw)() == "interleaved"
     with pytest.raises(RuleError, match="pre.l1_budget"):
         pre(x((1, 1, 32, 7200), memory_config=ttnn.L1_MEMORY_CONFIG), compute_grid=(8, 7), **kw)()

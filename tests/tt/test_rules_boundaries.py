@@ -7,12 +7,12 @@ import pytest
 import ttnn
 from test_rules import pc, shard_mc
 
-from tt_rmsnorm import configs
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import l1_budget, op_checks
 from tt_rmsnorm.tensors import TensorDesc as D
 
-FP32_ACC = configs.compute_kernel_config(fp32_dest_acc_en=True)
+FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=True)
 W_SHARD, B_SHARD = ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.TensorMemoryLayout.BLOCK_SHARDED
 
 
@@ -104,7 +104,7 @@ def test_post_l1_edge_matches_ttnn(dtype, acc, affine, devices, width, reported)
     x, stats = D((1, 1, 32, width), dtype=dtype), D((1, 1, 32, 32 * devices), stats_kind="sums")
     affine_kw = {"weight": D((1, 1, 1, width)), "bias": D((1, 1, 1, width))}
     affine_kw = dict(list(affine_kw.items())[:affine])
-    ckc = configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    ckc = layouts.compute_kernel_config(fp32_dest_acc_en=acc)
     if reported is not None:
         assert l1_budget.post_l1_bytes(x, stats, ckc, **affine_kw) == reported
     check = partial(
@@ -214,7 +214,7 @@ def test_sharded_residual_must_match_the_input_sharding():
 
 
 def test_sharded_tile_weight_needs_at_least_the_inputs_logical_width():
-    """On the sharded path ttnn asks for the input's padded width and at least its logical width (a wider logical
+    """On the sharded layout ttnn asks for the input's padded width and at least its logical width (a wider logical
     weight is fine); the interleaved post asks for both equal."""
     mc = shard_mc(W_SHARD, (8, 4), (32, 32))
     x = D((1, 1, 32, 1000), padded_shape=(1, 1, 32, 1024), memory_config=mc)
@@ -395,7 +395,7 @@ PRE_2D_L1 = [
 )
 def test_2d_pre_l1_matches_ttnn(dtype, acc, wt, reported):
     """The 2-D pre's verdict near the end of L1 is ttnn's, and where ttnn rejects, the model gives its end address."""
-    x, ckc = D((1, 1, 64, 32 * wt), dtype=dtype), configs.compute_kernel_config(fp32_dest_acc_en=acc)
+    x, ckc = D((1, 1, 64, 32 * wt), dtype=dtype), layouts.compute_kernel_config(fp32_dest_acc_en=acc)
     if reported is not None:
         assert l1_budget.pre_l1_bytes(x, ckc, use_2d_core_grid=True) == reported
     check = partial(

@@ -409,7 +409,7 @@ def _check_fused_program_config(x: TensorDesc, pc, compute_kernel_config):
             "fused.program_config",
             "fused_rms_minimal needs a LayerNormShardedMultiCoreProgramConfig",
             type(pc).__name__,
-            "tt_rmsnorm.configs.program_config_from_shard_spec(x.memory_config().shard_spec, ...)",
+            "tt_rmsnorm.planning.layouts.program_config_from_shard_spec(x.memory_config().shard_spec, ...)",
         )
     ex, ey, grid = *bbox_extent(x.shard_spec), pc.compute_with_storage_grid_size
     if ex > grid.x or ey > grid.y:

@@ -117,7 +117,7 @@ def check_fp32_needs_acc(tensors: dict, compute_kernel_config, op: str):
                 f"{op}.fp32_needs_fp32_acc",
                 f"the interleaved {op} with a FLOAT32 {what} requires fp32_dest_acc_en=True",
                 f"{what} FLOAT32 with fp32_dest_acc_en=False",
-                "pass compute_kernel_config=tt_rmsnorm.configs.compute_kernel_config(fp32_dest_acc_en=True)",
+                "pass compute_kernel_config=tt_rmsnorm.planning.layouts.compute_kernel_config(fp32_dest_acc_en=True)",
             )
 
 

@@ -1,7 +1,7 @@
 """The checks of the four ttnn ops a distributed RMSNorm runs, one entry point each, before anything reaches a device.
 
 `check_pre_all_gather`, `check_post_all_gather`, `check_rms_norm` and `check_all_gather` mirror the validation of
-ttnn 0.81.1's `rms_norm_pre_all_gather`, `rms_norm_post_all_gather` (interleaved and sharded paths), `rms_norm` and
+ttnn 0.81.1's `rms_norm_pre_all_gather`, `rms_norm_post_all_gather` (interleaved and sharded layouts), `rms_norm` and
 `all_gather`, as read from tt-metal's op validation and program factories and as ttnn behaved on mock devices (the
 agreement battery, the fuzzer and the conformance corpus in tests/). Each takes real ttnn tensors or `TensorDesc`s,
 runs its steps in ttnn's order and raises `tt_rmsnorm.errors.RuleError` at the first violated rule. The steps live by
@@ -83,7 +83,7 @@ def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
     if sharded:
         fail(
             "use_2d_core_grid.ignored",
-            "use_2d_core_grid applies to the interleaved path only and is ignored for sharded inputs",
+            "use_2d_core_grid applies to the interleaved layout only and is ignored for sharded inputs",
             True,
             "drop use_2d_core_grid",
         )
@@ -106,7 +106,7 @@ def check_pre_all_gather(
     use_2d_core_grid=None,
     compute_grid=None,
 ) -> str:
-    """Validate `ttnn.rms_norm_pre_all_gather` arguments. Returns the path taken: 'interleaved' or 'sharded'."""
+    """Validate `ttnn.rms_norm_pre_all_gather` arguments. Returns the layout: 'interleaved' or 'sharded'."""
     grid = _resolve_grid(compute_grid, input_tensor)
     x, res = describe(input_tensor), describe(residual_input_tensor)
     check_on_device(x, "input")
@@ -159,7 +159,7 @@ def check_post_all_gather(
     use_2d_core_grid=None,
     compute_grid=None,
 ) -> str:
-    """Validate `ttnn.rms_norm_post_all_gather` arguments. Returns the path: 'interleaved' or 'sharded'."""
+    """Validate `ttnn.rms_norm_post_all_gather` arguments. Returns the layout: 'interleaved' or 'sharded'."""
     grid = _resolve_grid(compute_grid, input_tensor)
     x, s, w, b = describe(input_tensor), describe(stats), describe(weight), describe(bias)
     check_on_device(x, "input")
@@ -232,7 +232,7 @@ def check_rms_norm(
                 "sharded.program_config",
                 "a sharded input takes a LayerNormShardedMultiCoreProgramConfig or none (ttnn derives one)",
                 type(program_config).__name__,
-                "omit program_config or pass tt_rmsnorm.configs.sharded_program_config(...)",
+                "omit program_config or pass tt_rmsnorm.planning.layouts.sharded_program_config(...)",
             )
         if program_config is not None:
             check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
@@ -246,7 +246,7 @@ def check_rms_norm(
                 "rms_norm.sharded_config_interleaved",
                 "a sharded program config needs a sharded input (ttnn fails with 'bad optional access')",
                 "LayerNormShardedMultiCoreProgramConfig",
-                "shard the input (tt_rmsnorm.configs.sharded_memory_config) or omit program_config",
+                "shard the input (tt_rmsnorm.planning.layouts.sharded_memory_config) or omit program_config",
             )
         if program_config is not None and program_config.use_welford:
             fail(
@@ -323,7 +323,7 @@ def check_all_gather(
             "all_gather.sharded_needs_memory_config",
             "a sharded input needs an explicit output memory_config",
             enum_name(x.memory_layout),
-            "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
+            "memory_config=tt_rmsnorm.planning.layouts.stats_memory_config(num_devices)",
         )
     if math.prod(x.shape) == 0:
         fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")

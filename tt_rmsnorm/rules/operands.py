@@ -70,13 +70,13 @@ def _check_bias_needs_weight(weight, bias):
         )
 
 
-def check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
-    """Weight/bias rules. path: 'interleaved_post' | 'sharded' (sharded post and rms_norm)."""
+def check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, layout: str):
+    """Weight/bias rules. layout: 'interleaved_post' | 'sharded' (sharded post and rms_norm)."""
     if g is None:
         return
     check_on_device(g, what)
     if g.layout == ttnn.TILE_LAYOUT:
-        if path == "interleaved_post":
+        if layout == "interleaved_post":
             if g.width != x.width or g.padded_width != x.padded_width:
                 fail(
                     f"{what}.tile_width",
@@ -98,7 +98,7 @@ def check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
                 g.padded_shape[-2],
                 f"{what} shape [1, 1, 1, {x.width}]",
             )
-        if path == "interleaved_post":
+        if layout == "interleaved_post":
             check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
     elif g.layout == ttnn.ROW_MAJOR_LAYOUT:
         volume = math.prod(g.padded_shape)
@@ -112,12 +112,12 @@ def check_gamma(x: TensorDesc, g: TensorDesc | None, what: str, path: str):
         check_dtype(g, GAMMA_DTYPES, f"{what}.dtype", what)
 
 
-def check_gamma_beta(x, weight, bias, path):
-    if path == "interleaved_post":
+def check_gamma_beta(x, weight, bias, layout):
+    if layout == "interleaved_post":
         _check_bias_needs_weight(weight, bias)
-    check_gamma(x, weight, "weight", path)
-    check_gamma(x, bias, "bias", path)
-    if path == "sharded" and weight is not None and bias is not None and weight.layout != bias.layout:
+    check_gamma(x, weight, "weight", layout)
+    check_gamma(x, bias, "bias", layout)
+    if layout == "sharded" and weight is not None and bias is not None and weight.layout != bias.layout:
         fail(
             "bias.same_layout",
             "weight and bias must have the same layout",
@@ -161,7 +161,7 @@ def check_sharded_post_stats(x: TensorDesc, s: TensorDesc, program_config):
             "stats.sharded",
             "the sharded post needs its stats sharded on one core",
             enum_name(s.memory_layout),
-            "all_gather with memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
+            "all_gather with memory_config=tt_rmsnorm.planning.layouts.stats_memory_config(num_devices)",
         )
     if s.dtype != ttnn.bfloat16:
         fail(
@@ -176,7 +176,7 @@ def check_sharded_post_stats(x: TensorDesc, s: TensorDesc, program_config):
             "stats.one_core",
             "with a sharded program config the stats must be sharded on exactly 1 core",
             f"{s.shard_spec.grid.num_cores()} cores",
-            "memory_config=tt_rmsnorm.configs.stats_memory_config(num_devices)",
+            "memory_config=tt_rmsnorm.planning.layouts.stats_memory_config(num_devices)",
         )
     if s.padded_shape[:-1] != x.padded_shape[:-1]:
         fail(

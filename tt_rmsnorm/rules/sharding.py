@@ -27,13 +27,13 @@ from tt_rmsnorm.tiles import TILE
 
 
 def require_sharded_program_config(program_config):
-    """The distributed ops' sharded path takes no default: ttnn needs the sharded program config given."""
+    """The distributed ops' sharded layout takes no default: ttnn needs the sharded program config given."""
     if not is_sharded_program_config(program_config):
         fail(
             "sharded.program_config",
             "a sharded input needs a LayerNormShardedMultiCoreProgramConfig",
             type(program_config).__name__,
-            "tt_rmsnorm.configs.sharded_program_config(...)",
+            "tt_rmsnorm.planning.layouts.sharded_program_config(...)",
         )
 
 
@@ -43,7 +43,7 @@ def _check_not_height_sharded(t: TensorDesc, what: str):
             f"{what}.height_sharded",
             f"{what}: height-sharded tensors are not supported by the layernorm op",
             "HEIGHT_SHARDED",
-            "use WIDTH_SHARDED or BLOCK_SHARDED (tt_rmsnorm.configs.sharded_memory_config)",
+            "use WIDTH_SHARDED or BLOCK_SHARDED (tt_rmsnorm.planning.layouts.sharded_memory_config)",
         )
 
 
@@ -54,7 +54,7 @@ def _check_shard_grid_on_device(t: TensorDesc, compute_grid, what: str):
             f"{what}.shard_grid_on_device",
             f"{what} shard grid must lie inside the device's compute grid {compute_grid[0]}x{compute_grid[1]}",
             f"grid up to core ({box.end.x},{box.end.y})",
-            "choose a grid from mesh_device.compute_with_storage_grid_size() (tt_rmsnorm.configs picks one)",
+            "choose a grid from mesh_device.compute_with_storage_grid_size() (tt_rmsnorm.planning.layouts picks one)",
         )
 
 
@@ -64,7 +64,7 @@ def check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
     if distributed and x.padded_shape[-2] != TILE:
         fail(
             "sharded.height_32",
-            "the sharded distributed path needs padded height 32 (decode: <= 32 rows)",
+            "the sharded distributed layout needs padded height 32 (decode: <= 32 rows)",
             f"padded height {x.padded_shape[-2]}",
             "use an interleaved input (prefill path) or at most 32 rows",
         )
@@ -89,7 +89,7 @@ def check_sharded_program_config(x: TensorDesc, pc, compute_kernel_config, distr
             f"subblock_w must be <= {limit} with fp32_dest_acc_en={c.fp32_dest_acc_en}, "
             f"dst_full_sync_en={c.dst_full_sync_en}",
             pc.subblock_w,
-            f"use the largest divisor of block_w <= {limit} (tt_rmsnorm.configs.sharded_program_config does)",
+            f"use the largest divisor of block_w <= {limit} (tt_rmsnorm.planning.layouts.sharded_program_config does)",
         )
     if pc.use_welford:
         fail(
@@ -220,7 +220,7 @@ def check_shard_fits(padded_shape, memory_config, what: str) -> None:
             "memory_config.shard_fits",
             f"the {what}'s sharded memory_config does not fit a {height} x {width} tensor: {problem}",
             f"shard {list(spec.shape)} on {cores} cores, {enum_name(layout)}",
-            "derive the shard shape from the output shape (tt_rmsnorm.configs.sharded_memory_config)",
+            "derive the shard shape from the output shape (tt_rmsnorm.planning.layouts.sharded_memory_config)",
         )
 
 
@@ -350,7 +350,8 @@ def check_reduce_workers(x: TensorDesc, block_ht: int, compute_grid) -> None:
                 "ttnn's sharded factory cannot place its reduce workers on this shard grid",
                 f"{enum_name(spec.orientation)} grid {gx}x{gy} from core ({box.start.x},{box.start.y}), start core "
                 f"({sx},{sy}) for {target} cores",
-                "use ROW_MAJOR orientation on a grid that starts at x = 0 (tt_rmsnorm.configs.sharded_memory_config)",
+                "use ROW_MAJOR orientation on a grid that starts at x = 0 "
+                "(tt_rmsnorm.planning.layouts.sharded_memory_config)",
             )
 
 

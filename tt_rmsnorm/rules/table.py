@@ -17,7 +17,7 @@ PACKAGE_ONLY_RULES = {
     "stats.rows_match": "the sharded post never compares stats rows/batch with the input's (ttnn-findings #3)",
     "program_config.ignored": "a sharded program config on an interleaved input is silently ignored by pre/post",
     "sharded_pre.dtype_ignored": "the sharded pre always writes bfloat16 stats and ignores `dtype`",
-    "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved path; the sharded path ignores it",
+    "use_2d_core_grid.ignored": "use_2d_core_grid only exists on the interleaved layout; the sharded layout ignores it",
     # tt_rmsnorm.rules.ccl_checks: all_gather_async and fused_rms_minimal
     "all_gather_async.distinct_semaphores": "ttnn accepts one handle passed twice; cycling needs distinct handles",
     "all_gather_async.persistent_truncated": "ttnn accepts a buffer smaller than the gather and returns it truncated",
@@ -51,7 +51,7 @@ RULES = {
     "stats.dtype": "interleaved post stats are bfloat16, bfloat8_b or float32",
     "weight.dtype": "weight (RM, or TILE on the interleaved post) is bfloat16 or float32",
     "bias.dtype": "bias (RM, or TILE on the interleaved post) is bfloat16 or float32",
-    "use_2d_core_grid.ignored": "use_2d_core_grid only on the interleaved path",
+    "use_2d_core_grid.ignored": "use_2d_core_grid only on the interleaved layout",
     "input.height_sharded": "no height sharding",
     "input.shard_grid_on_device": "shard grid inside the device's compute grid",
     "sharded.height_32": "sharded distributed input is one tile row high",

@@ -1,5 +1,5 @@
-"""From a call's tensors and arguments to a checked path plan (`tt_rmsnorm.paths`), with no device work until every
-rule of every op on the path has passed.
+"""From a call's tensors and arguments to a checked path plan (`tt_rmsnorm.planning.paths`), with no device work until
+every rule of every op on the path has passed.
 
 `plan_call` works on device-free `TensorDesc`s: `plan_distributed_rms_norm` uses it with no device at all, and
 `distributed_rms_norm` once per call signature, after which only the plan's ttnn calls run. The persistent buffers a
@@ -13,8 +13,8 @@ from dataclasses import replace
 import torch
 import ttnn
 
-from tt_rmsnorm import configs, paths
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import layouts, paths
 from tt_rmsnorm.rules import ccl_checks
 from tt_rmsnorm.tensors import TensorDesc
 
@@ -80,7 +80,7 @@ def _layout(name: str, x: TensorDesc, sharded):
     if x.is_sharded and sharded is False:
         raise RuleError(
             "mesh.sharded_override",
-            "x is already sharded; the interleaved path needs an interleaved input",
+            "x is already sharded; the interleaved layout needs an interleaved input",
             "sharded=False",
             "ttnn.to_memory_config(x, ttnn.DRAM_MEMORY_CONFIG) first",
         )
@@ -92,7 +92,7 @@ def _layout(name: str, x: TensorDesc, sharded):
 
 
 def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_config, compute_kernel_config):
-    norm = configs.plan(
+    norm = layouts.plan(
         x.shape,
         num_devices,
         compute_grid=compute_grid,
@@ -101,8 +101,8 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
         program_config=program_config,
         compute_kernel_config=compute_kernel_config,
     )
-    if norm.path == "sharded" and x.is_sharded and program_config is None:
-        pc = configs.program_config_from_shard_spec(x.shard_spec, norm.compute_kernel_config)
+    if norm.layout == "sharded" and x.is_sharded and program_config is None:
+        pc = layouts.program_config_from_shard_spec(x.shard_spec, norm.compute_kernel_config)
         norm = replace(norm, program_config=pc, input_memory_config=None)
     return norm
 
@@ -152,9 +152,9 @@ def allocate(desc: TensorDesc, mesh_device):
 def _output_placement(name: str, norm, x: TensorDesc, target):
     """(where the sharded op writes its output, where it is moved afterwards or None). The sharded post writes into
     its input's shards; fused_rms_minimal writes any width-sharded L1 config itself (a fused reshard, as tt-metal's
-    decode hands the next matmul its input), so only other targets cost a move. Interleaved paths pass the target to
+    decode hands the next matmul its input), so only other targets cost a move. Interleaved layouts pass the target to
     the op."""
-    if name == "local" or norm.path != "sharded":
+    if name == "local" or norm.layout != "sharded":
         return None, None
     h_memory_config = norm.input_memory_config or x.memory_config
     want = target or x.memory_config

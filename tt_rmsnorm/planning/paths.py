@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 import ttnn
 
 from tt_rmsnorm import ccl
-from tt_rmsnorm.configs import NormPlan
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning.layouts import NormPlan
 from tt_rmsnorm.rules import ccl_checks, op_checks, operands, sharding
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import one_tile_row
@@ -72,7 +72,7 @@ class PathPlan:
 
     @property
     def sharded(self) -> bool:
-        return self.norm.path == "sharded"
+        return self.norm.layout == "sharded"
 
     def describe(self) -> str:
         where = f"{self.call.num_devices} device(s) on axis {self.call.cluster_axis}"

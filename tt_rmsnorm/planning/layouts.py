@@ -4,7 +4,7 @@
 - sharded (decode, padded height 32): `LayerNormShardedMultiCoreProgramConfig` over a width- (or block-) sharded L1
   input, stats gathered onto one core (`stats_memory_config`).
 
-`choose_path` picks between them from the shape; every choice here is accepted by the rules in
+`choose_layout` picks between them from the shape; every choice here is accepted by the rules in
 `tt_rmsnorm.rules.op_checks`.
 """
 
@@ -105,7 +105,7 @@ def interleaved_program_config():
     return ttnn.LayerNormDefaultProgramConfig(legacy_reduction=False, use_welford=False)
 
 
-def choose_path(shape, sharded: bool | None = None) -> str:
+def choose_layout(shape, sharded: bool | None = None) -> str:
     """'sharded' only where the activation is one tile row high (padded height 32, batch 1): the sharded distributed
     ops accept nothing taller. `sharded=True/False` overrides; True on a taller shape raises RuleError."""
     fits = one_tile_row(shape)
@@ -114,9 +114,9 @@ def choose_path(shape, sharded: bool | None = None) -> str:
     if sharded and not fits:
         raise RuleError(
             "sharded.height_32",
-            "the sharded distributed path needs one tile row (padded height 32, batch 1)",
+            "the sharded layout of the distributed ops needs one tile row (padded height 32, batch 1)",
             f"shape {tuple(shape)}",
-            "use sharded=False (interleaved prefill path) or at most 32 rows",
+            "use sharded=False (the interleaved layout, as prefill) or at most 32 rows",
         )
     return "sharded" if sharded else "interleaved"
 
@@ -207,7 +207,7 @@ def program_config_from_shard_spec(shard_spec, compute_kernel_config=None):
 
 
 def stats_memory_config(num_devices: int, rows: int = TILE):
-    """The gathered stats of the sharded path: one core, WIDTH_SHARDED L1, shard [rows, 32 * num_devices]."""
+    """The gathered stats of the sharded layout: one core, WIDTH_SHARDED L1, shard [rows, 32 * num_devices]."""
     spec = ttnn.ShardSpec(_grid_range((1, 1)), [rows, TILE * num_devices], ttnn.ShardOrientation.ROW_MAJOR)
     return ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
 
@@ -216,7 +216,7 @@ def stats_memory_config(num_devices: int, rows: int = TILE):
 class NormPlan:
     """Everything `distributed_rms_norm` hands to ttnn for one per-device activation shape."""
 
-    path: str  # "interleaved" | "sharded"
+    layout: str  # "interleaved" | "sharded"
     local_shape: tuple[int, ...]
     num_devices: int
     program_config: object
@@ -228,7 +228,7 @@ class NormPlan:
     def describe(self) -> str:
         c = self.compute_kernel_config
         fid = str(c.math_fidelity).rsplit(".", 1)[-1]
-        if self.path == "sharded":
+        if self.layout == "sharded":
             pc = self.program_config
             grid = pc.compute_with_storage_grid_size
             shard = (
@@ -245,7 +245,7 @@ class NormPlan:
             cfg = "LayerNormDefaultProgramConfig(legacy_reduction=False); input/stats/output DRAM interleaved"
         why = "; ".join(PLANNER_REASONS[key][0] for key in self.reasons)
         return (
-            f"{self.path}: {cfg}; compute {fid} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}; why: {why}"
+            f"{self.layout}: {cfg}; compute {fid} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}; why: {why}"
         )
 
     def explain(self) -> str:
@@ -254,12 +254,12 @@ class NormPlan:
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        """The PLANNER_REASONS keys behind this plan's choices where they differ from tt-metal's usual configs."""
+        """The PLANNER_REASONS keys behind this plan's choices where they differ from tt-metal's usual layouts."""
         c = self.compute_kernel_config
         keys = ["fp32_dest_acc_en"]
         if c.fp32_dest_acc_en and c.math_fidelity == ttnn.MathFidelity.HiFi3:
             keys.append("math_fidelity")
-        keys += ["decode_grid", "subblock_w"] if self.path == "sharded" else ["legacy_reduction", "use_2d_core_grid"]
+        keys += ["decode_grid", "subblock_w"] if self.layout == "sharded" else ["legacy_reduction", "use_2d_core_grid"]
         return tuple(keys)
 
 
@@ -275,14 +275,14 @@ def plan(
     grid: tuple[int, int] | None = None,
     strategy: str = WIDTH,
 ) -> NormPlan:
-    """Choose path and configs for a per-device activation of `local_shape` on a device with `compute_grid`."""
+    """Choose the layout and configs for a per-device activation of `local_shape` on a device with `compute_grid`."""
     local_shape = tuple(local_shape)
-    path = choose_path(local_shape, sharded)
-    if path == "sharded":
+    layout = choose_layout(local_shape, sharded)
+    if layout == "sharded":
         cfg = compute_kernel_config or _default_compute()
         g = grid or width_shard_grid(tile_padded(local_shape)[-1], compute_grid, max_cores=MAX_DECODE_CORES)
         return NormPlan(
-            path=path,
+            layout=layout,
             local_shape=local_shape,
             num_devices=num_devices,
             program_config=program_config or sharded_program_config(local_shape, g, strategy, cfg),
@@ -304,7 +304,7 @@ def plan(
             )
         cfg = _default_compute(fp32_dest_acc_en=fits or dtype == ttnn.float32)
     return NormPlan(
-        path=path,
+        layout=layout,
         local_shape=local_shape,
         num_devices=num_devices,
         program_config=program_config or interleaved_program_config(),
