@@ -45,23 +45,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _open(mesh_shape):
-    from tt_rmsnorm import mesh
+    from tt_rmsnorm import devices
 
-    return mesh.open_mesh(tuple(mesh_shape)), mesh
+    return devices.open_mesh(tuple(mesh_shape)), devices
 
 
 @pytest.fixture(scope="function")
 def mesh_device(request):
     """A MeshDevice of shape request.param (default (1, 1)), closed after the test."""
     shape = getattr(request, "param", (1, 1))
-    mesh_device, mesh = _open(shape)
+    mesh_device, devices = _open(shape)
     yield mesh_device
-    mesh.close_mesh(mesh_device)
+    devices.close_mesh(mesh_device)
 
 
 @pytest.fixture(scope="function")
 def device():
     """A single device (a 1x1 mesh), as tt-metal's `device` fixture."""
-    mesh_device, mesh = _open((1, 1))
+    mesh_device, devices = _open((1, 1))
     yield mesh_device
-    mesh.close_mesh(mesh_device)
+    devices.close_mesh(mesh_device)

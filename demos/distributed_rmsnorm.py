@@ -125,7 +125,7 @@ def run_cases(hardware: bool, quick: bool) -> list[dict]:
         import ttnn
 
         import tt_rmsnorm
-        from tt_rmsnorm.mesh import open_mesh
+        from tt_rmsnorm.devices import open_mesh
 
         n_chips = ttnn.get_num_devices()
         meshes = [m for m in MESHES if m[2][0] * m[2][1] == n_chips]
@@ -166,7 +166,7 @@ def run_cases(hardware: bool, quick: bool) -> list[dict]:
             )
         )
     if mesh_device is not None:
-        from tt_rmsnorm.mesh import close_mesh
+        from tt_rmsnorm.devices import close_mesh
 
         close_mesh(mesh_device)
     return rows

@@ -21,6 +21,7 @@ import ttnn
 
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc
+from tt_rmsnorm.topology import resolve_cluster_axis
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class LinkChoice:
 
 # The stats of one row block are one 32x32 tile per device, so the gather is latency-bound: a second link halves a
 # transfer that is already a single packet and adds a worker and a handshake per link. Linear matches the fabric that
-# `tt_rmsnorm.mesh.open_mesh` configures (FABRIC_1D; a Ring needs FABRIC_1D_RING), and the cluster-axis overload of
+# `tt_rmsnorm.devices.open_mesh` configures (FABRIC_1D; a Ring needs FABRIC_1D_RING), and the cluster-axis overload of
 # all_gather_async takes Linear on every system.
 _STATS_TOPOLOGY = ttnn.Topology.Linear
 SYSTEM_LINKS: dict[tuple[int, int], LinkChoice] = {
@@ -92,8 +93,6 @@ class CCLResources:
     `DistributedRMSNorm(..., ccl=...)`)."""
 
     def __init__(self, mesh_device, *, cluster_axis=None, num_sets: int = 2):
-        from tt_rmsnorm.mesh import resolve_cluster_axis
-
         if num_sets < 2:
             raise RuleError(
                 "ccl.num_sets",

@@ -88,7 +88,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
     import torch
 
     import tt_rmsnorm
-    from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm import devices, distributed
     from tt_rmsnorm.planning import planner
 
     mesh_shape = tuple(mesh.shape)
@@ -99,7 +99,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
     rows = []
     hidden = HIDDEN[system]
     for mode, tokens in MODES.items():
-        w = tt_mesh.prepare_weight(torch.randn(hidden), mesh, cluster_axis=axis)
+        w = devices.prepare_weight(torch.randn(hidden), mesh, cluster_axis=axis)
         for path in PATHS_BY_SYSTEM[system]:
             if path == "fused" and mode != "decode":
                 continue
@@ -111,7 +111,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
                 path=path,
                 ccl=ccl is not None or None,
             )
-            x = tt_mesh.shard_activation(
+            x = devices.shard_activation(
                 torch.randn(1, 1, tokens, hidden),
                 mesh,
                 cluster_axis=axis,
@@ -119,7 +119,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
             )
 
             def package(x=x, w=w, path=path):
-                return tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl)
+                return distributed.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl)
 
             extra = {
                 k: planner.allocate(d, mesh)

@@ -7,7 +7,7 @@ device needs the SFPI RISC-V compiler, which cannot be had here, so `configure` 
 
     from tt_rmsnorm import mock_cluster
     mock_cluster.configure("t3k")                 # before ttnn opens anything (one system per process)
-    mesh = tt_rmsnorm.mesh.open_mesh((1, 8))      # asks this module for the mock's dispatch config
+    mesh = tt_rmsnorm.devices.open_mesh((1, 8))      # asks this module for the mock's dispatch config
 
 ttnn keeps process-wide state (one cluster, program caches, fabric config) and segfaults on some bad inputs, so tests
 run ttnn in worker processes: `run_isolated(system, fn, ...)` calls `fn(mesh, ...)` in a persistent worker for that
@@ -215,7 +215,7 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     os.environ[IN_WORKER_ENV] = "1"
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     configure(system)
-    from tt_rmsnorm import mesh as tt_mesh  # imports ttnn: only after configure()
+    from tt_rmsnorm import devices  # imports ttnn: only after configure()
 
     mesh, mesh_shape = None, None
     _send(wfd, {"ready": True, "pid": os.getpid()})
@@ -231,9 +231,9 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
             shape = tuple(msg.get("mesh_shape") or MESH_SHAPES[system])
             if mesh is None or shape != mesh_shape:
                 if mesh is not None:
-                    tt_mesh.close_mesh(mesh)
+                    devices.close_mesh(mesh)
                     mesh = None
-                mesh, mesh_shape = tt_mesh.open_mesh(shape), shape
+                mesh, mesh_shape = devices.open_mesh(shape), shape
             reply = {"ok": True, "result": fn(mesh, *msg["args"], **msg["kwargs"])}
         except BaseException as e:  # ttnn's TT_FATALs are RuntimeErrors; anything else is reported the same way
             reply = {"ok": False, "kind": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
@@ -242,7 +242,7 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             _send(wfd, {"ok": False, "kind": "PicklingError", "message": f"result not picklable: {e}", "traceback": ""})
     if mesh is not None:
-        tt_mesh.close_mesh(mesh)
+        devices.close_mesh(mesh)
 
 
 _WORKER_MAIN = (
@@ -421,7 +421,7 @@ def _dry_run_in_worker(mesh, system: str) -> list[dict]:
     import ttnn
 
     import tt_rmsnorm
-    from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm import devices, distributed
 
     rows_out = []
     shape = MESH_SHAPES[system]
@@ -431,15 +431,15 @@ def _dry_run_in_worker(mesh, system: str) -> list[dict]:
     ccl = tt_rmsnorm.CCLResources(mesh, cluster_axis=cluster_axis) if n > 1 else None
     for mode, tokens in DRY_RUN_MODES:
         torch.manual_seed(0)
-        x = tt_mesh.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=cluster_axis)
-        r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=cluster_axis)
-        w = tt_mesh.prepare_weight(torch.randn(hidden), mesh, cluster_axis=cluster_axis)
+        x = devices.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=cluster_axis)
+        r = devices.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=cluster_axis)
+        w = devices.prepare_weight(torch.randn(hidden), mesh, cluster_axis=cluster_axis)
         for path in DRY_RUN_PATHS[system]:
             if path == "fused" and mode != "decode":
                 continue
             row = {"system": system, "mesh": "x".join(map(str, shape)), "mode": mode, "tokens": tokens, "path": path}
             try:
-                y, _ = tt_mesh.distributed_rms_norm(
+                y, _ = distributed.distributed_rms_norm(
                     x, w, mesh, epsilon=1e-5, cluster_axis=cluster_axis, residual=r, path=path, ccl=ccl
                 )
             except Exception as e:  # a verdict, reported: what ttnn (or a rule) refused

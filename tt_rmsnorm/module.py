@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import ttnn
 
-from tt_rmsnorm import mesh as tt_mesh
+from tt_rmsnorm import distributed, topology
 from tt_rmsnorm.ccl import CCLResources
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import paths, planner
@@ -74,7 +74,7 @@ class DistributedRMSNorm:
         self.mesh_device = mesh_device
         self.dim = dim
         self.eps = eps
-        self.cluster_axis, self.num_devices = tt_mesh.resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
+        self.cluster_axis, self.num_devices = topology.resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
         self.is_distributed = is_distributed or default_is_distributed(self.num_devices)
         self.compute_kernel_config = compute_kernel_config
         self.output_memory_config = output_memory_config
@@ -110,14 +110,14 @@ class DistributedRMSNorm:
     def _load(self, torch_weight, name, axis, dtype, memory_config, cache):
         """ROW_MAJOR [1, 1, dim/32, 32]: replicated, or split over `axis` into each device's slice (dim 2). With a cache
         path the tilized tensor is written once and read back on later constructions."""
-        tt_mesh.check_local_width(self.dim, self.num_devices if axis is not None else 1, "weight")
+        topology.check_local_width(self.dim, self.num_devices if axis is not None else 1, "weight")
         return ttnn.as_tensor(
             torch_weight.reshape(1, 1, self.dim // TILE, TILE),
             dtype=dtype,
             layout=ttnn.ROW_MAJOR_LAYOUT,
             device=self.mesh_device,
             memory_config=memory_config,
-            mesh_mapper=tt_mesh.mapper(self.mesh_device, axis, 2),
+            mesh_mapper=topology.mapper(self.mesh_device, axis, 2),
             cache_file_name=None if cache is None else cache / name,
         )
 
@@ -129,7 +129,7 @@ class DistributedRMSNorm:
         if mode not in MODES:
             raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
         if self.is_distributed(mode):
-            out = tt_mesh.distributed_rms_norm(
+            out = distributed.distributed_rms_norm(
                 x,
                 self.weight_distributed,
                 self.mesh_device,

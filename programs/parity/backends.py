@@ -316,7 +316,7 @@ class TTNNHardware(Backend):
     def _mesh_for(self, n):
         if self._n != n:
             self.close()
-            from tt_rmsnorm.mesh import open_mesh
+            from tt_rmsnorm.devices import open_mesh
 
             self._mesh, self._n = open_mesh((1, n)), n
         return self._mesh
@@ -338,7 +338,7 @@ class TTNNHardware(Backend):
 
     def close(self):
         if self._mesh is not None:
-            from tt_rmsnorm.mesh import close_mesh
+            from tt_rmsnorm.devices import close_mesh
 
             close_mesh(self._mesh)
             self._mesh, self._n = None, None
@@ -349,13 +349,13 @@ def mock_acceptance(mesh, shape, epsilon) -> dict:
     Mock devices compute nothing (every value is zero), so only what ttnn accepted and returned is reported."""
     import ttnn
 
-    from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm import devices, distributed
 
     x = torch.zeros(shape, dtype=torch.bfloat16)
     w = torch.ones(shape[-1], dtype=torch.bfloat16)
-    tx = tt_mesh.shard_activation(x, mesh)
-    tw = tt_mesh.prepare_weight(w, mesh)
-    y = tt_mesh.distributed_rms_norm(tx, tw, mesh, epsilon=epsilon)
+    tx = devices.shard_activation(x, mesh)
+    tw = devices.prepare_weight(w, mesh)
+    y = distributed.distributed_rms_norm(tx, tw, mesh, epsilon=epsilon)
     outs = ttnn.get_device_tensors(y)
     return {
         "devices": len(outs),

@@ -18,7 +18,7 @@ from tt_rmsnorm.mock_cluster import MESH_SHAPES
 from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather, check_rms_norm
 from tt_rmsnorm.tensors import TensorDesc
 
-# compute_with_storage_grid_size of each mock as opened by tt_rmsnorm.mesh.open_mesh
+# compute_with_storage_grid_size of each mock as opened by tt_rmsnorm.devices.open_mesh
 GRIDS = {"n150": (8, 8), "n300": (8, 7), "t3k": (8, 7), "galaxy": (8, 9)}
 DTYPES = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b, "fp32": ttnn.float32, "uint32": ttnn.uint32}
 LAYOUTS = {"TILE": ttnn.TILE_LAYOUT, "RM": ttnn.ROW_MAJOR_LAYOUT}

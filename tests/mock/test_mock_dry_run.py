@@ -30,15 +30,15 @@ def _decode_from_sharded_activation(mesh):
     import torch
     import ttnn
 
-    from tt_rmsnorm import mesh as tt_mesh
+    import tt_rmsnorm
     from tt_rmsnorm.planning import layouts
 
     grid = mesh.compute_with_storage_grid_size()
     n = tuple(mesh.shape)[1]
     plan = layouts.plan((1, 1, 32, HIDDEN // n), n, compute_grid=(grid.x, grid.y), sharded=True)
-    x = tt_mesh.shard_activation(torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=plan.input_memory_config)
-    w = tt_mesh.prepare_weight(torch.randn(HIDDEN), mesh)
-    y = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5)
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=plan.input_memory_config)
+    w = tt_rmsnorm.prepare_weight(torch.randn(HIDDEN), mesh)
+    y = tt_rmsnorm.distributed_rms_norm(x, w, mesh, epsilon=1e-5)
     return [(tuple(t.shape), t.memory_config() == plan.input_memory_config) for t in ttnn.get_device_tensors(y)]
 
 
@@ -52,12 +52,12 @@ def _residual_and_dtype(mesh, tokens, out_dtype):
     import torch
     import ttnn
 
-    from tt_rmsnorm import mesh as tt_mesh
+    import tt_rmsnorm
 
-    x = tt_mesh.shard_activation(torch.randn(1, 1, tokens, HIDDEN), mesh)
-    r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, HIDDEN), mesh)
-    w = tt_mesh.prepare_weight(torch.randn(HIDDEN), mesh)
-    y, h = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, residual=r, dtype=getattr(ttnn, out_dtype))
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, HIDDEN), mesh)
+    r = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, HIDDEN), mesh)
+    w = tt_rmsnorm.prepare_weight(torch.randn(HIDDEN), mesh)
+    y, h = tt_rmsnorm.distributed_rms_norm(x, w, mesh, epsilon=1e-5, residual=r, dtype=getattr(ttnn, out_dtype))
 
     def describe(t):
         return tuple(t.shape), str(t.dtype).rsplit(".", 1)[-1], str(t.memory_config().memory_layout).rsplit(".", 1)[-1]

@@ -66,7 +66,7 @@ def _forward(mesh, system, mode, residual, output, gather):
     import ttnn
 
     import tt_rmsnorm
-    from tt_rmsnorm import mesh as tt_mesh
+    from tt_rmsnorm import devices
     from tt_rmsnorm.planning import layouts
 
     axis = AXIS[system]
@@ -89,8 +89,8 @@ def _forward(mesh, system, mode, residual, output, gather):
         output_memory_config={mode: out_mc},
         gather_output=gather,
     )
-    x = tt_mesh.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
-    r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
+    x = devices.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
+    r = devices.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
     result = norm(x, mode, residual=r) if residual else norm(x, mode)
     y, summed = result if residual else (result, None)
     first = ttnn.get_device_tensors(y)[0]

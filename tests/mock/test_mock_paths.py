@@ -48,7 +48,6 @@ def _setup(mesh, system, tokens, hidden=HIDDEN):
     import torch
 
     import tt_rmsnorm
-    from tt_rmsnorm import mesh as tt_mesh
 
     axis = AXIS[system]
     n = tuple(mesh.shape)[1]
@@ -57,21 +56,23 @@ def _setup(mesh, system, tokens, hidden=HIDDEN):
     plan = tt_rmsnorm.plan_distributed_rms_norm(
         (1, 1, tokens, hidden // n), tuple(mesh.shape), cluster_axis=axis, compute_grid=(grid.x, grid.y)
     )
-    x = tt_mesh.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
-    r = tt_mesh.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
-    w = tt_mesh.prepare_weight(torch.randn(hidden), mesh, cluster_axis=axis)
-    return tt_mesh, ccl, plan, x, r, w
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
+    r = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
+    w = tt_rmsnorm.prepare_weight(torch.randn(hidden), mesh, cluster_axis=axis)
+    return ccl, plan, x, r, w
 
 
 def _run_path(mesh, system, path, tokens, residual):
     import ttnn
 
-    tt_mesh, ccl, _, x, r, w = _setup(mesh, system, tokens, hidden=HIDDEN if system != "n150" else 4096)
+    import tt_rmsnorm
+
+    ccl, _, x, r, w = _setup(mesh, system, tokens, hidden=HIDDEN if system != "n150" else 4096)
     kw = {"residual": r} if residual else {}
     axis = AXIS[system]
-    tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl, **kw)  # plans
+    tt_rmsnorm.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl, **kw)  # plans
     with _Recorder(ttnn) as rec:
-        out = tt_mesh.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl, **kw)
+        out = tt_rmsnorm.distributed_rms_norm(x, w, mesh, epsilon=1e-5, cluster_axis=axis, path=path, ccl=ccl, **kw)
     y, summed = out if residual else (out, None)
 
     def facts(t):
@@ -139,37 +140,38 @@ def _cache_then_bad_field(mesh, variant):
     import torch
     import ttnn
 
+    import tt_rmsnorm
     from tt_rmsnorm.errors import RuleError
     from tt_rmsnorm.planning import layouts
 
-    tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 128)
+    ccl, plan, x, r, w = _setup(mesh, "t3k", 128)
     good = dict(epsilon=1e-5, ccl=ccl, path="async")
-    tt_mesh.distributed_rms_norm(x, w, mesh, **good)
-    tt_mesh.distributed_rms_norm(x, w, mesh, **good)
+    tt_rmsnorm.distributed_rms_norm(x, w, mesh, **good)
+    tt_rmsnorm.distributed_rms_norm(x, w, mesh, **good)
     args, kw = [x, w, mesh], dict(good)
     if variant == "weight_width":
-        args[1] = tt_mesh.prepare_weight(torch.randn(HIDDEN * 2), mesh)
+        args[1] = tt_rmsnorm.prepare_weight(torch.randn(HIDDEN * 2), mesh)
     elif variant == "input_fp32_no_fp32_acc":
-        args[0] = tt_mesh.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
+        args[0] = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
         kw["compute_kernel_config"] = layouts.compute_kernel_config(fp32_dest_acc_en=False)
     elif variant == "residual_shape":
-        kw["residual"] = tt_mesh.shard_activation(torch.randn(1, 1, 64, HIDDEN), mesh)
+        kw["residual"] = tt_rmsnorm.shard_activation(torch.randn(1, 1, 64, HIDDEN), mesh)
     elif variant == "welford_program_config":
         kw["program_config"] = ttnn.LayerNormDefaultProgramConfig(use_welford=True)
     elif variant == "sharded_prefill":
         kw["sharded"] = True
     elif variant == "mutated_compute_config":
         cfg = layouts.compute_kernel_config(fp32_dest_acc_en=True)
-        x32 = tt_mesh.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
+        x32 = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, HIDDEN), mesh, dtype=ttnn.float32)
         args[0] = x32
         kw["compute_kernel_config"] = cfg
-        tt_mesh.distributed_rms_norm(*args, **kw)  # planned with fp32 accumulation: accepted
+        tt_rmsnorm.distributed_rms_norm(*args, **kw)  # planned with fp32 accumulation: accepted
         cfg.fp32_dest_acc_en = False  # the same object, now without it
     elif variant == "host_input":
         args[0] = ttnn.from_torch(torch.randn(1, 1, 128, 1024), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
     with _Recorder(ttnn, refuse=True) as rec:
         try:
-            tt_mesh.distributed_rms_norm(*args, **kw)
+            tt_rmsnorm.distributed_rms_norm(*args, **kw)
         except RuleError as e:
             return {"rule": e.rule, "ttnn_calls": rec.calls}
     return {"rule": None, "ttnn_calls": rec.calls}
@@ -196,13 +198,14 @@ def _planned_call_allocates_nothing(mesh, system, tokens, path):
     """Warm up once, then call again with every creation function refusing to run (what trace capture needs)."""
     import ttnn
 
-    from tt_rmsnorm import mesh as planned
+    import tt_rmsnorm
+    from tt_rmsnorm import distributed
 
-    tt_mesh, ccl, _, x, r, w = _setup(mesh, system, tokens)
+    ccl, _, x, r, w = _setup(mesh, system, tokens)
     axis = AXIS[system]
     call = dict(epsilon=1e-5, cluster_axis=axis, residual=r, ccl=ccl, path=path)
-    tt_mesh.distributed_rms_norm(x, w, mesh, **call)
-    plans = sum(len(b) for b in planned._PLANS.values())
+    tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+    plans = sum(len(b) for b in distributed._PLANS.values())
     saved = {
         n: getattr(ttnn, n) for n in ("create_global_semaphore", "from_torch", "as_tensor", "allocate_tensor_on_device")
     }
@@ -214,11 +217,11 @@ def _planned_call_allocates_nothing(mesh, system, tokens, path):
         setattr(ttnn, name, refuse)
     try:
         for _ in range(3):
-            tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+            tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
     finally:
         for name, fn in saved.items():
             setattr(ttnn, name, fn)
-    return plans, sum(len(b) for b in planned._PLANS.values()), ccl.describe()
+    return plans, sum(len(b) for b in distributed._PLANS.values()), ccl.describe()
 
 
 @pytest.mark.parametrize(
@@ -237,16 +240,17 @@ def _fused_into_next_matmul_config(mesh):
     writes it directly, with no move after the norm."""
     import ttnn
 
+    import tt_rmsnorm
     from tt_rmsnorm.planning import layouts
 
-    tt_mesh, ccl, plan, x, r, w = _setup(mesh, "t3k", 32)
+    ccl, plan, x, r, w = _setup(mesh, "t3k", 32)
     target = layouts.sharded_memory_config((1, 1, 32, 1024), (8, 4))
     assert target != plan.norm.input_memory_config
     x = ttnn.to_memory_config(x, plan.norm.input_memory_config)  # decode activations live in L1, as models keep them
     call = dict(epsilon=1e-5, ccl=ccl, memory_config=target)
-    tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+    tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
     with _Recorder(ttnn) as rec:
-        y = tt_mesh.distributed_rms_norm(x, w, mesh, **call)
+        y = tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
     return rec.calls, all(t.memory_config() == target for t in ttnn.get_device_tensors(y))
 
 

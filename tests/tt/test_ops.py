@@ -5,7 +5,7 @@ import torch
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import mesh, ops
+from tt_rmsnorm import devices, ops, topology
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.tensors import STATS_MEANS, TensorDesc, mark_stats, stats_kind_of
 
@@ -61,12 +61,12 @@ def test_stats_provenance_follows_tensor_id(host_x):
     ids=["t3k", "n300", "n150", "galaxy_cols", "galaxy_rows", "column_mesh"],
 )
 def test_resolve_cluster_axis(mesh_shape, axis, expect):
-    assert mesh.resolve_cluster_axis(mesh_shape, axis) == expect
+    assert topology.resolve_cluster_axis(mesh_shape, axis) == expect
 
 
 def test_2d_mesh_needs_cluster_axis():
     with pytest.raises(RuleError) as err:
-        mesh.resolve_cluster_axis((8, 4))
+        topology.resolve_cluster_axis((8, 4))
     assert err.value.rule == "mesh.cluster_axis_required" and "cluster_axis=1" in str(err.value)
 
 
@@ -76,7 +76,7 @@ class _FakeMesh:
 
 def test_prepare_weight_rejects_ragged_slices_before_device():
     with pytest.raises(RuleError) as err:
-        mesh.prepare_weight(torch.ones(8192 + 32), _FakeMesh())
+        devices.prepare_weight(torch.ones(8192 + 32), _FakeMesh())
     assert err.value.rule == "distributed.width_multiple_of_32" and "8224" in str(err.value)
 
 

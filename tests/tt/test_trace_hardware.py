@@ -21,7 +21,7 @@ TRACE_REGION_BYTES = 1 << 20
 @pytest.fixture
 def traced_mesh(request):
     """A mesh opened with a trace region (the `mesh_device` fixture opens none)."""
-    from tt_rmsnorm.mesh import close_mesh, open_mesh
+    from tt_rmsnorm.devices import close_mesh, open_mesh
 
     mesh_device = open_mesh(request.param, trace_region_size=TRACE_REGION_BYTES)
     yield mesh_device

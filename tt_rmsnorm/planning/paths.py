@@ -7,7 +7,7 @@
 | fused   | fused_rms_minimal (pre + stats gather + post + residual, one op)  | decode (one tile row), CCL resources   |
 | local   | rms_norm                                                          | one device on the gather axis          |
 
-A plan is built once per call signature (`tt_rmsnorm.mesh`): `check` runs every rule of every op it will call on
+A plan is built once per call signature (`tt_rmsnorm.distributed`): `check` runs every rule of every op it will call on
 device-free descriptions of the tensors those ops will see, before any device work; `run` then makes only the ttnn
 calls, with their arguments bound at planning time.
 """
