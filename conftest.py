@@ -4,14 +4,14 @@
     def test_x(mesh_device): ...
 
 The fixtures open real hardware when it is present, a mock cluster when the process was started as a mock-cluster
-case (see tt_rmsnorm.mock_cluster), and otherwise skip with the reason.
+case (see tt_rmsnorm.testing.mock_cluster), and otherwise skip with the reason.
 """
 
 import importlib.util
 
 import pytest
 
-from tt_rmsnorm.hardware import mock_cluster_active, tt_hardware_present
+from tt_rmsnorm.testing.hardware import mock_cluster_active, tt_hardware_present
 
 NO_TT = "no Tenstorrent hardware here (mock-cluster cases run through tests/mock in their own processes)"
 
@@ -44,24 +44,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=NO_TT))
 
 
-def _open(mesh_shape):
-    from tt_rmsnorm import devices
-
-    return devices.open_mesh(tuple(mesh_shape)), devices
-
-
 @pytest.fixture(scope="function")
 def mesh_device(request):
     """A MeshDevice of shape request.param (default (1, 1)), closed after the test."""
-    shape = getattr(request, "param", (1, 1))
-    mesh_device, devices = _open(shape)
+    from tt_rmsnorm.devices import close_mesh
+    from tt_rmsnorm.testing.mock_cluster import open_mesh
+
+    mesh_device = open_mesh(tuple(getattr(request, "param", (1, 1))))
     yield mesh_device
-    devices.close_mesh(mesh_device)
+    close_mesh(mesh_device)
 
 
 @pytest.fixture(scope="function")
 def device():
     """A single device (a 1x1 mesh), as tt-metal's `device` fixture."""
-    mesh_device, devices = _open((1, 1))
+    from tt_rmsnorm.devices import close_mesh
+    from tt_rmsnorm.testing.mock_cluster import open_mesh
+
+    mesh_device = open_mesh((1, 1))
     yield mesh_device
-    devices.close_mesh(mesh_device)
+    close_mesh(mesh_device)

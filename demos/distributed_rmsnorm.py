@@ -30,7 +30,7 @@ from loguru import logger  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from tt_rmsnorm import accuracy, reference  # noqa: E402
-from tt_rmsnorm.hardware import tt_hardware_present  # noqa: E402
+from tt_rmsnorm.testing.hardware import tt_hardware_present  # noqa: E402
 
 HIDDEN = 8192
 EPSILON = 1e-5
@@ -249,7 +249,7 @@ def model_norms_in_worker(mesh, axis, layers: int) -> dict:
 
 
 def model_section(layers: int) -> bool:
-    from tt_rmsnorm import mock_cluster
+    from tt_rmsnorm.testing import workers
 
     print(
         f"\n3. The decoder's norms as model code builds them: DistributedRMSNorm x 2 per layer x {layers} layers + the "
@@ -259,7 +259,7 @@ def model_section(layers: int) -> bool:
     ok = True
     for name, system, shape, axis, _, _ in _progress(MESHES, "model norms"):
         try:
-            got = mock_cluster.run_isolated(system, model_norms_in_worker, axis, layers, timeout=1800)
+            got = workers.run_isolated(system, model_norms_in_worker, axis, layers, timeout=1800)
         except Exception as e:  # reported: the demo goes on to the dry runs
             _report(f"  {name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             ok = False
@@ -277,14 +277,14 @@ def model_section(layers: int) -> bool:
 
 def dry_run_section() -> bool:
     """Every path through real ttnn on the mock systems (no kernel runs; shapes, dtypes and memory configs)."""
-    from tt_rmsnorm import mock_cluster
+    from tt_rmsnorm.testing import dry_run, workers
 
     print("\n4. Dry run of every path through real ttnn 0.81.1 on mock clusters (with a residual; values are zeros)")
     print(f"{'system':<8}{'mesh':<6}{'mode':<15}{'path':<9}{'verdict':<10}per-device output")
     ok = True
     for system in _progress(("n150", "n300", "t3k", "galaxy"), "mock systems"):
         try:
-            rows = mock_cluster.dry_run(system)
+            rows = dry_run.run(system)
         except Exception as e:  # reported: a broken mock is evidence too
             _report(f"{system:<8}dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             ok = False
@@ -298,7 +298,7 @@ def dry_run_section() -> bool:
                 detail = f"{r['devices']} x {list(shape)} {dtype} {memory}" + ("" if len(outs) == 1 else " (differ!)")
             mode = f"{r['mode']} T={r['tokens']}"
             _report(f"{system:<8}{r['mesh']:<6}{mode:<15}{r['path']:<9}{r['verdict']:<10}{detail}")
-    mock_cluster.shutdown_workers()
+    workers.shutdown_workers()
     return ok
 
 

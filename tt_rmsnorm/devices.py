@@ -11,24 +11,16 @@ import ttnn
 
 from tt_rmsnorm.distributed import forget_plans
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.hardware import mock_cluster_active
 from tt_rmsnorm.rules.common import GAMMA_DTYPES
 from tt_rmsnorm.tiles import TILE
 from tt_rmsnorm.topology import check_local_width, mapper, resolve_cluster_axis
 
 
 def open_mesh(shape: tuple[int, int], **kwargs):
-    """Open a mesh of `shape` (rows, cols) with the fabric configured for the stats all_gather, on real hardware or on
-    a mock cluster (where `mock_cluster` supplies the dispatch config that keeps the mock's grids consistent).
-    Extra kwargs go to ttnn.open_mesh_device."""
+    """Open a mesh of `shape` (rows, cols) with the fabric configured for the stats all_gather. Extra kwargs go to
+    ttnn.open_mesh_device."""
     if math.prod(shape) > 1:
         ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
-    if mock_cluster_active():
-        from tt_rmsnorm import mock_cluster
-
-        dispatch = mock_cluster.dispatch_core_config()
-        if dispatch is not None:
-            kwargs.setdefault("dispatch_core_config", dispatch)
     return ttnn.open_mesh_device(ttnn.MeshShape(*(int(v) for v in shape)), **kwargs)
 
 

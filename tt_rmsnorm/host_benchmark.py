@@ -154,15 +154,15 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds; the best of each side is kept")
     parser.add_argument("--systems", default="t3k,galaxy,n150")
     args = parser.parse_args(argv)
-    from tt_rmsnorm import mock_cluster
+    from tt_rmsnorm.testing import workers
 
     rows = []
     for system in args.systems.split(","):
         print(f"measuring mock {system} ...", file=sys.stderr, flush=True)
-        rows += mock_cluster.run_isolated(
+        rows += workers.run_isolated(
             system, measure, system, args.calls, args.rounds, timeout=900, mesh_shape=SYSTEMS[system]
         )
-    mock_cluster.shutdown_workers()
+    workers.shutdown_workers()
     print(f"# host time per call, best of {args.rounds} alternating rounds of {args.calls} calls; bf16")
     print("| system | mesh | hidden | mode | path | package us | raw ttnn us | package / raw |")
     print("|---|---|---|---|---|---|---|---|")

@@ -74,7 +74,7 @@ LAYOUTS = ("interleaved", "sharded", "fused")
 DEVICE_DTYPES = ("bfloat16", "float32", "bfloat8_b")
 _TORCH_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64"}
 # The cluster bfloat8_b host packing is done against when no hardware or mock is set (any Wormhole will do).
-HOST_CONVERSION_DESCRIPTOR = Path(__file__).with_name("cluster_descriptors") / "n150.yaml"
+HOST_CONVERSION_DESCRIPTOR = Path(__file__).with_name("testing") / "cluster_descriptors" / "n150.yaml"
 
 
 def golden_rms_norm(x, weight=None, bias=None, *, epsilon, residual=None) -> torch.Tensor:
@@ -288,7 +288,7 @@ def _conversion_cluster():
     """bfloat8_b host packing needs a cluster: with no Tenstorrent hardware and no mock asked for, point ttnn at the
     packaged N150 descriptor for the conversion, then restore the environment so `mock_cluster_active()` still tells
     the truth. (ttnn keeps the cluster it built for the rest of the process.)"""
-    from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
+    from tt_rmsnorm.testing.hardware import MOCK_ENV, tt_hardware_present
 
     if os.environ.get(MOCK_ENV) or tt_hardware_present():
         yield

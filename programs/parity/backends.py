@@ -29,7 +29,7 @@ import torch
 from programs.parity.cases import Case, tensors
 from programs.parity.log import logger
 from tt_rmsnorm import reference
-from tt_rmsnorm.hardware import tt_hardware_present
+from tt_rmsnorm.testing.hardware import tt_hardware_present
 from tt_rmsnorm.tiles import one_tile_row
 
 # The Triton interpreter runs each program in Python: ~0.7 s for 256K elements on one CPU core.
@@ -383,17 +383,17 @@ class TTNNMock(Backend):
         return True, ""
 
     def run(self, case):
-        from tt_rmsnorm import mock_cluster
+        from tt_rmsnorm.testing import mock_cluster, workers
 
         system, mesh_shape = MOCK_SYSTEMS[case.num_devices]
 
         def call():
-            return mock_cluster.run_isolated(system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape)
+            return workers.run_isolated(system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape)
 
         retried = ""
         try:
             got = call()
-        except (mock_cluster.IsolatedError, mock_cluster.WorkerCrashed, mock_cluster.WorkerTimeout) as e:
+        except (workers.IsolatedError, workers.WorkerCrashed, workers.WorkerTimeout) as e:
             if getattr(e, "kind", "") in ("RuleError", "ValueError"):
                 raise  # the package refused the case: that answer does not change on a second try
             # Seen once on a loaded machine: a TT_THROW from tt-metal's JIT build (jit_build/build.cpp) that did not
@@ -415,9 +415,9 @@ class TTNNMock(Backend):
         )
 
     def close(self):
-        from tt_rmsnorm import mock_cluster
+        from tt_rmsnorm.testing import workers
 
-        mock_cluster.shutdown_workers()
+        workers.shutdown_workers()
 
 
 def ttnn_backend() -> Backend:

@@ -50,7 +50,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def _is_rule_refusal(e: BaseException) -> bool:
-    from_worker = getattr(e, "kind", None)  # tt_rmsnorm.mock_cluster.IsolatedError carries the remote type name
+    from_worker = getattr(e, "kind", None)  # tt_rmsnorm.testing.mock_cluster.IsolatedError carries the remote type name
     return from_worker in RULE_KINDS if from_worker is not None else isinstance(e, ValueError)
 
 

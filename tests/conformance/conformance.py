@@ -27,9 +27,9 @@ import corpus_format  # noqa: E402
 import mock_cases  # noqa: E402
 from loguru import logger  # noqa: E402
 
-from tt_rmsnorm import mock_cluster  # noqa: E402
 from tt_rmsnorm.planning import layouts  # noqa: E402
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES  # noqa: E402
+from tt_rmsnorm.testing import workers  # noqa: E402
 
 KEYWORD_RULE = "api.keyword"  # a keyword 0.81.1's ops do not take: a TypeError from the rules' signature, as from ttnn
 
@@ -72,10 +72,8 @@ def ttnn_calls(entries, timeout=120) -> dict[str, dict]:
     verdicts = {}
     for key, case in sorted(todo.items(), key=lambda kv: list(mock_cases.GRIDS).index(kv[1]["system"])):
         try:
-            verdicts[key] = mock_cluster.run_isolated(
-                case["system"], conformance_worker.ttnn_call, case, timeout=timeout
-            )
-        except mock_cluster.WorkerCrashed as err:
+            verdicts[key] = workers.run_isolated(case["system"], conformance_worker.ttnn_call, case, timeout=timeout)
+        except workers.WorkerCrashed as err:
             verdicts[key] = {"verdict": "crash", "message": str(err).splitlines()[0]}
     return verdicts
 
@@ -215,7 +213,7 @@ def main(argv=None) -> int:
     try:
         rows = run(entries, with_mock=not args.no_mock)
     finally:
-        mock_cluster.shutdown_workers()
+        workers.shutdown_workers()
     print(table(rows))
     print()
     print(planner_vs_tt_metal(entries))

@@ -2,10 +2,10 @@
 
 import pytest
 
-from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.testing import workers
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _stop_mock_workers():
     yield
-    mock_cluster.shutdown_workers()
+    workers.shutdown_workers()

@@ -29,8 +29,8 @@ import mock_cases
 import mock_cases_ccl
 from loguru import logger
 
-from tt_rmsnorm import mock_cluster
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
+from tt_rmsnorm.testing import workers
 
 SEED_ENV = "TT_RMSNORM_FUZZ_SEED"
 BATCH = 40
@@ -68,18 +68,16 @@ def _ttnn_side(system: str, cases: list[dict]) -> list[dict]:
     for start in range(0, len(batched), BATCH):
         idx = batched[start : start + BATCH]
         try:
-            got = mock_cluster.run_isolated(
-                system, fuzz_worker.run_batch, [cases[i] for i in idx], timeout=BATCH_TIMEOUT_S
-            )
+            got = workers.run_isolated(system, fuzz_worker.run_batch, [cases[i] for i in idx], timeout=BATCH_TIMEOUT_S)
             results.update(zip(idx, got, strict=True))
-        except (mock_cluster.WorkerCrashed, mock_cluster.WorkerTimeout, mock_cluster.IsolatedError):
+        except (workers.WorkerCrashed, workers.WorkerTimeout, workers.IsolatedError):
             singles += idx
     for i in singles:
         try:
-            results[i] = mock_cluster.run_isolated(system, fuzz_worker.run_one, cases[i], timeout=120)
-        except mock_cluster.WorkerCrashed as e:
+            results[i] = workers.run_isolated(system, fuzz_worker.run_one, cases[i], timeout=120)
+        except workers.WorkerCrashed as e:
             results[i] = {"crash": str(e).splitlines()[0]}
-        except (mock_cluster.WorkerTimeout, mock_cluster.IsolatedError) as e:
+        except (workers.WorkerTimeout, workers.IsolatedError) as e:
             results[i] = {"harness": f"{type(e).__name__}: {str(e)[:600]}"}
     return [results[i] for i in range(len(cases))]
 
@@ -284,7 +282,7 @@ def main(argv: list[str]) -> int:
     cases = fuzz_cases.generate(seed, n)
     outcomes = run(cases)
     wall = time.perf_counter() - t0
-    mock_cluster.shutdown_workers()
+    workers.shutdown_workers()
     failures = [o for o in outcomes if o.category in ("disagree", "harness")]
     for o in failures:
         print(failure_report(o), "\n")

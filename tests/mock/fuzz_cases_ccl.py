@@ -15,7 +15,7 @@ from fuzz_draws import TILE, gather_l1_edge_input, grid_cores, largest_divisor, 
 from mock_cases import CK, DPC, GRIDS, PC, S, T
 from mock_cases_ccl import OPS, SEM, SYSTEMS
 
-from tt_rmsnorm.mock_cluster import MESH_SHAPES
+from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 CCL_OPS = OPS  # the ops of the CCL battery, on its systems
 CCL_SYSTEMS = SYSTEMS

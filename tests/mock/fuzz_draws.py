@@ -7,7 +7,7 @@ import random
 
 from mock_cases import CK, GRIDS, PC, T
 
-from tt_rmsnorm.mock_cluster import MESH_SHAPES
+from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 TILE = 32
 

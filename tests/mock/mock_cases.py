@@ -14,9 +14,9 @@ import warnings
 import ttnn
 
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.mock_cluster import MESH_SHAPES
 from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather, check_rms_norm
 from tt_rmsnorm.tensors import TensorDesc
+from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 # compute_with_storage_grid_size of each mock as opened by tt_rmsnorm.devices.open_mesh
 GRIDS = {"n150": (8, 8), "n300": (8, 7), "t3k": (8, 7), "galaxy": (8, 9)}

@@ -18,7 +18,6 @@ import ttnn
 from mock_cases import CK, GRIDS, PC, S, T, tensor_desc
 
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.mock_cluster import MESH_SHAPES, _memory_config_text
 from tt_rmsnorm.rules.ccl_checks import (
     SemaphoreDesc,
     check_all_gather_async,
@@ -28,6 +27,8 @@ from tt_rmsnorm.rules.ccl_checks import (
 )
 from tt_rmsnorm.rules.op_checks import check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import describe, stats_kind_of
+from tt_rmsnorm.testing.dry_run import memory_config_text
+from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 TENSOR_SLOTS = ("x", "weight", "residual", "stats", "persistent")
 OPS = ("fused", "all_gather_async", "compose")
@@ -85,7 +86,7 @@ def output_text(t) -> dict:
     return {
         "shape": tuple(t.shape),
         "dtype": str(t.dtype).rsplit(".", 1)[-1],
-        "memory_config": _memory_config_text(t.memory_config),
+        "memory_config": memory_config_text(t.memory_config),
     }
 
 

@@ -3,7 +3,7 @@ mock_cases), with what real ttnn does with each case."""
 
 from mock_cases import A, R, S, T, collector
 
-from tt_rmsnorm.mock_cluster import MESH_SHAPES
+from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 CASES: list[dict] = []
 case = collector(CASES)

@@ -1,5 +1,5 @@
-"""What runs inside the mock-cluster worker process (tt_rmsnorm.mock_cluster.run_isolated): real device tensors from the
-case specs, then real ttnn ops. Each function takes the worker's open mesh first."""
+"""What runs inside the mock-cluster worker process (tt_rmsnorm.testing.workers.run_isolated): real device tensors from
+the case specs, then real ttnn ops. Each function takes the worker's open mesh first."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import mock_cases
 import torch
 import ttnn
 
-from tt_rmsnorm.mock_cluster import _memory_config_text
 from tt_rmsnorm.tensors import mark_stats, stats_kind_of
+from tt_rmsnorm.testing.dry_run import memory_config_text
 
 
 def build_tensor(mesh, spec):
@@ -53,7 +53,7 @@ def describe_output(t) -> dict:
     return {
         "shape": tuple(first.shape),
         "dtype": str(first.dtype).rsplit(".", 1)[-1],
-        "memory_config": _memory_config_text(first.memory_config()),
+        "memory_config": memory_config_text(first.memory_config()),
     }
 
 

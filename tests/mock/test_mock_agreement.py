@@ -12,8 +12,8 @@ import mock_cases
 import mock_worker
 import pytest
 
-from tt_rmsnorm import mock_cluster
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
+from tt_rmsnorm.testing import workers
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -79,8 +79,8 @@ TTNN_MESSAGES = {
 
 def ttnn_side(case: dict) -> dict:
     try:
-        return mock_cluster.run_isolated(case["system"], mock_worker.run_case, case, timeout=120)
-    except mock_cluster.WorkerCrashed as e:
+        return workers.run_isolated(case["system"], mock_worker.run_case, case, timeout=120)
+    except workers.WorkerCrashed as e:
         return {"verdict": "crash", "message": str(e).splitlines()[0], "package_on_real": None}
 
 

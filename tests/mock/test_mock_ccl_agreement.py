@@ -8,8 +8,8 @@ import mock_cases_ccl
 import mock_worker
 import pytest
 
-from tt_rmsnorm import mock_cluster
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
+from tt_rmsnorm.testing import workers
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -22,8 +22,8 @@ def ttnn_side(case: dict) -> dict:
     here: it fails the test instead of counting as a rejection. A crash of ttnn itself is its rejection: an interleaved
     stats buffer is refused with std::bad_alloc or, after other calls in the same process, a segfault."""
     try:
-        return mock_cluster.run_isolated(case["system"], mock_worker.run_ccl_case, case, timeout=120)
-    except mock_cluster.WorkerCrashed as e:
+        return workers.run_isolated(case["system"], mock_worker.run_ccl_case, case, timeout=120)
+    except workers.WorkerCrashed as e:
         return {"verdict": "reject", "message": f"crash: {str(e).splitlines()[0]}", "package_on_real": None}
 
 
@@ -72,5 +72,5 @@ def test_a_broken_case_fails_instead_of_agreeing():
     """A case the worker cannot even build (here an unknown dtype spec) must not come back as a 'reject' verdict."""
     case = dict(mock_cases_ccl.CASES[0])
     case["x"] = {**case["x"], "dtype": "no-such-dtype"}
-    with pytest.raises(mock_cluster.IsolatedError, match="no-such-dtype"):
+    with pytest.raises(workers.IsolatedError, match="no-such-dtype"):
         ttnn_side(case)

@@ -6,10 +6,10 @@ import mock_cases
 import mock_worker
 import pytest
 
-from tt_rmsnorm import mock_cluster
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import TensorDesc
+from tt_rmsnorm.testing import mock_cluster, workers
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -53,7 +53,7 @@ def test_demo_plan_is_accepted(name, plan):
     weight = TensorDesc((1, 1, plan.local_shape[-1] // 32, 32), layout=mock_cases.LAYOUTS["RM"])
     assert check_post_all_gather(x, gathered, epsilon=1e-5, weight=weight, **cfg) == plan.layout
 
-    stats_out, gathered_out, y = mock_cluster.run_isolated(system, run_plan_by_name, name)
+    stats_out, gathered_out, y = workers.run_isolated(system, run_plan_by_name, name)
     assert stats_out["shape"] == (*plan.local_shape[:-1], 32)
     assert gathered_out["shape"] == (*plan.local_shape[:-1], 32 * n)
     assert y["shape"] == plan.local_shape and y["dtype"] == "BFLOAT16"

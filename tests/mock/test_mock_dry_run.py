@@ -3,7 +3,7 @@ for the interleaved prefill and the sharded decode layout; per device the right 
 
 import pytest
 
-from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.testing import dry_run, mock_cluster, workers
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -12,10 +12,10 @@ HIDDEN = 8192  # Llama-70B
 
 @pytest.mark.parametrize("system", ["n150", "n300", "t3k", "galaxy"])
 def test_every_path_is_accepted_by_real_ttnn(system):
-    rows = mock_cluster.dry_run(system)
+    rows = dry_run.run(system)
     mesh = mock_cluster.MESH_SHAPES[system]
-    hidden = mock_cluster.DRY_RUN_HIDDEN[system]
-    expect = {(m, p) for m, _ in mock_cluster.DRY_RUN_MODES for p in mock_cluster.DRY_RUN_PATHS[system]}
+    hidden = dry_run.HIDDEN[system]
+    expect = {(m, p) for m, _ in dry_run.MODES for p in dry_run.PATHS[system]}
     expect -= {("prefill", "fused")}  # fused_rms_minimal takes one tile row
     assert {(r["mode"], r["path"]) for r in rows} == expect
     for r in rows:
@@ -43,7 +43,7 @@ def _decode_from_sharded_activation(mesh):
 
 
 def test_decode_from_an_already_sharded_activation():
-    rows = mock_cluster.run_isolated("t3k", _decode_from_sharded_activation)
+    rows = workers.run_isolated("t3k", _decode_from_sharded_activation)
     assert rows == [((1, 1, 32, HIDDEN // 8), True)] * 8
 
 
@@ -71,7 +71,7 @@ def _residual_and_dtype(mesh, tokens, out_dtype):
     ids=["prefill_residual", "decode_residual_sharded_pre_add", "prefill_bf8_output"],
 )
 def test_residual_returns_output_and_new_residual(tokens, out_dtype):
-    out, new_residual = mock_cluster.run_isolated("t3k", _residual_and_dtype, tokens, out_dtype)
+    out, new_residual = workers.run_isolated("t3k", _residual_and_dtype, tokens, out_dtype)
     local = (1, 1, tokens, HIDDEN // 8)
     assert out == [(local, out_dtype.upper(), "INTERLEAVED")] * 8
     assert new_residual == [(local, "BFLOAT16", "INTERLEAVED")] * 8

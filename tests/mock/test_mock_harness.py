@@ -9,8 +9,8 @@ import time
 import mock_worker
 import pytest
 
-from tt_rmsnorm import mock_cluster, sfpi_stand_in
-from tt_rmsnorm.hardware import MOCK_ENV
+from tt_rmsnorm.testing import hardware, mock_cluster, sfpi_stand_in, workers
+from tt_rmsnorm.testing.hardware import MOCK_ENV
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -68,7 +68,7 @@ def test_compiler_stand_in(tmp_path):
 @pytest.mark.parametrize("system", ["galaxy", "t3k", "n300", "n150"])
 def test_mock_mesh_opens(system):
     shape, devices, grid = EXPECTED_MESHES[system]
-    facts = mock_cluster.run_isolated(system, mock_worker.mesh_facts)
+    facts = workers.run_isolated(system, mock_worker.mesh_facts)
     assert facts == {"shape": shape, "num_devices": devices, "grid": grid, "arch": "WORMHOLE_B0"}
 
 
@@ -109,54 +109,54 @@ def _configure_other_system(mesh):
     mock_cluster.configure("n150")  # idempotent for the process's own system
     try:
         mock_cluster.configure("t3k")
-    except mock_cluster.MockClusterError as e:
+    except hardware.MockClusterError as e:
         return str(e)
     return "no error"
 
 
 def test_worker_survives_errors_crashes_and_timeouts():
-    first = mock_cluster.run_isolated("n150", _process_facts)
+    first = workers.run_isolated("n150", _process_facts)
     assert first["pid"] != os.getpid()
     assert first["mock"] == str(mock_cluster.DESCRIPTORS["n150"])
     assert "tt_rmsnorm-jit-n150-" in first["cache"] and ".cache/tt-metal-cache" not in first["cache"]
     assert MOCK_ENV not in os.environ  # the pytest process itself never becomes a mock
 
-    with pytest.raises(mock_cluster.IsolatedError) as err:
-        mock_cluster.run_isolated("n150", _raise_ttnn_error)
+    with pytest.raises(workers.IsolatedError) as err:
+        workers.run_isolated("n150", _raise_ttnn_error)
     assert err.value.kind == "RuntimeError" and "Only tilized inputs supported" in err.value.message
-    assert mock_cluster.run_isolated("n150", _process_facts)["pid"] == first["pid"]  # same worker, still usable
+    assert workers.run_isolated("n150", _process_facts)["pid"] == first["pid"]  # same worker, still usable
 
-    assert "already uses the mock n150" in mock_cluster.run_isolated("n150", _configure_other_system)
+    assert "already uses the mock n150" in workers.run_isolated("n150", _configure_other_system)
 
-    with pytest.raises(mock_cluster.WorkerCrashed) as crash:
-        mock_cluster.run_isolated("n150", _segfault)
+    with pytest.raises(workers.WorkerCrashed) as crash:
+        workers.run_isolated("n150", _segfault)
     assert crash.value.returncode == -11
-    after_crash = mock_cluster.run_isolated("n150", _process_facts)
+    after_crash = workers.run_isolated("n150", _process_facts)
     assert after_crash["pid"] != first["pid"] and after_crash["cache"] != first["cache"]  # fresh process, fresh cache
 
-    with pytest.raises(mock_cluster.WorkerTimeout):
-        mock_cluster.run_isolated("n150", _hang, timeout=2)
-    assert mock_cluster.run_isolated("n150", _process_facts)["pid"] not in (first["pid"], after_crash["pid"])
+    with pytest.raises(workers.WorkerTimeout):
+        workers.run_isolated("n150", _hang, timeout=2)
+    assert workers.run_isolated("n150", _process_facts)["pid"] not in (first["pid"], after_crash["pid"])
 
 
 def _nested_run_isolated(mesh):
     try:
-        mock_cluster.run_isolated("n150", _process_facts)
-    except mock_cluster.MockClusterError as e:
+        workers.run_isolated("n150", _process_facts)
+    except hardware.MockClusterError as e:
         return str(e)
     return "no error"
 
 
 def test_workers_never_start_workers():
-    assert "inside a mock-cluster worker" in mock_cluster.run_isolated("n150", _nested_run_isolated)
+    assert "inside a mock-cluster worker" in workers.run_isolated("n150", _nested_run_isolated)
 
 
 ORPHAN_SCRIPT = """
 import sys, time
 sys.path.insert(0, {here!r})
 import mock_worker
-from tt_rmsnorm import mock_cluster
-print(mock_cluster.run_isolated("n150", mock_worker.worker_identity), flush=True)
+from tt_rmsnorm.testing import hardware, mock_cluster, workers
+print(workers.run_isolated("n150", mock_worker.worker_identity), flush=True)
 time.sleep(600)
 """
 
@@ -180,7 +180,7 @@ def test_worker_exits_when_its_parent_dies(tmp_path):
 
 
 def test_unknown_system_is_refused():
-    with pytest.raises(mock_cluster.MockClusterError, match="unknown mock system"):
+    with pytest.raises(hardware.MockClusterError, match="unknown mock system"):
         mock_cluster.configure("wormhole_galaxy_2")
 
 

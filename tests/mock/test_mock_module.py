@@ -4,7 +4,7 @@ residual, the output memory config for the next matmul, the output gather, and r
 
 import pytest
 
-from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.testing import mock_cluster, workers
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -55,7 +55,7 @@ def _cache_reuse(mesh, cache_dir, add_unit_offset):
 def test_weight_cache_is_reused_and_holds_the_offset_weight(tmp_path, add_unit_offset):
     import torch
 
-    files, cached, weight = mock_cluster.run_isolated("t3k", _cache_reuse, str(tmp_path), add_unit_offset)
+    files, cached, weight = workers.run_isolated("t3k", _cache_reuse, str(tmp_path), add_unit_offset)
     assert len(files) == 2 and any("_distributed" in f for f in files), files
     expect = (weight + (1.0 if add_unit_offset else 0.0)).to(torch.bfloat16).float()
     assert torch.equal(cached, expect)  # offset added before tilizing, then rounded once to bf16
@@ -122,7 +122,7 @@ FORWARD = [
     ],
 )
 def test_forward(system, mode, residual, output, gather):
-    got = mock_cluster.run_isolated(system, _forward, system, mode, residual, output, gather)
+    got = workers.run_isolated(system, _forward, system, mode, residual, output, gather)
     mesh = mock_cluster.MESH_SHAPES[system]
     tokens = 32 if mode == "decode" else 128
     width = DIM if gather else DIM // mesh[1]
@@ -163,5 +163,5 @@ def _replicated(mesh, mode):
     "mode, width, local_plans", [("decode", 4096, 1), ("prefill", 512, 0)], ids=["decode", "prefill"]
 )
 def test_is_distributed_policy_picks_the_weight_and_path(mode, width, local_plans):
-    shape, plans = mock_cluster.run_isolated("t3k", _replicated, mode)
+    shape, plans = workers.run_isolated("t3k", _replicated, mode)
     assert shape == (1, 1, 32 if mode == "decode" else 128, width) and plans == local_plans

@@ -5,7 +5,7 @@ call allocates no semaphore and no buffer)."""
 
 import pytest
 
-from tt_rmsnorm import mock_cluster
+from tt_rmsnorm.testing import mock_cluster, workers
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -120,7 +120,7 @@ CASES = [
     "system, path, tokens, ops", CASES, ids=[f"{s}-{p}-{'decode' if t == 32 else 'prefill'}" for s, p, t, _ in CASES]
 )
 def test_each_path_runs_its_ttnn_ops(system, path, tokens, ops, residual):
-    got = mock_cluster.run_isolated(system, _run_path, system, path, tokens, residual)
+    got = workers.run_isolated(system, _run_path, system, path, tokens, residual)
     calls = [c for c in got["calls"] if c not in ("to_memory_config", "add")]
     assert calls == [c for c in ops if c != "to_memory_config"], got["calls"]
     if residual and path in ("classic", "async") and tokens == 128 or residual and path == "local":
@@ -190,7 +190,7 @@ def _cache_then_bad_field(mesh, variant):
     ],
 )
 def test_a_cached_call_with_one_bad_field_still_fails_before_ttnn(variant, rule):
-    got = mock_cluster.run_isolated("t3k", _cache_then_bad_field, variant)
+    got = workers.run_isolated("t3k", _cache_then_bad_field, variant)
     assert got == {"rule": rule, "ttnn_calls": []}
 
 
@@ -230,7 +230,7 @@ def _planned_call_allocates_nothing(mesh, system, tokens, path):
     ids=["t3k-fused-decode", "t3k-async-prefill", "galaxy-fused-decode", "galaxy-async-decode"],
 )
 def test_a_planned_call_allocates_no_semaphore_or_buffer(system, tokens, path):
-    before, after, resources = mock_cluster.run_isolated(system, _planned_call_allocates_nothing, system, tokens, path)
+    before, after, resources = workers.run_isolated(system, _planned_call_allocates_nothing, system, tokens, path)
     assert before == after >= 1, resources
     assert "persistent buffer" in resources
 
@@ -255,5 +255,5 @@ def _fused_into_next_matmul_config(mesh):
 
 
 def test_fused_writes_the_next_matmuls_memory_config():
-    calls, placed = mock_cluster.run_isolated("t3k", _fused_into_next_matmul_config)
+    calls, placed = workers.run_isolated("t3k", _fused_into_next_matmul_config)
     assert calls == ["fused_rms_minimal"] and placed

@@ -18,7 +18,7 @@ import ttnn as ttnn_module
 from tt_rmsnorm import accuracy
 from tt_rmsnorm import reference as ref
 from tt_rmsnorm.accuracy import assert_close
-from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
+from tt_rmsnorm.testing.hardware import MOCK_ENV, tt_hardware_present
 
 EPS = 1e-5
 HIDDEN = 8192  # Llama-70B

@@ -383,7 +383,7 @@ def _l1_verdicts():
 )
 def test_l1_budget_matches_ttnn_verdicts(op, width, affine, acc, dt, residual, verdict):
     """Every verdict ttnn 0.81.1 gave on a mock N150 for the interleaved pre/post L1 budgets (data/l1_verdicts.txt,
-    recorded with tt_rmsnorm.mock_cluster): the rules reproduce each accept and each reject."""
+    recorded with tt_rmsnorm.testing.mock_cluster): the rules reproduce each accept and each reject."""
     dtype = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b, "fp32": ttnn.float32}[dt]
     cfg = layouts.compute_kernel_config(fp32_dest_acc_en=acc)
     inp = D((1, 1, 32, width), dtype=dtype)

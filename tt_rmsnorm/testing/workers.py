@@ -1,24 +1,15 @@
-"""Real ttnn without Tenstorrent hardware: mock clusters, an SFPI compiler stand-in, and isolated worker processes.
+"""Worker processes that run real ttnn on a mock cluster, one persistent process per system.
 
-With `TT_METAL_MOCK_CLUSTER_DESC_PATH` pointing at a UMD cluster descriptor, ttnn 0.81.1 opens mock devices on which
-ops run their real validation and program factories; no kernel runs and every value read back is zero. Opening a
-device needs the SFPI RISC-V compiler, which cannot be had here, so `configure` installs a stand-in for it
-(`tt_rmsnorm.sfpi_stand_in`).
-
-    from tt_rmsnorm import mock_cluster
-    mock_cluster.configure("t3k")                 # before ttnn opens anything (one system per process)
-    mesh = tt_rmsnorm.devices.open_mesh((1, 8))      # asks this module for the mock's dispatch config
-
-ttnn keeps process-wide state (one cluster, program caches, fabric config) and segfaults on some bad inputs, so tests
-run ttnn in worker processes: `run_isolated(system, fn, ...)` calls `fn(mesh, ...)` in a persistent worker for that
-system (one mesh opened once, many calls), restarts the worker after a crash, and kills it on a timeout.
-`dry_run(system)` runs `tt_rmsnorm.distributed_rms_norm` by every path on a mock mesh and reports what ttnn accepted.
+ttnn keeps process-wide state (one cluster, program caches, fabric config) and segfaults on some bad inputs:
+`run_isolated(system, fn, ...)` calls `fn(mesh, ...)` in a persistent worker for that system (one mesh opened once,
+many calls), restarts the worker after a crash, and kills it on a timeout.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib.util
+import gc
+import importlib
 import os
 import pickle
 import select
@@ -32,28 +23,19 @@ import time
 import traceback
 from pathlib import Path
 
-from tt_rmsnorm.hardware import MOCK_ENV, MockClusterError, tt_hardware_present
-from tt_rmsnorm.sfpi_stand_in import install_compiler_stand_in
+from tt_rmsnorm.testing import mock_cluster
+from tt_rmsnorm.testing.hardware import MOCK_ENV, MockClusterError
+from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES, PRIVATE_CACHE_ENV, configure
 
-DESCRIPTOR_DIR = Path(__file__).resolve().parent / "cluster_descriptors"
-DESCRIPTORS: dict[str, Path] = {
-    "n150": DESCRIPTOR_DIR / "n150.yaml",
-    "n300": DESCRIPTOR_DIR / "n300.yaml",
-    "t3k": DESCRIPTOR_DIR / "t3k.yaml",
-    # tt-metal's public 6U (32-chip Wormhole Galaxy) mock descriptor plus the `chip_to_bus_id` map its copy lacks: UBB
-    # tray and ASIC positions come from the PCIe bus id, and without it all 32 chips collide at (tray 3, loc 0).
-    "galaxy": DESCRIPTOR_DIR / "galaxy_6u.yaml",
-}
-MESH_SHAPES: dict[str, tuple[int, int]] = {"n150": (1, 1), "n300": (1, 2), "t3k": (1, 8), "galaxy": (8, 4)}
-# The n300-board mocks report an 8x8 grid under the default (ETH) dispatch while the program validator assumes 8x7;
-# Tensix (WORKER) dispatch makes both 8x7 (ttnn-findings #6).
-WORKER_DISPATCH_SYSTEMS = ("n300", "t3k")
-
-CACHE_ENV = "TT_METAL_CACHE"
-PRIVATE_CACHE_ENV = "TT_RMSNORM_WORKER_JIT_DIR"
 STARTUP_TIMEOUT_S = 180.0
+
+
 CALL_TIMEOUT_S = 120.0
+
+
 IN_WORKER_ENV = "TT_RMSNORM_MOCK_WORKER"  # set inside workers: they never start workers of their own
+
+
 MAX_WORKERS = 2  # each worker holds ~0.8-1 GiB (ttnn + a mock cluster); the least recently used one is stopped
 
 
@@ -81,67 +63,6 @@ class WorkerCrashed(RuntimeError):
 
 class WorkerTimeout(TimeoutError):
     pass
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Configuring a process and opening meshes.
-
-_private_cache: Path | None = None
-
-
-def configured_system() -> str | None:
-    """The mock system this process was configured for (from the environment), or None."""
-    path = os.environ.get(MOCK_ENV)
-    if not path:
-        return None
-    for name, desc in DESCRIPTORS.items():
-        if Path(path).resolve() == desc.resolve():
-            return name
-    return "custom"
-
-
-def configure(system: str) -> None:
-    """Make this process use the mock `system` ("n150", "n300", "t3k", "galaxy"): descriptor, private JIT cache and the
-    compiler stand-in. Call before ttnn opens a device; a process can use one mock system only. Idempotent."""
-    global _private_cache
-    if system not in DESCRIPTORS:
-        raise MockClusterError(f"unknown mock system {system!r}; known: {sorted(DESCRIPTORS)}")
-    if not DESCRIPTORS[system].exists():
-        raise MockClusterError(f"descriptor for {system} missing: {DESCRIPTORS[system]}")
-    current = configured_system()
-    if current not in (None, system) and "ttnn" in sys.modules:
-        raise MockClusterError(
-            f"this process already uses the mock {current} (ttnn keeps one cluster per process); "
-            f"use run_isolated({system!r}, ...) for another system"
-        )
-    os.environ[MOCK_ENV] = str(DESCRIPTORS[system])
-    if _private_cache is None:
-        # A fresh JIT cache per process: stale artefacts in ~/.cache/tt-metal-cache (real or stand-in builds) are never
-        # reused, and concurrent workers never share half-written files. The stand-in makes rebuilding cost ~ms.
-        # A worker's cache is made (and removed, even after a crash) by the process that started it.
-        given = os.environ.get(PRIVATE_CACHE_ENV)
-        if given:
-            _private_cache = Path(given)
-        else:
-            _private_cache = Path(tempfile.mkdtemp(prefix=f"tt_rmsnorm-jit-{system}-"))
-            atexit.register(shutil.rmtree, _private_cache, True)
-    os.environ[CACHE_ENV] = f"{_private_cache}/"
-    install_compiler_stand_in()
-
-
-def dispatch_core_config():
-    """On a mock n300/T3K, Tensix (WORKER) dispatch keeps the reported compute grid and the Metal-2 validator's grid
-    consistent (ttnn-findings #6); elsewhere, and on real hardware, ttnn's default (None)."""
-    import ttnn
-
-    if configured_system() in WORKER_DISPATCH_SYSTEMS and not tt_hardware_present():
-        return ttnn.DispatchCoreConfig(ttnn.DispatchCoreType.WORKER)
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Worker processes. Messages are length-prefixed pickles on two private pipes; the worker's stdout/stderr (ttnn's
-# logging) go to a log file whose tail is reported when the worker dies.
 
 
 def _send(fd: int, obj) -> None:
@@ -198,8 +119,8 @@ def _exit_with_parent(parent: int) -> None:
 
 def _remove_worker_files() -> None:
     """JIT cache and log of a worker whose parent is gone or has closed the pipe (the parent removes them otherwise)."""
-    if _private_cache is not None:
-        shutil.rmtree(_private_cache, ignore_errors=True)
+    if mock_cluster.private_cache is not None:
+        shutil.rmtree(mock_cluster.private_cache, ignore_errors=True)
     log = os.path.realpath("/proc/self/fd/1")
     if os.path.basename(log).startswith("tt_rmsnorm-worker-"):
         try:
@@ -215,7 +136,8 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     os.environ[IN_WORKER_ENV] = "1"
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     configure(system)
-    from tt_rmsnorm import devices  # imports ttnn: only after configure()
+    from tt_rmsnorm.devices import close_mesh  # imports ttnn: only after configure()
+    from tt_rmsnorm.distributed import forget_plans
 
     mesh, mesh_shape = None, None
     _send(wfd, {"ready": True, "pid": os.getpid()})
@@ -231,22 +153,26 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
             shape = tuple(msg.get("mesh_shape") or MESH_SHAPES[system])
             if mesh is None or shape != mesh_shape:
                 if mesh is not None:
-                    devices.close_mesh(mesh)
+                    close_mesh(mesh)
                     mesh = None
-                mesh, mesh_shape = devices.open_mesh(shape), shape
+                mesh, mesh_shape = mock_cluster.open_mesh(shape), shape
             reply = {"ok": True, "result": fn(mesh, *msg["args"], **msg["kwargs"])}
         except BaseException as e:  # ttnn's TT_FATALs are RuntimeErrors; anything else is reported the same way
             reply = {"ok": False, "kind": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
+        # Cached plans keep their CCL resources and persistent buffers alive: dropped after every call, so that one
+        # call's L1 buffers never narrow the L1 the next call's ops see.
+        forget_plans()
+        gc.collect()
         try:
             _send(wfd, reply)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             _send(wfd, {"ok": False, "kind": "PicklingError", "message": f"result not picklable: {e}", "traceback": ""})
     if mesh is not None:
-        devices.close_mesh(mesh)
+        close_mesh(mesh)
 
 
 _WORKER_MAIN = (
-    "import sys; from tt_rmsnorm.mock_cluster import _serve; _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
+    "import sys; from tt_rmsnorm.testing.workers import _serve; _serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
 )
 
 
@@ -388,81 +314,3 @@ def shutdown_workers() -> None:
 
 
 atexit.register(shutdown_workers)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Dry run of distributed_rms_norm on a mock mesh.
-
-# Llama-70B hidden 8192: 1024 per device on T3000, 2048 per Galaxy column, 4096 on N300. One chip (N150) holds a full
-# 4096-wide activation (an 8B-sized model): plain rms_norm with the weight does not fit 8192 in one core's L1.
-DRY_RUN_HIDDEN = {"n150": 4096, "n300": 8192, "t3k": 8192, "galaxy": 8192}
-DRY_RUN_MODES = (("decode", 32), ("prefill", 128))
-DRY_RUN_PATHS = {
-    "n150": ("local",),
-    "n300": ("classic", "async", "fused"),
-    "t3k": ("classic", "async", "fused"),
-    "galaxy": ("classic", "async", "fused"),
-}
-
-
-def _memory_config_text(mc) -> str:
-    text = f"{str(mc.memory_layout).rsplit('.', 1)[-1]} {str(mc.buffer_type).rsplit('.', 1)[-1]}"
-    if mc.shard_spec is not None:
-        box = mc.shard_spec.grid.bounding_box()
-        text += (
-            f" shard {list(mc.shard_spec.shape)} on {mc.shard_spec.grid.num_cores()} cores "
-            f"({box.start.x},{box.start.y})-({box.end.x},{box.end.y})"
-        )
-    return text
-
-
-def _dry_run_in_worker(mesh, system: str) -> list[dict]:
-    import torch
-    import ttnn
-
-    import tt_rmsnorm
-    from tt_rmsnorm import devices, distributed
-
-    rows_out = []
-    shape = MESH_SHAPES[system]
-    cluster_axis = 1 if shape[0] > 1 else None
-    n = shape[1]
-    hidden = DRY_RUN_HIDDEN[system]
-    ccl = tt_rmsnorm.CCLResources(mesh, cluster_axis=cluster_axis) if n > 1 else None
-    for mode, tokens in DRY_RUN_MODES:
-        torch.manual_seed(0)
-        x = devices.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=cluster_axis)
-        r = devices.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=cluster_axis)
-        w = devices.prepare_weight(torch.randn(hidden), mesh, cluster_axis=cluster_axis)
-        for path in DRY_RUN_PATHS[system]:
-            if path == "fused" and mode != "decode":
-                continue
-            row = {"system": system, "mesh": "x".join(map(str, shape)), "mode": mode, "tokens": tokens, "path": path}
-            try:
-                y, _ = distributed.distributed_rms_norm(
-                    x, w, mesh, epsilon=1e-5, cluster_axis=cluster_axis, residual=r, path=path, ccl=ccl
-                )
-            except Exception as e:  # a verdict, reported: what ttnn (or a rule) refused
-                rows_out.append({**row, "verdict": "REJECTED", "message": f"{type(e).__name__}: {e}".splitlines()[0]})
-                continue
-            outs = ttnn.get_device_tensors(y)
-            facts = {
-                (tuple(t.shape), str(t.dtype).rsplit(".", 1)[-1], _memory_config_text(t.memory_config())) for t in outs
-            }
-            rows_out.append(
-                {
-                    **row,
-                    "verdict": "ACCEPTED",
-                    "input_shape": (1, 1, tokens, hidden),
-                    "devices": len(outs),
-                    "outputs": sorted(facts),
-                }
-            )
-    return rows_out
-
-
-def dry_run(system: str, timeout: float = 300.0) -> list[dict]:
-    """Run `distributed_rms_norm` with a residual through real ttnn on the mock `system` ("n150", "n300", "t3k",
-    "galaxy") by every path that applies there, decode (32 tokens) and prefill (128). One row per (mode, path): the
-    verdict and, where accepted, every distinct (shape, dtype, memory config) of the per-device outputs."""
-    return run_isolated(system, _dry_run_in_worker, system, timeout=timeout)

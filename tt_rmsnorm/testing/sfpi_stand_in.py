@@ -12,7 +12,7 @@ nothing:
   relocation, which tt-metal's XIP relocation accepts), or, outside `kernels/`, the pre-compiled firmware ELF of that
   target.
 
-`tt_rmsnorm.mock_cluster.configure` installs it before ttnn opens anything.
+`tt_rmsnorm.testing.mock_cluster.configure` installs it before ttnn opens anything.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import struct
 import sys
 from pathlib import Path
 
-from tt_rmsnorm.hardware import MockClusterError
+from tt_rmsnorm.testing.hardware import MockClusterError
 
 COMPILER = "riscv-tt-elf-g++"
 STAND_IN_MARK = "tt_rmsnorm mock-cluster stand-in for the SFPI compiler"

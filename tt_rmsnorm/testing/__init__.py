@@ -1,0 +1,10 @@
+"""What tests, the demo and the parity runner need to run real ttnn without Tenstorrent hardware; nothing on the
+call path imports it.
+
+- `hardware`: is a real device here, or a mock cluster;
+- `mock_cluster`: configure a process for a mock N150/N300/T3000/Galaxy and open its meshes;
+- `sfpi_stand_in`: the stand-in for the SFPI compiler that opening a mock device needs;
+- `workers`: run ttnn calls in isolated worker processes, one per mock system;
+- `dry_run`: every path of `distributed_rms_norm` through real ttnn on a mock mesh;
+- `cluster_descriptors/`: the mock systems' UMD cluster descriptors.
+"""
