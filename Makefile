@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench-host: $(STAMP)
-	PYTHONUNBUFFERED=1 $(PY) -m tt_rmsnorm.host_benchmark
+	PYTHONUNBUFFERED=1 $(PY) -m benchmarks.host
 
 conformance: $(STAMP)
 	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PY) tests/conformance/conformance.py
@@ -37,15 +37,15 @@ conformance: $(STAMP)
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
 
-# Mutation testing, one module or all (MODULE=accuracy|reference|rules|l1_budget|configs|mesh|triton), SAMPLE mutants each drawn
+# Mutation testing, one module or all (MODULE=accuracy|reference|rules|l1_budget|layouts|topology|triton), SAMPLE mutants each drawn
 # with SEED (SAMPLE=0: every mutant; a full rules run is hours on two cores). Prints the score per module and the
-# survivors (tests/mutation/README.md).
+# survivors (tools/mutation/README.md).
 MODULE ?=
 SAMPLE ?= 60
 SEED ?= 0
 mutation: $(STAMP)
 	@$(PY) -c 'import cosmic_ray' 2>/dev/null || $(PY) -m pip install -q --no-cache-dir -e '.[mutation]'
-	$(PY) tests/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
+	$(PY) tools/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
 # Differential fuzzing of the rules against ttnn on mock clusters: N generated calls (the norm ops, all_gather,
 # fused_rms_minimal, all_gather_async and their compositions), a fresh seed unless TT_RMSNORM_FUZZ_SEED is set; prints
 # every failing call as a battery case, then the agreement per op and the calls the package accepts and ttnn refuses.

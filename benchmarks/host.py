@@ -1,6 +1,6 @@
 """Host overhead of `distributed_rms_norm` against the raw ttnn calls it makes, per path, on mock meshes.
 
-    make bench-host            # or: python -m tt_rmsnorm.host_benchmark [--calls 100] [--rounds 7]
+    make bench-host            # or: python -m benchmarks.host [--calls 100] [--rounds 7]
 
 For each mock system (T3000 1x8 and Galaxy 8x4 with the hidden dim over the columns; N150 1x1 for the local path),
 decode (32 tokens, the activation already width-sharded in L1 as models keep it) and prefill (128 tokens, DRAM), and

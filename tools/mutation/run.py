@@ -10,7 +10,7 @@ Not drawn at all, because they cannot change behaviour: mutations inside annotat
 wording, which the rule tests match by rule id and fragment, not character by character).
 
 The report gives the score per module, killed / (drawn - equivalent), and every surviving mutant with its diff. A
-survivor listed in tests/mutation/equivalent.md (same file, same original and mutated line) counts as equivalent, with
+survivor listed in tools/mutation/equivalent.md (same file, same original and mutated line) counts as equivalent, with
 the reason given there.
 """
 
