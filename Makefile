@@ -32,7 +32,7 @@ bench-host: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m benchmarks.host
 
 conformance: $(STAMP)
-	PYTHONUNBUFFERED=1 PYTHONPATH=. $(PY) tests/conformance/conformance.py
+	PYTHONUNBUFFERED=1 $(PY) -m tests.conformance.conformance
 
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
@@ -51,7 +51,7 @@ mutation: $(STAMP)
 # every failing call as a battery case, then the agreement per op and the calls the package accepts and ttnn refuses.
 N ?= 1000
 fuzz: $(STAMP)
-	PYTHONPATH=$(CURDIR) PYTHONUNBUFFERED=1 $(PY) tests/mock/differential.py $(N)
+	PYTHONUNBUFFERED=1 $(PY) -m tests.mock.differential $(N)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,8 +1,8 @@
 """Runs tt-metal's RMSNorm test parameter sets (corpus.ENTRIES) through the package's rules (device-free) and through
 real ttnn 0.81.1 on mock clusters, and prints the table: package verdict vs tt-metal's intent vs ttnn on mock.
 
-    python tests/conformance/conformance.py                 # everything (make conformance)
-    python tests/conformance/conformance.py --sample 40     # a seeded sample
+    python -m tests.conformance.conformance                 # everything (make conformance)
+    python -m tests.conformance.conformance --sample 40     # a seeded sample
 
 A call agrees when the package and ttnn give the same verdict, or when the package refuses with one of its documented
 package-only rules (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES) where ttnn accepts. An entry's verdict is its first
@@ -15,21 +15,14 @@ import argparse
 import random
 import sys
 from collections import Counter
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "mock"))
+from loguru import logger
 
-import conformance_worker  # noqa: E402
-import corpus  # noqa: E402
-import corpus_format  # noqa: E402
-import mock_cases  # noqa: E402
-from loguru import logger  # noqa: E402
-
-from tt_rmsnorm.planning import layouts  # noqa: E402
-from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES  # noqa: E402
-from tt_rmsnorm.testing import workers  # noqa: E402
+from tests.conformance import conformance_worker, corpus, corpus_format
+from tests.mock import mock_cases
+from tt_rmsnorm.planning import layouts
+from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
+from tt_rmsnorm.testing import workers
 
 KEYWORD_RULE = "api.keyword"  # a keyword 0.81.1's ops do not take: a TypeError from the rules' signature, as from ttnn
 

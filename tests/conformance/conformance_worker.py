@@ -4,13 +4,7 @@ call the rules cannot describe still gets ttnn's verdict."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mock"))
-
-import mock_cases  # noqa: E402
-import mock_worker  # noqa: E402
+from tests.mock import mock_cases, mock_worker
 
 
 def _first_line(e: Exception) -> str:

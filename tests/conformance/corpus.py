@@ -8,8 +8,7 @@ one makes per device, and what the tt-metal test asserts about it.
 
 from __future__ import annotations
 
-import corpus_eager_and_models
-import corpus_fused
+from tests.conformance import corpus_eager_and_models, corpus_fused
 
 ENTRIES: list[dict] = corpus_fused.ENTRIES + corpus_eager_and_models.ENTRIES
 

@@ -8,8 +8,8 @@ import itertools
 import math
 
 # corpus_format puts tests/mock (the agreement battery's spec language) on the path
-from corpus_format import DEEPSEEK, EAGER, add_entry, call, grid_range, product, stats_one_core
-from mock_cases import CK, DPC, PC, S, T
+from tests.conformance.corpus_format import DEEPSEEK, EAGER, add_entry, call, grid_range, product, stats_one_core
+from tests.mock.mock_cases import CK, DPC, PC, S, T
 
 ENTRIES: list[dict] = []
 entry = functools.partial(add_entry, ENTRIES)

@@ -22,12 +22,9 @@ spec is the gathered tensor. Shapes are per device. Facts only: parameter values
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mock"))
-
-from mock_cases import GRIDS, S  # noqa: E402
+from tests.mock.mock_cases import GRIDS, S
 
 FUSED = "tests/ttnn/unit_tests/operations/fused/"
 EAGER = "tests/tt_eager/python_api_testing/unit_testing/misc/"

@@ -9,8 +9,8 @@ import itertools
 import math
 
 # corpus_format puts tests/mock (the agreement battery's spec language) on the path
-from corpus_format import FUSED, add_entry, call, grid_range, product, stats_one_core, width_shard
-from mock_cases import CK, DPC, PC, S, T
+from tests.conformance.corpus_format import FUSED, add_entry, call, grid_range, product, stats_one_core, width_shard
+from tests.mock.mock_cases import CK, DPC, PC, S, T
 
 ENTRIES: list[dict] = []
 entry = functools.partial(add_entry, ENTRIES)

@@ -1,11 +1,9 @@
 """tt-metal's RMSNorm test parameter sets (corpus.py) against the package: every entry through the rules device-free,
 a seeded sample through real ttnn on the mock clusters. `make conformance` runs all of it and prints the table."""
 
-import conformance
-import corpus
-import corpus_format
 import pytest
 
+from tests.conformance import conformance, corpus, corpus_format
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 ISSUE_FILES = (

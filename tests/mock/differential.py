@@ -12,7 +12,7 @@ CCL battery's cases do, and an accepted one agrees only when ttnn returns the ou
 call is printed as a line for its battery's table (`case(...)` of mock_cases' or mock_cases_ccl's format), ttnn's
 verdict as its `expect`.
 
-    python tests/mock/differential.py 2000          # a fresh seed, printed; TT_RMSNORM_FUZZ_SEED fixes it
+    python -m tests.mock.differential 2000        # a fresh seed, printed; TT_RMSNORM_FUZZ_SEED fixes it
 """
 
 from __future__ import annotations
@@ -23,12 +23,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import fuzz_cases
-import fuzz_worker
-import mock_cases
-import mock_cases_ccl
 from loguru import logger
 
+from tests.mock import fuzz_cases, fuzz_worker, mock_cases, mock_cases_ccl
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 from tt_rmsnorm.testing import workers
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import random
 
-import fuzz_cases_ccl
-from fuzz_draws import (
+from tests.mock import fuzz_cases_ccl
+from tests.mock.fuzz_draws import (
     DTYPE_WEIGHTS,
     L1_EDGE_WIDTHS,
     MAX_ELEMENTS,
@@ -33,8 +33,8 @@ from fuzz_draws import (
     sharded_pc,
     valid_axis,
 )
-from fuzz_mutations import is_sharded, mutate
-from mock_cases import CK, DPC, GRIDS, S, T
+from tests.mock.fuzz_mutations import is_sharded, mutate
+from tests.mock.mock_cases import CK, DPC, GRIDS, S, T
 
 SYSTEMS = ("n150", "n300", "t3k", "galaxy")
 MULTI_CHIP = ("n300", "t3k", "galaxy")

@@ -11,10 +11,9 @@ single step across one rule of `tt_rmsnorm.rules.ccl_checks` (or across ttnn's o
 
 from __future__ import annotations
 
-from fuzz_draws import TILE, gather_l1_edge_input, grid_cores, largest_divisor, pick, subblock_limit
-from mock_cases import CK, DPC, GRIDS, PC, S, T
-from mock_cases_ccl import OPS, SEM, SYSTEMS
-
+from tests.mock.fuzz_draws import TILE, gather_l1_edge_input, grid_cores, largest_divisor, pick, subblock_limit
+from tests.mock.mock_cases import CK, DPC, GRIDS, PC, S, T
+from tests.mock.mock_cases_ccl import OPS, SEM, SYSTEMS
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 CCL_OPS = OPS  # the ops of the CCL battery, on its systems

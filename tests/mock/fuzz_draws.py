@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from mock_cases import CK, GRIDS, PC, T
-
+from tests.mock.mock_cases import CK, GRIDS, PC, T
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 TILE = 32

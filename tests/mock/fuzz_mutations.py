@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from fuzz_draws import (
+from tests.mock.fuzz_draws import (
     L1_EDGE_WIDTHS,
     MAX_ELEMENTS,
     ROWS,
@@ -19,7 +19,7 @@ from fuzz_draws import (
     sharded_pc,
     subblock_limit,
 )
-from mock_cases import CK, DPC, GRIDS, PC, S, T, package_side
+from tests.mock.mock_cases import CK, DPC, GRIDS, PC, S, T, package_side
 
 
 def is_sharded(c):

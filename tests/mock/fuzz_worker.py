@@ -6,11 +6,9 @@ A call whose tensors cannot be built is reported under `harness` (a generator fa
 
 from __future__ import annotations
 
-import mock_cases
-import mock_cases_ccl
-import mock_worker
 import ttnn
 
+from tests.mock import mock_cases, mock_cases_ccl, mock_worker
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, mark_stats
 
 _NAMES = {v: k for k, v in mock_cases.DTYPES.items()}

@@ -1,9 +1,8 @@
 """The agreement battery: every case of the tables (mock_cases_norm, mock_cases_gather), grouped by system so the
 session's worker processes (at most MAX_WORKERS alive) are started once each."""
 
-import mock_cases_gather
-import mock_cases_norm
-from mock_cases import GRIDS
+from tests.mock import mock_cases_gather, mock_cases_norm
+from tests.mock.mock_cases import GRIDS
 
 CASES: list[dict] = sorted(
     mock_cases_norm.CASES + mock_cases_gather.CASES, key=lambda c: list(GRIDS).index(c["system"])

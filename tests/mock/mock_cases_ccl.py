@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import mock_cases
 import ttnn
-from mock_cases import CK, GRIDS, PC, S, T, tensor_desc
 
+from tests.mock import mock_cases
+from tests.mock.mock_cases import CK, GRIDS, PC, S, T, tensor_desc
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules.ccl_checks import (
     SemaphoreDesc,

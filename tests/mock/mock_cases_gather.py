@@ -1,8 +1,7 @@
 """The agreement battery's table of `ttnn.all_gather` of the stats on mock N300, T3000 and Galaxy (the spec format of
 mock_cases), with what real ttnn does with each case."""
 
-from mock_cases import A, R, S, T, collector
-
+from tests.mock.mock_cases import A, R, S, T, collector
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 CASES: list[dict] = []

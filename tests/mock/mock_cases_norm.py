@@ -2,7 +2,7 @@
 on one chip (and, each device running them, on multi-chip meshes), interleaved and sharded, with what real ttnn does
 with each case (the spec format of mock_cases)."""
 
-from mock_cases import CK, DPC, PC, A, R, S, T, collector
+from tests.mock.mock_cases import CK, DPC, PC, A, R, S, T, collector
 
 CASES: list[dict] = []
 case = collector(CASES)

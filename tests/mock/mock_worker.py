@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import gc
 
-import mock_cases
 import torch
 import ttnn
 
+from tests.mock import mock_cases
 from tt_rmsnorm.tensors import mark_stats, stats_kind_of
 from tt_rmsnorm.testing.dry_run import memory_config_text
 
@@ -185,7 +185,7 @@ def _compose_stages(mesh, t, kw, handles, produced):
 def run_ccl_case(mesh, case: dict) -> dict:
     """ttnn's verdict on a mock_cases_ccl case, and the package's verdict on the same real tensors and semaphores.
     Everything up to the ttnn calls runs outside the try: a case that cannot be built raises (a broken case)."""
-    import mock_cases_ccl
+    from tests.mock import mock_cases_ccl
 
     t = {k: build_tensor(mesh, case[k]) for k in mock_cases_ccl.TENSOR_SLOTS if case.get(k)}
     handles = mock_cases_ccl.semaphores(case, lambda grid: ttnn.create_global_semaphore(mesh, grid, 0))

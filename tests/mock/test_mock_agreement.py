@@ -7,11 +7,9 @@ A reject agrees only for the same reason: ttnn's message must be the one of the 
 
 import re
 
-import mock_battery
-import mock_cases
-import mock_worker
 import pytest
 
+from tests.mock import mock_battery, mock_cases, mock_worker
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 from tt_rmsnorm.testing import workers
 

@@ -4,10 +4,9 @@ the package's prediction of the output (shape, dtype, memory config) must be wha
 the package-only guards (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES), where ttnn accepts and the package rejects on
 purpose."""
 
-import mock_cases_ccl
-import mock_worker
 import pytest
 
+from tests.mock import mock_cases_ccl, mock_worker
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
 from tt_rmsnorm.testing import workers
 

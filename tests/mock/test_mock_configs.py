@@ -2,10 +2,9 @@
 accepted by the package's rules and by real ttnn: pre -> all_gather -> post on the mock system the shape is meant
 for."""
 
-import mock_cases
-import mock_worker
 import pytest
 
+from tests.mock import mock_cases, mock_worker
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import TensorDesc

@@ -4,13 +4,9 @@ TT_RMSNORM_FUZZ_SEED repeats a run and TT_RMSNORM_FUZZ_N sizes it (300 calls by 
 
 import os
 
-import differential
-import fuzz_cases
-import fuzz_mutations
-import mock_cases
-import mock_cases_ccl
 import pytest
 
+from tests.mock import differential, fuzz_cases, fuzz_mutations, mock_cases, mock_cases_ccl
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 N_ENV = "TT_RMSNORM_FUZZ_N"

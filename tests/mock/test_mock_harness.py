@@ -5,12 +5,15 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import mock_worker
 import pytest
 
+from tests.mock import mock_worker
 from tt_rmsnorm.testing import hardware, mock_cluster, sfpi_stand_in, workers
 from tt_rmsnorm.testing.hardware import MOCK_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.mock_cluster
 
@@ -152,10 +155,9 @@ def test_workers_never_start_workers():
 
 
 ORPHAN_SCRIPT = """
-import sys, time
-sys.path.insert(0, {here!r})
-import mock_worker
-from tt_rmsnorm.testing import hardware, mock_cluster, workers
+import time
+from tests.mock import mock_worker
+from tt_rmsnorm.testing import workers
 print(workers.run_isolated("n150", mock_worker.worker_identity), flush=True)
 time.sleep(600)
 """
@@ -163,8 +165,9 @@ time.sleep(600)
 
 def test_worker_exits_when_its_parent_dies(tmp_path):
     script = tmp_path / "parent.py"
-    script.write_text(ORPHAN_SCRIPT.format(here=os.path.dirname(os.path.abspath(mock_worker.__file__))))
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    script.write_text(ORPHAN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         pid, cache = parent.stdout.readline().split()
         worker = int(pid)
@@ -195,7 +198,7 @@ def test_unknown_system_is_refused():
 def test_only_ttnns_runtime_errors_count_as_its_reject(monkeypatch, error, verdict):
     """run_case's verdict: ttnn refuses with a RuntimeError (the reject, with its message); any other exception is a
     fault of the case or the harness and propagates, so the battery fails instead of counting a reject."""
-    import mock_cases
+    from tests.mock import mock_cases
 
     case = {"id": "harness", "op": "pre", "system": "n150", "x": mock_cases.T((1, 1, 32, 64)), "kw": {}}
 

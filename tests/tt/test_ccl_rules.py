@@ -5,6 +5,7 @@ T3000 and Galaxy, and the shapes the package predicts for the gather's and the f
 import pytest
 import ttnn
 
+from tests.support import pc
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules import ccl_l1, op_checks
 from tt_rmsnorm.rules.ccl_checks import (
@@ -33,19 +34,9 @@ def sharded(grid, shard, layout=WIDTH, orientation=ttnn.ShardOrientation.ROW_MAJ
     return ttnn.MemoryConfig(layout, buffer, ttnn.ShardSpec(cores(*grid), list(shard), orientation))
 
 
-def pc(grid=(8, 4), subblock_w=1, block_w=1):
-    return ttnn.LayerNormShardedMultiCoreProgramConfig(
-        compute_with_storage_grid_size=ttnn.CoreCoord(*grid),
-        subblock_w=subblock_w,
-        block_h=1,
-        block_w=block_w,
-        inplace=False,
-    )
-
-
 # T3000 decode (1x8, 1024 per device, 32 cores) and Galaxy decode (8x4, 2048 per device on tt-metal's 16-core grid).
 T3K = dict(mesh=(1, 8), n=8, w=1024, grid=(0, 0, 7, 3), shard=32, pc=pc())
-GALAXY = dict(mesh=(8, 4), n=4, w=2048, grid=(1, 0, 2, 7), shard=128, pc=pc((2, 8), 4, 4))
+GALAXY = dict(mesh=(8, 4), n=4, w=2048, grid=(1, 0, 2, 7), shard=128, pc=pc((2, 8), 4, block_w=4))
 
 
 def fused_args(sys=T3K, **overrides):
@@ -183,7 +174,7 @@ BAD = [
         "dst registers",
         fused(
             input_tensor=D((1, 1, 32, 1024), memory_config=xm(grid=(0, 0, 3, 0), shard=(32, 256))),
-            program_config=pc((4, 1), 8, 8),
+            program_config=pc((4, 1), 8, block_w=8),
             global_semaphore=SemaphoreDesc(cores(0, 0, 3, 0)),
             compute_kernel_config=FP32_ACC,
             stats=stats(dtype=ttnn.float32),
@@ -214,7 +205,7 @@ BAD = [
         "one core wide off x = 0",
         fused(
             input_tensor=D((1, 1, 32, 1024), memory_config=xm(grid=(3, 0, 3, 1), shard=(32, 512))),
-            program_config=pc((4, 2), 8, 16),
+            program_config=pc((4, 2), 8, block_w=16),
             stats=stats(core=(3, 0)),
         ),
     ),
@@ -223,7 +214,7 @@ BAD = [
         "must end below",
         fused(
             input_tensor=D((1, 1, 32, 8192), memory_config=xm(grid=(0, 0, 0, 0), shard=(32, 8192))),
-            program_config=pc((1, 1), 8, 256),
+            program_config=pc((1, 1), 8, block_w=256),
             stats=stats(),
             weight=D((1, 1, 256, 32), layout=RM),
         ),
@@ -387,7 +378,7 @@ def test_fused_l1_as_ttnn_reported():
     one_core = fused_args(
         GALAXY,
         input_tensor=D((1, 1, 32, 4096), memory_config=sharded((0, 0, 0, 0), (32, 4096))),
-        program_config=pc((1, 1), 8, 128),
+        program_config=pc((1, 1), 8, block_w=128),
         weight=D((1, 1, 128, 32), ttnn.float32, RM),
         stats=D((1, 1, 32, 128), ttnn.float32, memory_config=sharded((0, 0, 0, 0), (32, 128))),
         compute_kernel_config=ttnn.WormholeComputeKernelConfig(fp32_dest_acc_en=True, dst_full_sync_en=True),
@@ -396,7 +387,7 @@ def test_fused_l1_as_ttnn_reported():
     resharded = fused_args(
         GALAXY,
         input_tensor=D((1, 1, 8, 8192), memory_config=sharded((0, 7, 1, 7), (32, 4096))),
-        program_config=pc((2, 8), 16, 128),
+        program_config=pc((2, 8), 16, block_w=128),
         weight=D((1, 1, 256, 32), layout=RM),
         stats=D((1, 1, 32, 128), memory_config=sharded((0, 7, 0, 7), (32, 128))),
         compute_kernel_config=ttnn.WormholeComputeKernelConfig(dst_full_sync_en=True),

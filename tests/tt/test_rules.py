@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import ttnn
 
+from tests.support import pc, shard_mc
 from tt_rmsnorm.errors import AccuracyWarning, RuleError
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import l1_budget, op_checks
@@ -40,24 +41,6 @@ def means(shape=(1, 1, 32, 256), memory_config=None, **kw):
 
 def rm_weight(width=1024, **kw):
     return D((1, 1, width // 32, 32), layout=RM, **kw)
-
-
-def pc(grid=(8, 4), subblock_w=1, block_h=1, block_w=1, **kw):
-    return ttnn.LayerNormShardedMultiCoreProgramConfig(
-        compute_with_storage_grid_size=ttnn.CoreCoord(*grid),
-        subblock_w=subblock_w,
-        block_h=block_h,
-        block_w=block_w,
-        inplace=False,
-        **kw,
-    )
-
-
-def shard_mc(layout, grid, shard, start=(0, 0), buffer=ttnn.BufferType.L1):
-    crs = ttnn.CoreRangeSet(
-        {ttnn.CoreRange(ttnn.CoreCoord(*start), ttnn.CoreCoord(start[0] + grid[0] - 1, start[1] + grid[1] - 1))}
-    )
-    return ttnn.MemoryConfig(layout, buffer, ttnn.ShardSpec(crs, list(shard), ttnn.ShardOrientation.ROW_MAJOR))
 
 
 W_SHARD, B_SHARD, H_SHARD = (

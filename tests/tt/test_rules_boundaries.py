@@ -5,8 +5,8 @@ from functools import partial
 
 import pytest
 import ttnn
-from test_rules import pc, shard_mc
 
+from tests.support import pc, shard_mc
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import l1_budget, op_checks

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import atexit
 import gc
-import importlib
+import importlib.util
 import os
 import pickle
 import select
@@ -94,11 +94,15 @@ def _recv(fd: int, deadline: float | None = None):
     return None if body is None else pickle.loads(body)
 
 
-def _load_function(file: str, qualname: str):
-    module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
+def _load_function(module_name: str | None, file: str, qualname: str):
+    """The function `qualname` of the caller's module: imported by name where it has one (a module of a package, or a
+    script run with -m), else executed from its file (a script run by path)."""
+    if module_name is not None:
+        module = importlib.import_module(module_name)
+    else:
+        module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
     if module is None:
         module_name = "_tt_rmsnorm_isolated_" + Path(file).stem
-        sys.path.insert(0, str(Path(file).parent))
         spec = importlib.util.spec_from_file_location(module_name, file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
@@ -149,7 +153,7 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
         if msg.get("op") == "exit":
             break
         try:
-            fn = _load_function(msg["file"], msg["qualname"])
+            fn = _load_function(msg["module"], msg["file"], msg["qualname"])
             shape = tuple(msg.get("mesh_shape") or MESH_SHAPES[system])
             if mesh is None or shape != mesh_shape:
                 if mesh is not None:
@@ -188,7 +192,7 @@ class _Worker:
         env = dict(os.environ)
         env.pop(MOCK_ENV, None)  # the worker configures itself
         env[PRIVATE_CACHE_ENV] = self.cache_dir
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -231,11 +235,14 @@ class _Worker:
         return reply
 
     def call(self, fn, args, kwargs, timeout: float, mesh_shape=None):
-        file = os.path.abspath(sys.modules[fn.__module__].__file__)
+        module = sys.modules[fn.__module__]
+        spec = getattr(module, "__spec__", None)
+        file = os.path.abspath(module.__file__)
         _send(
             self.to_child,
             {
                 "op": "call",
+                "module": None if spec is None else spec.name,
                 "file": file,
                 "qualname": fn.__qualname__,
                 "args": args,
@@ -280,7 +287,7 @@ _workers: dict[str, _Worker] = {}
 def run_isolated(system: str, fn, *args, timeout: float = CALL_TIMEOUT_S, mesh_shape=None, **kwargs):
     """Call `fn(mesh, *args, **kwargs)` in the persistent worker process of mock `system` and return its result.
 
-    `fn` must be a module-level function (it is loaded in the worker from its source file); arguments and result must
+    `fn` must be a module-level function (the worker imports its module, or runs its file); arguments and result must
     pickle. The worker opens the system's mesh (`MESH_SHAPES[system]`, or `mesh_shape`) once and keeps it for later
     calls. Raises IsolatedError when fn raised (ttnn's TT_FATAL arrives as kind 'RuntimeError'), WorkerCrashed when
     the process died (the next call starts a fresh one), WorkerTimeout after `timeout` seconds (the worker is killed).
