@@ -3,35 +3,34 @@
     import tt_rmsnorm
     y = tt_rmsnorm.distributed_rms_norm(x, w, mesh_device, epsilon=1e-5, cluster_axis=1)
 
-Attributes load lazily so that the ttnn-free modules (`accuracy`, `reference`) import on machines without ttnn
-(the GPU and Trainium hosts the ports run on).
+ttnn's checked ops, with ttnn's names and keywords, are under `tt_rmsnorm.ops`. Where ttnn is not installed (the GPU
+and Trainium hosts the other ports run on) only the ttnn-free modules import: `errors`, `accuracy`, `reference`.
 """
 
-from importlib import import_module
+from importlib.util import find_spec
 
-_EXPORTS = {
-    "RuleError": "errors",
-    "TensorDesc": "tensors",
-    "mark_stats": "tensors",
-    "rms_norm_pre_all_gather": "ops",
-    "rms_norm_post_all_gather": "ops",
-    "rms_norm": "ops",
-    "all_gather": "ops",
-    "distributed_rms_norm": "distributed",
-    "prepare_weight": "devices",
-    "shard_activation": "devices",
-    "gather_output": "devices",
-    "open_mesh": "devices",
-    "close_mesh": "devices",
-    "plan_distributed_rms_norm": "distributed",
-    "CCLResources": "ccl",
-    "DistributedRMSNorm": "module",
-}
+from tt_rmsnorm.errors import RuleError
 
-__all__ = sorted(_EXPORTS)
+if find_spec("ttnn") is not None:
+    from tt_rmsnorm import ops
+    from tt_rmsnorm.ccl import CCLResources
+    from tt_rmsnorm.devices import close_mesh, gather_output, open_mesh, prepare_weight, shard_activation
+    from tt_rmsnorm.distributed import distributed_rms_norm, plan_distributed_rms_norm
+    from tt_rmsnorm.module import DistributedRMSNorm
+    from tt_rmsnorm.tensors import TensorDesc, mark_stats
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "CCLResources",
+    "DistributedRMSNorm",
+    "RuleError",
+    "TensorDesc",
+    "close_mesh",
+    "distributed_rms_norm",
+    "gather_output",
+    "mark_stats",
+    "open_mesh",
+    "ops",
+    "plan_distributed_rms_norm",
+    "prepare_weight",
+    "shard_activation",
+]

@@ -210,7 +210,7 @@ class AccessLayout:
         return m
 
 
-def _normalize_key(key, ndim: int, what: str):
+def normalize_key(key, ndim: int, what: str):
     """A tuple of ndim entries, each an int, a slice or an IndexArray."""
     if not isinstance(key, tuple):
         key = (key,)
@@ -290,5 +290,5 @@ class Access:
         return self.layout.shape
 
 
-def _first_varying(key):
+def first_varying(key):
     return next((i for i, k in enumerate(key) if not isinstance(k, int)), None)

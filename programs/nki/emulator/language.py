@@ -18,7 +18,7 @@ from programs.nki.emulator import limits
 from programs.nki.emulator.constraints import check_dtype, fail
 from programs.nki.emulator.indexing import IndexArray, mask_for
 from programs.nki.emulator.launch import current_launch, current_memory
-from programs.nki.emulator.tensors import HbmAccess, HbmTensor, OnChip, ParDim, poison
+from programs.nki.emulator.tensors import TILE_FUNCTIONS, HbmAccess, HbmTensor, OnChip, ParDim, poison
 
 # data types (the nki.language names map onto NumPy / ml_dtypes dtypes, as in neuronxcc)
 uint8 = limits.SUPPORTED_DTYPES["uint8"]
@@ -471,6 +471,17 @@ def broadcast_to(src, shape=None, *, dtype=None):
         )
     rtype = src.dtype if dtype is None else check_dtype(dtype, "broadcast_to dtype")
     return finish(src.data.astype(np.float32), [src], shape, None, rtype, "broadcast_to")
+
+
+TILE_FUNCTIONS.update(
+    add=add,
+    subtract=subtract,
+    multiply=multiply,
+    divide=divide,
+    power=power,
+    negative=negative,
+    broadcast_to=broadcast_to,
+)
 
 
 def __getattr__(name):

@@ -106,15 +106,15 @@ class Launch:
         m.counts = {k: 0 for k in m.counts}
 
 
-_CURRENT: list[Launch] = []
+ACTIVE_LAUNCHES: list[Launch] = []
 
 
 def current_launch() -> Launch:
-    if not _CURRENT:
+    if not ACTIVE_LAUNCHES:
         raise RuntimeError(
             "NKI language calls are only valid inside a kernel launched by nki.simulate_kernel / a jit call"
         )
-    return _CURRENT[-1]
+    return ACTIVE_LAUNCHES[-1]
 
 
 def current_memory() -> Memory:

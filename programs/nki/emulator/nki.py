@@ -18,7 +18,7 @@ from programs.nki.emulator import isa as isa  # noqa: F401 - exposed as nki.isa
 from programs.nki.emulator import language as language  # noqa: F401 - exposed as nki.language
 from programs.nki.emulator import limits
 from programs.nki.emulator.constraints import check_dtype, fail
-from programs.nki.emulator.launch import _CURRENT, Launch
+from programs.nki.emulator.launch import ACTIVE_LAUNCHES, Launch
 from programs.nki.emulator.nki_typing import TensorType
 from programs.nki.emulator.tensors import HbmTensor
 
@@ -112,7 +112,7 @@ def _check_annotations(fn, args, kwargs):
 
 def _launch(fn, args, kwargs, grid):
     launch = Launch(grid=grid)
-    _CURRENT.append(launch)
+    ACTIVE_LAUNCHES.append(launch)
     try:
         hbm_args = [_to_hbm(i, a) for i, a in enumerate(args)]
         hbm_kwargs = {k: _to_hbm(k, v) for k, v in kwargs.items()}
@@ -124,7 +124,7 @@ def _launch(fn, args, kwargs, grid):
         launch.fold_memory()
         result = _from_hbm(result)
     finally:
-        _CURRENT.pop()
+        ACTIVE_LAUNCHES.pop()
     last_launch.clear()
     last_launch.update(
         kernel=fn.__name__,

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
 from programs.nki.emulator import limits
 from programs.nki.emulator.constraints import fail
-from programs.nki.emulator.indexing import Access, IndexArray, _first_varying, _normalize_key
+from programs.nki.emulator.indexing import Access, IndexArray, first_varying, normalize_key
 from programs.nki.emulator.launch import current_memory
 
 
@@ -56,7 +57,7 @@ class HbmTensor:
         return HbmTensor(self.data.reshape(shape), d, self.name)
 
     def __getitem__(self, key):
-        return HbmAccess(self, _normalize_key(key, self.ndim, self.name))
+        return HbmAccess(self, normalize_key(key, self.ndim, self.name))
 
     def __setitem__(self, key, value):
         raise TypeError(f"{self.name}: write HBM tensors with nl.store / nisa.dma_copy, not assignment")
@@ -79,7 +80,7 @@ class HbmAccess:
         self.key = key
 
     def resolve(self) -> Access:
-        return Access(self.key, self.tensor.shape, _first_varying(self.key))
+        return Access(self.key, self.tensor.shape, first_varying(self.key))
 
     @property
     def shape(self):
@@ -152,6 +153,11 @@ def _promote_for_write(value, dtype, name):
             "produce the tile with dtype= equal to the destination's dtype",
             limits.API_COMMON + "#supported-data-types",
         )
+
+
+# The nki.language functions a tile's operators and `broadcast_to` stand for, by name. language.py builds on this module
+# and fills the table when it loads, so this module never imports it.
+TILE_FUNCTIONS: dict[str, Callable] = {}
 
 
 class OnChip:
@@ -231,7 +237,7 @@ class OnChip:
         return sum(1 for x in key[: self.pdim] if not isinstance(x, int))
 
     def __getitem__(self, key) -> OnChip:
-        key = _normalize_key(key, self.data.ndim, self.name)
+        key = normalize_key(key, self.data.ndim, self.name)
         if any(isinstance(k, IndexArray) for k in key):
             if isinstance(key[self.pdim], int):
                 self._basic_partition_axis(key)
@@ -252,7 +258,7 @@ class OnChip:
         return OnChip(data, defined, pdim, self.buffer, self.name, owner=self._root())
 
     def __setitem__(self, key, value) -> None:
-        key = _normalize_key(key, self.data.ndim, self.name)
+        key = normalize_key(key, self.data.ndim, self.name)
         if self.readonly:
             raise TypeError(f"{self.name}: assign through the tensor itself (t[j, ip, jf] = ...), not a gathered view")
         if not isinstance(value, OnChip):
@@ -337,15 +343,11 @@ class OnChip:
         return OnChip(data, defined, 0, self.buffer, self.name, owner=self._root(), readonly=True)
 
     def broadcast_to(self, shape):
-        from programs.nki.emulator.language import broadcast_to
-
-        return broadcast_to(self, shape=shape)
+        return TILE_FUNCTIONS["broadcast_to"](self, shape=shape)
 
     # tile arithmetic: the nki.language element-wise APIs (docs: "Tile arithmetic operators")
     def _op(self, name, other, reverse=False):
-        from programs.nki.emulator import language
-
-        fn = getattr(language, name)
+        fn = TILE_FUNCTIONS[name]
         return fn(other, self) if reverse else fn(self, other)
 
     def __add__(self, o):
@@ -376,9 +378,7 @@ class OnChip:
         return self._op("power", o)
 
     def __neg__(self):
-        from programs.nki.emulator import language
-
-        return language.negative(self)
+        return TILE_FUNCTIONS["negative"](self)
 
     def _inplace(self, name, o):
         result = self._op(name, o)
