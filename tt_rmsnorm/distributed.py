@@ -29,14 +29,16 @@ def plan_distributed_rms_norm(
     ccl=None,
     with_weight: bool = True,
     epsilon: float = 1e-5,
+    input_memory_config=None,
     **kw,
 ) -> paths.PathPlan:
     """The checked plan `distributed_rms_norm` would run for a per-device activation shape, without a device.
 
-    `ccl=True` plans as for a call given `CCLResources` (the async and fused paths need them); `kw` takes the call's
+    `ccl=True` plans as for a call given `CCLResources` (the async and fused paths need them);
+    `input_memory_config` is x's as the caller holds it (DRAM interleaved when None); `kw` takes the call's
     sharded / program_config / compute_kernel_config / memory_config / out_dtype."""
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
-    x = TensorDesc(tuple(local_shape), dtype=dtype)
+    x = TensorDesc(tuple(local_shape), dtype=dtype, memory_config=input_memory_config or ttnn.DRAM_MEMORY_CONFIG)
     w = TensorDesc((1, 1, x.padded_width // TILE, TILE), layout=ttnn.ROW_MAJOR_LAYOUT) if with_weight else None
     call = paths.Call(
         epsilon=epsilon,

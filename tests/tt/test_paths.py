@@ -152,3 +152,29 @@ def test_weight_key_conventions(key, layer, prefix, expect):
 def test_default_is_distributed_policy(devices, decode, prefill):
     policy = module.default_is_distributed(devices)
     assert (policy("decode"), policy("prefill")) == (decode, prefill)
+
+
+def test_a_caller_sharded_input_stays_where_it_is_with_the_callers_program_config():
+    """Galaxy decode as tt-metal's Llama-70B lays it out: x width-sharded on cores (1,0)-(2,7) in [32, 128] shards,
+    the program config on a (2, 8) grid with block_w 4. The fused op accepts it as given; the plan keeps x's shards
+    (no reshard to the planner's own grid) and the caller's config."""
+    grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(1, 0), ttnn.CoreCoord(2, 7))})
+    spec = ttnn.ShardSpec(grid, [32, 128], ttnn.ShardOrientation.ROW_MAJOR)
+    mc = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
+    pc = ttnn.LayerNormShardedMultiCoreProgramConfig(
+        compute_with_storage_grid_size=ttnn.CoreCoord(2, 8), subblock_w=4, block_h=1, block_w=4, inplace=False
+    )
+    for path in ("fused", "async"):
+        plan = tt_rmsnorm.plan_distributed_rms_norm(
+            (1, 1, 32, 2048),
+            GALAXY,
+            cluster_axis=1,
+            compute_grid=(8, 9),
+            ccl=True,
+            path=path,
+            memory_config=mc,
+            program_config=pc,
+            input_memory_config=mc,
+        )
+        assert plan.norm.input_memory_config is None, path
+        assert plan.norm.program_config is pc or planner.config_key(plan.norm.program_config) == planner.config_key(pc)

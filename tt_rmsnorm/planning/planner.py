@@ -101,8 +101,10 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
         program_config=program_config,
         compute_kernel_config=compute_kernel_config,
     )
-    if norm.layout == "sharded" and x.is_sharded and program_config is None:
-        pc = layouts.program_config_from_shard_spec(x.shard_spec, norm.compute_kernel_config)
+    if norm.layout == "sharded" and x.is_sharded:
+        # The caller's sharding is honoured: x stays where it is, and the rules judge the caller's program config (or
+        # the one its shard spec implies) against x's own shards.
+        pc = program_config or layouts.program_config_from_shard_spec(x.shard_spec, norm.compute_kernel_config)
         norm = replace(norm, program_config=pc, input_memory_config=None)
     return norm
 
