@@ -41,6 +41,23 @@ def default_is_distributed(num_devices: int):
     return lambda mode: num_devices > 1
 
 
+def distribution_policy(is_distributed, num_devices: int):
+    """The `is_distributed(mode)` callable of a module: None takes the default policy, a bool holds in every mode
+    (False: never distributed), a callable is the policy itself."""
+    if is_distributed is None:
+        return default_is_distributed(num_devices)
+    if isinstance(is_distributed, bool):
+        return lambda mode: is_distributed
+    if callable(is_distributed):
+        return is_distributed
+    raise RuleError(
+        "module.is_distributed",
+        "is_distributed must be None, a bool or a callable of the mode",
+        type(is_distributed).__name__,
+        'is_distributed=lambda mode: mode == "prefill"',
+    )
+
+
 class DistributedRMSNorm:
     """RMSNorm over `dim`, its input sharded over `cluster_axis` of `mesh_device` where `is_distributed(mode)` holds
     and replicated (full `dim` on every device) otherwise.
@@ -75,7 +92,7 @@ class DistributedRMSNorm:
         self.dim = dim
         self.eps = eps
         self.cluster_axis, self.num_devices = topology.resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
-        self.is_distributed = is_distributed or default_is_distributed(self.num_devices)
+        self.is_distributed = distribution_policy(is_distributed, self.num_devices)
         self.compute_kernel_config = compute_kernel_config
         self.output_memory_config = output_memory_config
         self.gather_output = gather_output

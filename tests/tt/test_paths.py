@@ -178,3 +178,18 @@ def test_a_caller_sharded_input_stays_where_it_is_with_the_callers_program_confi
         )
         assert plan.norm.input_memory_config is None, path
         assert plan.norm.program_config is pc or planner.config_key(plan.norm.program_config) == planner.config_key(pc)
+
+
+@pytest.mark.parametrize(
+    "given, decode, prefill",
+    [(None, True, True), (False, False, False), (True, True, True), (lambda mode: mode == "prefill", False, True)],
+    ids=["none-default", "false-never", "true-always", "callable"],
+)
+def test_is_distributed_false_means_never(given, decode, prefill):
+    policy = module.distribution_policy(given, 8)
+    assert (policy("decode"), policy("prefill")) == (decode, prefill)
+
+
+def test_is_distributed_of_another_kind_is_refused():
+    with pytest.raises(RuleError, match="module.is_distributed"):
+        module.distribution_policy("prefill", 8)
