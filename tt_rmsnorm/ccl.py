@@ -15,7 +15,7 @@ for during trace capture it raises instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ttnn
 
@@ -62,6 +62,29 @@ def link_choice(mesh_shape) -> LinkChoice:
     return LinkChoice(f"{shape[0]}x{shape[1]} mesh", (1, 1), 1, _STATS_TOPOLOGY, "unknown system: one link, Linear")
 
 
+# A gather of one stats tile a device runs along a line or around a ring; the other topologies are for 2-D collectives.
+STATS_TOPOLOGIES = (ttnn.Topology.Linear, ttnn.Topology.Ring)
+
+
+def check_topology(topology) -> None:
+    if topology not in STATS_TOPOLOGIES:
+        raise RuleError(
+            "ccl.topology",
+            "the stats gather runs along one mesh axis: its topology is Linear or Ring",
+            topology,
+            "ccl_topology=ttnn.Topology.Linear (or ttnn.Topology.Ring where the axis closes into a ring)",
+        )
+
+
+# What the package calls on a model's own CCL object (tt-metal's TT_CCL and its kin): its cycled gather and barrier
+# semaphores, and its link count per axis.
+MODEL_CCL_METHODS = (
+    "get_and_cycle_ag_semaphore_handles",
+    "get_and_cycle_barrier_semaphore_handle",
+    "get_num_links",
+)
+
+
 def full_grid(mesh_device) -> ttnn.CoreRangeSet:
     """Every worker core of the device: where model code creates its CCL semaphores."""
     g = mesh_device.compute_with_storage_grid_size()
@@ -77,7 +100,7 @@ def semaphore_descs(resources, compute_grid) -> tuple[SemaphoreDesc, SemaphoreDe
     """(gather, barrier, fused) semaphores as the rules see them: those of `resources`, or, when planning without a
     device, those `CCLResources` would create on a device with `compute_grid`."""
     if isinstance(resources, CCLResources):
-        gather, barrier = resources._gather[0], resources._barrier[0]
+        gather, barrier = resources.described_gather
         return (
             SemaphoreDesc.of(gather, resources.cores),
             SemaphoreDesc.of(barrier, resources.cores),
@@ -92,7 +115,17 @@ class CCLResources:
     before any trace capture; pass the same object to every call (`distributed_rms_norm(..., ccl=...)`,
     `DistributedRMSNorm(..., ccl=...)`)."""
 
-    def __init__(self, mesh_device, *, cluster_axis=None, num_sets: int = 2):
+    def __init__(
+        self,
+        mesh_device,
+        *,
+        cluster_axis=None,
+        num_sets: int = 2,
+        topology=None,
+        num_links=None,
+        model_ccl=None,
+        model_axis=None,
+    ):
         if num_sets < 2:
             raise RuleError(
                 "ccl.num_sets",
@@ -104,11 +137,29 @@ class CCLResources:
         self.mesh_shape = tuple(mesh_device.shape)
         self.cluster_axis, self.num_devices = resolve_cluster_axis(self.mesh_shape, cluster_axis)
         self.links = link_choice(self.mesh_shape)
+        if topology is not None:
+            check_topology(topology)
+            self.links = replace(self.links, topology=topology, reason=f"{self.links.reason}; topology as given")
+        self.model_ccl = model_ccl
+        # the axis the model's own calls name for this gather (its semaphore slot: tt-metal's norms pass none on a
+        # 1-D mesh, 1 on Galaxy)
+        self.model_axis = model_axis
+        if num_links is None and model_ccl is not None:
+            # the model's own table (tt-metal's get_num_links); it says 0 where a system has no link to give
+            num_links = max(1, int(model_ccl.get_num_links(model_axis)))
+        if num_links is not None:
+            self.links = replace(self.links, num_links=int(num_links), reason=f"{self.links.reason}; links as given")
         self.num_sets = num_sets
         # fused_rms_minimal needs its input sharded inside its semaphore's grid: on every core, any decode grid fits
         self.cores = full_grid(mesh_device)
-        self._gather = [[self._semaphore(self.cores) for _ in range(2)] for _ in range(num_sets)]
-        self._barrier = [self._semaphore(self.cores) for _ in range(num_sets)]
+        if model_ccl is None:
+            self._gather = [[self._semaphore(self.cores) for _ in range(2)] for _ in range(num_sets)]
+            self._barrier = [self._semaphore(self.cores) for _ in range(num_sets)]
+            self.described_gather = (self._gather[0], self._barrier[0])
+        else:
+            # One set of the model's handles, for the rules to see (count, grid, distinct handles); taking it advances
+            # the model's cycle by one call, which keeps it alternating.
+            self.described_gather = self.next_gather()
         self._fused = [self._semaphore(self.cores) for _ in range(num_sets)]
         self._next_gather = 0
         self._next_fused = 0
@@ -118,7 +169,13 @@ class CCLResources:
         return ttnn.create_global_semaphore(self.mesh_device, cores, 0)
 
     def next_gather(self) -> tuple[list, object]:
-        """(the two all_gather_async semaphores, the barrier semaphore) of the next set, cycling."""
+        """(the two all_gather_async semaphores, the barrier semaphore) of the next set, cycling: the model CCL's own
+        cycle where one was adopted."""
+        if self.model_ccl is not None:
+            return (
+                self.model_ccl.get_and_cycle_ag_semaphore_handles(self.model_axis),
+                self.model_ccl.get_and_cycle_barrier_semaphore_handle(self.model_axis),
+            )
         i = self._next_gather
         self._next_gather = (i + 1) % self.num_sets
         return self._gather[i], self._barrier[i]
@@ -152,3 +209,49 @@ class CCLResources:
             f"semaphore sets (2 gather + barrier + fused each), {self.links.num_links} link(s) {topology} "
             f"({self.links.reason}); {len(self._buffers)} persistent buffer(s)"
         )
+
+
+# Resources adopted from model CCL objects, by (id of the object, axis, topology); the value holds the object, so its id
+# is never reused while its resources live. `forget_adopted` drops a mesh's (close_mesh calls it).
+_ADOPTED: dict[tuple, tuple[object, CCLResources]] = {}
+
+
+def forget_adopted(mesh_device=None) -> None:
+    for key in [k for k, (_, r) in _ADOPTED.items() if mesh_device is None or r.mesh_device is mesh_device]:
+        del _ADOPTED[key]
+
+
+def resources_for(ccl, mesh_device, cluster_axis, *, topology=None, model_axis="as given") -> CCLResources | None:
+    """The CCLResources a call runs with: `ccl` itself, or resources adopted once from a model's CCL object (anything
+    with MODEL_CCL_METHODS and `mesh_device`: tt-metal's TT_CCL), whose cycled gather and barrier semaphores and link
+    count the stats gather then uses; `model_axis` is the axis named in the calls on that object (`cluster_axis` as
+    given by default). Anything else is a RuleError naming what it lacks."""
+    if ccl is None or isinstance(ccl, CCLResources):
+        return ccl
+    missing = [m for m in (*MODEL_CCL_METHODS, "mesh_device") if not hasattr(ccl, m)]
+    if missing:
+        raise RuleError(
+            "ccl.interface",
+            "ccl must be a tt_rmsnorm.CCLResources or a model CCL object (tt-metal's TT_CCL) with "
+            + ", ".join(MODEL_CCL_METHODS)
+            + " and mesh_device",
+            f"{type(ccl).__name__} without {', '.join(missing)}",
+            "pass tt_rmsnorm.CCLResources(mesh_device, cluster_axis=...) or the model's TT_CCL",
+        )
+    if ccl.mesh_device is not mesh_device:
+        raise RuleError(
+            "ccl.mesh_axis",
+            "the model CCL object belongs to another mesh",
+            f"{type(ccl).__name__} of another mesh_device",
+            "pass the CCL object created for this mesh_device",
+        )
+    if model_axis == "as given":
+        model_axis = cluster_axis
+    key = (id(ccl), cluster_axis, topology, model_axis)
+    found = _ADOPTED.get(key)
+    if found is None:
+        resources = CCLResources(
+            mesh_device, cluster_axis=cluster_axis, topology=topology, model_ccl=ccl, model_axis=model_axis
+        )
+        found = _ADOPTED[key] = (ccl, resources)
+    return found[1]

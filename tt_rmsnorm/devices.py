@@ -9,6 +9,7 @@ import math
 import torch
 import ttnn
 
+from tt_rmsnorm.ccl import forget_adopted
 from tt_rmsnorm.distributed import forget_plans
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules.common import GAMMA_DTYPES
@@ -27,6 +28,7 @@ def open_mesh(shape: tuple[int, int], **kwargs):
 def close_mesh(mesh_device) -> None:
     """Close a mesh opened by `open_mesh`, and turn the fabric off again so the next mesh can configure it."""
     forget_plans(mesh_device)
+    forget_adopted(mesh_device)
     multi = mesh_device.get_num_devices() > 1
     ttnn.close_mesh_device(mesh_device)
     if multi:

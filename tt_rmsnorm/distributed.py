@@ -11,6 +11,7 @@ from __future__ import annotations
 import ttnn
 from loguru import logger
 
+from tt_rmsnorm.ccl import resources_for
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import paths, planner
 from tt_rmsnorm.tensors import TensorDesc, describe
@@ -112,8 +113,9 @@ def distributed_rms_norm(
 
     x: mesh tensor [B, 1, S, H/n] per device (`shard_activation`); w: `prepare_weight(...)` or None.
     path: "auto" (default), "classic", "async", "fused" or "local" (`tt_rmsnorm.planning.paths`); auto takes local
-    with one device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis)
-    fused for decode with a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
+    with one device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis,
+    or the model's own CCL object, tt-metal's TT_CCL: its cycled semaphores and links are used) fused for decode with
+    a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
     decode when the padded height is 32 (`sharded` overrides). With `residual`, x + residual is normalized and
     `(output, x + residual)` is returned; on the sharded layouts that sum is written over x's shard by the pre (over the
     residual's by the fused op), as tt-metal's decode does. The output has x's memory config unless `memory_config`
@@ -200,6 +202,7 @@ def _plan(
             raise RuleError(rule, message, type(t).__name__, fix)
     mesh_shape = tuple(mesh_device.shape)
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
+    ccl = resources_for(ccl, mesh_device, axis)
     if ccl is not None and (ccl.mesh_device is not mesh_device or ccl.cluster_axis != axis):
         raise RuleError(
             "ccl.mesh_axis",

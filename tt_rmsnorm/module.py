@@ -58,6 +58,106 @@ def distribution_policy(is_distributed, num_devices: int):
     )
 
 
+def state_dict_weight(state_dict, name: str, dim: int) -> torch.Tensor:
+    """The norm's weight from the checkpoint, as float: `dim` elements under `name`."""
+    if name not in state_dict:
+        raise RuleError(
+            "module.weight_key",
+            "the norm's weight is not in the state_dict",
+            name,
+            "check weight_key / layer_num / state_dict_prefix against the checkpoint's keys",
+        )
+    torch_weight = torch.as_tensor(state_dict[name]).reshape(-1).float()
+    if torch_weight.numel() != dim:
+        raise RuleError("module.weight_size", "the weight must have `dim` elements", torch_weight.numel(), f"dim={dim}")
+    return torch_weight
+
+
+class WeightLoader:
+    """Puts a norm weight on the mesh as tt-metal's norm modules do, tilized once into `cache / name` when a cache
+    path is given: ROW_MAJOR [1, 1, dim/32, 32] or TILE [1, 1, 1, dim], replicated, or split over `axis` into each
+    device's slice."""
+
+    def __init__(self, mesh_device, dim: int, dtype, memory_config, cache: Path | None):
+        self.mesh_device, self.dim, self.dtype, self.cache = mesh_device, dim, dtype, cache
+        self.memory_config = memory_config or ttnn.DRAM_MEMORY_CONFIG
+
+    def __call__(self, torch_weight, name: str, axis, layout=ttnn.ROW_MAJOR_LAYOUT):
+        n = 1 if axis is None else tuple(self.mesh_device.shape)[axis]
+        topology.check_local_width(self.dim, n, "weight")
+        if layout == ttnn.ROW_MAJOR_LAYOUT:
+            shaped, dim = torch_weight.reshape(1, 1, self.dim // TILE, TILE), 2
+        else:
+            shaped, dim = torch_weight.reshape(1, 1, 1, self.dim), 3
+        return ttnn.as_tensor(
+            shaped,
+            dtype=self.dtype,
+            layout=layout,
+            device=self.mesh_device,
+            memory_config=self.memory_config,
+            mesh_mapper=topology.mapper(self.mesh_device, axis, dim),
+            cache_file_name=None if self.cache is None else self.cache / name,
+        )
+
+
+def check_input_width(x, width: int, kind: str, dim: int, num_devices: int) -> None:
+    """A norm's input must be as wide as the norm runs it: `dim` replicated, `dim / n` where distributed."""
+    seen = tuple(x.shape)[-1]
+    if seen == width:
+        return
+    fix = (
+        "gather the fractured activation to full width first, or make the mode distributed (is_distributed)"
+        if kind == "replicated"
+        else "shard the activation over the gather axis (tt_rmsnorm.shard_activation), or make the mode replicated"
+    )
+    raise RuleError(
+        "module.input_width",
+        f"a {kind} norm of dim {dim} on {num_devices} devices takes inputs {width} wide per device",
+        f"width {seen}",
+        fix,
+    )
+
+
+class LocalNorm:
+    """rms_norm of full-width (replicated) activations on every device, planned and checked once per signature."""
+
+    def __init__(self, mesh_device):
+        self.mesh_device = mesh_device
+        self._plans: list = []
+
+    def __call__(
+        self, x, weight, residual=None, *, epsilon, memory_config=None, program_config=None, compute_kernel_config=None
+    ):
+        key = (
+            x.spec,
+            x.storage_type(),
+            None if residual is None else residual.spec,
+            weight.spec,
+            memory_config,
+            None if program_config is None else planner.config_key(program_config),
+            None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
+        )
+        for seen, plan in self._plans:
+            if seen == key:
+                return plan.run(x, weight, residual)
+        grid = self.mesh_device.compute_with_storage_grid_size()
+        call = paths.Call(epsilon=epsilon, memory_config=memory_config, mesh_shape=tuple(self.mesh_device.shape))
+        plan = planner.plan_call(
+            describe(x),
+            describe(weight),
+            describe(residual),
+            mesh_device=self.mesh_device,
+            compute_grid=(grid.x, grid.y),
+            num_devices=1,
+            call=call,
+            path="local",
+            program_config=planner.copy_config(program_config),
+            compute_kernel_config=planner.copy_config(compute_kernel_config),
+        )
+        self._plans.append((key, plan))
+        return plan.run(x, weight, residual)
+
+
 class DistributedRMSNorm:
     """RMSNorm over `dim`, its input sharded over `cluster_axis` of `mesh_device` where `is_distributed(mode)` holds
     and replicated (full `dim` on every device) otherwise.
@@ -97,46 +197,19 @@ class DistributedRMSNorm:
         self.output_memory_config = output_memory_config
         self.gather_output = gather_output
         name = weight_name(weight_key, layer_num, state_dict_prefix)
-        if name not in state_dict:
-            raise RuleError(
-                "module.weight_key",
-                "the norm's weight is not in the state_dict",
-                name,
-                "check weight_key / layer_num / state_dict_prefix against the checkpoint's keys",
-            )
-        torch_weight = torch.as_tensor(state_dict[name]).reshape(-1).float()
-        if torch_weight.numel() != dim:
-            raise RuleError(
-                "module.weight_size", "the weight must have `dim` elements", torch_weight.numel(), f"dim={dim}"
-            )
+        torch_weight = state_dict_weight(state_dict, name, dim)
         if add_unit_offset:
             torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernels multiply by w
         cache = Path(weight_cache_path) if weight_cache_path is not None else None
-        memory_config = weight_memory_config or ttnn.DRAM_MEMORY_CONFIG
-        self.weight = self._load(torch_weight, name, None, weight_dtype, memory_config, cache)
+        load = WeightLoader(mesh_device, dim, weight_dtype, weight_memory_config, cache)
+        self.weight = load(torch_weight, name, None)
         self.weight_distributed = None
         if self.num_devices > 1:
-            self.weight_distributed = self._load(
-                torch_weight, f"{name}_distributed", self.cluster_axis, weight_dtype, memory_config, cache
-            )
+            self.weight_distributed = load(torch_weight, f"{name}_distributed", self.cluster_axis)
         self.ccl = ccl
         if self.ccl is None and self.num_devices > 1:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
-        self._local_plans: list = []
-
-    def _load(self, torch_weight, name, axis, dtype, memory_config, cache):
-        """ROW_MAJOR [1, 1, dim/32, 32]: replicated, or split over `axis` into each device's slice (dim 2). With a cache
-        path the tilized tensor is written once and read back on later constructions."""
-        topology.check_local_width(self.dim, self.num_devices if axis is not None else 1, "weight")
-        return ttnn.as_tensor(
-            torch_weight.reshape(1, 1, self.dim // TILE, TILE),
-            dtype=dtype,
-            layout=ttnn.ROW_MAJOR_LAYOUT,
-            device=self.mesh_device,
-            memory_config=memory_config,
-            mesh_mapper=topology.mapper(self.mesh_device, axis, 2),
-            cache_file_name=None if cache is None else cache / name,
-        )
+        self._local_norm = LocalNorm(mesh_device)
 
     def _output_memory_config(self, mode: str):
         mc = self.output_memory_config
@@ -181,26 +254,11 @@ class DistributedRMSNorm:
     def _local(self, x, residual, mode):
         """Replicated activations: plain rms_norm on every device with the replicated weight, planned once per
         signature like the distributed call."""
-        specs = (x.spec, x.storage_type(), None if residual is None else residual.spec, mode)
-        for seen, plan in self._local_plans:
-            if seen == specs:
-                return plan.run(x, self.weight, residual)
-        grid = self.mesh_device.compute_with_storage_grid_size()
-        call = paths.Call(
+        return self._local_norm(
+            x,
+            self.weight,
+            residual,
             epsilon=self.eps,
             memory_config=self._output_memory_config(mode),
-            mesh_shape=tuple(self.mesh_device.shape),
+            compute_kernel_config=self.compute_kernel_config,
         )
-        plan = planner.plan_call(
-            describe(x),
-            describe(self.weight),
-            describe(residual),
-            mesh_device=self.mesh_device,
-            compute_grid=(grid.x, grid.y),
-            num_devices=1,
-            call=call,
-            path="local",
-            compute_kernel_config=planner.copy_config(self.compute_kernel_config),
-        )
-        self._local_plans.append((specs, plan))
-        return plan.run(x, self.weight, residual)

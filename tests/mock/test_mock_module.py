@@ -156,7 +156,7 @@ def _replicated(mesh, mode):
     )
     y = norm(x, mode)
     norm(x, mode)
-    return tuple(ttnn.get_device_tensors(y)[0].shape), len(norm._local_plans)
+    return tuple(ttnn.get_device_tensors(y)[0].shape), len(norm._local_norm._plans)
 
 
 @pytest.mark.parametrize(
