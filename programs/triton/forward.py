@@ -39,7 +39,6 @@ import triton
 from programs.triton import fp8 as fp8mod
 from programs.triton import interpreter, rmsnorm_async, rmsnorm_cluster
 from programs.triton.checks import (
-    TritonRuleError,
     as_rows,
     check_activation,
     check_epsilon,
@@ -67,6 +66,7 @@ from programs.triton.launch import (
     wordable_rows,
     wordable_weight,
 )
+from tt_rmsnorm.errors import RuleError
 
 
 class RMSNormOutput(NamedTuple):
@@ -171,7 +171,7 @@ class _Launch:
     def run(self, p: _Pass) -> None:
         runner = _RUNNERS.get(self.cfg.kernel)
         if runner is None:
-            raise TritonRuleError(
+            raise RuleError(
                 "config.kernel",
                 "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
                 self.cfg.kernel,
@@ -185,7 +185,7 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
     row_n = block_n = triton.next_power_of_2(L.n)
     if cfg.chunk and cfg.chunk < row_n:
         if cfg.chunk & (cfg.chunk - 1):
-            raise TritonRuleError(
+            raise RuleError(
                 "config.chunk",
                 "config.chunk of a rows launch (columns per program) must be a power of two",
                 cfg.chunk,
@@ -212,7 +212,7 @@ def _run_looped(L: _Launch, p: _Pass) -> None:
     cfg, device = L.cfg, p.src.device
     grid = (min(L.m, cfg.programs or sm_count(device)),)
     if cfg.head and (cfg.head > L.n or cfg.head & (cfg.head - 1)):
-        raise TritonRuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
+        raise RuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
     words = triton.next_power_of_2(triton.cdiv(L.n, 2)) if cfg.words else 0
     _fwd_looped_kernel[grid](
         *L.args(p),

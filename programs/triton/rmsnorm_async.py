@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from programs.triton.checks import TritonRuleError
 from programs.triton.rmsnorm_cluster import GLUON, shared_budget
+from tt_rmsnorm.errors import RuleError
 
 if GLUON:
     from triton.experimental import gluon
@@ -56,7 +56,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     16-byte loads of every thread or does not fit shared memory."""
     x_size = x2.element_size()
     if not supported(device):
-        raise TritonRuleError(
+        raise RuleError(
             "config.async",
             "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it "
             "does not run under the interpreter",
@@ -64,7 +64,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
             "config=None",
         )
     if not aligned(x2):
-        raise TritonRuleError(
+        raise RuleError(
             "config.async",
             "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length "
             "that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 "
@@ -75,7 +75,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     block_n = 1 << (n - 1).bit_length()
     vec = VEC_BYTES // x_size
     if block_m & (block_m - 1) or block_m * block_n < vec * 32 * num_warps:
-        raise TritonRuleError(
+        raise RuleError(
             "config.block_m",
             f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one "
             f"16-byte load for each of its {32 * num_warps} threads",
@@ -84,7 +84,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
         )
     limit = shared_budget(device)
     if block_m * block_n * x_size > limit:
-        raise TritonRuleError(
+        raise RuleError(
             "config.block_m",
             f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, "
             f"at most {limit} bytes",

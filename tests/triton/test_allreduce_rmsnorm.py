@@ -27,8 +27,8 @@ from ranks import run_ranks, serve_rank  # noqa: E402
 from ref64 import fp8_expected, norm64  # noqa: E402
 
 from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
-from programs.triton.checks import TritonRuleError  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
+from tt_rmsnorm.errors import RuleError  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the phase-by-phase simulation runs on a GPU too
@@ -412,7 +412,7 @@ def test_bad_input_names_the_rule(rule):
     c.update(RULES[rule])
     args = {k: (v() if callable(v) else v) for k, v in c.items()}
     max_tokens = args.pop("max_tokens", 8)
-    with pytest.raises(TritonRuleError) as err:
+    with pytest.raises(RuleError) as err:
         ar.check_call(
             args.pop("x"),
             args.pop("weight"),
@@ -427,7 +427,7 @@ def test_bad_input_names_the_rule(rule):
 
 def test_push_stage_takes_one_row_per_program():
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
-    with pytest.raises(TritonRuleError) as err:
+    with pytest.raises(RuleError) as err:
         ar.launch(
             0,
             0,

@@ -9,9 +9,9 @@ from test_rmsnorm_fwd import rand
 
 from programs.triton import forward_config as fwd_mod
 from programs.triton import fp8
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
+from tt_rmsnorm.errors import RuleError
 
 
 @pytest.fixture
@@ -302,7 +302,7 @@ def test_gluon_kernels_refuse_what_they_cannot_run(case):
         kw["bias"] = rand(8192, dtype=torch.bfloat16, seed=33)
     if kw.pop("stats", False):
         kw["stats"] = torch.ones(2, 2)
-    with pytest.raises(TritonRuleError, match=match):
+    with pytest.raises(RuleError, match=match):
         rmsnorm_fwd(x, config=cfg, **kw)
 
 
@@ -381,18 +381,16 @@ def test_async_launch_shape_rules(monkeypatch):
 
     ra.check(4096, 1, 4, bf(2, 4096), cpu)
     ra.check(5000, 2, 8, torch.empty(2, 5000), cpu)  # fp32: masked to 8192 columns, copied 4 bytes at a time
-    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*power of two"):
+    with pytest.raises(RuleError, match=r"\[config.block_m\].*power of two"):
         ra.check(4096, 3, 4, bf(2, 4096), cpu)
-    with pytest.raises(
-        TritonRuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"
-    ):
+    with pytest.raises(RuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"):
         ra.check(4096, 1, 32, bf(2, 4096), cpu)
-    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*shared memory"):
+    with pytest.raises(RuleError, match=r"\[config.block_m\].*shared memory"):
         ra.check(32768, 4, 32, bf(4, 32768), cpu)
     # 16-bit rows: base, stride and length multiples of 16 (the row of 5000 that failed to compile on the GPU)
-    with pytest.raises(TritonRuleError, match=r"\[config.async\].*multiples of 16.*N 5000"):
+    with pytest.raises(RuleError, match=r"\[config.async\].*multiples of 16.*N 5000"):
         ra.check(5000, 1, 8, bf(2, 5000), cpu)
-    with pytest.raises(TritonRuleError, match=r"\[config.async\].*stride 4104"):
+    with pytest.raises(RuleError, match=r"\[config.async\].*stride 4104"):
         ra.check(4096, 1, 4, bf(2, 4104)[:, :4096], cpu)
     assert ra.aligned(bf(2, 5008)) and not ra.aligned(bf(2, 4112)[:, 4:4100])  # a base 8 bytes off
 
@@ -405,13 +403,13 @@ def test_cluster_launch_shape_rules(monkeypatch):
 
     monkeypatch.setattr(rc, "supported", lambda device: True)
     assert [cs.cluster_size(n, 4096) for n in (8192, 12288, 65536, 65537)] == [2, 4, 16, 32]
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\]"):
+    with pytest.raises(RuleError, match=r"\[config.chunk\]"):
         rc.check(65536, 3000, 4, torch.device("cpu"))
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*at least 8 elements a thread"):
+    with pytest.raises(RuleError, match=r"\[config.chunk\].*at least 8 elements a thread"):
         rc.check(65536, 512, 4, torch.device("cpu"))
-    with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 32 CTAs"):
+    with pytest.raises(RuleError, match=r"\[config.cluster_size\].*takes 32 CTAs"):
         rc.check(131072, 4096, 4, torch.device("cpu"))
-    with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
+    with pytest.raises(RuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
         rc.check(4096, 4096, 4, torch.device("cpu"))
     assert rc.check(40000, 4096, 4, torch.device("cpu")) == 16  # the last CTAs masked
     # the bias and the weight (at 64 elements a thread in a row of 16 CTAs, a 16-bit weight and no bias: x) wait in
@@ -432,7 +430,5 @@ def test_cluster_launch_shape_rules(monkeypatch):
         cs.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and cs.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
     )
     assert rc.check(262144, 16384, 8, torch.device("cpu"), cs.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
-    with pytest.raises(
-        TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"
-    ):
+    with pytest.raises(RuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"):
         rc.check(131072, 65536, 16, torch.device("cpu"), cs.shared_bytes(131072, 65536, 16, 2, 4, 4))

@@ -7,11 +7,11 @@ import pytest
 import torch
 from ref64 import fp8_expected, norm64
 
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
 from programs.triton.launch import pdl_supported
 from tt_rmsnorm.accuracy import assert_close
+from tt_rmsnorm.errors import RuleError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # "looped" at tiny N: 32-wide chunks, so N=37 and N=100 span several chunks (and a partial last one); "looped_head"
@@ -47,7 +47,7 @@ def test_forward_matches_float64(kernel, dtype, shape):
     dt = DTYPES[dtype]
     x, w = rand(*shape, dtype=dt, seed=1), rand(shape[-1], dtype=dt, seed=2)
     if KERNELS[kernel] is not None and KERNELS[kernel].head > shape[-1]:
-        with pytest.raises(TritonRuleError, match=r"\[config.head\]"):
+        with pytest.raises(RuleError, match=r"\[config.head\]"):
             rmsnorm_fwd(x, w, config=KERNELS[kernel])
         return
     o = rmsnorm_fwd(x, w, epsilon=1e-5, return_rsigma=True, config=KERNELS[kernel])
@@ -208,7 +208,7 @@ BAD = {
 def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
     """enable_pdl=True on a CPU tensor (no griddepcontrol) is refused before any work; None (the default) runs."""
     x = torch.ones(2, 8)
-    with pytest.raises(TritonRuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
+    with pytest.raises(RuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
         rmsnorm_fwd(x, enable_pdl=True)
     assert not pdl_supported(x.device)
     assert torch.equal(rmsnorm_fwd(x, enable_pdl=False).y, rmsnorm_fwd(x).y)
@@ -217,7 +217,7 @@ def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_input_names_the_rule(case):
     fn, rule = BAD[case]
-    with pytest.raises(TritonRuleError, match=rf"\[{rule}\]"):
+    with pytest.raises(RuleError, match=rf"\[{rule}\]"):
         fn()
 
 
@@ -339,7 +339,7 @@ def test_words_stats_pass_refuses_what_it_cannot_read(case):
     residual sum, distributed stats), is refused by name before any launch (the default does not choose it there)."""
     make, seen = WORDS_REFUSED[case]
     x, kw = make()
-    with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
+    with pytest.raises(RuleError, match=rf"\[config.words\].*{seen}"):
         rmsnorm_fwd(x, config=WORDS, **kw)
     rmsnorm_fwd(x, **kw)  # the default launch serves the same call
 
@@ -409,7 +409,7 @@ SPLIT_WORDS_REFUSED = {
 def test_split_words_refuses_what_it_cannot_hold(case):
     make, seen = SPLIT_WORDS_REFUSED[case]
     x, kw = make()
-    with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
+    with pytest.raises(RuleError, match=rf"\[config.words\].*{seen}"):
         rmsnorm_fwd(x, config=split_words(3), **kw)
 
 
@@ -420,7 +420,7 @@ def test_stages_other_than_3_are_the_words_split_kernels():
         FwdConfig("looped", 4, chunk=32, programs=3, words=True, stages=4),
         split_words(5),
     ):
-        with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+        with pytest.raises(RuleError, match=r"\[config.stages\]"):
             rmsnorm_fwd(x, config=cfg)
 
 
@@ -462,17 +462,17 @@ def test_sliced_rows_with_distributed_stats_match_whole_rows(dtype):
 @pytest.mark.skipif(DEV == "cuda", reason="the guard is for the interpreter, which runs programs one after another")
 def test_split_exchange_across_programs_is_refused_by_the_interpreter():
     x = rand(4, 100, dtype=torch.bfloat16, seed=13)
-    with pytest.raises(TritonRuleError, match=r"\[config.split_interpreter\]"):
+    with pytest.raises(RuleError, match=r"\[config.split_interpreter\]"):
         rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=8))
 
 
 def test_split_refuses_a_bias_with_a_row_max():
     x, w, b = rand(4, 64, dtype=torch.bfloat16, seed=14), rand(64, seed=15), rand(64, seed=16)
-    with pytest.raises(TritonRuleError, match=r"\[config.split_bias_rowmax\]"):
+    with pytest.raises(RuleError, match=r"\[config.split_bias_rowmax\]"):
         rmsnorm_fwd(x, w, bias=b, dtype=torch.float8_e4m3fn, config=FwdConfig("split", 4, chunk=64, programs=8))
 
 
 def test_split_needs_its_programs_resident_together():
     x = rand(4, 100, dtype=torch.bfloat16, seed=17)
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*needs 4 programs"):
+    with pytest.raises(RuleError, match=r"\[config.chunk\].*needs 4 programs"):
         rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=2))

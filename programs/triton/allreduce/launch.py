@@ -13,8 +13,8 @@ from programs.triton import interpreter
 from programs.triton.allreduce import kernels
 from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, MAX_WORLD, PUSH
 from programs.triton.allreduce.workspace import PUSH_PIECE, PUSH_PROGRAMS, RankBuffers, lamport_rows
-from programs.triton.checks import TritonRuleError
 from programs.triton.launch import sm_count
+from tt_rmsnorm.errors import RuleError
 
 
 def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
@@ -126,7 +126,7 @@ def launch(
         return
     interpreter.use_exact_casts(x.device)  # exact bf16 casts where the kernels are interpreted
     if stage in (PUSH, LAMPORT, LAMPORT2) and config is not None and config[0] != 1:
-        raise TritonRuleError(
+        raise RuleError(
             "config.push_rows",
             f"stage {stage} takes one row per program: config must be (1, num_warps)",
             config,
