@@ -14,6 +14,7 @@ The public names load their module on first use, so `import programs.triton` cos
 from importlib import import_module
 
 _EXPORTS = {
+    "AllReduceRMSNormFP8": "allreduce.api",
     "RMSNorm": "autograd",
     "RMSNormFunction": "autograd",
     "rms_norm": "autograd",

@@ -5,9 +5,9 @@
 World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
 (median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
 all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every stage of
-allreduce_rmsnorm.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
+allreduce/api.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
 it serves, the fused ones with the best launch shape of a small sweep; "best stage" is the fastest of them and its
-ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
+ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce.dispatch.DISPATCH come from it); then the
 call as users make it (dispatched stage, default shape, reuse_x=True: x is dead after the call, as the baseline's
 is, and stage 4 with a residual all-reduces in place on the baseline's copy). KiB/rank is the payload T * H * 2 of
 every rank.
@@ -40,7 +40,7 @@ if STDLIB:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-from programs.triton.allreduce_rmsnorm import (  # noqa: E402
+from programs.triton.allreduce.api import (  # noqa: E402
     LAMPORT,
     LAMPORT2,
     LAMPORT2_MAX_TOKENS,

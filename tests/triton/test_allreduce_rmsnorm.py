@@ -1,4 +1,4 @@
-"""Fused all-reduce + residual + RMSNorm + FP8 (programs/triton/allreduce_rmsnorm.py).
+"""Fused all-reduce + residual + RMSNorm + FP8 (programs/triton/allreduce/api.py).
 
 CPU (CI): the fused kernels under the Triton interpreter with all ranks played by one process (phases in turn, no
 barriers), and the reference path with 2, 4 and 8 gloo processes. GPU (requires_multi_gpu): the fused kernels with
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from ranks import run_ranks, serve_rank  # noqa: E402
 from ref64 import fp8_expected, norm64  # noqa: E402
 
-from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
+from programs.triton.allreduce import api as ar  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 from tt_rmsnorm.errors import RuleError  # noqa: E402
 

@@ -45,9 +45,10 @@ Paths (`stage`, default from `choose_stage`, which reads the measured table DISP
 
 Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
 get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels, their
-barriers, the workspace, the dispatch table and the launches live in programs/triton/allreduce/ (its kernels.py says
-which module holds what); this module is the API. The reference path (fp32 all_reduce through torch.distributed, then
-the forward kernel rmsnorm_fwd) defines the same numbers and runs on CPU with gloo under the Triton interpreter.
+barriers, the workspace, the dispatch table and the launches live beside this module in programs/triton/allreduce/
+(its kernels.py says which module holds what); this module is the API. The reference path (fp32 all_reduce through
+torch.distributed, then the forward kernel rmsnorm_fwd) defines the same numbers and runs on CPU with gloo under the
+Triton interpreter.
 """
 
 from __future__ import annotations
