@@ -448,10 +448,11 @@ def test_push_stage_takes_one_row_per_program():
 
 
 def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
-    """bench_allreduce's watchdog prints the armed step's label while it runs too long, and nothing once disarmed."""
+    """The all-reduce benchmark's watchdog prints the armed step's label while it runs too long, and nothing once
+    disarmed."""
     import time
 
-    from programs.triton.bench_allreduce import Watchdog
+    from programs.triton.allreduce.measurement import Watchdog
 
     dog = Watchdog(rank=1, seconds=0.05)
     dog.arm("T=1024 residual=False stage 2 shape 1x16 grid default")

@@ -333,7 +333,7 @@ def test_benchmark_captures_eager_backward():
     """The benchmark's backward contenders run their forward on the capture stream: with the forward on the default
     stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100),
     and the table showed eager as n/a."""
-    from programs.triton import bench_timing
+    from programs.triton import timing
 
     xs = [rand(256, 4096, seed=s) for s in (60, 61)]
     dys = [rand(256, 4096, seed=s) for s in (62, 63)]
@@ -342,5 +342,5 @@ def test_benchmark_captures_eager_backward():
     def eager(a, b):
         return torch.nn.functional.rms_norm(a, (4096,), b, 1e-6)
 
-    t = bench_timing.graph_time(bench_timing.rotating(bench_timing.autograd_calls(eager, xs, w, dys), 2, 4), 3)
+    t = timing.graph_time(timing.rotating(timing.autograd_calls(eager, xs, w, dys), 2, 4), 3)
     assert 0 < t < 1e-3
