@@ -1,4 +1,5 @@
-"""One rank of the distributed RMSNorm checks: `python dist_worker.py RANK WORLD PORT BACKEND` (gloo: CPU; nccl: GPUs).
+"""One rank of the distributed RMSNorm checks: `python -m tests.triton.dist_worker RANK WORLD PORT BACKEND` from the
+repository root (gloo: CPU; nccl: GPUs).
 
 Every rank draws the same full activation, keeps its column shard (a strided view) and checks pre_stats, the gathered
 stats, post and the composed call against the float64 RMSNorm of the full rows, ordinary rows and rows at the edges of
@@ -6,20 +7,17 @@ the number formats (check_extreme). Exit status 0 means every check held."""
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # ref64
 rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if backend == "gloo":
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from ranks import serve_rank  # noqa: E402
-from ref64 import assert_close_cancelling, norm64  # noqa: E402
 
 from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats  # noqa: E402
+from tests.triton.ranks import serve_rank  # noqa: E402
+from tests.triton.ref64 import assert_close_cancelling, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
 

@@ -3,7 +3,8 @@
 CPU (CI): the fused kernels under the Triton interpreter with all ranks played by one process (phases in turn, no
 barriers), and the reference path with 2, 4 and 8 gloo processes. GPU (requires_multi_gpu): the fused kernels with
 their barriers over symmetric memory, many back-to-back calls with changing inputs and skewed ranks, every result
-checked. This file is also the rank worker: `python test_allreduce_rmsnorm.py RANK WORLD PORT BACKEND`.
+checked. This module is also the rank worker: `python -m tests.triton.test_allreduce_rmsnorm RANK WORLD PORT BACKEND`
+from the repository root.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 
-if __name__ == "__main__":  # a rank worker: the repository root and ref64 on the path, the interpreter for gloo
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # a rank worker: the interpreter for gloo, before any kernel module is imported
     if sys.argv[4] == "gloo":
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -23,10 +21,10 @@ if __name__ == "__main__":  # a rank worker: the repository root and ref64 on th
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from ranks import run_ranks, serve_rank  # noqa: E402
-from ref64 import fp8_expected, norm64  # noqa: E402
 
 from programs.triton.allreduce import api as ar  # noqa: E402
+from tests.triton.ranks import run_ranks, serve_rank  # noqa: E402
+from tests.triton.ref64 import fp8_expected, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 from tt_rmsnorm.errors import RuleError  # noqa: E402
 
@@ -471,7 +469,7 @@ def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
 
 @pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks"])
 def test_reference_path_gloo(world):
-    print(run_ranks(__file__, world, "gloo", timeout=120.0))
+    print(run_ranks(__name__, world, "gloo", timeout=120.0))
 
 
 @pytest.mark.requires_multi_gpu
@@ -479,7 +477,7 @@ def test_reference_path_gloo(world):
 def test_fused_nccl_back_to_back(world):
     if torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} GPUs, {torch.cuda.device_count()} present")
-    print(run_ranks(__file__, world, "nccl", timeout=400.0))
+    print(run_ranks(__name__, world, "nccl", timeout=400.0))
 
 
 def gloo_worker(rank, world, dist):

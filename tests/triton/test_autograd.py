@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 
 from programs.triton.autograd import (
     RMSNorm,
@@ -13,6 +12,7 @@ from programs.triton.autograd import (
     rms_norm_fp8_op,
     rms_norm_fwd_op,
 )
+from tests.triton.ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from tt_rmsnorm.accuracy import assert_close
 from tt_rmsnorm.errors import RuleError
 

@@ -7,16 +7,14 @@ import warnings
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
-from test_rmsnorm_bwd import KERNELS as BWD_KERNELS
-from test_rmsnorm_fwd import KERNELS as FWD_KERNELS
-from test_rmsnorm_fwd import SPLIT_CHUNK
 
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import BwdConfig
 from programs.triton.distributed import post, pre_stats
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
+from tests.triton.ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
+from tests.triton.support import BWD_KERNELS, FWD_KERNELS, SPLIT_CHUNK
 from tt_rmsnorm.accuracy import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

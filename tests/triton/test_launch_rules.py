@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_rmsnorm_fwd import rand
 
 from programs.triton import forward_config as fwd_mod
 from programs.triton import fp8
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
+from tests.triton.support import rand
 from tt_rmsnorm.errors import RuleError
 
 

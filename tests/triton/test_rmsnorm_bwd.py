@@ -5,30 +5,15 @@ from dataclasses import replace
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, grads64
 
 from programs.triton import backward as bwd_module
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import DECODE_M, BwdConfig
 from programs.triton.forward import rmsnorm_fwd
+from tests.triton.ref64 import assert_close_cancelling, grads64
+from tests.triton.support import BWD_KERNELS, DEV, rand
 from tt_rmsnorm.errors import RuleError
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-# "cols" at tiny N: 32-wide column tiles and 3 row groups, so partial sums span several programs
-KERNELS = {
-    "rows": None,
-    "cols": BwdConfig("cols", 4, block_m=2, programs=3, block_n=32),
-    # 37 partial rows: the partial-sum kernel takes them in two 32-row steps, the second one masked
-    "rows_37_programs": BwdConfig("rows", 4, block_m=1, programs=37),
-    # one program for all rows: its partial row is stored as the final dweight / dbias, no partial-sum kernel
-    "rows_one_program": BwdConfig("rows", 4, block_m=1, programs=1),
-    # no register look-ahead, the weight re-read every row (the default for 8192 < N <= 16384; its L2 look-ahead is
-    # CUDA-only, test_gpu.py)
-    "rows_stream": BwdConfig("rows", 4, block_m=1, programs=5, stream=True),
-    # on CUDA 32-wide chunks: 3 programs share a row and exchange its dot; the interpreter runs programs one after
-    # another, so there one 128-wide chunk holds the row (the exchange still runs, with one program per row)
-    "split": BwdConfig("split", 4, block_m=2, programs=9, block_n=32 if DEV == "cuda" else 128),
-}
 CASES = {
     "plain": dict(),
     "offset_bias": dict(weight_offset=1.0, bias=True),
@@ -38,16 +23,11 @@ CASES = {
 }
 
 
-def rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
-
-
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(BWD_KERNELS))
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_backward_matches_float64_autograd(kernel, dtype, case):
-    check_backward(KERNELS[kernel], dtype, case, 41, 67)
+    check_backward(BWD_KERNELS[kernel], dtype, case, 41, 67)
 
 
 # decode: rows as dx programs, then 32-column dweight programs over all rows (one launch); M up to DECODE_M
@@ -121,11 +101,11 @@ def check_backward(cfg, dtype, case, m, n):
         assert_close_cancelling(db, ref["bias"], dt, context="dbias")
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(BWD_KERNELS))
 def test_dweight_is_bitwise_reproducible(kernel):
     x, dy, w = rand(33, 80, seed=7), rand(33, 80, seed=8), rand(80, seed=9)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
-    runs = [rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, config=KERNELS[kernel]) for _ in range(3)]
+    runs = [rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, config=BWD_KERNELS[kernel]) for _ in range(3)]
     for dx, dw, db in runs[1:]:
         assert torch.equal(dw, runs[0][1]) and torch.equal(db, runs[0][2]) and torch.equal(dx, runs[0][0])
 
