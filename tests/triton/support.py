@@ -1,5 +1,5 @@
-"""What several Triton test files share: the device the tests run on, random inputs, and the launch configurations
-the forward and backward tests run every case under."""
+"""What several Triton test files share: the device the tests run on, random inputs, batches of rows at the edges of
+the number formats, and the launch configurations the forward and backward tests run every case under."""
 
 import torch
 
@@ -8,6 +8,8 @@ from programs.triton.forward_config import FwdConfig
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DIST_WORKER = "tests.triton.dist_worker"  # the distributed RMSNorm's rank worker, run as a module by ranks.run_ranks
+# the rows every extreme batch holds, in this order, between ordinary ones
+ROWS = ("huge", "one_huge", "tiny", "subnormal", "inf", "nan", "zero")
 
 # "looped" at tiny N: 32-wide chunks, so N=37 and N=100 span several chunks (and a partial last one); "looped_head"
 # keeps the first 32 columns in registers and streams the rest in 16-wide chunks
@@ -54,3 +56,34 @@ def cuda_rand(*shape, dtype=torch.bfloat16, seed=0):
     """Standard normal values drawn on the GPU, bf16 by default (the GPU tests' shapes are large)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+
+def extreme_batch(dtype, n: int, rows=ROWS, seed: int = 0, m: int = 0) -> torch.Tensor:
+    """[max(m, 2 * len(rows) + 1), n]: ordinary rows, each named row after one (rows 1, 3, 5, ...)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(max(m, 2 * len(rows) + 1), n, generator=g, dtype=torch.float64)
+    top = torch.finfo(dtype).max
+    for i, kind in enumerate(rows):
+        r, sign = 2 * i + 1, torch.randn(n, generator=g).sign().double()
+        if kind == "huge":  # every square past fp32's range
+            x[r] = sign * top * (0.25 + 0.75 * torch.rand(n, generator=g, dtype=torch.float64))
+        elif kind == "one_huge":  # one square past it, the rest ordinary
+            x[r, n // 2] = top * 0.9
+        elif kind == "tiny":  # squares below fp32's smallest normal (2^-140): lost with eps = 0 but for the rescale
+            x[r] *= 2.0**-70
+        elif kind == "subnormal":  # values in the subnormal range of bf16 and fp32
+            x[r] *= 2.0**-132
+        elif kind == "inf":
+            x[r, 3] = float("inf")
+            x[r, n - 2] = -float("inf")
+        elif kind == "nan":
+            x[r, 5] = float("nan")
+        elif kind == "zero":
+            x[r] = 0.0
+    return x.to(dtype).to(DEV)
+
+
+def positive_weight(n: int, dtype, seed: int = 1) -> torch.Tensor:
+    """[n] weights in [0.5, 1.5): no weight hides a row's extreme values."""
+    g = torch.Generator().manual_seed(seed)
+    return (0.5 + torch.rand(n, generator=g)).to(dtype).to(DEV)
