@@ -18,11 +18,11 @@ import torch
 import triton
 
 from benchmarks.triton.peers import load_peers
-from programs.triton import rmsnorm_async, rmsnorm_cluster
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import STREAM_ROWS_N, BwdConfig, bwd_config, stream_config
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig, fwd_config
+from programs.triton.kernels import forward_async, forward_cluster
 from programs.triton.timing import DT, EPS, graph_time, log, n_sets, rotating
 
 
@@ -65,7 +65,7 @@ def fwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
 def default_fwd(m: int, n: int, dev) -> FwdConfig:
     """The launch rmsnorm_fwd picks for the benchmark's inputs: plain contiguous bf16 rows, readable as 32-bit words."""
     return fwd_config(
-        m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev), async_ok=rmsnorm_async.supported(dev)
+        m, n, dev, words_ok=True, cluster_ok=forward_cluster.supported(dev), async_ok=forward_async.supported(dev)
     )
 
 

@@ -18,7 +18,7 @@ programmatic dependent launch (each waits for the kernel before it, then lets th
 whose programs must all be resident at once, and the interpreter's two-kernel path launch plainly.
 
 This module owns the call: its rules (checked before any device work), the outputs and the launches, one function a
-kernel. The kernels live in backward_kernels.py, the launch heuristics in backward_config.py.
+kernel. The kernels live in kernels/backward.py, the launch heuristics in backward_config.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import triton
 
 from programs.triton import interpreter
 from programs.triton.backward_config import DECODE_M, MAX_ROWS_N, BwdConfig, bwd_config
-from programs.triton.backward_kernels import (
+from programs.triton.checks import as_rows, check_activation, check_same_rows, check_vector
+from programs.triton.kernels.backward import (
     _bwd_cols_kernel,
     _bwd_decode_kernel,
     _bwd_rowdot_kernel,
@@ -39,14 +40,13 @@ from programs.triton.backward_kernels import (
     _bwd_split_words_kernel,
     _sum_partials_kernel,
 )
-from programs.triton.checks import as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.launch import launch_options, resolve_pdl, split_shape, wordable_rows, wordable_weight
 from tt_rmsnorm.errors import RuleError
 
 
 def l2_prefetchable(*rows: torch.Tensor) -> bool:
     """Whether every row of these [M, N] tensors starts 16-byte aligned and is a 16-byte multiple long, as the bulk
-    prefetch (backward_kernels.l2_prefetch_row) requires."""
+    prefetch (kernels.backward.l2_prefetch_row) requires."""
     return all(
         t.data_ptr() % 16 == 0
         and (t.stride(0) * t.element_size()) % 16 == 0

@@ -23,9 +23,11 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from programs.triton import backward_kernels, forward_kernels, forward_split_kernels
 from programs.triton.allreduce import kernels as ar_kernels
 from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from programs.triton.kernels import backward as backward_kernels
+from programs.triton.kernels import forward as forward_kernels
+from programs.triton.kernels import forward_split as forward_split_kernels
 
 TARGET = GPUTarget("cuda", 90, 32)
 # a split kernel's FP8-row store at 16 warps / chunk 8192: 6 shared stores after the fix, 4,096 before
@@ -44,12 +46,10 @@ class Report:
     fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
     l2_prefetches: (
-        int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (backward_kernels.l2_prefetch_row)
+        int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (kernels.backward.l2_prefetch_row)
     )
-    async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
-    async_copies: (
-        int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
-    )
+    async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (forward_cluster)
+    async_copies: int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory
     barriers: int  # bar.sync / barrier.sync: a CTA-wide wait, two for each reduction through shared memory
 
 
@@ -230,7 +230,7 @@ def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnre
 
 
 def _gluon_signature(fn) -> dict[str, str]:
-    """A Gluon forward's (rmsnorm_cluster, rmsnorm_async) signature as the plain call launches it: bf16 x, y, weight
+    """A Gluon forward's (forward_cluster, forward_async) signature as the plain call launches it: bf16 x, y, weight
     and bias, fp32 rsigma."""
     return _signature(
         fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off")
@@ -272,7 +272,7 @@ def fwd_cluster(
 ) -> Report:
     """The cluster forward with a weight (and a bias if asked); out_mode FP8 (fp8.OUT_*): e4m3 output; busy
     as cluster_staging.x_staged takes it (False: too few CTAs to stage x)."""
-    from programs.triton import rmsnorm_cluster as rc
+    from programs.triton.kernels import forward_cluster as rc
 
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)
     fn = rc._fwd_cluster_kernel
@@ -291,7 +291,7 @@ def fwd_cluster(
 
 def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
     """The cp.async rows forward with a weight, rsigma stored."""
-    from programs.triton import rmsnorm_async as ra
+    from programs.triton.kernels import forward_async as ra
 
     consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
     return _gluon_report(
@@ -324,14 +324,14 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
     if kernel == "cluster":
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        from programs.triton import rmsnorm_cluster as rc
+        from programs.triton.kernels import forward_cluster as rc
 
         fn, consts, source_type = rc._fwd_cluster_kernel, rc.constants(65536, 8192, 4, 2, 0, True), GluonASTSource
         sig, num_ctas = _fwd_signature(fn, False), consts["K"]
     elif kernel == "async":
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        from programs.triton import rmsnorm_async as ra
+        from programs.triton.kernels import forward_async as ra
 
         fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
         sig = _gluon_signature(fn)

@@ -9,10 +9,10 @@ tt_rmsnorm.distributed_rms_norm shards it over a mesh axis:
     y_local   = distributed_rms_norm(x_local, w_local, group, epsilon=eps)       # the three, composed
 
 post sums the W partial sums in rank order (every rank computes the same rsigma bits), divides by the GLOBAL hidden
-size H and normalizes the local columns; it is the forward kernel with its stats pass replaced. The stats are float64:
-a row's sum of squares past fp32's range (rows near the bf16 / fp32 maximum) or below it (subnormal rows) is held
-exactly enough, and the rstd is taken from it in float64, so a row needs no second pass (row_stats.py gives the rule
-the single-device kernels follow, with the same result).
+size H and normalizes the local columns; it is the forward kernel with its stats pass replaced. The stats are
+float64: a row's sum of squares past fp32's range (rows near the bf16 / fp32 maximum) or below it (subnormal rows)
+is held exactly enough, and the rstd is taken from it in float64, so a row needs no second pass
+(kernels/row_stats.py gives the rule the single-device kernels follow, with the same result).
 """
 
 from __future__ import annotations

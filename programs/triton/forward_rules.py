@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from programs.triton import cluster_staging, rmsnorm_async, rmsnorm_cluster
 from programs.triton import fp8 as fp8mod
 from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from programs.triton.kernels import cluster_staging, forward_async, forward_cluster
 from programs.triton.launch import sm_count, wordable_rows
 from tt_rmsnorm.errors import RuleError
 
@@ -200,11 +200,11 @@ def check_gluon(cfg: FwdConfig, c: Call) -> None:
             "config=None (the looped kernel serves this case)",
         )
     if cfg.kernel == "async":
-        rmsnorm_async.check(c.n, cfg.block_m, cfg.num_warps, c.x2, c.x2.device)
+        forward_async.check(c.n, cfg.block_m, cfg.num_warps, c.x2, c.x2.device)
 
 
 def cluster_busy(cfg: FwdConfig, c: Call) -> bool:
-    """Whether a cluster launch fills the device at least twice over (rmsnorm_cluster stages x then); its shared
+    """Whether a cluster launch fills the device at least twice over (forward_cluster stages x then); its shared
     memory checked for the widest of the call's passes (a dynamic tensor scale: the row max, then the FP8 output)."""
     m, n = c.x2.shape
     sizes = [cluster_staging.element_size(v) for v in (c.weight, c.bias)]
@@ -213,5 +213,5 @@ def cluster_busy(cfg: FwdConfig, c: Call) -> bool:
     staged = max(
         cluster_staging.shared_bytes(n, cfg.chunk, cfg.num_warps, c.x2.element_size(), *sizes, busy, om) for om in modes
     )
-    rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, c.x2.device, staged)
+    forward_cluster.check(n, cfg.chunk, cfg.num_warps, c.x2.device, staged)
     return busy

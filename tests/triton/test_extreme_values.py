@@ -1,7 +1,7 @@
-"""Rows at the edges of the number formats (programs/triton/row_stats.py's rule) against the float64 reference, mixed
-with ordinary rows in one batch: sums of squares past fp32's range (bf16 and fp32 values near their maximum),
-subnormal and tiny rows (eps > 0 and eps = 0), +-inf, NaN and all-zero rows; forward over every kernel the interpreter
-runs (and the Gluon kernels on a GPU), FP8, backward and the distributed post."""
+"""Rows at the edges of the number formats (programs/triton/kernels/row_stats.py's rule) against the float64 reference,
+mixed with ordinary rows in one batch: sums of squares past fp32's range (bf16 and fp32 values near their maximum),
+subnormal and tiny rows (eps > 0 and eps = 0), +-inf, NaN and all-zero rows; forward over every kernel the
+interpreter runs (and the Gluon kernels on a GPU), FP8, backward and the distributed post."""
 
 import warnings
 

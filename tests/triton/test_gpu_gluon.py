@@ -16,9 +16,9 @@ from tt_rmsnorm.accuracy import assert_close
 
 
 def skip_without_clusters():
-    from programs.triton import rmsnorm_cluster
+    from programs.triton.kernels import forward_cluster
 
-    if not rmsnorm_cluster.supported(torch.device("cuda")):
+    if not forward_cluster.supported(torch.device("cuda")):
         pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
 
 
@@ -186,9 +186,9 @@ ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be 
 def test_async_forward_matches_float64(case):
     """The cp.async rows kernel (x moved into shared memory, whole rows a CTA) against float64, and the same bits on a
     second call; masked columns and rows, strides, fp32 x and output, with and without a weight."""
-    from programs.triton import rmsnorm_async
+    from programs.triton.kernels import forward_async
 
-    if not rmsnorm_async.supported(torch.device("cuda")):
+    if not forward_async.supported(torch.device("cuda")):
         pytest.skip("cp.async needs compute capability >= 8 and Gluon")
     (m, _), _, _, cfg = ASYNC[case]
     if cfg is None:

@@ -41,7 +41,7 @@ def test_cluster_forward_launches(gpu):
     def cl(m, n, **kw):
         return fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
 
-    # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
+    # where clusters run (forward_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
     # takes a row a cluster, 32 elements a thread (H100); 16-bit rows of 262144: 64 elements a thread
     # under a cap of 64 registers; not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
     # has ruled out a residual and distributed stats); with FP8 row scales rows of 262144 take a looser cap (the
@@ -322,7 +322,8 @@ CLUSTER_ROUTES = {  # rmsnorm_fwd's options -> (cluster_ok, row_max) it hands fw
 def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
     """Where clusters run, rmsnorm_fwd offers the cluster kernel for x normalized as given, into a float or FP8 output,
     except a bias beside a row max (FP8 row or dynamic tensor scales), and says when the row max is taken."""
-    from programs.triton import forward, rmsnorm_cluster
+    from programs.triton import forward
+    from programs.triton.kernels import forward_cluster
 
     seen = {}
 
@@ -333,7 +334,7 @@ def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
         seen.update(kw)
         raise Chosen
 
-    monkeypatch.setattr(rmsnorm_cluster, "supported", lambda device: True)
+    monkeypatch.setattr(forward_cluster, "supported", lambda device: True)
     monkeypatch.setattr(forward, "fwd_config", record)
     kw, want = dict(CLUSTER_ROUTES[case][0]), CLUSTER_ROUTES[case][1]
     x = rand(2, 64, dtype=torch.bfloat16, seed=34)
@@ -355,7 +356,7 @@ def test_cluster_register_cap_dropped_once_it_spilled(monkeypatch):
     3.8's code for FP8 row scales needs more than the 80 registers that Triton 3.6's fits), the launch compiles
     uncapped from the next call on, for that launch only; a cap with no spill, or one of at most SPILL_OK_BYTES,
     stays."""
-    from programs.triton import rmsnorm_cluster as rc
+    from programs.triton.kernels import forward_cluster as rc
 
     monkeypatch.setattr(rc, "_SPILLED", set())
     row, plain = (65536, 16384, 8, 80, 1), (65536, 8192, 4, 64, 0)
@@ -371,7 +372,7 @@ def test_cluster_register_cap_dropped_once_it_spilled(monkeypatch):
 def test_async_launch_shape_rules(monkeypatch):
     """An async launch's tile is a power of two of rows, holds a 16-byte load for every thread, and fits shared
     memory (x waits there)."""
-    from programs.triton import rmsnorm_async as ra
+    from programs.triton.kernels import forward_async as ra
 
     monkeypatch.setattr(ra, "supported", lambda device: True)
     cpu = torch.device("cpu")
@@ -398,8 +399,8 @@ def test_async_launch_shape_rules(monkeypatch):
 def test_cluster_launch_shape_rules(monkeypatch):
     """A cluster launch's chunk is a power of two of whole 16-byte loads a thread, a row takes 2 to 16 CTAs, and a CTA's
     chunk of the weight and bias fits its shared memory."""
-    from programs.triton import cluster_staging as cs
-    from programs.triton import rmsnorm_cluster as rc
+    from programs.triton.kernels import cluster_staging as cs
+    from programs.triton.kernels import forward_cluster as rc
 
     monkeypatch.setattr(rc, "supported", lambda device: True)
     assert [cs.cluster_size(n, 4096) for n in (8192, 12288, 65536, 65537)] == [2, 4, 16, 32]

@@ -252,10 +252,10 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
         f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, "
         f"out_mode={out_mode}, busy={busy}))))"
     )
-    from programs.triton.cluster_staging import row_max
-    from programs.triton.rmsnorm_cluster import SPILL_OK_BYTES
+    from programs.triton.kernels.cluster_staging import row_max
+    from programs.triton.kernels.forward_cluster import SPILL_OK_BYTES
 
-    held = not row_max(out_mode)  # row_stats' second pass over the held row (rmsnorm_cluster._held_pass)
+    held = not row_max(out_mode)  # row_stats' second pass over the held row (forward_cluster._held_pass)
     if (not busy or held) and maxnreg and r["spill_bytes"] > SPILL_OK_BYTES:
         # too few rows to fill the SMs (the weight staged, not x): the cap buys no occupancy there, and the call of
         # row_stats' second pass holds a few of the kernel's arguments through its normalize (Triton 3.8: 44 bytes

@@ -1,7 +1,7 @@
 """RMSNorm forward over a thread-block cluster (Gluon, Hopper and later): one row a cluster of K CTAs, each holding
 N / K columns of it in registers, so x crosses DRAM once and no partial sum goes through global memory.
 
-    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg,
+    forward_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg,
                            busy, out_mode, sc, scale_in, scale_ub, fp8_max)
 
 The K partial sums of squares meet in distributed shared memory: Triton 3.6 cannot reduce across the CTAs of a cluster
@@ -41,9 +41,9 @@ import torch
 import triton.language as tl
 
 from programs.log import logger
-from programs.triton.cluster_exchange import SUM_ASM, VAL2_ASM, arrive_asm, exchange_asm, rescaled_exchange_asm
-from programs.triton.cluster_staging import MAX_CLUSTER, cluster_size, element_size, row_max, x_staged
 from programs.triton.fp8 import OUT_CAST
+from programs.triton.kernels.cluster_exchange import SUM_ASM, VAL2_ASM, arrive_asm, exchange_asm, rescaled_exchange_asm
+from programs.triton.kernels.cluster_staging import MAX_CLUSTER, cluster_size, element_size, row_max, x_staged
 from tt_rmsnorm.errors import RuleError
 
 try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
@@ -51,7 +51,7 @@ try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    from programs.triton.row_stats import DOWN, FP32_MIN_NORMAL, INF, UP
+    from programs.triton.kernels.row_stats import DOWN, FP32_MIN_NORMAL, INF, UP
 
     GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
 except ImportError:  # pragma: no cover - older Triton

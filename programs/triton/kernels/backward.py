@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from programs.triton.row_io import (
+from programs.triton.kernels.row_io import (
     dependent_launch,
     load_rows,
     load_words,
@@ -29,7 +29,7 @@ from programs.triton.row_io import (
     weight_at,
     weight_words,
 )
-from programs.triton.split_exchange import (
+from programs.triton.kernels.split_exchange import (
     split_program,
     split_publish,
     split_reduce,

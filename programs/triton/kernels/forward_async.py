@@ -2,7 +2,7 @@
 load for rows up to 16384 columns. Bytes in flight then hold no registers until they are read back (the Triton rows
 kernel's loads hold theirs from issue), which is the difference between the two that the timings below measure.
 
-    rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps, pdl=False)
+    forward_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps, pdl=False)
 
 H100 (us, medians of 3 alternations, as the default against the launches before it): 4096 x 4096
 24.90 against 25.08, 2048 x 4096 10.76 against 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from programs.triton.rmsnorm_cluster import GLUON, shared_budget
+from programs.triton.kernels.forward_cluster import GLUON, shared_budget
 from tt_rmsnorm.errors import RuleError
 
 if GLUON:
@@ -25,7 +25,7 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    from programs.triton.rmsnorm_cluster import held_rstd, weight_factor
+    from programs.triton.kernels.forward_cluster import held_rstd, weight_factor
 
 VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
 
