@@ -4,7 +4,8 @@ distributed RMSNorm over a torch.distributed group.
     from programs.triton import rmsnorm_fwd, RMSNorm, distributed_rms_norm, AllReduceRMSNormFP8
 
 One name a function: the two phases of the distributed call, `pre_stats` and `post`, are programs.triton.distributed's
-(pre_stats is row_sum_of_squares, exported here; post is rmsnorm_fwd with stats=).
+(pre_stats is row_sum_of_squares, exported here; post is rmsnorm_fwd with stats=), and the autograd Function behind
+rms_norm is programs.triton.autograd's RMSNormFunction.
 
 Without a CUDA device the kernels run under Triton's interpreter on CPU tensors; Triton reads TRITON_INTERPRET=1 when
 a kernel is decorated, so the caller sets it before the first import of a kernel module (the test suite's conftest
@@ -19,7 +20,6 @@ from importlib import import_module
 _EXPORTS = {
     "AllReduceRMSNormFP8": "allreduce.api",
     "RMSNorm": "autograd",
-    "RMSNormFunction": "autograd",
     "rms_norm": "autograd",
     "rms_norm_fp8": "autograd",
     "distributed_rms_norm": "distributed",

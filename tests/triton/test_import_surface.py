@@ -72,7 +72,8 @@ def test_rmsnorm_fwd_is_the_launcher():
 
 def test_one_name_a_function_and_the_phases_under_distributed():
     """Every public name is a different object; the distributed call's phases are programs.triton.distributed's only
-    (pre_stats is row_sum_of_squares, post is rmsnorm_fwd with stats=)."""
+    (pre_stats is row_sum_of_squares, post is rmsnorm_fwd with stats=), RMSNormFunction autograd's (rms_norm applies
+    it)."""
     from programs.triton import distributed
 
     values = [getattr(programs.triton, name) for name in programs.triton.__all__]
@@ -80,6 +81,7 @@ def test_one_name_a_function_and_the_phases_under_distributed():
     for name in ("post", "pre_stats"):
         assert name not in programs.triton.__all__ and not hasattr(programs.triton, name)
         assert callable(getattr(distributed, name))
+    assert not hasattr(programs.triton, "RMSNormFunction")  # rms_norm is its one spelling here
 
 
 def test_the_all_reduce_api_is_exported():
