@@ -22,6 +22,8 @@ import ml_dtypes
 import numpy as np
 from loguru import logger
 
+from tt_rmsnorm.errors import RuleError
+
 DEVICE = "nki-device"
 SIMULATOR = "nki-simulator"
 EMULATED = "nki-emulated"
@@ -108,35 +110,49 @@ def _to_numpy(a, dtype: np.dtype, what: str) -> np.ndarray:
         a = a.detach().to("cpu").float().numpy()  # bf16 -> fp32 is exact
     a = np.asarray(a)
     if a.dtype.kind != "f" and a.dtype not in DTYPES.values():
-        raise TypeError(f"{what} must be a floating-point array, got dtype {a.dtype}")
+        raise RuleError(f"{what}.dtype", f"{what} must be a floating-point array", a.dtype, f"pass {what} as float32")
     return np.ascontiguousarray(a.astype(np.float32).astype(dtype) if a.dtype != dtype else a)
 
 
 def _validate(x, weight, epsilon, num_devices, dtype):
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}: got {dtype!r}; pass dtype='bfloat16' or 'float32'")
+        raise RuleError("dtype", f"dtype must be one of {sorted(DTYPES)}", repr(dtype), "dtype='bfloat16' or 'float32'")
     if x.ndim < 1 or x.shape[-1] == 0 or x.size == 0:
-        raise ValueError(f"x must have at least one row and a non-empty hidden axis: got shape {tuple(x.shape)}")
+        raise RuleError(
+            "x.shape",
+            "x must have at least one row and a non-empty hidden axis",
+            tuple(x.shape),
+            "pass [..., N] with N >= 1 and at least one row",
+        )
     hidden = x.shape[-1]
     if not (isinstance(epsilon, (int, float)) and epsilon > 0 and np.isfinite(epsilon)):
-        raise ValueError(f"epsilon must be a positive finite number: got {epsilon!r}; pass e.g. epsilon=1e-5")
+        raise RuleError("epsilon.range", "epsilon must be a positive finite number", repr(epsilon), "epsilon=1e-5")
     if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f"num_devices must be a positive int: got {num_devices!r}")
+        raise RuleError("num_devices.range", "num_devices must be a positive int", repr(num_devices), "num_devices=1")
     if hidden % num_devices:
-        raise ValueError(
-            f"the hidden size must split evenly over the devices: hidden {hidden} % num_devices {num_devices} != 0; "
-            "choose num_devices dividing the hidden size"
+        raise RuleError(
+            "num_devices.split",
+            f"the hidden size {hidden} must split evenly over the devices",
+            f"num_devices={num_devices}",
+            "choose num_devices dividing the hidden size",
         )
     if weight is not None and tuple(weight.shape) != (hidden,):
-        raise ValueError(f"weight must have shape ({hidden},) (the hidden size): got {tuple(weight.shape)}")
+        raise RuleError(
+            "weight.shape",
+            f"weight must have shape ({hidden},) (the hidden size)",
+            tuple(weight.shape),
+            f"pass weight of shape ({hidden},)",
+        )
     local = hidden // num_devices
     limit = max_local_hidden(dtype)
     if local > limit:
-        raise ValueError(
-            f"per-device hidden slice {local} exceeds {limit} for {dtype}: the resident broadcast weight "
-            f"({local} x {DTYPES[dtype].itemsize} bytes per partition) would not fit SBUF's "
-            f"{SBUF_BYTES_PER_PARTITION} bytes per partition; use more devices (num_devices >= "
-            f"{-(-hidden // limit)})"
+        raise RuleError(
+            "hidden.sbuf",
+            f"the per-device hidden slice exceeds {limit} for {dtype}: the resident broadcast weight ({local} x "
+            f"{DTYPES[dtype].itemsize} bytes per partition) would not fit SBUF's {SBUF_BYTES_PER_PARTITION} bytes per "
+            "partition",
+            local,
+            f"use more devices (num_devices >= {-(-hidden // limit)})",
         )
 
 

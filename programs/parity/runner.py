@@ -31,7 +31,7 @@ from programs.parity.log import logger  # noqa: E402
 from tt_rmsnorm.accuracy import compare  # noqa: E402
 
 DEFAULT_OUT = Path("out/parity")
-RULE_KINDS = ("RuleError", "TritonRuleError", "ValueError")  # rule refusals, also as reported by mock-cluster workers
+RULE_KINDS = ("RuleError", "ValueError")  # rule refusals, also as reported by mock-cluster workers
 
 
 def _progress(total: int, enabled: bool):

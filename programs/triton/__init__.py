@@ -1,7 +1,11 @@
 """Triton/CUDA port of tt_rmsnorm: fused RMSNorm forward/backward (residual, FP8 output), and the two-phase
 distributed RMSNorm over a torch.distributed group.
 
-    from programs.triton import rmsnorm_fwd, RMSNorm, distributed_rms_norm
+    from programs.triton import rmsnorm_fwd, RMSNorm, distributed_rms_norm, AllReduceRMSNormFP8
+
+One name a function: the two phases of the distributed call, `pre_stats` and `post`, are programs.triton.distributed's
+(pre_stats is row_sum_of_squares, exported here; post is rmsnorm_fwd with stats=), and the autograd Function behind
+rms_norm is programs.triton.autograd's RMSNormFunction.
 
 Without a CUDA device the kernels run under Triton's interpreter on CPU tensors; Triton reads TRITON_INTERPRET=1 when
 a kernel is decorated, so the caller sets it before the first import of a kernel module (the test suite's conftest
@@ -14,13 +18,11 @@ The public names load their module on first use, so `import programs.triton` cos
 from importlib import import_module
 
 _EXPORTS = {
+    "AllReduceRMSNormFP8": "allreduce.api",
     "RMSNorm": "autograd",
-    "RMSNormFunction": "autograd",
     "rms_norm": "autograd",
     "rms_norm_fp8": "autograd",
     "distributed_rms_norm": "distributed",
-    "post": "distributed",
-    "pre_stats": "distributed",
     "rmsnorm_bwd": "backward",
     "RMSNormOutput": "forward",
     "rmsnorm_fwd": "forward",

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from programs.triton.backward import rmsnorm_bwd
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward import rmsnorm_fwd
+from tt_rmsnorm.errors import RuleError
 
 _FP8_NAMES = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 
@@ -120,7 +120,7 @@ def _(x, weight, bias, residual, scale, epsilon, weight_offset, fp8_dtype, scale
 
 def _fp8_dtype(name: str) -> torch.dtype:
     if name not in _FP8_NAMES:
-        raise TritonRuleError(
+        raise RuleError(
             "dtype.fp8", "FP8 output must be float8_e4m3fn or float8_e5m2", name, "dtype=torch.float8_e4m3fn"
         )
     return _FP8_NAMES[name]
@@ -206,7 +206,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if len(shape) != 1:
-            raise TritonRuleError(
+            raise RuleError(
                 "normalized_shape.last_dim",
                 "only the last dimension can be normalized",
                 shape,
@@ -222,7 +222,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != self.normalized_shape:
-            raise TritonRuleError(
+            raise RuleError(
                 "input.hidden_size",
                 f"input's last dimension must be {self.normalized_shape[0]}",
                 tuple(x.shape),

@@ -18,7 +18,7 @@ programmatic dependent launch (each waits for the kernel before it, then lets th
 whose programs must all be resident at once, and the interpreter's two-kernel path launch plainly.
 
 This module owns the call: its rules (checked before any device work), the outputs and the launches, one function a
-kernel. The kernels live in backward_kernels.py, the launch heuristics in backward_config.py.
+kernel. The kernels live in kernels/backward.py, the launch heuristics in backward_config.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import triton
 
 from programs.triton import interpreter
 from programs.triton.backward_config import DECODE_M, MAX_ROWS_N, BwdConfig, bwd_config
-from programs.triton.backward_kernels import (
+from programs.triton.checks import as_rows, check_activation, check_same_rows, check_vector
+from programs.triton.kernels.backward import (
     _bwd_cols_kernel,
     _bwd_decode_kernel,
     _bwd_rowdot_kernel,
@@ -39,13 +40,13 @@ from programs.triton.backward_kernels import (
     _bwd_split_words_kernel,
     _sum_partials_kernel,
 )
-from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.launch import launch_options, resolve_pdl, split_shape, wordable_rows, wordable_weight
+from tt_rmsnorm.errors import RuleError
 
 
 def l2_prefetchable(*rows: torch.Tensor) -> bool:
     """Whether every row of these [M, N] tensors starts 16-byte aligned and is a 16-byte multiple long, as the bulk
-    prefetch (backward_kernels.l2_prefetch_row) requires."""
+    prefetch (kernels.backward.l2_prefetch_row) requires."""
     return all(
         t.data_ptr() % 16 == 0
         and (t.stride(0) * t.element_size()) % 16 == 0
@@ -97,7 +98,7 @@ def _check_rsigma(rsigma: torch.Tensor, m: int, device) -> None:
         or rsigma.device != device
         or (m > 1 and rsigma.stride(-1) != 1)
     ):
-        raise TritonRuleError(
+        raise RuleError(
             "rsigma.shape",
             f"rsigma must be the forward's contiguous float32 [{m}]",
             (tuple(rsigma.shape), rsigma.dtype),
@@ -108,11 +109,11 @@ def _check_rsigma(rsigma: torch.Tensor, m: int, device) -> None:
 def _check_config(cfg: BwdConfig, h2, dy2, weight, need_bias_grad: bool, dr2, l2_ok: bool, words_ok: bool) -> None:
     m, n = h2.shape
     if (cfg.stream or cfg.l2_ahead) and cfg.kernel != "rows":
-        raise TritonRuleError(
+        raise RuleError(
             "config.stream", "stream and l2_ahead are options of the rows kernel", cfg, "stream=False, l2_ahead=0"
         )
     if cfg.l2_ahead and (h2.device.type != "cuda" or not l2_ok):
-        raise TritonRuleError(
+        raise RuleError(
             "config.l2_ahead",
             "the L2 look-ahead is a bulk prefetch in inline PTX: CUDA only, rows 16-byte aligned and a 16-byte "
             "multiple long",
@@ -120,7 +121,7 @@ def _check_config(cfg: BwdConfig, h2, dy2, weight, need_bias_grad: bool, dr2, l2
             "l2_ahead=0",
         )
     if cfg.words and (cfg.kernel != "split" or not words_ok or cfg.block_n < 2):
-        raise TritonRuleError(
+        raise RuleError(
             "config.words",
             "words are the split kernel's (chunk >= 2), for 16-bit h and dy with N, the row strides and the bases "
             "even, a 16-bit weight on a 4-byte boundary or none, no dbias and no dresidual",
@@ -130,7 +131,7 @@ def _check_config(cfg: BwdConfig, h2, dy2, weight, need_bias_grad: bool, dr2, l2
             "words=False",
         )
     if cfg.stages != 3 and not (cfg.words and cfg.stages == 4):
-        raise TritonRuleError(
+        raise RuleError(
             "config.stages",
             "the element split kernel holds 3 row blocks; the words kernel 3 or 4",
             (cfg.stages, cfg.words),
@@ -140,7 +141,7 @@ def _check_config(cfg: BwdConfig, h2, dy2, weight, need_bias_grad: bool, dr2, l2
 
 def _check_decode(cfg: BwdConfig, m: int, n: int) -> None:
     if cfg.kernel == "decode" and (m > DECODE_M or n > MAX_ROWS_N):
-        raise TritonRuleError(
+        raise RuleError(
             "config.decode",
             "the decode kernel holds a whole row per program and all rows per column program: "
             f"M <= {DECODE_M}, N <= {MAX_ROWS_N}",
@@ -309,7 +310,7 @@ def rmsnorm_bwd(
     _check_decode(cfg, m, n)
     runner = _RUNNERS.get(cfg.kernel)
     if runner is None and m > 0:
-        raise TritonRuleError(
+        raise RuleError(
             "config.kernel", "config.kernel must be 'rows', 'cols', 'split' or 'decode'", cfg.kernel, "config=None"
         )
     interpreter.use_exact_casts(h.device)

@@ -4,36 +4,25 @@ from __future__ import annotations
 
 import torch
 
+from tt_rmsnorm.errors import RuleError
+
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-class TritonRuleError(ValueError):
-    """A violated input rule: `rule` (stable id), `seen` (the offending value) and `fix` (what to do).
-
-    Same message shape as tt_rmsnorm.errors.RuleError, which cannot be imported here: it needs ttnn, absent on GPU
-    hosts."""
-
-    def __init__(self, rule: str, message: str, seen, fix: str):
-        self.rule, self.seen, self.fix = rule, seen, fix
-        super().__init__(f"[{rule}] {message}; got {seen}. Fix: {fix}")
 
 
 def check_activation(x, name: str = "x") -> None:
     if not isinstance(x, torch.Tensor):
-        raise TritonRuleError(f"{name}.type", f"{name} must be a torch.Tensor", type(x).__name__, "pass a torch tensor")
+        raise RuleError(f"{name}.type", f"{name} must be a torch.Tensor", type(x).__name__, "pass a torch tensor")
     if x.dtype not in FLOAT_DTYPES:
-        raise TritonRuleError(
-            f"{name}.dtype", f"{name} must be bfloat16, float16 or float32", x.dtype, f"{name}.float()"
-        )
+        raise RuleError(f"{name}.dtype", f"{name} must be bfloat16, float16 or float32", x.dtype, f"{name}.float()")
     if x.dim() < 1 or x.shape[-1] == 0:
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.shape",
             f"{name} needs a non-empty last (hidden) dimension",
             tuple(x.shape),
             "pass [..., N] with N >= 1",
         )
     if x.shape[-1] > 1 and x.stride(-1) != 1:
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.last_dim_stride",
             f"{name}'s hidden dimension must be contiguous (stride 1); rows may be strided",
             tuple(x.stride()),
@@ -50,7 +39,7 @@ def as_rows(x, name: str = "x") -> torch.Tensor:
     try:
         return x.view(-1, n)
     except RuntimeError:
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.leading_dims",
             f"{name}'s leading dimensions must flatten to one row index without a copy",
             tuple(x.stride()),
@@ -63,19 +52,17 @@ def check_vector(v, n: int, name: str, device) -> None:
         return
     if not isinstance(v, torch.Tensor) or v.dim() != 1 or v.shape[0] != n:
         seen = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.shape", f"{name} must be a 1-D tensor of the hidden size {n}", seen, f"pass {name} of shape [{n}]"
         )
     if v.dtype not in FLOAT_DTYPES:
-        raise TritonRuleError(
-            f"{name}.dtype", f"{name} must be bfloat16, float16 or float32", v.dtype, f"{name}.float()"
-        )
+        raise RuleError(f"{name}.dtype", f"{name} must be bfloat16, float16 or float32", v.dtype, f"{name}.float()")
     if v.device != device:
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.device", f"{name} must be on the activation's device {device}", v.device, f"{name}.to(x.device)"
         )
     if n > 1 and v.stride(0) != 1:
-        raise TritonRuleError(f"{name}.stride", f"{name} must be contiguous", v.stride(), f"{name}.contiguous()")
+        raise RuleError(f"{name}.stride", f"{name} must be contiguous", v.stride(), f"{name}.contiguous()")
 
 
 def check_same_rows(t, x, name: str) -> None:
@@ -83,14 +70,14 @@ def check_same_rows(t, x, name: str) -> None:
         return
     check_activation(t, name)
     if tuple(t.shape) != tuple(x.shape):
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.shape",
             f"{name} must have the activation's shape {tuple(x.shape)}",
             tuple(t.shape),
             f"pass {name} shaped like x",
         )
     if t.device != x.device:
-        raise TritonRuleError(
+        raise RuleError(
             f"{name}.device", f"{name} must be on the activation's device {x.device}", t.device, f"{name}.to(x.device)"
         )
 
@@ -98,5 +85,5 @@ def check_same_rows(t, x, name: str) -> None:
 def check_epsilon(epsilon) -> float:
     eps = float(epsilon)
     if not eps >= 0.0:
-        raise TritonRuleError("epsilon.range", "epsilon must be a finite number >= 0", epsilon, "epsilon=1e-5")
+        raise RuleError("epsilon.range", "epsilon must be a finite number >= 0", epsilon, "epsilon=1e-5")
     return eps

@@ -9,10 +9,10 @@ tt_rmsnorm.distributed_rms_norm shards it over a mesh axis:
     y_local   = distributed_rms_norm(x_local, w_local, group, epsilon=eps)       # the three, composed
 
 post sums the W partial sums in rank order (every rank computes the same rsigma bits), divides by the GLOBAL hidden
-size H and normalizes the local columns; it is the forward kernel with its stats pass replaced. The stats are float64:
-a row's sum of squares past fp32's range (rows near the bf16 / fp32 maximum) or below it (subnormal rows) is held
-exactly enough, and the rstd is taken from it in float64, so a row needs no second pass (row_stats.py gives the rule
-the single-device kernels follow, with the same result).
+size H and normalizes the local columns; it is the forward kernel with its stats pass replaced. The stats are
+float64: a row's sum of squares past fp32's range (rows near the bf16 / fp32 maximum) or below it (subnormal rows)
+is held exactly enough, and the rstd is taken from it in float64, so a row needs no second pass
+(kernels/row_stats.py gives the rule the single-device kernels follow, with the same result).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from programs.triton.checks import TritonRuleError, check_activation
+from programs.triton.checks import check_activation
 from programs.triton.forward import rmsnorm_fwd, row_sum_of_squares
+from tt_rmsnorm.errors import RuleError
 
 
 def pre_stats(x_local: torch.Tensor) -> torch.Tensor:
@@ -54,7 +55,7 @@ def post(
     """The local columns of the normalized rows, in one kernel. hidden_size: the global H (default W * N_local)."""
     check_activation(x_local, "x_local")
     if stats_all.dim() != 2:
-        raise TritonRuleError(
+        raise RuleError(
             "stats_all.shape",
             "stats_all must be [world, M] (gather_stats)",
             tuple(stats_all.shape),
@@ -62,7 +63,7 @@ def post(
         )
     hidden = hidden_size if hidden_size is not None else stats_all.shape[0] * x_local.shape[-1]
     if dtype is not None and dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise TritonRuleError(
+        raise RuleError(
             "dtype.distributed",
             "distributed output must be bf16/fp16/fp32 (a per-row FP8 scale would need the global row max)",
             dtype,

@@ -24,7 +24,7 @@
 
 This module owns the call: its outputs, the choice of launch (forward_config.py, after the rules of
 forward_rules.py have passed, before any device work) and the launch itself, one function a kernel. The kernels live
-in forward_kernels.py, forward_split_kernels.py, rmsnorm_cluster.py and rmsnorm_async.py.
+in kernels/forward.py, kernels/forward_split.py, kernels/forward_cluster.py and kernels/forward_async.py.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ import torch
 import triton
 
 from programs.triton import fp8 as fp8mod
-from programs.triton import interpreter, rmsnorm_async, rmsnorm_cluster
+from programs.triton import interpreter
 from programs.triton.checks import (
-    TritonRuleError,
     as_rows,
     check_activation,
     check_epsilon,
@@ -47,7 +46,6 @@ from programs.triton.checks import (
     check_vector,
 )
 from programs.triton.forward_config import JOINT_MAX_PER_THREAD, FwdConfig, fwd_config
-from programs.triton.forward_kernels import _fwd_looped_kernel, _fwd_rows_kernel, _row_sumsq_kernel
 from programs.triton.forward_rules import (
     Call,
     check_gluon,
@@ -57,8 +55,10 @@ from programs.triton.forward_rules import (
     cluster_busy,
     out_mode,
 )
-from programs.triton.forward_split_kernels import _fwd_split_kernel, _fwd_split_words_kernel
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from programs.triton.kernels import forward_async, forward_cluster
+from programs.triton.kernels.forward import _fwd_looped_kernel, _fwd_rows_kernel, _row_sumsq_kernel
+from programs.triton.kernels.forward_split import _fwd_split_kernel, _fwd_split_words_kernel
 from programs.triton.launch import (
     launch_options,
     resolve_pdl,
@@ -67,6 +67,7 @@ from programs.triton.launch import (
     wordable_rows,
     wordable_weight,
 )
+from tt_rmsnorm.errors import RuleError
 
 
 class RMSNormOutput(NamedTuple):
@@ -171,7 +172,7 @@ class _Launch:
     def run(self, p: _Pass) -> None:
         runner = _RUNNERS.get(self.cfg.kernel)
         if runner is None:
-            raise TritonRuleError(
+            raise RuleError(
                 "config.kernel",
                 "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
                 self.cfg.kernel,
@@ -185,7 +186,7 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
     row_n = block_n = triton.next_power_of_2(L.n)
     if cfg.chunk and cfg.chunk < row_n:
         if cfg.chunk & (cfg.chunk - 1):
-            raise TritonRuleError(
+            raise RuleError(
                 "config.chunk",
                 "config.chunk of a rows launch (columns per program) must be a power of two",
                 cfg.chunk,
@@ -212,7 +213,7 @@ def _run_looped(L: _Launch, p: _Pass) -> None:
     cfg, device = L.cfg, p.src.device
     grid = (min(L.m, cfg.programs or sm_count(device)),)
     if cfg.head and (cfg.head > L.n or cfg.head & (cfg.head - 1)):
-        raise TritonRuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
+        raise RuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
     words = triton.next_power_of_2(triton.cdiv(L.n, 2)) if cfg.words else 0
     _fwd_looped_kernel[grid](
         *L.args(p),
@@ -278,11 +279,11 @@ def _run_split(L: _Launch, p: _Pass) -> None:
 def _run_cluster(L: _Launch, p: _Pass) -> None:
     cfg = L.cfg
     tail = (cfg.chunk, cfg.num_warps, cfg.maxnreg, L.busy, p.out_mode, p.sc, p.scale_in, L.ub, L.fmax, L.pdl)
-    rmsnorm_cluster.launch(*L.gluon_args(p), *tail)
+    forward_cluster.launch(*L.gluon_args(p), *tail)
 
 
 def _run_async(L: _Launch, p: _Pass) -> None:
-    rmsnorm_async.launch(*L.gluon_args(p), L.cfg.block_m, L.cfg.num_warps, L.pdl)
+    forward_async.launch(*L.gluon_args(p), L.cfg.block_m, L.cfg.num_warps, L.pdl)
 
 
 _RUNNERS = {"rows": _run_rows, "looped": _run_looped, "split": _run_split, "cluster": _run_cluster, "async": _run_async}
@@ -301,9 +302,9 @@ def _default_config(c: Call) -> FwdConfig:
         bias=c.bias is not None,
         words_ok=wordable_rows(x2) and c.of_x,
         split_words_ok=c.split_words_ok,
-        cluster_ok=rmsnorm_cluster.supported(dev) and c.of_x and not c.row_max_with_bias,
+        cluster_ok=forward_cluster.supported(dev) and c.of_x and not c.row_max_with_bias,
         row_max=c.mode == OUT_FP8_ROW,
-        async_ok=rmsnorm_async.supported(dev) and rmsnorm_async.aligned(x2),
+        async_ok=forward_async.supported(dev) and forward_async.aligned(x2),
     )
 
 

@@ -6,8 +6,8 @@ next rule down would give, in the same run) are in docs/gpu-performance.md. The 
 named so that the tests and ptx_report can check the launches they lead to.
 
 The kernels: "rows" (whole rows in registers), "looped" (a row in chunks, a stats and a normalize pass), "split" (a row
-over co-resident programs exchanging partials), "cluster" (a row a thread-block cluster, rmsnorm_cluster.py) and
-"async" (whole rows moved by cp.async, rmsnorm_async.py).
+over co-resident programs exchanging partials), "cluster" (a row a thread-block cluster, kernels/forward_cluster.py) and
+"async" (whole rows moved by cp.async, kernels/forward_async.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import triton
 
-from programs.triton import cluster_staging
+from programs.triton.kernels import cluster_staging
 from programs.triton.launch import dram_gbps_per_sm, sm_count
 
 # --- rows kernel --------------------------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ TWO_PASS_MIN_M, TWO_PASS_MIN_ELEMENTS = 8192, 1 << 24
 SPLIT_CHUNK, SPLIT_WARPS, SPLIT_PER_SM, SPLIT_MAXNREG = 8192, 8, 2, 128
 SPLIT_WORDS_FOUR_STAGES = 32  # from this many chunks a row the words split kernel publishes two blocks ahead
 
-# --- cluster kernel (rmsnorm_cluster.py) --------------------------------------------------------------------------
+# --- cluster kernel (kernels/forward_cluster.py) ----------------------------------------------------------------
 # power-of-two rows in this range (the longest: 16-bit only), CLUSTER_PER_THREAD elements a thread, twice that in
 # "wide" launches (see _cluster_per_thread) under a cap of CLUSTER_MAXNREG registers (4 CTAs of 8 warps an SM), or
 # CLUSTER_ROW_MAX_MAXNREG where the row max is taken (3 CTAs an SM)
@@ -51,7 +51,7 @@ CLUSTER_MAXNREG, CLUSTER_ROW_MAX_MAXNREG = 64, 80
 # FP8 output of 16-bit x as given: rows of these widths over the two CTAs of a cluster, in tensors this large
 FP8_CLUSTER_N, FP8_CLUSTER_MIN_ELEMENTS = (8192, 16384), 1 << 23
 
-# --- cp.async rows kernel (rmsnorm_async.py) ----------------------------------------------------------------------
+# --- cp.async rows kernel (kernels/forward_async.py) ------------------------------------------------------------
 # plain 16-bit rows of a power of two in this range, past decode sizes, below ASYNC_MAX_M rows where the two-pass
 # launch also serves
 ASYNC_N, ASYNC_MAX_M = (4096, 8192), 16384
@@ -62,8 +62,8 @@ class FwdConfig:
     """Launch shape. kernel "rows": block_m rows a program (chunk > 0: `chunk` columns of them a program, each
     program summing the whole rows itself); "looped": `programs` persistent programs, chunk-wide;
     "split": rows cut into chunk-wide pieces, one a program, at most `programs` programs resident together;
-    "cluster": a row a thread-block cluster, chunk columns a CTA (rmsnorm_cluster.py); "async": block_m whole rows a
-    CTA, x moved into shared memory by cp.async (rmsnorm_async.py)."""
+    "cluster": a row a thread-block cluster, chunk columns a CTA (kernels/forward_cluster.py); "async": block_m whole
+    rows a CTA, x moved into shared memory by cp.async (kernels/forward_async.py)."""
 
     kernel: str
     num_warps: int
@@ -291,8 +291,8 @@ def fwd_config(
     dynamic tensor scales). bias: a bias vector is added. words_ok: x's rows can be read as 32-bit words
     (launch.wordable_rows: 16-bit) and are what is normalized (no residual, no distributed stats). split_words_ok:
     the split kernel may hold x, y and the weight as words (forward.split_words_fit). cluster_ok: the cluster kernel
-    can serve the call here (rmsnorm_cluster.supported; x normalized as given, into a float or FP8 output, and no
-    bias beside a row max). async_ok: the cp.async rows kernel can run here and copy x (rmsnorm_async.supported and
+    can serve the call here (forward_cluster.supported; x normalized as given, into a float or FP8 output, and no
+    bias beside a row max). async_ok: the cp.async rows kernel can run here and copy x (forward_async.supported and
     aligned). row_max: FP8 row scales (each row's max|y| taken)."""
     call = FwdCall(
         m, n, device, sm_count(device), fused, split_ok, bias, words_ok, split_words_ok, cluster_ok, async_ok, row_max

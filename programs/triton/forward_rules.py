@@ -1,5 +1,5 @@
 """The forward call's rules, checked before any device work: the arguments (output dtype, FP8 scale, hidden size,
-distributed stats) and a launch shape against what its kernel can hold. Each refusal is a TritonRuleError naming the
+distributed stats) and a launch shape against what its kernel can hold. Each refusal is a RuleError naming the
 rule id, the value seen and the fix; forward.py calls these before it allocates or launches anything."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import torch
 
-from programs.triton import cluster_staging, rmsnorm_async, rmsnorm_cluster
 from programs.triton import fp8 as fp8mod
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from programs.triton.kernels import cluster_staging, forward_async, forward_cluster
 from programs.triton.launch import sm_count, wordable_rows
+from tt_rmsnorm.errors import RuleError
 
 
 def out_mode(dtype, scale_mode, scale) -> int:
@@ -21,7 +21,7 @@ def out_mode(dtype, scale_mode, scale) -> int:
         return OUT_CAST
     if scale_mode == "row":
         if scale is not None:
-            raise TritonRuleError(
+            raise RuleError(
                 "scale.row_mode",
                 "a given scale applies to scale_mode='tensor' only",
                 "scale with scale_mode='row'",
@@ -35,7 +35,7 @@ def check_output(x, weight, weight_offset, dtype, scale_mode, scale, scale_ub, h
     """(output dtype, hidden size) of a call, its weight offset, FP8 scale arguments and hidden size checked."""
     n = x.shape[-1]
     if weight is None and weight_offset != 0.0:
-        raise TritonRuleError(
+        raise RuleError(
             "weight_offset.no_weight",
             "weight_offset shifts a weight, but weight is None",
             weight_offset,
@@ -45,18 +45,18 @@ def check_output(x, weight, weight_offset, dtype, scale_mode, scale, scale_ub, h
     if out_dtype not in (torch.bfloat16, torch.float16, torch.float32) and not fp8mod.is_fp8(out_dtype):
         fp8mod.fp8_format(out_dtype)  # raises with the FP8 rule
     if scale_mode not in fp8mod.SCALE_MODES:
-        raise TritonRuleError(
+        raise RuleError(
             "scale_mode.value", f"scale_mode must be one of {fp8mod.SCALE_MODES}", scale_mode, "scale_mode='row'"
         )
     if not (scale_ub > 0):
-        raise TritonRuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
+        raise RuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
     if scale is not None:
         if not fp8mod.is_fp8(out_dtype):
-            raise TritonRuleError(
+            raise RuleError(
                 "scale.dtype", "a scale is only used for FP8 output", out_dtype, "dtype=torch.float8_e4m3fn"
             )
         if scale.numel() != 1 or scale.dtype != torch.float32 or scale.device != x.device:
-            raise TritonRuleError(
+            raise RuleError(
                 "scale.shape",
                 "scale must be one float32 element on x's device",
                 (tuple(scale.shape), scale.dtype, scale.device),
@@ -64,7 +64,7 @@ def check_output(x, weight, weight_offset, dtype, scale_mode, scale, scale_ub, h
             )
     hidden = n if hidden_size is None else int(hidden_size)
     if hidden < n:
-        raise TritonRuleError(
+        raise RuleError(
             "hidden_size.range",
             f"hidden_size must be >= the local width {n}",
             hidden_size,
@@ -83,14 +83,14 @@ def check_stats(stats, residual, m: int, device) -> None:
         or stats.stride(1) != 1
         or stats.device != device
     ):
-        raise TritonRuleError(
+        raise RuleError(
             "stats.shape",
             f"stats must be float64 (pre_stats) or float32 [world, {m}] with contiguous rows on x's device",
             (tuple(stats.shape), stats.dtype),
             "stack the gathered pre_stats outputs",
         )
     if residual is not None:
-        raise TritonRuleError(
+        raise RuleError(
             "stats.residual",
             "stats from pre_stats already include any residual",
             "residual and stats",
@@ -137,7 +137,7 @@ def check_words(cfg: FwdConfig, c: Call) -> None:
     x2, n = c.x2, c.n
     if cfg.words and cfg.kernel == "split":
         if not c.split_words_ok or cfg.chunk < 2:
-            raise TritonRuleError(
+            raise RuleError(
                 "config.words",
                 "the words split kernel holds x, y and the weight as 32-bit words: 16-bit x with N, the row stride "
                 "and the base even, output in x's dtype, a 16-bit weight on a 4-byte boundary or none, no bias, "
@@ -149,14 +149,14 @@ def check_words(cfg: FwdConfig, c: Call) -> None:
             )
     elif cfg.words:
         if cfg.kernel != "looped" or cfg.head or not c.of_x:
-            raise TritonRuleError(
+            raise RuleError(
                 "config.words",
                 "the words stats pass is the looped kernel's, for x itself: no head, residual or stats",
                 f"kernel {cfg.kernel}, head {cfg.head}, residual {c.residual is not None}, stats {c.stats is not None}",
                 "words=False",
             )
         if not wordable_rows(x2) or n > WIDE_CHUNK_N:
-            raise TritonRuleError(
+            raise RuleError(
                 "config.words",
                 "the words stats pass reads 16-bit rows with an even base and stride as 32-bit words, "
                 f"N <= {WIDE_CHUNK_N} (one row in registers)",
@@ -165,7 +165,7 @@ def check_words(cfg: FwdConfig, c: Call) -> None:
                 "words=False",
             )
     if cfg.stages != 3 and not (cfg.words and cfg.kernel == "split" and cfg.stages == 4):
-        raise TritonRuleError(
+        raise RuleError(
             "config.stages",
             "the element split kernel holds 3 row blocks; the words split kernel 3 or 4",
             (cfg.kernel, cfg.words, cfg.stages),
@@ -176,7 +176,7 @@ def check_words(cfg: FwdConfig, c: Call) -> None:
 def check_gluon(cfg: FwdConfig, c: Call) -> None:
     """The Gluon kernels' rules: what they normalize, and their launch shape on this device."""
     if cfg.kernel == "async" and c.fused:
-        raise TritonRuleError(
+        raise RuleError(
             "config.async",
             "the async kernel (Gluon) normalizes x itself into x's or another float dtype: no residual, distributed "
             "stats or FP8 output",
@@ -184,7 +184,7 @@ def check_gluon(cfg: FwdConfig, c: Call) -> None:
             "config=None",
         )
     if cfg.kernel == "cluster" and not c.of_x:
-        raise TritonRuleError(
+        raise RuleError(
             "config.cluster",
             "the cluster kernel (Gluon) normalizes x itself, into a float or FP8 output: no residual or distributed "
             "stats",
@@ -192,7 +192,7 @@ def check_gluon(cfg: FwdConfig, c: Call) -> None:
             "config=None",
         )
     if cfg.kernel in ("split", "cluster") and c.row_max_with_bias:
-        raise TritonRuleError(
+        raise RuleError(
             f"config.{cfg.kernel}_bias_rowmax",
             f"the {cfg.kernel} kernel takes the row max from max|x*w| before the bias is added, so it cannot give "
             "FP8 row or dynamic tensor scales with a bias",
@@ -200,11 +200,11 @@ def check_gluon(cfg: FwdConfig, c: Call) -> None:
             "config=None (the looped kernel serves this case)",
         )
     if cfg.kernel == "async":
-        rmsnorm_async.check(c.n, cfg.block_m, cfg.num_warps, c.x2, c.x2.device)
+        forward_async.check(c.n, cfg.block_m, cfg.num_warps, c.x2, c.x2.device)
 
 
 def cluster_busy(cfg: FwdConfig, c: Call) -> bool:
-    """Whether a cluster launch fills the device at least twice over (rmsnorm_cluster stages x then); its shared
+    """Whether a cluster launch fills the device at least twice over (forward_cluster stages x then); its shared
     memory checked for the widest of the call's passes (a dynamic tensor scale: the row max, then the FP8 output)."""
     m, n = c.x2.shape
     sizes = [cluster_staging.element_size(v) for v in (c.weight, c.bias)]
@@ -213,5 +213,5 @@ def cluster_busy(cfg: FwdConfig, c: Call) -> bool:
     staged = max(
         cluster_staging.shared_bytes(n, cfg.chunk, cfg.num_warps, c.x2.element_size(), *sizes, busy, om) for om in modes
     )
-    rmsnorm_cluster.check(n, cfg.chunk, cfg.num_warps, c.x2.device, staged)
+    forward_cluster.check(n, cfg.chunk, cfg.num_warps, c.x2.device, staged)
     return busy

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from programs.triton.checks import TritonRuleError
+from tt_rmsnorm.errors import RuleError
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def is_fp8(dtype) -> bool:
 
 def fp8_format(dtype) -> FP8Format:
     if dtype not in FP8_FORMATS:
-        raise TritonRuleError(
+        raise RuleError(
             "dtype.fp8",
             "FP8 output must be torch.float8_e4m3fn or torch.float8_e5m2",
             dtype,

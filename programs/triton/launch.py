@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from programs.triton.checks import TritonRuleError
+from tt_rmsnorm.errors import RuleError
 
 
 def sm_count(device) -> int:
@@ -53,7 +53,7 @@ def resolve_pdl(device, enable_pdl: bool | None) -> bool:
     """Whether to launch with PDL: enable_pdl, or (None) wherever it runs; True where it cannot run is refused."""
     supported = pdl_supported(device)
     if enable_pdl and not supported:
-        raise TritonRuleError(
+        raise RuleError(
             "enable_pdl.device",
             "programmatic dependent launch needs a CUDA device of compute capability >= 9 and a Triton whose "
             "launcher has launch_pdl",
@@ -69,20 +69,18 @@ def split_shape(
     """(splits, exchange row width, lanes) of a split launch: splits programs per row block, lanes row blocks in
     flight, splits * lanes <= programs (all resident together, or the exchange would wait forever)."""
     if chunk <= 0 or chunk & (chunk - 1):
-        raise TritonRuleError(
-            "config.chunk", "config.chunk of a split launch must be a power of two", chunk, "config=None"
-        )
+        raise RuleError("config.chunk", "config.chunk of a split launch must be a power of two", chunk, "config=None")
     cap = programs or sm_count(device)
     splits = triton.cdiv(n, chunk)
     if splits > cap:
-        raise TritonRuleError(
+        raise RuleError(
             "config.chunk",
             f"a row of {n} in chunks of {chunk} needs {splits} programs resident together, more than {cap}",
             chunk,
             f"chunk >= {triton.next_power_of_2(triton.cdiv(n, cap))}",
         )
     if exchange and splits > 1 and device.type != "cuda":
-        raise TritonRuleError(
+        raise RuleError(
             "config.split_interpreter",
             "the interpreter runs programs one after another, so programs exchanging row partials would wait forever",
             f"{splits} splits on {device.type}",

@@ -30,6 +30,7 @@ from programs.nki.driver import (
 )
 from programs.nki.emulator import NkiSpillWarning, nki
 from tt_rmsnorm.accuracy import assert_close
+from tt_rmsnorm.errors import RuleError
 
 EPSILON = 1e-5
 ROWS = [1, 127, 128, 129, 1000]
@@ -168,27 +169,35 @@ def test_inputs_are_rounded_to_the_kernel_dtype():
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    "kwargs,rule,match",
     [
-        (dict(dtype="float16"), "dtype must be one of"),
-        (dict(num_devices=3), "split evenly"),
-        (dict(num_devices=0), "positive int"),
-        (dict(epsilon=0.0), "epsilon must be a positive"),
-        (dict(weight=np.ones(63, np.float32)), r"weight must have shape \(64,\)"),
+        (dict(dtype="float16"), "dtype", "dtype must be one of"),
+        (dict(num_devices=3), "num_devices.split", "split evenly"),
+        (dict(num_devices=0), "num_devices.range", "positive int"),
+        (dict(epsilon=0.0), "epsilon.range", "epsilon must be a positive"),
+        (dict(weight=np.ones(63, np.float32)), "weight.shape", r"weight must have shape \(64,\)"),
     ],
     ids=["dtype", "uneven_split", "zero_devices", "epsilon", "weight_shape"],
 )
-def test_bad_arguments_are_rejected_with_the_rule(kwargs, match):
+def test_bad_arguments_are_rejected_with_the_rule(kwargs, rule, match):
     args = dict(weight=None, epsilon=EPSILON, num_devices=1, dtype="float32") | kwargs
     x = np.ones((2, 64), np.float32)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(RuleError, match=match) as err:
         run_rms_norm(x, args.pop("weight"), **args)
+    assert err.value.rule == rule and err.value.fix
+
+
+def test_integer_input_is_rejected_with_the_rule():
+    with pytest.raises(RuleError) as err:
+        run_rms_norm(np.ones((2, 64), np.int32), None, epsilon=EPSILON, dtype="float32")
+    assert err.value.rule == "x.dtype" and err.value.seen == np.int32
 
 
 def test_hidden_slice_too_large_for_sbuf_is_rejected_before_launch():
     x = np.random.default_rng(5).standard_normal((1, 65536), dtype=np.float32)
-    with pytest.raises(ValueError, match=r"exceeds .* for float32.*num_devices >= 2"):
+    with pytest.raises(RuleError, match=r"exceeds .* for float32.*num_devices >= 2") as err:
         run_rms_norm(x, None, epsilon=EPSILON, dtype="float32")
+    assert err.value.rule == "hidden.sbuf" and err.value.seen == 65536
     y, _ = run_rms_norm(x, None, epsilon=EPSILON, num_devices=2, dtype="float32")  # the suggested fix works
     _check_rms_norm(y, x, None, "float32", "65536 over 2 devices")
 
@@ -206,7 +215,7 @@ def test_the_driver_limit_fits_the_emulated_sbuf(dtype):
         assert nki.last_launch["sbuf_peak_bytes_per_partition"] <= SBUF_BYTES_PER_PARTITION
     _check_rms_norm(y, x, w, dtype, f"hidden {hidden} at the limit")
     x, w = _inputs(3, hidden + 512, dtype, seed=6)
-    with pytest.raises(ValueError, match="would not fit SBUF"):
+    with pytest.raises(RuleError, match="would not fit SBUF"):
         run_rms_norm(x, w, epsilon=EPSILON, dtype=dtype)
 
 

@@ -1,4 +1,5 @@
-"""One rank of the distributed RMSNorm checks: `python dist_worker.py RANK WORLD PORT BACKEND` (gloo: CPU; nccl: GPUs).
+"""One rank of the distributed RMSNorm checks: `python -m tests.triton.dist_worker RANK WORLD PORT BACKEND` from the
+repository root (gloo: CPU; nccl: GPUs).
 
 Every rank draws the same full activation, keeps its column shard (a strided view) and checks pre_stats, the gathered
 stats, post and the composed call against the float64 RMSNorm of the full rows, ordinary rows and rows at the edges of
@@ -6,20 +7,18 @@ the number formats (check_extreme). Exit status 0 means every check held."""
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # ref64
 rank, world, port, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 if backend == "gloo":
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from ranks import serve_rank  # noqa: E402
-from ref64 import assert_close_cancelling, norm64  # noqa: E402
 
 from programs.triton.distributed import distributed_rms_norm, gather_stats, post, pre_stats  # noqa: E402
+from tests.triton.ranks import serve_rank  # noqa: E402
+from tests.triton.ref64 import assert_close_cancelling, norm64  # noqa: E402
+from tests.triton.support import extreme_batch, positive_weight  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 
 
@@ -55,18 +54,16 @@ def check(device, m, n_local, dtype):
 
 
 def check_extreme(device, n_local, dtype):
-    """Rows past fp32's range, tiny, subnormal, +-inf, NaN and zero rows among ordinary ones (test_extreme_values'
-    batch): the gathered float64 stats and post give every rank's columns of the float64 RMSNorm of the full rows."""
+    """Rows past fp32's range, tiny, subnormal, +-inf, NaN and zero rows among ordinary ones (support.extreme_batch):
+    the gathered float64 stats and post give every rank's columns of the float64 RMSNorm of the full rows."""
     import warnings
-
-    from test_extreme_values import extreme_batch, weight
 
     hidden = n_local * world
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # NumPy (the interpreter) on the overflowing squares
         for eps in (1e-5, 0.0):
             rows = ("huge", "one_huge", "tiny", "inf", "nan", "zero") + (("subnormal",) if eps > 0 else ())
-            x, w = extreme_batch(dtype, hidden, rows).cpu(), weight(hidden, dtype).cpu()
+            x, w = extreme_batch(dtype, hidden, rows).cpu(), positive_weight(hidden, dtype).cpu()
             cols = slice(rank * n_local, (rank + 1) * n_local)
             stats_all = gather_stats(pre_stats(x.to(device)[:, cols]))
             y = post(x.to(device)[:, cols], stats_all, w[cols].contiguous().to(device), epsilon=eps)

@@ -1,6 +1,6 @@
-"""Launch one process per rank of a torch.distributed test worker (`python SCRIPT RANK WORLD PORT BACKEND`) and fail
-with every failing rank's log (`run_ranks`); the worker's side of that contract (`serve_rank`). Logs go to files, not
-pipes: a full pipe would stall a rank."""
+"""Launch one process per rank of a torch.distributed test worker (`python -m MODULE RANK WORLD PORT BACKEND` from the
+repository root) and fail with every failing rank's log (`run_ranks`); the worker's side of that contract
+(`serve_rank`). Logs go to files, not pipes: a full pipe would stall a rank."""
 
 import os
 import socket
@@ -18,8 +18,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(script, world: int, backend: str, timeout: float) -> str:
-    """Run `world` ranks of `script`; returns their concatenated logs, asserts every rank exited 0."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_ranks(module: str, world: int, backend: str, timeout: float) -> str:
+    """Run `world` ranks of the worker `module` (e.g. tests.triton.dist_worker); returns their concatenated logs,
+    asserts every rank exited 0."""
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
     if backend == "gloo":
@@ -28,7 +32,8 @@ def run_ranks(script, world: int, backend: str, timeout: float) -> str:
         logs = [Path(tmp) / f"rank{r}.log" for r in range(world)]
         procs = [
             subprocess.Popen(
-                [sys.executable, str(script), str(r), str(world), str(port), backend],
+                [sys.executable, "-m", module, str(r), str(world), str(port), backend],
+                cwd=ROOT,
                 env=env,
                 stdout=open(logs[r], "w"),
                 stderr=subprocess.STDOUT,

@@ -1,9 +1,10 @@
-"""Fused all-reduce + residual + RMSNorm + FP8 (programs/triton/allreduce_rmsnorm.py).
+"""Fused all-reduce + residual + RMSNorm + FP8 (programs/triton/allreduce/api.py).
 
 CPU (CI): the fused kernels under the Triton interpreter with all ranks played by one process (phases in turn, no
 barriers), and the reference path with 2, 4 and 8 gloo processes. GPU (requires_multi_gpu): the fused kernels with
 their barriers over symmetric memory, many back-to-back calls with changing inputs and skewed ranks, every result
-checked. This file is also the rank worker: `python test_allreduce_rmsnorm.py RANK WORLD PORT BACKEND`.
+checked. This module is also the rank worker: `python -m tests.triton.test_allreduce_rmsnorm RANK WORLD PORT BACKEND`
+from the repository root.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 
-if __name__ == "__main__":  # a rank worker: the repository root and ref64 on the path, the interpreter for gloo
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # a rank worker: the interpreter for gloo, before any kernel module is imported
     if sys.argv[4] == "gloo":
         os.environ["TRITON_INTERPRET"] = "1"
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -23,12 +21,12 @@ if __name__ == "__main__":  # a rank worker: the repository root and ref64 on th
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from ranks import run_ranks, serve_rank  # noqa: E402
-from ref64 import fp8_expected, norm64  # noqa: E402
 
-from programs.triton import allreduce_rmsnorm as ar  # noqa: E402
-from programs.triton.checks import TritonRuleError  # noqa: E402
+from programs.triton.allreduce import api as ar  # noqa: E402
+from tests.triton.ranks import run_ranks, serve_rank  # noqa: E402
+from tests.triton.ref64 import fp8_expected, norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
+from tt_rmsnorm.errors import RuleError  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the phase-by-phase simulation runs on a GPU too
@@ -412,7 +410,7 @@ def test_bad_input_names_the_rule(rule):
     c.update(RULES[rule])
     args = {k: (v() if callable(v) else v) for k, v in c.items()}
     max_tokens = args.pop("max_tokens", 8)
-    with pytest.raises(TritonRuleError) as err:
+    with pytest.raises(RuleError) as err:
         ar.check_call(
             args.pop("x"),
             args.pop("weight"),
@@ -427,7 +425,7 @@ def test_bad_input_names_the_rule(rule):
 
 def test_push_stage_takes_one_row_per_program():
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
-    with pytest.raises(TritonRuleError) as err:
+    with pytest.raises(RuleError) as err:
         ar.launch(
             0,
             0,
@@ -448,10 +446,11 @@ def test_push_stage_takes_one_row_per_program():
 
 
 def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
-    """bench_allreduce's watchdog prints the armed step's label while it runs too long, and nothing once disarmed."""
+    """The all-reduce benchmark's watchdog prints the armed step's label while it runs too long, and nothing once
+    disarmed."""
     import time
 
-    from programs.triton.bench_allreduce import Watchdog
+    from programs.triton.allreduce.measurement import Watchdog
 
     dog = Watchdog(rank=1, seconds=0.05)
     dog.arm("T=1024 residual=False stage 2 shape 1x16 grid default")
@@ -470,7 +469,7 @@ def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
 
 @pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks"])
 def test_reference_path_gloo(world):
-    print(run_ranks(__file__, world, "gloo", timeout=120.0))
+    print(run_ranks(__name__, world, "gloo", timeout=120.0))
 
 
 @pytest.mark.requires_multi_gpu
@@ -478,7 +477,7 @@ def test_reference_path_gloo(world):
 def test_fused_nccl_back_to_back(world):
     if torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} GPUs, {torch.cuda.device_count()} present")
-    print(run_ranks(__file__, world, "nccl", timeout=400.0))
+    print(run_ranks(__name__, world, "nccl", timeout=400.0))
 
 
 def gloo_worker(rank, world, dist):

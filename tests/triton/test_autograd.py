@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 
 from programs.triton.autograd import (
     RMSNorm,
@@ -13,8 +12,9 @@ from programs.triton.autograd import (
     rms_norm_fp8_op,
     rms_norm_fwd_op,
 )
-from programs.triton.checks import TritonRuleError
+from tests.triton.ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
 from tt_rmsnorm.accuracy import assert_close
+from tt_rmsnorm.errors import RuleError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -44,7 +44,7 @@ def test_module_eps_none_uses_dtype_eps_and_rejects_multi_dim_shape():
     y = RMSNorm(16, device=DEV, dtype=torch.bfloat16)(x)
     v, _, _ = norm64(x, torch.ones(16), epsilon=torch.finfo(torch.bfloat16).eps)
     assert_close(y.detach(), v, torch.bfloat16)
-    with pytest.raises(TritonRuleError, match=r"\[normalized_shape.last_dim\]"):
+    with pytest.raises(RuleError, match=r"\[normalized_shape.last_dim\]"):
         RMSNorm((4, 16))
 
 

@@ -1,12 +1,12 @@
-"""The benchmark's timing rounds (programs/triton/bench_timing.py), with the GPU timer replaced: what is reported is
-each
-contender's median over interleaved rounds, and a peer that cannot run a shape is n/a, not retried."""
+"""The benchmarks' measurement method (programs/triton/timing.py, programs/triton/allreduce/measurement.py), with the
+GPU timer replaced: what is reported is each contender's median over interleaved rounds, and a peer that cannot run a
+shape is n/a, not retried."""
 
 import contextlib
 
 import torch
 
-from programs.triton import bench_timing
+from programs.triton import timing
 
 
 def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
@@ -17,9 +17,9 @@ def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
         order.append(name)
         return scripted[name].pop(0)
 
-    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(timing, "graph_time", fake_graph_time)
     runs = {"copy": lambda i: lambda: "copy", "ours": lambda i: lambda: "ours"}
-    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    t = timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     assert t == {"copy": 2.0, "ours": 5.0}
     assert sorted(order) == ["copy"] * 3 + ["ours"] * 3 and order[:2] == ["copy", "ours"]
 
@@ -31,15 +31,15 @@ def test_timed_rounds_moves_every_contender_between_rounds(monkeypatch):
         order.append(calls[0]())
         return 1.0
 
-    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(timing, "graph_time", fake_graph_time)
     names = ["copy2d", "copyflat", "ours", "eager", "compile", "liger", "quack", "ours_fp8"]
     runs = {k: (lambda i, k=k: lambda: k) for k in names}
-    bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     rounds = [order[i * len(names) : (i + 1) * len(names)] for i in range(3)]
     assert rounds[0] == names and all(sorted(r) == sorted(names) for r in rounds)
     first_again = list(order)
     order.clear()
-    bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
+    timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set())
     assert order == first_again  # the same orders every run
     for k in ("ours", "quack"):
         places = {r.index(k) for r in rounds}
@@ -57,10 +57,10 @@ def test_timed_rounds_reports_a_peer_that_cannot_run_as_none_once(monkeypatch):
             raise RuntimeError("Cannot launch Triton kernel since n = 262144 exceeds the recommended Triton blocksize")
         return 1.0
 
-    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
-    monkeypatch.setattr(bench_timing.torch.cuda, "synchronize", lambda: None)  # try_time syncs after a failure
+    monkeypatch.setattr(timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)  # try_time syncs after a failure
     runs = {"ours": lambda i: lambda: "ours", "liger": lambda i: lambda: "liger"}
-    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional={"liger"})
+    t = timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional={"liger"})
     assert t == {"ours": 1.0, "liger": None}
     assert tried.count("liger") == 1 and tried.count("ours") == 3
 
@@ -74,13 +74,13 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
         seen.append((calls[0](), before))
         return {"copy": 2.0, "ours": 4.0}[calls[0]()]
 
-    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(timing, "graph_time", fake_graph_time)
 
     def hook():
         return None
 
     runs = {k: (lambda i, k=k: lambda: k) for k in ("copy", "ours")}
-    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set(), before=hook)
+    t = timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=3, optional=set(), before=hook)
     assert t == {"copy": 2.0, "ours": 4.0}
     assert len(seen) == 6 and all(b is hook for _, b in seen)
     assert sorted(name for name, _ in seen) == ["copy"] * 3 + ["ours"] * 3
@@ -88,11 +88,11 @@ def test_timed_rounds_hands_its_hook_to_every_timing(monkeypatch):
 
 def test_no_launch_state_pin_without_pdl():
     """Off Hopper (here: the CPU) there is no PDL launch to pin the state with, so the tables time without a hook."""
-    assert bench_timing.pin_launch_state(torch.device("cpu")) is None
+    assert timing.pin_launch_state(torch.device("cpu")) is None
 
 
 class _FakeCuda:
-    """Just enough of torch.cuda for bench_allreduce.graph_time_us to run on the CPU. The log names each graph by
+    """Just enough of torch.cuda for measurement.graph_time_us to run on the CPU. The log names each graph by
     what was captured into it ("reset" / "fn"), and its replays as "replay <name>"."""
 
     def __init__(self, log):
@@ -132,21 +132,21 @@ class _FakeCuda:
 
 
 def _fake_gpu(monkeypatch, log):
-    """bench_allreduce with torch.cuda faked and its warm-up's stream hand-off a plain block."""
-    from programs.triton import bench_allreduce
+    """The all-reduce measurement with torch.cuda faked and its warm-up's stream hand-off a plain block."""
+    from programs.triton.allreduce import measurement
 
-    monkeypatch.setattr(bench_allreduce.torch, "cuda", _FakeCuda(log))
-    monkeypatch.setattr(bench_allreduce, "on_capture_stream", contextlib.nullcontext)
-    return bench_allreduce
+    monkeypatch.setattr(measurement.torch, "cuda", _FakeCuda(log))
+    monkeypatch.setattr(measurement, "on_capture_stream", contextlib.nullcontext)
+    return measurement
 
 
 def test_allreduce_bench_pins_once_and_resets_by_graph(monkeypatch):
-    """bench_allreduce re-copies the in-place NCCL input before each replay. Eager, that copy is a plain launch that
-    would put every replay after the first in the slow launch state; as a graph replay it moves no
+    """The all-reduce benchmark re-copies the in-place NCCL input before each replay. Eager, that copy is a plain
+    launch that would put every replay after the first in the slow launch state; as a graph replay it moves no
     state, so one pin before the replays holds for all of them, and no rank waits on a per-replay sync."""
     log = []
-    bench_allreduce = _fake_gpu(monkeypatch, log)
-    us = bench_allreduce.graph_time_us(
+    measurement = _fake_gpu(monkeypatch, log)
+    us = measurement.graph_time_us(
         lambda: log.append("fn"), lambda: log.append("reset"), calls=4, reps=3, pin=lambda: log.append("pin")
     )
     assert us == 1000.0 / 4
@@ -158,8 +158,8 @@ def test_allreduce_bench_without_reset_captures_no_empty_graph(monkeypatch):
     """Methods that work out of place pass no reset: then no reset graph is captured or replayed (an empty capture
     is an error-prone no-op in torch), and the pin still precedes the timed replays."""
     log = []
-    bench_allreduce = _fake_gpu(monkeypatch, log)
-    bench_allreduce.graph_time_us(lambda: log.append("fn"), None, calls=2, reps=2, pin=lambda: log.append("pin"))
+    measurement = _fake_gpu(monkeypatch, log)
+    measurement.graph_time_us(lambda: log.append("fn"), None, calls=2, reps=2, pin=lambda: log.append("pin"))
     assert log == ["fn"] * 3 + ["pin"] + ["timer", "replay fn", "timer"] * 2
 
 
@@ -183,10 +183,10 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
         return lambda i: run
 
-    monkeypatch.setattr(bench_timing, "graph_time", fake_graph_time)
-    monkeypatch.setattr(bench_timing.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(timing, "graph_time", fake_graph_time)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
     runs = {k: call(k) for k in ("copy", "ours", "compile", "liger")}
-    t = bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional={"compile", "liger"})
+    t = timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=2, optional={"compile", "liger"})
     assert t == {"copy": 1.0, "ours": 1.0, "compile": 1.0, "liger": None}
     first_timing = next(i for i, e in enumerate(events) if e[0] == "time")
     assert events[:first_timing] == [("call", k) for k in ("copy", "ours", "compile", "liger")]
@@ -194,7 +194,7 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
     runs["ours"] = call("liger")  # a failure of a contender that is not optional is raised, not reported as n/a
     try:
-        bench_timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=1, optional={"compile", "liger"})
+        timing.timed_rounds(runs, sets=2, calls=8, reps=15, rounds=1, optional={"compile", "liger"})
     except RuntimeError:
         pass
     else:
@@ -202,11 +202,12 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
 
 def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
-    from programs.triton import bench_allreduce as b
+    from programs.triton.allreduce import dispatch
+    from programs.triton.allreduce import measurement as b
 
     sweep = [(1, 8), (1, 16), (2, 16), (4, 32)]
-    assert b.sweep_shapes(sweep, 2, 4096, b.NCCL) == [None]
-    assert b.sweep_shapes(sweep, 2, 4096, b.PUSH) == [(1, 8), (1, 16)]  # one row a program
+    assert b.sweep_shapes(sweep, 2, 4096, dispatch.NCCL) == [None]
+    assert b.sweep_shapes(sweep, 2, 4096, dispatch.PUSH) == [(1, 8), (1, 16)]  # one row a program
     assert b.sweep_shapes(sweep, 2, 264, 1) == [(1, 8), (1, 16), (2, 16)]  # stage 1: all T rows, 2 x 132 <= 264
     assert b.sweep_shapes(sweep, 2, 264, 2) == [(1, 8), (1, 16)]  # stage 2: T / world rows a rank
 
@@ -214,7 +215,7 @@ def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
 def test_allreduce_bench_table_names_the_best_stage_and_the_dispatched_ratio():
     import math
 
-    from programs.triton import bench_allreduce as b
+    from programs.triton.allreduce import measurement as b
 
     row = {"T": 8, "per_rank_kib": 128.0, "nccl": 10.0, "nccl+fused": 12.0, "nccl+torch": None, "fused": 6.0}
     row |= {f"s{k}": math.nan for k in b.STAGE_NAMES} | {f"s{k}_shape": None for k in b.STAGE_NAMES}
@@ -227,9 +228,9 @@ def test_allreduce_bench_table_names_the_best_stage_and_the_dispatched_ratio():
 
 
 def test_tree_comparison_rotates_every_tree_through_every_place_and_reports_ratios_to_the_first(tmp_path):
-    """bench_compare: two trees alternate, more rotate (each takes every place in turn); the table gives each later
+    """compare_trees: two trees alternate, more rotate (each takes every place in turn); the table gives each later
     tree's median over the first's; clashing directory names fall back to positional names."""
-    from programs.triton.bench_compare import render, rotated, tree_names
+    from programs.triton.timing import render, rotated, tree_names
 
     assert [rotated(["a", "b"], r) for r in range(2)] == [["a", "b"], ["b", "a"]]
     three = [rotated(["a", "b", "c"], r) for r in range(3)]

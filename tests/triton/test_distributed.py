@@ -1,13 +1,11 @@
 """Two-phase distributed RMSNorm with 2, 4 and 8 gloo processes on CPU (NCCL over GPUs in test_gpu.py)."""
 
-from pathlib import Path
-
 import pytest
-from ranks import run_ranks
 
-WORKER = Path(__file__).with_name("dist_worker.py")
+from tests.triton.ranks import run_ranks
+from tests.triton.support import DIST_WORKER
 
 
 @pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks_t3k_world"])
 def test_distributed_gloo(world):
-    run_ranks(WORKER, world, "gloo", timeout=150.0)
+    run_ranks(DIST_WORKER, world, "gloo", timeout=150.0)

@@ -1,22 +1,20 @@
-"""Rows at the edges of the number formats (programs/triton/row_stats.py's rule) against the float64 reference, mixed
-with ordinary rows in one batch: sums of squares past fp32's range (bf16 and fp32 values near their maximum),
-subnormal and tiny rows (eps > 0 and eps = 0), +-inf, NaN and all-zero rows; forward over every kernel the interpreter
-runs (and the Gluon kernels on a GPU), FP8, backward and the distributed post."""
+"""Rows at the edges of the number formats (programs/triton/kernels/row_stats.py's rule) against the float64 reference,
+mixed with ordinary rows in one batch: sums of squares past fp32's range (bf16 and fp32 values near their maximum),
+subnormal and tiny rows (eps > 0 and eps = 0), +-inf, NaN and all-zero rows; forward over every kernel the
+interpreter runs (and the Gluon kernels on a GPU), FP8, backward and the distributed post."""
 
 import warnings
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
-from test_rmsnorm_bwd import KERNELS as BWD_KERNELS
-from test_rmsnorm_fwd import KERNELS as FWD_KERNELS
-from test_rmsnorm_fwd import SPLIT_CHUNK
 
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import BwdConfig
 from programs.triton.distributed import post, pre_stats
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
+from tests.triton.ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
+from tests.triton.support import BWD_KERNELS, FWD_KERNELS, ROWS, SPLIT_CHUNK, extreme_batch, positive_weight
 from tt_rmsnorm.accuracy import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,8 +24,6 @@ WORDS = {
     "looped_words": FwdConfig("looped", 4, chunk=32, programs=3, words=True),
     "split_words": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8, words=True),
 }
-# the rows every batch holds, in this order, between ordinary ones
-ROWS = ("huge", "one_huge", "tiny", "subnormal", "inf", "nan", "zero")
 FINITE = ("huge", "one_huge", "tiny", "subnormal")
 
 
@@ -37,36 +33,6 @@ def quiet_numpy():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
-
-
-def extreme_batch(dtype, n: int, rows=ROWS, seed: int = 0, m: int = 0) -> torch.Tensor:
-    """[max(m, 2 * len(rows) + 1), n]: ordinary rows, each named row after one (rows 1, 3, 5, ...)."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(max(m, 2 * len(rows) + 1), n, generator=g, dtype=torch.float64)
-    top = torch.finfo(dtype).max
-    for i, kind in enumerate(rows):
-        r, sign = 2 * i + 1, torch.randn(n, generator=g).sign().double()
-        if kind == "huge":  # every square past fp32's range
-            x[r] = sign * top * (0.25 + 0.75 * torch.rand(n, generator=g, dtype=torch.float64))
-        elif kind == "one_huge":  # one square past it, the rest ordinary
-            x[r, n // 2] = top * 0.9
-        elif kind == "tiny":  # squares below fp32's smallest normal (2^-140): lost with eps = 0 but for the rescale
-            x[r] *= 2.0**-70
-        elif kind == "subnormal":  # values in the subnormal range of bf16 and fp32
-            x[r] *= 2.0**-132
-        elif kind == "inf":
-            x[r, 3] = float("inf")
-            x[r, n - 2] = -float("inf")
-        elif kind == "nan":
-            x[r, 5] = float("nan")
-        elif kind == "zero":
-            x[r] = 0.0
-    return x.to(dtype).to(DEV)
-
-
-def weight(n: int, dtype, seed: int = 1) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (0.5 + torch.rand(n, generator=g)).to(dtype).to(DEV)
 
 
 def rows_for(eps: float):
@@ -92,7 +58,7 @@ def test_forward_extreme_rows_match_float64(kernel, dtype, eps):
     if cfg is not None and cfg.words and dt != torch.bfloat16:
         pytest.skip("the word kernels hold 16-bit rows")
     n = 70 if cfg is not None else 4096
-    x, w = extreme_batch(dt, n, rows_for(eps)), weight(n, dt)
+    x, w = extreme_batch(dt, n, rows_for(eps)), positive_weight(n, dt)
     o = rmsnorm_fwd(x, w, epsilon=eps, return_rsigma=True, config=cfg)
     v, rs, _ = norm64(x, w, epsilon=eps)
     assert_close(o.y, v, dt, context=f"y ({kernel})")
@@ -110,7 +76,7 @@ def test_gpu_default_launches_extreme_rows(shape, dtype):
     dt = DTYPES[dtype]
     m, n = shape
     for eps in (1e-6, 0.0):
-        x, w = extreme_batch(dt, n, rows_for(eps), m=m), weight(n, dt)
+        x, w = extreme_batch(dt, n, rows_for(eps), m=m), positive_weight(n, dt)
         o = rmsnorm_fwd(x, w, epsilon=eps, return_rsigma=True)
         v, rs, _ = norm64(x, w, epsilon=eps)
         assert_close(o.y, v, dt, context=f"y eps={eps}")
@@ -130,7 +96,7 @@ def test_forward_extreme_rows_with_residual_and_bias(kernel):
     dt = torch.bfloat16
     x = extreme_batch(dt, 70, FINITE + ("inf",))
     r = extreme_batch(dt, 70, FINITE + ("inf",), seed=3) * 0.5
-    w, b = weight(70, dt), weight(70, dt, seed=2) - 1.0
+    w, b = positive_weight(70, dt), positive_weight(70, dt, seed=2) - 1.0
     o = rmsnorm_fwd(x, w, epsilon=1e-5, residual=r, bias=b, return_rsigma=True, config=FWD_KERNELS[kernel])
     v, rs, h = norm64(x, w, epsilon=1e-5, residual=r, bias=b)
     assert torch.equal(o.residual_out.cpu().double(), h)
@@ -142,11 +108,11 @@ def test_eps_zero_subnormal_row_is_the_documented_limit():
     """eps = 0 and a row whose rms is below 2^-128: the rstd is past fp32's range (row_stats), so y is +-inf where x
     is not 0, and the rest of the batch is untouched."""
     x = extreme_batch(torch.float32, 70, ("subnormal",))
-    o = rmsnorm_fwd(x, weight(70, torch.float32), epsilon=0.0, return_rsigma=True)
+    o = rmsnorm_fwd(x, positive_weight(70, torch.float32), epsilon=0.0, return_rsigma=True)
     assert torch.isinf(o.rsigma[1]) and bool(torch.isfinite(o.rsigma[[0, 2]]).all())
     row = o.y[1]
     assert bool(torch.isinf(row[x[1] != 0]).all()) and bool(torch.isnan(row[x[1] == 0]).all())
-    v, _, _ = norm64(x, weight(70, torch.float32), epsilon=0.0)
+    v, _, _ = norm64(x, positive_weight(70, torch.float32), epsilon=0.0)
     assert_close(o.y[[0, 2]], v[[0, 2]], torch.float32, context="the other rows")
 
 
@@ -160,7 +126,7 @@ def test_fp8_row_scales_of_extreme_rows(kernel, fmt):
     too), NaN for the rows holding a NaN or an infinity (y is NaN there), and NaN kept through the clamp."""
     cfg = FWD_KERNELS.get(kernel) or WORDS.get(kernel)
     rows = tuple(r for r in ROWS if r != "subnormal")  # a scale below 2^-126: test_fp8_subnormal_scale_saturates
-    x, w = extreme_batch(torch.bfloat16, 70, rows), weight(70, torch.bfloat16) * 2.0
+    x, w = extreme_batch(torch.bfloat16, 70, rows), positive_weight(70, torch.bfloat16) * 2.0
     o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=fmt, scale_mode="row", config=cfg)
     v, _, _ = norm64(x, w, epsilon=1e-5)
     q_exp, s_exp = fp8_expected(v, fmt, "row")
@@ -174,7 +140,7 @@ def test_fp8_subnormal_scale_saturates():
     whose reciprocal is past fp32's range; its values saturate to +-448 where float64 keeps them, its scale is
     right, and the other rows are untouched."""
     x = extreme_batch(torch.bfloat16, 70, ("subnormal",))
-    w = weight(70, torch.bfloat16)
+    w = positive_weight(70, torch.bfloat16)
     o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=torch.float8_e4m3fn, scale_mode="row")
     v, _, _ = norm64(x, w, epsilon=1e-5)
     q_exp, s_exp = fp8_expected(v, torch.float8_e4m3fn, "row")
@@ -189,7 +155,7 @@ def test_fp8_subnormal_scale_saturates():
 def test_fp8_tensor_scale_of_extreme_finite_rows(kernel):
     """A dynamic tensor scale (the row maxima of a first pass) over rows past fp32's range and tiny ones."""
     fmt = torch.float8_e4m3fn
-    x, w = extreme_batch(torch.bfloat16, 70, FINITE), weight(70, torch.bfloat16)
+    x, w = extreme_batch(torch.bfloat16, 70, FINITE), positive_weight(70, torch.bfloat16)
     o = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=fmt, scale_mode="tensor", config=FWD_KERNELS[kernel])
     v, _, _ = norm64(x, w, epsilon=1e-5)
     q_exp, s_exp = fp8_expected(v, fmt, "tensor")
@@ -216,7 +182,7 @@ def test_backward_of_extreme_finite_rows(kernel, dtype, eps):
     if cfg is not None and cfg.words and dt != torch.bfloat16:
         pytest.skip("the word kernels hold 16-bit rows")
     rows = tuple(r for r in FINITE if eps > 0 or r != "subnormal")
-    x, w = extreme_batch(dt, 68, rows), weight(68, dt)  # even: the word kernel
+    x, w = extreme_batch(dt, 68, rows), positive_weight(68, dt)  # even: the word kernel
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to(dt).to(DEV)
     fwd = rmsnorm_fwd(x, w, epsilon=eps, return_rsigma=True)
     dx, dw, _ = rmsnorm_bwd(dy, x, w, fwd.rsigma, config=cfg)
@@ -227,7 +193,7 @@ def test_backward_of_extreme_finite_rows(kernel, dtype, eps):
 
 def test_backward_of_a_non_finite_row_stays_in_that_row():
     """An inf or NaN row's dx is NaN in that row only (float64 gives the same); the other rows' dx is unaffected."""
-    x, w = extreme_batch(torch.float32, 67, ("inf", "nan")), weight(67, torch.float32)
+    x, w = extreme_batch(torch.float32, 67, ("inf", "nan")), positive_weight(67, torch.float32)
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to(DEV)
     fwd = rmsnorm_fwd(x, w, return_rsigma=True)
     dx, _, _ = rmsnorm_bwd(dy, x, w, fwd.rsigma)
@@ -244,7 +210,7 @@ def test_distributed_post_of_extreme_rows(world, dtype, eps):
     sums in float64: the shards of every extreme row reassemble into the float64 RMSNorm of the full rows."""
     dt = DTYPES[dtype]
     n_local = 24
-    x, w = extreme_batch(dt, n_local * world, rows_for(eps)), weight(n_local * world, dt)
+    x, w = extreme_batch(dt, n_local * world, rows_for(eps)), positive_weight(n_local * world, dt)
     xs, ws = x.split(n_local, dim=-1), w.split(n_local)
     stats = torch.stack([pre_stats(s) for s in xs])
     assert stats.dtype == torch.float64

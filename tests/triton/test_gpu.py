@@ -2,9 +2,6 @@
 
 import pytest
 import torch
-from ranks import run_ranks
-from ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
-from test_distributed import WORKER
 
 from programs.triton import backward as bwd_module
 from programs.triton import forward as fwd_module
@@ -14,12 +11,10 @@ from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import BwdConfig
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig, split_default
+from tests.triton.ranks import run_ranks
+from tests.triton.ref64 import assert_close_cancelling, fp8_expected, grads64, norm64
+from tests.triton.support import DIST_WORKER, cuda_rand
 from tt_rmsnorm.accuracy import assert_close
-
-
-def rand(*shape, dtype=torch.bfloat16, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return torch.randn(*shape, generator=g, device="cuda").to(dtype)
 
 
 @pytest.mark.requires_cuda
@@ -29,7 +24,7 @@ def rand(*shape, dtype=torch.bfloat16, seed=0):
     ids=lambda s: f"{s[0]}x{s[1]}",
 )
 def test_forward_real_sizes(shape):
-    x, w, r = rand(*shape, seed=1), rand(shape[1], seed=2), rand(*shape, seed=3)
+    x, w, r = cuda_rand(*shape, seed=1), cuda_rand(shape[1], seed=2), cuda_rand(*shape, seed=3)
     o = rmsnorm_fwd(x, w, epsilon=1e-6, residual=r, return_rsigma=True)
     v, rs, h = norm64(x, w, epsilon=1e-6, residual=r)
     assert_close(o.y, v, torch.bfloat16, context="y")
@@ -51,11 +46,11 @@ def test_forward_two_pass_default(shape, dtype):
     """fwd_config's launch of tall tensors of plain 16-bit rows (a row a program, two halves, the second pass re-read
     from L1/L2): with a zero-centered weight and without one, rsigma stored, repeated bit for bit."""
     m, n = shape
-    x = rand(m, n, dtype=dtype, seed=40)
+    x = cuda_rand(m, n, dtype=dtype, seed=40)
     # without cp.async (which the default takes for rows of 4096 and 8192 where it runs): the two-pass launch
     cfg = fwd_module.fwd_config(m, n, x.device, words_ok=launch.wordable_rows(x))
     assert cfg.kernel == "looped" and cfg.programs == m
-    for w, off in ((rand(n, dtype=dtype, seed=41), 1.0), (None, 0.0)):
+    for w, off in ((cuda_rand(n, dtype=dtype, seed=41), 1.0), (None, 0.0)):
         o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
         v, rs, _ = norm64(x, w, epsilon=1e-6, weight_offset=off)
         assert_close(o.y, v, dtype, context="y")
@@ -85,8 +80,8 @@ WORDS_FWD = {
 @pytest.mark.parametrize("case", list(WORDS_FWD))
 def test_forward_split_words_at_real_widths(case):
     (m, n), dt, has_w, cfg = WORDS_FWD[case]
-    x = rand(m, n, dtype=dt, seed=70)
-    w = rand(n, dtype=dt, seed=71) if has_w else None
+    x = cuda_rand(m, n, dtype=dt, seed=70)
+    w = cuda_rand(n, dtype=dt, seed=71) if has_w else None
     if cfg is None:
         assert fwd_module.fwd_config(m, n, x.device, split_words_ok=fwd_module.split_words_fit(x, x, w, True)).words
     off = 1.0 if has_w else 0.0
@@ -116,7 +111,7 @@ def test_forward_beyond_2_31_elements(case):
     (m, n), cfg = BIG[case]
     assert m * n > 2**31
     x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda").normal_()
-    w = rand(n, seed=4)
+    w = cuda_rand(n, seed=4)
     y = rmsnorm_fwd(x, w, config=cfg).y
     for rows in (slice(0, 2), slice(m - 3, m)):  # the last rows sit past 2^31 elements
         v, _, _ = norm64(x[rows], w)
@@ -130,7 +125,7 @@ def test_forward_beyond_2_31_elements(case):
     ids=lambda s: f"{s[0]}x{s[1]}",
 )
 def test_backward_real_sizes(shape):
-    x, w, dy = rand(*shape, seed=5), rand(shape[1], seed=6), rand(*shape, seed=7)
+    x, w, dy = cuda_rand(*shape, seed=5), cuda_rand(shape[1], seed=6), cuda_rand(*shape, seed=7)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
     dx, dw, db = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True)
     ref = grads64(x, w, dy, bias=torch.zeros(shape[1], device="cuda"))
@@ -164,7 +159,7 @@ def test_backward_long_row_kernels(case):
     """The long-row backward paths, and the rows launch another GPU's bandwidth picks, at real widths, several rows
     per row group, every option on."""
     (m, n), cfg = LONG_BWD[case]
-    x, w, dy, dres = rand(m, n, seed=20), rand(n, seed=21), rand(m, n, seed=22), rand(m, n, seed=23)
+    x, w, dy, dres = cuda_rand(m, n, seed=20), cuda_rand(n, seed=21), cuda_rand(m, n, seed=22), cuda_rand(m, n, seed=23)
     rs = rmsnorm_fwd(x, w, weight_offset=1.0, return_rsigma=True).rsigma
     dx, dw, db = rmsnorm_bwd(dy, x, w, rs, weight_offset=1.0, dresidual=dres, need_bias_grad=True, config=cfg)
     ref = grads64(
@@ -198,8 +193,8 @@ WORDS_BWD = {
 @pytest.mark.parametrize("case", list(WORDS_BWD))
 def test_backward_split_words_at_real_widths(case):
     (m, n), dt, has_w, cfg = WORDS_BWD[case]
-    x, dy = rand(m, n, dtype=dt, seed=60), rand(m, n, dtype=dt, seed=61)
-    w = rand(n, dtype=dt, seed=62) if has_w else None
+    x, dy = cuda_rand(m, n, dtype=dt, seed=60), cuda_rand(m, n, dtype=dt, seed=61)
+    w = cuda_rand(n, dtype=dt, seed=62) if has_w else None
     if cfg is None:
         assert bwd_module.bwd_config(m, n, x.device, words_ok=bwd_module.words_fit(x, dy, x, w, False, None)).words
     off = 1.0 if has_w else 0.0
@@ -217,12 +212,12 @@ def test_backward_split_words_at_real_widths(case):
 def test_cuda_graph_capture_forward_and_backward():
     mod = RMSNorm(8192, eps=1e-6, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        mod.weight.copy_(rand(8192, seed=8))
-    x = rand(32, 8192, seed=9).requires_grad_()
+        mod.weight.copy_(cuda_rand(8192, seed=8))
+    x = cuda_rand(32, 8192, seed=9).requires_grad_()
     graphed = torch.cuda.make_graphed_callables(mod, (x,))
     for seed in (10, 11):
-        xin = rand(32, 8192, seed=seed).requires_grad_()
-        dy = rand(32, 8192, seed=seed + 100)
+        xin = cuda_rand(32, 8192, seed=seed).requires_grad_()
+        dy = cuda_rand(32, 8192, seed=seed + 100)
         mod.weight.grad = None
         y = graphed(xin)
         y.backward(dy)
@@ -233,12 +228,12 @@ def test_cuda_graph_capture_forward_and_backward():
         assert_close_cancelling(mod.weight.grad, ref["weight"], torch.bfloat16, context="graphed dweight")
 
     # FP8 forward with a dynamic per-tensor scale, replayed from a graph on new data
-    xs, w = rand(64, 4096, seed=12), rand(4096, seed=13)
+    xs, w = cuda_rand(64, 4096, seed=12), cuda_rand(4096, seed=13)
     rmsnorm_fwd(xs, w, dtype=torch.float8_e4m3fn, scale_mode="tensor")
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = rmsnorm_fwd(xs, w, dtype=torch.float8_e4m3fn, scale_mode="tensor")
-    xs.copy_(rand(64, 4096, seed=14))
+    xs.copy_(cuda_rand(64, 4096, seed=14))
     g.replay()
     v, _, _ = norm64(xs, w)
     q_exp, _ = fp8_expected(v, torch.float8_e4m3fn, "tensor")
@@ -247,7 +242,7 @@ def test_cuda_graph_capture_forward_and_backward():
 
 @pytest.mark.requires_multi_gpu
 def test_distributed_nccl_two_gpus():
-    run_ranks(WORKER, 2, "nccl", timeout=300.0)
+    run_ranks(DIST_WORKER, 2, "nccl", timeout=300.0)
 
 
 @pytest.mark.requires_cuda
@@ -255,7 +250,7 @@ def test_split_kernels_under_cuda_graph_replay():
     """Rows split over programs (cooperative launch, exchange counters zeroed per call) replayed from one graph on new
     data, several times: forward with FP8 row scales and backward, both checked on every replay."""
     m, n = 300, 65536
-    x, w, dy = rand(m, n, seed=30), rand(n, seed=31), rand(m, n, seed=32)
+    x, w, dy = cuda_rand(m, n, seed=30), cuda_rand(n, seed=31), cuda_rand(m, n, seed=32)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
     rmsnorm_fwd(x, w, dtype=torch.float8_e4m3fn)
     rmsnorm_bwd(dy, x, w, rs)
@@ -265,8 +260,8 @@ def test_split_kernels_under_cuda_graph_replay():
         q = rmsnorm_fwd(x, w, dtype=torch.float8_e4m3fn)
         dx, dw, _ = rmsnorm_bwd(dy, x, w, fo.rsigma)
     for seed in (33, 34, 35):
-        x.copy_(rand(m, n, seed=seed))
-        dy.copy_(rand(m, n, seed=seed + 10))
+        x.copy_(cuda_rand(m, n, seed=seed))
+        dy.copy_(cuda_rand(m, n, seed=seed + 10))
         g.replay()
         v, _, _ = norm64(x, w)
         assert_close(fo.y, v, torch.bfloat16, context=f"graphed split forward, replay {seed}")
@@ -283,7 +278,7 @@ def test_split_fp8_row_scales(block_m):
     """FP8 with per-row scales through the split kernel (explicit config: the default keeps FP8 rows on the looped
     kernel), one row per exchange (the scalar-factor form) and two."""
     m, n = 257, 65536
-    x, w = rand(m, n, seed=40), rand(n, seed=41)
+    x, w = cuda_rand(m, n, seed=40), cuda_rand(n, seed=41)
     cfg = FwdConfig("split", 16, block_m=block_m, chunk=16384, programs=132)
     for fmt in (torch.float8_e4m3fn, torch.float8_e5m2):
         q = rmsnorm_fwd(x, w, epsilon=1e-6, dtype=fmt, config=cfg)
@@ -311,7 +306,7 @@ def test_split_exchange_repeats_bit_for_bit(case):
     single-run tests missed; split_reduce's re-read of stale copies is what it holds."""
     fcfg, bcfg = SPLIT_REPEATS[case]
     m, n = 1000, 65536
-    x, w, dy = rand(m, n, seed=50), rand(n, seed=51), rand(m, n, seed=52)
+    x, w, dy = cuda_rand(m, n, seed=50), cuda_rand(n, seed=51), cuda_rand(m, n, seed=52)
     # the default launch of N > 65536, here at 65536 (fwd_config keeps 65536 on the looped kernel)
     fcfg = fcfg or split_default(x.device)
     first = rmsnorm_fwd(x, w, return_rsigma=True, config=fcfg)
@@ -333,14 +328,14 @@ def test_benchmark_captures_eager_backward():
     """The benchmark's backward contenders run their forward on the capture stream: with the forward on the default
     stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100),
     and the table showed eager as n/a."""
-    from programs.triton import bench_timing
+    from programs.triton import timing
 
-    xs = [rand(256, 4096, seed=s) for s in (60, 61)]
-    dys = [rand(256, 4096, seed=s) for s in (62, 63)]
-    w = rand(4096, seed=64)
+    xs = [cuda_rand(256, 4096, seed=s) for s in (60, 61)]
+    dys = [cuda_rand(256, 4096, seed=s) for s in (62, 63)]
+    w = cuda_rand(4096, seed=64)
 
     def eager(a, b):
         return torch.nn.functional.rms_norm(a, (4096,), b, 1e-6)
 
-    t = bench_timing.graph_time(bench_timing.rotating(bench_timing.autograd_calls(eager, xs, w, dys), 2, 4), 3)
+    t = timing.graph_time(timing.rotating(timing.autograd_calls(eager, xs, w, dys), 2, 4), 3)
     assert 0 < t < 1e-3

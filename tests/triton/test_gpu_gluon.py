@@ -3,8 +3,6 @@ against float64 and against plain launches."""
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, fp8_expected, norm64
-from test_gpu import rand
 
 from programs.triton import backward as bwd_module
 from programs.triton import forward as fwd_module
@@ -12,13 +10,15 @@ from programs.triton import launch
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
+from tests.triton.ref64 import assert_close_cancelling, fp8_expected, norm64
+from tests.triton.support import cuda_rand
 from tt_rmsnorm.accuracy import assert_close
 
 
 def skip_without_clusters():
-    from programs.triton import rmsnorm_cluster
+    from programs.triton.kernels import forward_cluster
 
-    if not rmsnorm_cluster.supported(torch.device("cuda")):
+    if not forward_cluster.supported(torch.device("cuda")):
         pytest.skip("clusters need compute capability >= 9 and Gluon with CTA-split layouts")
 
 
@@ -54,10 +54,10 @@ def assert_forward_matches_float64(case, kernel: str, seed: int):
     (m, n), dt, kw, cfg = case
     kw = dict(kw)
     stride = kw.pop("stride", n)
-    x = rand(m, stride, dtype=dt, seed=seed)[:, :n]
+    x = cuda_rand(m, stride, dtype=dt, seed=seed)[:, :n]
     w = kw.pop("weight", "x")
-    w = None if w is None else rand(n, dtype=torch.float32 if w == "fp32" else dt, seed=seed + 1)
-    b = rand(n, dtype=dt, seed=seed + 2) if kw.pop("bias", False) else None
+    w = None if w is None else cuda_rand(n, dtype=torch.float32 if w == "fp32" else dt, seed=seed + 1)
+    b = cuda_rand(n, dtype=dt, seed=seed + 2) if kw.pop("bias", False) else None
     if cfg is None:
         words = launch.wordable_rows(x)
         assert (
@@ -116,9 +116,9 @@ def test_cluster_fp8_forward_matches_float64_and_the_looped_kernel(case):
     (m, n), dt, kw, cfg = CLUSTER_FP8[case]
     kw = dict(kw)
     modes = kw.pop("modes", ("row", "static", "dynamic"))
-    x = rand(m, n, dtype=dt, seed=50)
-    w = rand(n, dtype=dt, seed=51) if kw.pop("weight", "x") is not None else None
-    b = rand(n, dtype=dt, seed=52) if kw.pop("bias", False) else None
+    x = cuda_rand(m, n, dtype=dt, seed=50)
+    w = cuda_rand(n, dtype=dt, seed=51) if kw.pop("weight", "x") is not None else None
+    b = cuda_rand(n, dtype=dt, seed=52) if kw.pop("bias", False) else None
     off, ub = kw.get("weight_offset", 0.0), kw.get("scale_ub", float("inf"))
     v, rs, _ = norm64(x, w, bias=b, epsilon=1e-6, weight_offset=off)
     given = torch.tensor([float(v.abs().amax()) / 300.0], dtype=torch.float32, device="cuda")
@@ -186,9 +186,9 @@ ASYNC = {  # (M, N), x dtype, options, launch (None: the default, which must be 
 def test_async_forward_matches_float64(case):
     """The cp.async rows kernel (x moved into shared memory, whole rows a CTA) against float64, and the same bits on a
     second call; masked columns and rows, strides, fp32 x and output, with and without a weight."""
-    from programs.triton import rmsnorm_async
+    from programs.triton.kernels import forward_async
 
-    if not rmsnorm_async.supported(torch.device("cuda")):
+    if not forward_async.supported(torch.device("cuda")):
         pytest.skip("cp.async needs compute capability >= 8 and Gluon")
     (m, _), _, _, cfg = ASYNC[case]
     if cfg is None:
@@ -233,7 +233,7 @@ def assert_graph_chain_matches_plain(chain, src, seeds) -> None:
         buf.copy_(src)
         outs = chain(buf, True)
     for seed in seeds:
-        src.copy_(rand(*src.shape, dtype=src.dtype, seed=seed))
+        src.copy_(cuda_rand(*src.shape, dtype=src.dtype, seed=seed))
         g.replay()
         expected = chain(src, False)
         torch.cuda.synchronize()
@@ -253,8 +253,8 @@ def test_pdl_chain_in_a_graph_matches_plain_launches(case):
         pytest.skip("PDL needs compute capability >= 9 and Triton's launch_pdl")
     (m, n), kw, kernel = PDL[case]
     kw = dict(kw)
-    x, w = rand(m, n, seed=70), rand(n, seed=71)
-    r = rand(m, n, seed=72) if kw.pop("residual", False) else None
+    x, w = cuda_rand(m, n, seed=70), cuda_rand(n, seed=71)
+    r = cuda_rand(m, n, seed=72) if kw.pop("residual", False) else None
     words = launch.wordable_rows(x)
     assert (
         fwd_module.fwd_config(
@@ -283,7 +283,7 @@ def test_pdl_backward_chain_in_a_graph_matches_plain_launches(case):
     if not launch.pdl_supported(torch.device("cuda")):
         pytest.skip("PDL needs compute capability >= 9 and Triton's launch_pdl")
     (m, n), kernel = BWD_PDL[case]
-    x, w, dy0 = rand(m, n, seed=80), rand(n, seed=81), rand(m, n, seed=82)
+    x, w, dy0 = cuda_rand(m, n, seed=80), cuda_rand(n, seed=81), cuda_rand(m, n, seed=82)
     rs = rmsnorm_fwd(x, w, epsilon=1e-6, return_rsigma=True).rsigma
     assert (
         bwd_module.bwd_config(
@@ -307,13 +307,13 @@ def test_pdl_backward_chain_in_a_graph_matches_plain_launches(case):
 def test_cluster_forward_under_cuda_graph_replay():
     """Captured once, replayed on new data: each replay re-initializes the mbarriers (phase 0 again)."""
     skip_without_clusters()
-    x, w = rand(96, 65536, seed=50), rand(65536, seed=51)
+    x, w = cuda_rand(96, 65536, seed=50), cuda_rand(65536, seed=51)
     rmsnorm_fwd(x, w)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = rmsnorm_fwd(x, w)
     for seed in (52, 53):
-        x.copy_(rand(96, 65536, seed=seed))
+        x.copy_(cuda_rand(96, 65536, seed=seed))
         g.replay()
         v, _, _ = norm64(x, w)
         assert_close(out.y, v, torch.bfloat16, context=f"replay {seed}")

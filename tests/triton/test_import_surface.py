@@ -68,3 +68,32 @@ def test_rmsnorm_fwd_is_the_launcher():
     from programs.triton.forward import rmsnorm_fwd as launcher
 
     assert rmsnorm_fwd is launcher
+
+
+def test_one_name_a_function_and_the_phases_under_distributed():
+    """Every public name is a different object; the distributed call's phases are programs.triton.distributed's only
+    (pre_stats is row_sum_of_squares, post is rmsnorm_fwd with stats=), RMSNormFunction autograd's (rms_norm applies
+    it)."""
+    from programs.triton import distributed
+
+    values = [getattr(programs.triton, name) for name in programs.triton.__all__]
+    assert len({id(v) for v in values}) == len(values)
+    for name in ("post", "pre_stats"):
+        assert name not in programs.triton.__all__ and not hasattr(programs.triton, name)
+        assert callable(getattr(distributed, name))
+    assert not hasattr(programs.triton, "RMSNormFunction")  # rms_norm is its one spelling here
+
+
+def test_the_all_reduce_api_is_exported():
+    from programs.triton.allreduce.api import AllReduceRMSNormFP8
+
+    assert programs.triton.AllReduceRMSNormFP8 is AllReduceRMSNormFP8
+
+
+def test_importing_the_package_imports_no_triton():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    code = "import sys, programs.triton; print(sorted(m for m in ('triton', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"

@@ -5,13 +5,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_rmsnorm_fwd import rand
 
 from programs.triton import forward_config as fwd_mod
 from programs.triton import fp8
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
+from tests.triton.support import rand
+from tt_rmsnorm.errors import RuleError
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_cluster_forward_launches(gpu):
     def cl(m, n, **kw):
         return fwd_mod.fwd_config(m, n, gpu, cluster_ok=True, **kw)
 
-    # where clusters run (rmsnorm_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
+    # where clusters run (forward_cluster.supported): the plain forward of power-of-two rows of 32768 to 131072 columns
     # takes a row a cluster, 32 elements a thread (H100); 16-bit rows of 262144: 64 elements a thread
     # under a cap of 64 registers; not other widths or fp32 rows of 262144. FP8 output too (cluster_ok: the caller
     # has ruled out a residual and distributed stats); with FP8 row scales rows of 262144 take a looser cap (the
@@ -302,7 +302,7 @@ def test_gluon_kernels_refuse_what_they_cannot_run(case):
         kw["bias"] = rand(8192, dtype=torch.bfloat16, seed=33)
     if kw.pop("stats", False):
         kw["stats"] = torch.ones(2, 2)
-    with pytest.raises(TritonRuleError, match=match):
+    with pytest.raises(RuleError, match=match):
         rmsnorm_fwd(x, config=cfg, **kw)
 
 
@@ -322,7 +322,8 @@ CLUSTER_ROUTES = {  # rmsnorm_fwd's options -> (cluster_ok, row_max) it hands fw
 def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
     """Where clusters run, rmsnorm_fwd offers the cluster kernel for x normalized as given, into a float or FP8 output,
     except a bias beside a row max (FP8 row or dynamic tensor scales), and says when the row max is taken."""
-    from programs.triton import forward, rmsnorm_cluster
+    from programs.triton import forward
+    from programs.triton.kernels import forward_cluster
 
     seen = {}
 
@@ -333,7 +334,7 @@ def test_cluster_kernel_offered_for_x_as_given(monkeypatch, case):
         seen.update(kw)
         raise Chosen
 
-    monkeypatch.setattr(rmsnorm_cluster, "supported", lambda device: True)
+    monkeypatch.setattr(forward_cluster, "supported", lambda device: True)
     monkeypatch.setattr(forward, "fwd_config", record)
     kw, want = dict(CLUSTER_ROUTES[case][0]), CLUSTER_ROUTES[case][1]
     x = rand(2, 64, dtype=torch.bfloat16, seed=34)
@@ -355,7 +356,7 @@ def test_cluster_register_cap_dropped_once_it_spilled(monkeypatch):
     3.8's code for FP8 row scales needs more than the 80 registers that Triton 3.6's fits), the launch compiles
     uncapped from the next call on, for that launch only; a cap with no spill, or one of at most SPILL_OK_BYTES,
     stays."""
-    from programs.triton import rmsnorm_cluster as rc
+    from programs.triton.kernels import forward_cluster as rc
 
     monkeypatch.setattr(rc, "_SPILLED", set())
     row, plain = (65536, 16384, 8, 80, 1), (65536, 8192, 4, 64, 0)
@@ -371,7 +372,7 @@ def test_cluster_register_cap_dropped_once_it_spilled(monkeypatch):
 def test_async_launch_shape_rules(monkeypatch):
     """An async launch's tile is a power of two of rows, holds a 16-byte load for every thread, and fits shared
     memory (x waits there)."""
-    from programs.triton import rmsnorm_async as ra
+    from programs.triton.kernels import forward_async as ra
 
     monkeypatch.setattr(ra, "supported", lambda device: True)
     cpu = torch.device("cpu")
@@ -381,18 +382,16 @@ def test_async_launch_shape_rules(monkeypatch):
 
     ra.check(4096, 1, 4, bf(2, 4096), cpu)
     ra.check(5000, 2, 8, torch.empty(2, 5000), cpu)  # fp32: masked to 8192 columns, copied 4 bytes at a time
-    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*power of two"):
+    with pytest.raises(RuleError, match=r"\[config.block_m\].*power of two"):
         ra.check(4096, 3, 4, bf(2, 4096), cpu)
-    with pytest.raises(
-        TritonRuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"
-    ):
+    with pytest.raises(RuleError, match=r"\[config.block_m\].*16-byte load for each of its 1024 threads.*block_m=2"):
         ra.check(4096, 1, 32, bf(2, 4096), cpu)
-    with pytest.raises(TritonRuleError, match=r"\[config.block_m\].*shared memory"):
+    with pytest.raises(RuleError, match=r"\[config.block_m\].*shared memory"):
         ra.check(32768, 4, 32, bf(4, 32768), cpu)
     # 16-bit rows: base, stride and length multiples of 16 (the row of 5000 that failed to compile on the GPU)
-    with pytest.raises(TritonRuleError, match=r"\[config.async\].*multiples of 16.*N 5000"):
+    with pytest.raises(RuleError, match=r"\[config.async\].*multiples of 16.*N 5000"):
         ra.check(5000, 1, 8, bf(2, 5000), cpu)
-    with pytest.raises(TritonRuleError, match=r"\[config.async\].*stride 4104"):
+    with pytest.raises(RuleError, match=r"\[config.async\].*stride 4104"):
         ra.check(4096, 1, 4, bf(2, 4104)[:, :4096], cpu)
     assert ra.aligned(bf(2, 5008)) and not ra.aligned(bf(2, 4112)[:, 4:4100])  # a base 8 bytes off
 
@@ -400,18 +399,18 @@ def test_async_launch_shape_rules(monkeypatch):
 def test_cluster_launch_shape_rules(monkeypatch):
     """A cluster launch's chunk is a power of two of whole 16-byte loads a thread, a row takes 2 to 16 CTAs, and a CTA's
     chunk of the weight and bias fits its shared memory."""
-    from programs.triton import cluster_staging as cs
-    from programs.triton import rmsnorm_cluster as rc
+    from programs.triton.kernels import cluster_staging as cs
+    from programs.triton.kernels import forward_cluster as rc
 
     monkeypatch.setattr(rc, "supported", lambda device: True)
     assert [cs.cluster_size(n, 4096) for n in (8192, 12288, 65536, 65537)] == [2, 4, 16, 32]
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\]"):
+    with pytest.raises(RuleError, match=r"\[config.chunk\]"):
         rc.check(65536, 3000, 4, torch.device("cpu"))
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*at least 8 elements a thread"):
+    with pytest.raises(RuleError, match=r"\[config.chunk\].*at least 8 elements a thread"):
         rc.check(65536, 512, 4, torch.device("cpu"))
-    with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 32 CTAs"):
+    with pytest.raises(RuleError, match=r"\[config.cluster_size\].*takes 32 CTAs"):
         rc.check(131072, 4096, 4, torch.device("cpu"))
-    with pytest.raises(TritonRuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
+    with pytest.raises(RuleError, match=r"\[config.cluster_size\].*takes 1 CTAs"):
         rc.check(4096, 4096, 4, torch.device("cpu"))
     assert rc.check(40000, 4096, 4, torch.device("cpu")) == 16  # the last CTAs masked
     # the bias and the weight (at 64 elements a thread in a row of 16 CTAs, a 16-bit weight and no bias: x) wait in
@@ -432,7 +431,5 @@ def test_cluster_launch_shape_rules(monkeypatch):
         cs.shared_bytes(262144, 16384, 8, 4, 2, 0) == 16384 * 4 and cs.shared_bytes(65536, 8192, 4, 4, 2, 0) == 8192 * 2
     )
     assert rc.check(262144, 16384, 8, torch.device("cpu"), cs.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
-    with pytest.raises(
-        TritonRuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"
-    ):
+    with pytest.raises(RuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"):
         rc.check(131072, 65536, 16, torch.device("cpu"), cs.shared_bytes(131072, 65536, 16, 2, 4, 4))

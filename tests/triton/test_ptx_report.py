@@ -1,6 +1,6 @@
-"""The compiled kernels, checked without a GPU (programs/triton/ptx_report.py): Triton compiles them for sm_90a in a
-subprocess (the test session runs the interpreter) and the PTX must hold no layout conversion through shared memory
-of the kind that made the split kernel's FP8 row output 100x slow."""
+"""The compiled kernels, checked without a GPU (programs/triton/compiled.py, and the report tools/ptx_report.py):
+Triton compiles them for sm_90a in a subprocess (the test session runs the interpreter) and the PTX must hold no
+layout conversion through shared memory of the kind that made the split kernel's FP8 row output 100x slow."""
 
 import json
 import os
@@ -20,7 +20,7 @@ def _compiled(code: str) -> subprocess.CompletedProcess:
 
 # what every _compiled_json snippet may use: the report (p), the launch rules (f, b) and the output modes
 PRELUDE = (
-    "import json, torch, triton; from programs.triton import ptx_report as p, forward_config as f, "
+    "import json, torch, triton; from programs.triton import compiled as p, forward_config as f, "
     "backward_config as b; from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC; "
 )
 
@@ -33,7 +33,7 @@ def _compiled_json(code: str):
 
 
 def _ptxas_present() -> bool:
-    probe = _compiled("from programs.triton.ptx_report import ptxas; import os; print(os.path.exists(ptxas()))")
+    probe = _compiled("from programs.triton.compiled import ptxas; import os; print(os.path.exists(ptxas()))")
     return probe.returncode == 0 and probe.stdout.strip() == "True"
 
 
@@ -51,10 +51,9 @@ def test_split_fp8_row_store_has_no_shared_memory_conversion():
 
 
 def test_report_check_passes_for_the_default_shapes():
-    out = _compiled(
-        "import sys; from programs.triton.ptx_report import main; sys.argv = ['ptx_report', '--check']; "
-        "sys.exit(main())"
-    )
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "tools.ptx_report", "--check"]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "bwd split chunk=8192" in out.stdout
 
@@ -159,7 +158,7 @@ def test_split_forward_words_hold_their_stages_without_spilling():
 
 
 def test_split_kernels_compile_to_16_byte_loads():
-    """Compiled with the JIT's divisibility hints (ptx_report._divisibility), the split kernels load x (and dy) 16
+    """Compiled with the JIT's divisibility hints (compiled._divisibility), the split kernels load x (and dy) 16
     bytes at a time; without the hints the report showed 2-byte loads and another kernel's registers."""
     wide = _compiled_json(
         "print(json.dumps([r.wide_loads for r in (p.fwd_split(16384, 16, 1, OUT_CAST, False), p.bwd_split(8192, 16, "
@@ -253,10 +252,10 @@ def test_cluster_forward_compiles_with_one_async_send_within_its_cap(n, chunk, w
         f"print(json.dumps(dataclasses.asdict(p.fwd_cluster({n}, {chunk}, {warps}, maxnreg={maxnreg}, "
         f"out_mode={out_mode}, busy={busy}))))"
     )
-    from programs.triton.cluster_staging import row_max
-    from programs.triton.rmsnorm_cluster import SPILL_OK_BYTES
+    from programs.triton.kernels.cluster_staging import row_max
+    from programs.triton.kernels.forward_cluster import SPILL_OK_BYTES
 
-    held = not row_max(out_mode)  # row_stats' second pass over the held row (rmsnorm_cluster._held_pass)
+    held = not row_max(out_mode)  # row_stats' second pass over the held row (forward_cluster._held_pass)
     if (not busy or held) and maxnreg and r["spill_bytes"] > SPILL_OK_BYTES:
         # too few rows to fill the SMs (the weight staged, not x): the cap buys no occupancy there, and the call of
         # row_stats' second pass holds a few of the kernel's arguments through its normalize (Triton 3.8: 44 bytes

@@ -5,30 +5,15 @@ from dataclasses import replace
 
 import pytest
 import torch
-from ref64 import assert_close_cancelling, grads64
 
 from programs.triton import backward as bwd_module
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import DECODE_M, BwdConfig
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward import rmsnorm_fwd
+from tests.triton.ref64 import assert_close_cancelling, grads64
+from tests.triton.support import BWD_KERNELS, DEV, rand
+from tt_rmsnorm.errors import RuleError
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-# "cols" at tiny N: 32-wide column tiles and 3 row groups, so partial sums span several programs
-KERNELS = {
-    "rows": None,
-    "cols": BwdConfig("cols", 4, block_m=2, programs=3, block_n=32),
-    # 37 partial rows: the partial-sum kernel takes them in two 32-row steps, the second one masked
-    "rows_37_programs": BwdConfig("rows", 4, block_m=1, programs=37),
-    # one program for all rows: its partial row is stored as the final dweight / dbias, no partial-sum kernel
-    "rows_one_program": BwdConfig("rows", 4, block_m=1, programs=1),
-    # no register look-ahead, the weight re-read every row (the default for 8192 < N <= 16384; its L2 look-ahead is
-    # CUDA-only, test_gpu.py)
-    "rows_stream": BwdConfig("rows", 4, block_m=1, programs=5, stream=True),
-    # on CUDA 32-wide chunks: 3 programs share a row and exchange its dot; the interpreter runs programs one after
-    # another, so there one 128-wide chunk holds the row (the exchange still runs, with one program per row)
-    "split": BwdConfig("split", 4, block_m=2, programs=9, block_n=32 if DEV == "cuda" else 128),
-}
 CASES = {
     "plain": dict(),
     "offset_bias": dict(weight_offset=1.0, bias=True),
@@ -38,16 +23,11 @@ CASES = {
 }
 
 
-def rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
-
-
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(BWD_KERNELS))
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_backward_matches_float64_autograd(kernel, dtype, case):
-    check_backward(KERNELS[kernel], dtype, case, 41, 67)
+    check_backward(BWD_KERNELS[kernel], dtype, case, 41, 67)
 
 
 # decode: rows as dx programs, then 32-column dweight programs over all rows (one launch); M up to DECODE_M
@@ -62,9 +42,9 @@ def test_l2_look_ahead_needs_cuda_and_rows_a_bulk_prefetch_can_take():
     x, dy, w = rand(8, 67, seed=30), rand(8, 67, seed=31), rand(67, seed=32)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
     # 67 fp32 = 268 bytes a row, not a 16-byte multiple (and no bulk prefetch under the interpreter)
-    with pytest.raises(TritonRuleError, match=r"\[config.l2_ahead\]"):
+    with pytest.raises(RuleError, match=r"\[config.l2_ahead\]"):
         rmsnorm_bwd(dy, x, w, rs, config=BwdConfig("rows", 4, block_m=1, programs=2, stream=True, l2_ahead=1))
-    with pytest.raises(TritonRuleError, match=r"\[config.stream\]"):
+    with pytest.raises(RuleError, match=r"\[config.stream\]"):
         rmsnorm_bwd(dy, x, w, rs, config=BwdConfig("cols", 4, block_m=2, programs=3, block_n=32, stream=True))
     assert not bwd_module.l2_prefetchable(x)
     wide = rand(8, 64, seed=33)
@@ -77,7 +57,7 @@ def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
     False gives the default's bits."""
     x, dy, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
-    with pytest.raises(TritonRuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
+    with pytest.raises(RuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
         rmsnorm_bwd(dy, x, w, rs, enable_pdl=True)
     plain = rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, enable_pdl=False)
     for got, want in zip(plain, rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True), strict=True):
@@ -87,7 +67,7 @@ def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
 def test_decode_kernel_refuses_more_rows_than_it_holds():
     x, dy, w = rand(DECODE_M + 1, 64, seed=7), rand(DECODE_M + 1, 64, seed=8), rand(64, seed=9)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
-    with pytest.raises(TritonRuleError, match="config.decode"):
+    with pytest.raises(RuleError, match="config.decode"):
         rmsnorm_bwd(dy, x, w, rs, config=BwdConfig("decode", 4, block_n=32))
 
 
@@ -121,11 +101,11 @@ def check_backward(cfg, dtype, case, m, n):
         assert_close_cancelling(db, ref["bias"], dt, context="dbias")
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(BWD_KERNELS))
 def test_dweight_is_bitwise_reproducible(kernel):
     x, dy, w = rand(33, 80, seed=7), rand(33, 80, seed=8), rand(80, seed=9)
     rs = rmsnorm_fwd(x, w, return_rsigma=True).rsigma
-    runs = [rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, config=KERNELS[kernel]) for _ in range(3)]
+    runs = [rmsnorm_bwd(dy, x, w, rs, need_bias_grad=True, config=BWD_KERNELS[kernel]) for _ in range(3)]
     for dx, dw, db in runs[1:]:
         assert torch.equal(dw, runs[0][1]) and torch.equal(db, runs[0][2]) and torch.equal(dx, runs[0][0])
 
@@ -214,18 +194,18 @@ def test_split_words_refuses_what_it_cannot_hold_as_words():
     }
     for kw in refusals.values():  # the keys name each refusal
         args = dict(weight=w, config=cfg) | kw
-        with pytest.raises(TritonRuleError, match=r"\[config.words\]"):
+        with pytest.raises(RuleError, match=r"\[config.words\]"):
             rmsnorm_bwd(dy, x, args.pop("weight"), rs, **args)
     x32, dy32 = x.float(), dy.float()
-    with pytest.raises(TritonRuleError, match=r"\[config.words\]"):
+    with pytest.raises(RuleError, match=r"\[config.words\]"):
         rmsnorm_bwd(dy32, x32, w, rmsnorm_fwd(x32, w, return_rsigma=True).rsigma, config=cfg)
     xo, dyo = rand(41, 81, dtype=torch.bfloat16, seed=45), rand(41, 81, dtype=torch.bfloat16, seed=46)
     wo = rand(81, dtype=torch.bfloat16, seed=47)
-    with pytest.raises(TritonRuleError, match=r"\[config.words\]"):  # odd N: a row ends inside a word
+    with pytest.raises(RuleError, match=r"\[config.words\]"):  # odd N: a row ends inside a word
         rmsnorm_bwd(dyo, xo, wo, rmsnorm_fwd(xo, wo, return_rsigma=True).rsigma, config=cfg)
-    with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+    with pytest.raises(RuleError, match=r"\[config.stages\]"):
         rmsnorm_bwd(dy, x, w, rs, config=replace(cfg, words=False, stages=4))
-    with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+    with pytest.raises(RuleError, match=r"\[config.stages\]"):
         rmsnorm_bwd(dy, x, w, rs, config=replace(cfg, stages=5))
 
 

@@ -5,52 +5,29 @@ from dataclasses import replace
 
 import pytest
 import torch
-from ref64 import fp8_expected, norm64
 
-from programs.triton.checks import TritonRuleError
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
 from programs.triton.launch import pdl_supported
+from tests.triton.ref64 import fp8_expected, norm64
+from tests.triton.support import DEV, FWD_KERNELS, SPLIT_CHUNK, rand
 from tt_rmsnorm.accuracy import assert_close
+from tt_rmsnorm.errors import RuleError
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-# "looped" at tiny N: 32-wide chunks, so N=37 and N=100 span several chunks (and a partial last one); "looped_head"
-# keeps the first 32 columns in registers and streams the rest in 16-wide chunks
-# "split": on CUDA 32-wide chunks, so a row is shared by up to 4 programs that exchange partials; the interpreter runs
-# programs one after another, so there a chunk holds the whole row (the exchange runs, with one program per row)
-SPLIT_CHUNK = 32 if DEV == "cuda" else 128
-KERNELS = {
-    "rows": None,
-    "looped": FwdConfig("looped", 4, chunk=32, programs=3),
-    "looped_head": FwdConfig("looped", 4, chunk=16, programs=2, head=32),
-    # a row a program (ONE_ROW: the persistent loop compiled away), the normalize pass first chunk first: the two-pass
-    # launch of tall tensors of rows up to 8192 columns (fwd_config)
-    "looped_row_a_program": FwdConfig("looped", 4, chunk=32, programs=1 << 20, reverse=False),
-    "split": FwdConfig("split", 4, block_m=2, chunk=SPLIT_CHUNK, programs=8),
-    "split_1row": FwdConfig("split", 4, block_m=1, chunk=SPLIT_CHUNK, programs=8),  # per-row factors as scalars
-    # the decode cut: 32 columns per program, each taking the sum and row max over the whole row (N=100: 4 programs
-    # a row, the last partial)
-    "rows_sliced": FwdConfig("rows", 4, block_m=2, chunk=32),
-}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
-
-
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(FWD_KERNELS))
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("shape", [(5, 37), (3, 100), (6, 3)], ids=["5x37_odd", "3x100", "6x3"])
 def test_forward_matches_float64(kernel, dtype, shape):
     dt = DTYPES[dtype]
     x, w = rand(*shape, dtype=dt, seed=1), rand(shape[-1], dtype=dt, seed=2)
-    if KERNELS[kernel] is not None and KERNELS[kernel].head > shape[-1]:
-        with pytest.raises(TritonRuleError, match=r"\[config.head\]"):
-            rmsnorm_fwd(x, w, config=KERNELS[kernel])
+    if FWD_KERNELS[kernel] is not None and FWD_KERNELS[kernel].head > shape[-1]:
+        with pytest.raises(RuleError, match=r"\[config.head\]"):
+            rmsnorm_fwd(x, w, config=FWD_KERNELS[kernel])
         return
-    o = rmsnorm_fwd(x, w, epsilon=1e-5, return_rsigma=True, config=KERNELS[kernel])
+    o = rmsnorm_fwd(x, w, epsilon=1e-5, return_rsigma=True, config=FWD_KERNELS[kernel])
     v, rs, _ = norm64(x, w, epsilon=1e-5)
     assert o.y.dtype == dt and o.y.shape == x.shape
     assert_close(o.y, v, dt, context="y")
@@ -68,7 +45,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(FWD_KERNELS))
 @pytest.mark.parametrize("case", list(CASES))
 def test_forward_options(kernel, case):
     c = CASES[case]
@@ -93,7 +70,7 @@ def test_forward_options(kernel, case):
         residual=r,
         dtype=out_dt,
         return_rsigma=True,
-        config=KERNELS[kernel],
+        config=FWD_KERNELS[kernel],
     )
     v, rs, h = norm64(x, w, epsilon=1e-6, weight_offset=off, bias=b, residual=r)
     assert o.y.dtype == out_dt
@@ -110,7 +87,7 @@ FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 SCALES = ["row", "row_ub", "tensor_dynamic", "tensor_static", "tensor_residual"]
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", list(FWD_KERNELS))
 @pytest.mark.parametrize("fmt", list(FP8))
 @pytest.mark.parametrize("scaling", SCALES)
 def test_forward_fp8(kernel, fmt, scaling):
@@ -124,7 +101,7 @@ def test_forward_fp8(kernel, fmt, scaling):
     ub = float(v.abs().amax(-1).median()) if scaling == "row_ub" else math.inf
     static = torch.tensor([0.004], dtype=torch.float32, device=DEV) if scaling == "tensor_static" else None
     o = rmsnorm_fwd(
-        x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=KERNELS[kernel]
+        x, w, epsilon=1e-5, dtype=dt, scale_mode=mode, scale=static, scale_ub=ub, residual=r, config=FWD_KERNELS[kernel]
     )
     q_exp, s_exp = fp8_expected(v, dt, mode, ub, static)
     assert o.y.dtype == dt
@@ -151,7 +128,9 @@ def test_forward_fp8(kernel, fmt, scaling):
         if static is not None:
             assert o.scale.item() == static.item()
         else:  # one number: compare it through the row-mode scale of the same rows, whose max it is
-            rows = rmsnorm_fwd(x, w, epsilon=1e-5, dtype=dt, scale_mode="row", residual=r, config=KERNELS[kernel]).scale
+            rows = rmsnorm_fwd(
+                x, w, epsilon=1e-5, dtype=dt, scale_mode="row", residual=r, config=FWD_KERNELS[kernel]
+            ).scale
             assert o.scale.item() == rows.max().item()
 
 
@@ -208,7 +187,7 @@ BAD = {
 def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
     """enable_pdl=True on a CPU tensor (no griddepcontrol) is refused before any work; None (the default) runs."""
     x = torch.ones(2, 8)
-    with pytest.raises(TritonRuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
+    with pytest.raises(RuleError, match=r"\[enable_pdl.device\].*device cpu.*enable_pdl=None"):
         rmsnorm_fwd(x, enable_pdl=True)
     assert not pdl_supported(x.device)
     assert torch.equal(rmsnorm_fwd(x, enable_pdl=False).y, rmsnorm_fwd(x).y)
@@ -217,7 +196,7 @@ def test_pdl_asked_for_where_it_cannot_run_names_the_rule():
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_input_names_the_rule(case):
     fn, rule = BAD[case]
-    with pytest.raises(TritonRuleError, match=rf"\[{rule}\]"):
+    with pytest.raises(RuleError, match=rf"\[{rule}\]"):
         fn()
 
 
@@ -339,7 +318,7 @@ def test_words_stats_pass_refuses_what_it_cannot_read(case):
     residual sum, distributed stats), is refused by name before any launch (the default does not choose it there)."""
     make, seen = WORDS_REFUSED[case]
     x, kw = make()
-    with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
+    with pytest.raises(RuleError, match=rf"\[config.words\].*{seen}"):
         rmsnorm_fwd(x, config=WORDS, **kw)
     rmsnorm_fwd(x, **kw)  # the default launch serves the same call
 
@@ -409,7 +388,7 @@ SPLIT_WORDS_REFUSED = {
 def test_split_words_refuses_what_it_cannot_hold(case):
     make, seen = SPLIT_WORDS_REFUSED[case]
     x, kw = make()
-    with pytest.raises(TritonRuleError, match=rf"\[config.words\].*{seen}"):
+    with pytest.raises(RuleError, match=rf"\[config.words\].*{seen}"):
         rmsnorm_fwd(x, config=split_words(3), **kw)
 
 
@@ -420,7 +399,7 @@ def test_stages_other_than_3_are_the_words_split_kernels():
         FwdConfig("looped", 4, chunk=32, programs=3, words=True, stages=4),
         split_words(5),
     ):
-        with pytest.raises(TritonRuleError, match=r"\[config.stages\]"):
+        with pytest.raises(RuleError, match=r"\[config.stages\]"):
             rmsnorm_fwd(x, config=cfg)
 
 
@@ -462,17 +441,17 @@ def test_sliced_rows_with_distributed_stats_match_whole_rows(dtype):
 @pytest.mark.skipif(DEV == "cuda", reason="the guard is for the interpreter, which runs programs one after another")
 def test_split_exchange_across_programs_is_refused_by_the_interpreter():
     x = rand(4, 100, dtype=torch.bfloat16, seed=13)
-    with pytest.raises(TritonRuleError, match=r"\[config.split_interpreter\]"):
+    with pytest.raises(RuleError, match=r"\[config.split_interpreter\]"):
         rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=8))
 
 
 def test_split_refuses_a_bias_with_a_row_max():
     x, w, b = rand(4, 64, dtype=torch.bfloat16, seed=14), rand(64, seed=15), rand(64, seed=16)
-    with pytest.raises(TritonRuleError, match=r"\[config.split_bias_rowmax\]"):
+    with pytest.raises(RuleError, match=r"\[config.split_bias_rowmax\]"):
         rmsnorm_fwd(x, w, bias=b, dtype=torch.float8_e4m3fn, config=FwdConfig("split", 4, chunk=64, programs=8))
 
 
 def test_split_needs_its_programs_resident_together():
     x = rand(4, 100, dtype=torch.bfloat16, seed=17)
-    with pytest.raises(TritonRuleError, match=r"\[config.chunk\].*needs 4 programs"):
+    with pytest.raises(RuleError, match=r"\[config.chunk\].*needs 4 programs"):
         rmsnorm_fwd(x, config=FwdConfig("split", 4, chunk=32, programs=2))

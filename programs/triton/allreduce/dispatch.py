@@ -17,7 +17,7 @@ STAGE_NAMES = {
 
 # The dispatch, per world size: rows (largest payload T * H * itemsize per rank, stage, stage with a residual), the
 # first row whose payload bound holds is taken. Bounds are in rows of H = 8192 bf16 (16 KiB), the shape every number
-# was measured at with programs/triton/bench_allreduce.py (slowest rank, CUDA-graph replays, ratios against NCCL
+# was measured at with benchmarks/triton/allreduce.py (slowest rank, CUDA-graph replays, ratios against NCCL
 # all_reduce + our fused norm/FP8 in the same run); a payload between two measured T goes to the smaller T's stage.
 ROW = 8192 * 2
 _DISPATCH_2 = (

@@ -13,17 +13,18 @@ from programs.triton import interpreter
 from programs.triton.allreduce import kernels
 from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, MAX_WORLD, PUSH
 from programs.triton.allreduce.workspace import PUSH_PIECE, PUSH_PROGRAMS, RankBuffers, lamport_rows
-from programs.triton.checks import TritonRuleError
 from programs.triton.launch import sm_count
+from tt_rmsnorm.errors import RuleError
 
 
 def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
-    """(block_m, num_warps, grid) of stages 1 and 2. Measured at H=8192 (bench_allreduce.py sweeps): one row per
-    program below 512 rows a rank, with 8 warps in stage 1 (its best shape at every T from 1 to 512 on 2 x H200) and
-    16 in stage 2; from 512 rows 2 rows x 16 warps (best at T = 2048 and 8192 in both stages on 2 x H200, and stage 2's
-    best at T = 2048 (512 rows a rank) and 8192 on 4 x H100; 4 rows x 32 warps spill registers, ptx_report). The grid
-    is one program per SM whatever T: all programs of a launch are resident together (the barriers need that) and
-    every program counts every call (pulled.py: the buffer half is the program's own barrier epoch)."""
+    """(block_m, num_warps, grid) of stages 1 and 2. Measured at H=8192 (the sweeps of benchmarks/triton/allreduce.py):
+    one row per program below 512 rows a rank, with 8 warps in stage 1 (its best shape at every T from 1 to 512 on 2
+    x H200) and 16 in stage 2; from 512 rows 2 rows x 16 warps (best at T = 2048 and 8192 in both stages on 2 x H200,
+    and stage 2's best at T = 2048 (512 rows a rank) and 8192 on 4 x H100; 4 rows x 32 warps spill registers,
+    ptx_report). The grid is one program per SM whatever T: all programs of a launch are resident together (the
+    barriers need that) and every program counts every call (pulled.py: the buffer half is the program's own barrier
+    epoch)."""
     block_h = triton.next_power_of_2(hidden)
     n_sm = sm_count(device)
     block_m = 1 if rows < 512 else 2
@@ -126,7 +127,7 @@ def launch(
         return
     interpreter.use_exact_casts(x.device)  # exact bf16 casts where the kernels are interpreted
     if stage in (PUSH, LAMPORT, LAMPORT2) and config is not None and config[0] != 1:
-        raise TritonRuleError(
+        raise RuleError(
             "config.push_rows",
             f"stage {stage} takes one row per program: config must be (1, num_warps)",
             config,

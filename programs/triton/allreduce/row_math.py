@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from programs.triton.row_io import fp8_quantize, fp8_recip, weight_at
+from programs.triton.kernels.row_io import fp8_quantize, fp8_recip, weight_at
 
 
 @triton.jit

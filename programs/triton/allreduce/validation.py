@@ -1,4 +1,4 @@
-"""The input rules of a fused all-reduce call, checked before any device work (TritonRuleError names the rule)."""
+"""The input rules of a fused all-reduce call, checked before any device work (RuleError names the rule)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import torch
 from programs.triton import fp8 as fp8mod
 from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PUSH, STAGE_NAMES, push_capable
 from programs.triton.allreduce.workspace import LAMPORT2_MAX_TOKENS, LAMPORT_MAX_TOKENS, PUSH_MAX_TOKENS
-from programs.triton.checks import TritonRuleError, as_rows, check_activation, check_epsilon, check_vector
+from programs.triton.checks import as_rows, check_activation, check_epsilon, check_vector
+from tt_rmsnorm.errors import RuleError
 
 
 def check_call(
@@ -17,16 +18,16 @@ def check_call(
     check_activation(x)
     check_epsilon(epsilon)
     if x.dtype != act_dtype:
-        raise TritonRuleError(
+        raise RuleError(
             "x.dtype",
             f"x must have the workspace dtype {act_dtype}",
             x.dtype,
             f"x.to({act_dtype}) or a workspace for {x.dtype}",
         )
     if x.device != device:
-        raise TritonRuleError("x.device", f"x must be on this rank's device {device}", x.device, f"x.to('{device}')")
+        raise RuleError("x.device", f"x must be on this rank's device {device}", x.device, f"x.to('{device}')")
     if x.shape[-1] != hidden:
-        raise TritonRuleError(
+        raise RuleError(
             "x.hidden",
             f"x's last dimension must be the workspace hidden_size {hidden}",
             tuple(x.shape),
@@ -34,7 +35,7 @@ def check_call(
         )
     x2 = as_rows(x)
     if x2.shape[0] > max_tokens:
-        raise TritonRuleError(
+        raise RuleError(
             "x.tokens",
             f"at most max_tokens={max_tokens} rows per call",
             x2.shape[0],
@@ -42,7 +43,7 @@ def check_call(
         )
     check_vector(weight, hidden, "weight", x.device)
     if weight is None and weight_offset != 0.0:
-        raise TritonRuleError(
+        raise RuleError(
             "weight_offset.no_weight",
             "weight_offset shifts a weight, but weight is None",
             weight_offset,
@@ -60,7 +61,7 @@ def check_call(
                 if isinstance(residual, torch.Tensor)
                 else type(residual).__name__
             )
-            raise TritonRuleError(
+            raise RuleError(
                 "residual.shape",
                 "residual must match x in shape, dtype and device",
                 seen,
@@ -69,20 +70,20 @@ def check_call(
         check_activation(residual, "residual")
     fp8mod.fp8_format(dtype)
     if not (scale_ub > 0):
-        raise TritonRuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
+        raise RuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
     if stage not in (None, *STAGE_NAMES):
-        raise TritonRuleError(
+        raise RuleError(
             "stage.value", f"stage must be None (measured choice) or one of {sorted(STAGE_NAMES)}", stage, "stage=None"
         )
     if stage == PUSH and not (push_capable(hidden, x.dtype.itemsize) and int32_view_ok(x2)):
-        raise TritonRuleError(
+        raise RuleError(
             "stage.push",
             "stage 0 needs 16-bit activations, an even hidden size and rows at even element offsets",
             (x.dtype, hidden, x2.stride(0), x2.storage_offset()),
             "stage=None or stage=1",
         )
     if stage in (LAMPORT, LAMPORT2) and not push_capable(hidden, x.dtype.itemsize):
-        raise TritonRuleError(
+        raise RuleError(
             "stage.push",
             f"stage {stage} needs 16-bit activations and an even hidden size",
             (x.dtype, hidden),
@@ -90,7 +91,7 @@ def check_call(
         )
     for st, cap in ((PUSH, PUSH_MAX_TOKENS), (LAMPORT, LAMPORT_MAX_TOKENS), (LAMPORT2, LAMPORT2_MAX_TOKENS)):
         if stage == st and x2.shape[0] > min(max_tokens, cap):
-            raise TritonRuleError(
+            raise RuleError(
                 "stage.push_tokens", f"stage {st} takes at most {min(max_tokens, cap)} rows", x2.shape[0], "stage=None"
             )
     return x2

@@ -1,4 +1,4 @@
-"""How the cluster kernel (rmsnorm_cluster.py) lays a row out: the CTAs a row takes, what a CTA stages in shared
+"""How the cluster kernel (forward_cluster.py) lays a row out: the CTAs a row takes, what a CTA stages in shared
 memory (the bias, and the weight or x), and whether the row max rides the exchange. The launch rules
 (forward_rules.py) size a launch with these before anything is compiled."""
 

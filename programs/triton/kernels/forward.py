@@ -19,7 +19,7 @@ from forward_config.py.
 import triton
 import triton.language as tl
 
-from programs.triton.row_io import (
+from programs.triton.kernels.row_io import (
     add_residual,
     dependent_launch,
     fp8_quantize,
@@ -34,7 +34,7 @@ from programs.triton.row_io import (
     vector_at,
     weight_at,
 )
-from programs.triton.row_stats import (
+from programs.triton.kernels.row_stats import (
     any_row,
     nan_rows,
     off_range,

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from programs.triton.row_io import (
+from programs.triton.kernels.row_io import (
     dependent_launch,
     load_rows,
     load_words,
@@ -29,7 +29,7 @@ from programs.triton.row_io import (
     weight_at,
     weight_words,
 )
-from programs.triton.split_exchange import (
+from programs.triton.kernels.split_exchange import (
     split_program,
     split_publish,
     split_reduce,
@@ -351,6 +351,19 @@ def _bwd_cols_kernel(
 
 
 @triton.jit
+def _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, cols, col_ok, WORDS: tl.constexpr):
+    """A row block of the split backwards, as both kernels hold it: h and dy (as elements, or as 32-bit words of two
+    columns if WORDS) and rsigma."""
+    if WORDS:
+        h = load_words(H, stride_h, rows, M, cols, col_ok)
+        dy = load_words(DY, stride_dy, rows, M, cols, col_ok)
+    else:
+        h = load_rows(H, stride_h, rows, M, cols, col_ok)
+        dy = load_rows(DY, stride_dy, rows, M, cols, col_ok)
+    return h, dy, tl.load(RSIG + rows, mask=rows < M, other=0.0)
+
+
+@triton.jit
 def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, g, XW: tl.constexpr, HAS_W: tl.constexpr):
     """First half of a row block in the split kernel: the chunk's share of sum(xhat * dy * w~), stored and published."""
     gw = dy_n.to(tl.float32)
@@ -401,19 +414,13 @@ def _bwd_split_kernel(
     step = lanes * BLOCK_M
     first_row = lane * BLOCK_M
     rows = first_row + ar
-    h_a = load_rows(H, stride_h, rows, M, cols, col_ok)
-    dy_a = load_rows(DY, stride_dy, rows, M, cols, col_ok)
-    rs_a = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    h_a, dy_a, rs_a = _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, cols, col_ok, False)
     _bwd_split_publish(h_a, dy_a, rs_a, rows, rows < M, w, XDOT, g, XW, HAS_W)
     rows = first_row + step + ar
-    h_b = load_rows(H, stride_h, rows, M, cols, col_ok)
-    dy_b = load_rows(DY, stride_dy, rows, M, cols, col_ok)
-    rs_b = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    h_b, dy_b, rs_b = _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, cols, col_ok, False)
     for start in range(first_row, M, step):
         rows_c = start + 2 * step + ar
-        h_c = load_rows(H, stride_h, rows_c, M, cols, col_ok)
-        dy_c = load_rows(DY, stride_dy, rows_c, M, cols, col_ok)
-        rs_c = tl.load(RSIG + rows_c, mask=rows_c < M, other=0.0)
+        h_c, dy_c, rs_c = _split_block(H, stride_h, DY, stride_dy, RSIG, rows_c, M, cols, col_ok, False)
         rows_b = start + step + ar
         _bwd_split_publish(h_b, dy_b, rs_b, rows_b, rows_b < M, w, XDOT, g, XW, HAS_W)
         # finish block k
@@ -513,26 +520,18 @@ def _bwd_split_words_kernel(
     # prologue: blocks 0 .. STAGES - 2 loaded, 0 .. STAGES - 3 published
     w_lo, w_hi = weight_words(ww, W, w_off)
     rows = first_row + ar
-    h_a = load_words(H, stride_h, rows, M, jc, j_ok)
-    dy_a = load_words(DY, stride_dy, rows, M, jc, j_ok)
-    rs_a = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    h_a, dy_a, rs_a = _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, jc, j_ok, True)
     _words_split_publish(h_a, dy_a, rs_a, rows, w_lo, w_hi, XDOT, g, M, XW, DT, DYT, HAS_W)
     rows = first_row + step + ar
-    h_b = load_words(H, stride_h, rows, M, jc, j_ok)
-    dy_b = load_words(DY, stride_dy, rows, M, jc, j_ok)
-    rs_b = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+    h_b, dy_b, rs_b = _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, jc, j_ok, True)
     h_c, dy_c, rs_c = h_b, dy_b, rs_b  # the third held block of 4 stages; with 3 never read
     if STAGES == 4:
         _words_split_publish(h_b, dy_b, rs_b, rows, w_lo, w_hi, XDOT, g, M, XW, DT, DYT, HAS_W)
         rows = first_row + 2 * step + ar
-        h_c = load_words(H, stride_h, rows, M, jc, j_ok)
-        dy_c = load_words(DY, stride_dy, rows, M, jc, j_ok)
-        rs_c = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+        h_c, dy_c, rs_c = _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, jc, j_ok, True)
     for start in range(first_row, M, step):
         rows = start + (STAGES - 1) * step + ar
-        h_n = load_words(H, stride_h, rows, M, jc, j_ok)
-        dy_n = load_words(DY, stride_dy, rows, M, jc, j_ok)
-        rs_n = tl.load(RSIG + rows, mask=rows < M, other=0.0)
+        h_n, dy_n, rs_n = _split_block(H, stride_h, DY, stride_dy, RSIG, rows, M, jc, j_ok, True)
         # the weight unpacked again each step: held as words it leaves the registers 4 stages need
         w_lo, w_hi = weight_words(ww, W, w_off)
         rows_k = start + ar

@@ -1,7 +1,7 @@
 """RMSNorm forward over a thread-block cluster (Gluon, Hopper and later): one row a cluster of K CTAs, each holding
 N / K columns of it in registers, so x crosses DRAM once and no partial sum goes through global memory.
 
-    rmsnorm_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg,
+    forward_cluster.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, chunk, num_warps, maxnreg,
                            busy, out_mode, sc, scale_in, scale_ub, fp8_max)
 
 The K partial sums of squares meet in distributed shared memory: Triton 3.6 cannot reduce across the CTAs of a cluster
@@ -41,17 +41,17 @@ import torch
 import triton.language as tl
 
 from programs.log import logger
-from programs.triton.checks import TritonRuleError
-from programs.triton.cluster_exchange import SUM_ASM, VAL2_ASM, arrive_asm, exchange_asm, rescaled_exchange_asm
-from programs.triton.cluster_staging import MAX_CLUSTER, cluster_size, element_size, row_max, x_staged
 from programs.triton.fp8 import OUT_CAST
+from programs.triton.kernels.cluster_exchange import SUM_ASM, VAL2_ASM, arrive_asm, exchange_asm, rescaled_exchange_asm
+from programs.triton.kernels.cluster_staging import MAX_CLUSTER, cluster_size, element_size, row_max, x_staged
+from tt_rmsnorm.errors import RuleError
 
 try:  # Gluon with CTA-split (CGA) layouts: Triton >= 3.6
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    from programs.triton.row_stats import DOWN, FP32_MIN_NORMAL, INF, UP
+    from programs.triton.kernels.row_stats import DOWN, FP32_MIN_NORMAL, INF, UP
 
     GLUON = "cga_layout" in getattr(gl.BlockedLayout, "__dataclass_fields__", {})
 except ImportError:  # pragma: no cover - older Triton
@@ -494,7 +494,7 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
     k = cluster_size(n, chunk)
     per_thread = chunk // (32 * num_warps)
     if not supported(device):
-        raise TritonRuleError(
+        raise RuleError(
             "config.cluster",
             "the cluster kernel needs Gluon with CTA-split layouts (Triton >= 3.6) and a CUDA device of compute "
             "capability >= 9 (clusters, distributed shared memory); it does not run under the interpreter",
@@ -502,7 +502,7 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
             "config=None",
         )
     if chunk & (chunk - 1) or per_thread < VEC or per_thread % VEC:
-        raise TritonRuleError(
+        raise RuleError(
             "config.chunk",
             f"a cluster launch's chunk must be a power of two of at least {VEC} elements a thread "
             f"({VEC * 32 * num_warps} at {num_warps} warps)",
@@ -510,7 +510,7 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
             f"chunk={max(chunk, VEC * 32 * num_warps)}",
         )
     if not 2 <= k <= MAX_CLUSTER:
-        raise TritonRuleError(
+        raise RuleError(
             "config.cluster_size",
             f"a row of {n} in chunks of {chunk} takes {k} CTAs; a cluster holds 2 to {MAX_CLUSTER}",
             k,
@@ -518,7 +518,7 @@ def check(n: int, chunk: int, num_warps: int, device, staged: int = 0) -> int:
         )
     limit = shared_budget(device)
     if staged > limit:
-        raise TritonRuleError(
+        raise RuleError(
             "config.chunk",
             "a cluster CTA stages its chunk of the bias and of the weight (or of x) in shared memory, "
             f"{staged // chunk} bytes a column, within {limit} bytes",

@@ -45,9 +45,10 @@ Paths (`stage`, default from `choose_stage`, which reads the measured table DISP
 
 Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
 get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels, their
-barriers, the workspace, the dispatch table and the launches live in programs/triton/allreduce/ (its kernels.py says
-which module holds what); this module is the API. The reference path (fp32 all_reduce through torch.distributed, then
-the forward kernel rmsnorm_fwd) defines the same numbers and runs on CPU with gloo under the Triton interpreter.
+barriers, the workspace, the dispatch table and the launches live beside this module in programs/triton/allreduce/
+(its kernels.py says which module holds what); this module is the API. The reference path (fp32 all_reduce through
+torch.distributed, then the forward kernel rmsnorm_fwd) defines the same numbers and runs on CPU with gloo under the
+Triton interpreter.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ from programs.triton.allreduce.workspace import (
     rows_held,
     workspace_bytes,
 )
-from programs.triton.checks import TritonRuleError, as_rows, check_activation
+from programs.triton.checks import as_rows, check_activation
 from programs.triton.forward import RMSNormOutput, rmsnorm_fwd
+from tt_rmsnorm.errors import RuleError
 
 __all__ = [  # the API, and what tests and benchmarks reach through this module
     "DISPATCH",
@@ -192,25 +194,25 @@ class AllReduceRMSNormFP8:
         self.group = group
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         if not 2 <= self.world <= MAX_WORLD:
-            raise TritonRuleError(
+            raise RuleError(
                 "group.size",
                 f"the fused path serves 2..{MAX_WORLD} ranks of one NVLink domain",
                 self.world,
                 "use reference_allreduce_rmsnorm_fp8 for other group sizes",
             )
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise TritonRuleError(
+            raise RuleError(
                 "dtype.activation", "activations must be bfloat16, float16 or float32", dtype, "dtype=torch.bfloat16"
             )
         if hidden_size < 1 or max_tokens < 1:
-            raise TritonRuleError(
+            raise RuleError(
                 "workspace.shape",
                 "hidden_size and max_tokens must be >= 1",
                 (hidden_size, max_tokens),
                 "pass the model's sizes",
             )
         if triton.next_power_of_2(hidden_size) > 32768:
-            raise TritonRuleError(
+            raise RuleError(
                 "hidden_size.range",
                 "rows are held in registers: hidden_size <= 32768",
                 hidden_size,
@@ -220,7 +222,7 @@ class AllReduceRMSNormFP8:
         self.hidden, self.max_tokens, self.dtype = hidden_size, max_tokens, dtype
         for name, grid in (("push_programs", push_programs), ("lamport_programs", lamport_programs)):
             if not 1 <= grid <= kernels.MAX_PROGRAMS:
-                raise TritonRuleError(
+                raise RuleError(
                     f"{name}.range",
                     f"stages 0 and 3 run 1..{kernels.MAX_PROGRAMS} programs",
                     grid,

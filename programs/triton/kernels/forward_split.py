@@ -12,7 +12,7 @@ registers from one step to the next.
 import triton
 import triton.language as tl
 
-from programs.triton.row_io import (
+from programs.triton.kernels.row_io import (
     add_residual,
     fp8_recip,
     fp8_scale,
@@ -26,7 +26,7 @@ from programs.triton.row_io import (
     weight_at,
     weight_words,
 )
-from programs.triton.row_stats import (
+from programs.triton.kernels.row_stats import (
     any_row,
     nan_rows,
     off_range,
@@ -36,7 +36,7 @@ from programs.triton.row_stats import (
     stored_rstd,
     stored_scaled_stats,
 )
-from programs.triton.split_exchange import (
+from programs.triton.kernels.split_exchange import (
     split_program,
     split_publish,
     split_reduce,

@@ -2,7 +2,7 @@
 load for rows up to 16384 columns. Bytes in flight then hold no registers until they are read back (the Triton rows
 kernel's loads hold theirs from issue), which is the difference between the two that the timings below measure.
 
-    rmsnorm_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps, pdl=False)
+    forward_async.launch(x2, y2, weight, bias, rsigma, n, inv_n, eps, weight_offset, block_m, num_warps, pdl=False)
 
 H100 (us, medians of 3 alternations, as the default against the launches before it): 4096 x 4096
 24.90 against 25.08, 2048 x 4096 10.76 against 11.60, 8192 x 4096 45.60 against the two-pass kernel's 47.61, 1000 x
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from programs.triton.checks import TritonRuleError
-from programs.triton.rmsnorm_cluster import GLUON, shared_budget
+from programs.triton.kernels.forward_cluster import GLUON, shared_budget
+from tt_rmsnorm.errors import RuleError
 
 if GLUON:
     from triton.experimental import gluon
@@ -25,7 +25,7 @@ if GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-    from programs.triton.rmsnorm_cluster import held_rstd, weight_factor
+    from programs.triton.kernels.forward_cluster import held_rstd, weight_factor
 
 VEC_BYTES = 16  # one cp.async moves 16 bytes a thread
 
@@ -56,7 +56,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     16-byte loads of every thread or does not fit shared memory."""
     x_size = x2.element_size()
     if not supported(device):
-        raise TritonRuleError(
+        raise RuleError(
             "config.async",
             "the cp.async rows kernel needs Gluon (Triton >= 3.6) and a CUDA device of compute capability >= 8; it "
             "does not run under the interpreter",
@@ -64,7 +64,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
             "config=None",
         )
     if not aligned(x2):
-        raise TritonRuleError(
+        raise RuleError(
             "config.async",
             "cp.async copies 4, 8 or 16 bytes: 16-bit rows need a 16-byte aligned base and a row stride and length "
             "that are multiples of 16 elements (Triton proves alignment from divisibility by 16 only; a row of 5000 "
@@ -75,7 +75,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
     block_n = 1 << (n - 1).bit_length()
     vec = VEC_BYTES // x_size
     if block_m & (block_m - 1) or block_m * block_n < vec * 32 * num_warps:
-        raise TritonRuleError(
+        raise RuleError(
             "config.block_m",
             f"an async launch's tile (block_m rows, a power of two, of {block_n} columns) must hold at least one "
             f"16-byte load for each of its {32 * num_warps} threads",
@@ -84,7 +84,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
         )
     limit = shared_budget(device)
     if block_m * block_n * x_size > limit:
-        raise TritonRuleError(
+        raise RuleError(
             "config.block_m",
             f"an async launch's tile of x ({block_m} x {block_n} elements of {x_size} bytes) waits in shared memory, "
             f"at most {limit} bytes",

@@ -1,11 +1,11 @@
 """Launch-shape sweeps of the Triton kernels on CUDA, the measurements the launch rules (forward_config.py,
 backward_config.py) come from: each candidate shape timed beside the default launch and the copy of the same bytes,
-by the benchmark's method (bench_timing.py).
+by the benchmark's method (programs/triton/timing.py).
 
-    python3 -m programs.triton.benchmark --sweep         # decode and long-row forwards, rows backward
-    python3 -m programs.triton.benchmark --sweep-long    # split against looped forward, split against cols backward
-    python3 -m programs.triton.benchmark --sweep-rows    # rows-kernel forwards at mid sizes, beside Liger / QuACK
-    python3 -m programs.triton.benchmark --sweep-split   # split-kernel shapes, and the decode backward in one step
+    python3 -m benchmarks.triton.rmsnorm --sweep         # decode and long-row forwards, rows backward
+    python3 -m benchmarks.triton.rmsnorm --sweep-long    # split against looped forward, split against cols backward
+    python3 -m benchmarks.triton.rmsnorm --sweep-rows    # rows-kernel forwards at mid sizes, beside Liger / QuACK
+    python3 -m benchmarks.triton.rmsnorm --sweep-split   # split-kernel shapes, and the decode backward in one step
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from collections.abc import Callable
 import torch
 import triton
 
-from programs.triton import rmsnorm_async, rmsnorm_cluster
+from benchmarks.triton.peers import load_peers
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import STREAM_ROWS_N, BwdConfig, bwd_config, stream_config
-from programs.triton.bench_timing import DT, EPS, graph_time, load_peers, log, n_sets, rotating
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig, fwd_config
+from programs.triton.kernels import forward_async, forward_cluster
+from programs.triton.timing import DT, EPS, graph_time, log, n_sets, rotating
 
 
 def fwd_calls(xs, w, sets: int, calls: int, residuals=None, **kw) -> list[Callable[[], object]]:
@@ -64,7 +65,7 @@ def fwd_inputs(m: int, n: int, dev, g, l2: int, reps: int):
 def default_fwd(m: int, n: int, dev) -> FwdConfig:
     """The launch rmsnorm_fwd picks for the benchmark's inputs: plain contiguous bf16 rows, readable as 32-bit words."""
     return fwd_config(
-        m, n, dev, words_ok=True, cluster_ok=rmsnorm_cluster.supported(dev), async_ok=rmsnorm_async.supported(dev)
+        m, n, dev, words_ok=True, cluster_ok=forward_cluster.supported(dev), async_ok=forward_async.supported(dev)
     )
 
 

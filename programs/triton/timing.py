@@ -1,10 +1,12 @@
-"""The benchmark's timing method, shared by every table and sweep (benchmark.py, bench_sweeps.py, bench_allreduce.py).
+"""How a kernel's time is measured on the GPU: the method every benchmark table and sweep (benchmarks/triton/) and the
+GPU tests share.
 
 Every timed call is captured in a CUDA graph of many calls over rotating input sets whose total footprint is at least
 3x the L2 (so neither launch overhead nor the cache is measured), replayed `reps` times; time per call = median
 replay time / calls per graph (graph_time). timed_rounds runs every contender once untimed, then times each once a
 round in interleaved rounds, the later ones shuffled, and reports each one's median. pin_launch_state gives every
-timing the same launch state where PDL runs. Peers (Liger, QuACK) load here when importable.
+timing the same launch state where PDL runs. rotated, tree_names and render order and report the
+runs of benchmarks/triton/compare_trees.py, which times source trees against each other.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import random
 import statistics
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -183,21 +186,32 @@ def timed_rounds(
     return {k: statistics.median(v) if v else None for k, v in times.items()}
 
 
-def load_peers(wanted: set[str]) -> dict[str, Callable]:
-    """The importable peer kernels among Liger and QuACK, each as norm(x, w) with eps EPS."""
-    peers = {}
-    if "liger" not in wanted and "quack" not in wanted:
-        return peers
-    try:
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+def tree_names(trees: list[Path]) -> list[str]:
+    """The trees' directory names, or before / after where they clash (the two-tree call's names)."""
+    names = [t.name for t in trees]
+    if len(set(names)) == len(names):
+        return names
+    return ["before", "after"] if len(trees) == 2 else [f"tree{i}" for i in range(len(trees))]
 
-        peers["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS)
-    except Exception as e:
-        log(f"liger not importable: {e}")
-    try:
-        from quack.rmsnorm import rmsnorm as quack_rmsnorm
 
-        peers["quack"] = lambda x, w: quack_rmsnorm(x, w, eps=EPS)
-    except Exception as e:
-        log(f"quack not importable: {type(e).__name__}: {e}")
-    return peers
+def rotated(items: list, r: int) -> list:
+    """Round r's order: two trees alternate; more rotate by one a round, so each tree takes every place in turn."""
+    if len(items) == 2:
+        return items if r % 2 == 0 else items[::-1]
+    k = r % len(items)
+    return items[k:] + items[:k]
+
+
+def render(runs: dict[str, list[dict]], names: list[str]) -> list[str]:
+    """A line a call: each tree's median, each later tree's median / the first's, each tree's spread (max / min - 1)."""
+    base, later = names[0], names[1:]
+    head = f"{'call':<18} {base + ' us':>12}" + "".join(f" {n + ' us':>12} {n + '/' + base:>16}" for n in later)
+    lines = [head + f" {'spread':>8}" * len(names)]
+    for key in runs[base][0]:
+        meds = {n: statistics.median(t[key] for t in runs[n]) for n in names}
+        spreads = [max(t[key] for t in runs[n]) / min(t[key] for t in runs[n]) - 1 for n in names]
+        line = f"{key:<18} {meds[base]:>12.2f}" + "".join(
+            f" {meds[n]:>12.2f} {meds[n] / meds[base]:>16.4f}" for n in later
+        )
+        lines.append(line + "".join(f" {s:>8.1%}" for s in spreads))
+    return lines

@@ -1,8 +1,6 @@
-"""What the compiler made of a kernel, without a GPU: Triton compiles for sm_90a here, ptxas reports registers and
-spills, and the PTX shows layout conversions through shared memory.
-
-    python3 -m programs.triton.ptx_report            # the split kernels and the fused all-reduce kernels
-    python3 -m programs.triton.ptx_report --check    # exit 1 if a known pathology is back (used by the tests)
+"""What the compiler makes of a kernel, without a GPU: Triton compiles it for sm_90a here, ptxas reports registers and
+spills, and the PTX shows layout conversions through shared memory, PDL waits and triggers, atomics, fences and async
+copies. tools/ptx_report.py prints these facts for the launch shapes the port uses; the tests check them.
 
 Why it exists: the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
 shared-memory stores per thread where the bf16 variant held 2 (a layout conversion Triton generated); and the
@@ -14,11 +12,9 @@ Needs Triton's NVIDIA backend (its bundled ptxas); TRITON_INTERPRET must be unse
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -27,9 +23,11 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from programs.triton import backward_config, backward_kernels, forward_config, forward_kernels, forward_split_kernels
 from programs.triton.allreduce import kernels as ar_kernels
 from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from programs.triton.kernels import backward as backward_kernels
+from programs.triton.kernels import forward as forward_kernels
+from programs.triton.kernels import forward_split as forward_split_kernels
 
 TARGET = GPUTarget("cuda", 90, 32)
 # a split kernel's FP8-row store at 16 warps / chunk 8192: 6 shared stores after the fix, 4,096 before
@@ -48,12 +46,10 @@ class Report:
     fences: int  # fence / membar instructions: a gpu-scope release waits for every earlier access of the thread
     volatile_loads: int  # ld.volatile: the split exchange's reads (first read, polling loop, re-read of stale copies)
     l2_prefetches: (
-        int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (backward_kernels.l2_prefetch_row)
+        int  # cp.async.bulk.prefetch.L2: the streaming rows backward's look-ahead (kernels.backward.l2_prefetch_row)
     )
-    async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (rmsnorm_cluster.py)
-    async_copies: (
-        int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory (rmsnorm_async.py)
-    )
+    async_sends: int  # st.async: the cluster forward's partials sent into its peers' shared memory (forward_cluster)
+    async_copies: int  # cp.async.cg / .ca: the async rows forward's 16-byte copies of x into shared memory
     barriers: int  # bar.sync / barrier.sync: a CTA-wide wait, two for each reduction through shared memory
 
 
@@ -234,7 +230,7 @@ def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnre
 
 
 def _gluon_signature(fn) -> dict[str, str]:
-    """A Gluon forward's (rmsnorm_cluster, rmsnorm_async) signature as the plain call launches it: bf16 x, y, weight
+    """A Gluon forward's (forward_cluster, forward_async) signature as the plain call launches it: bf16 x, y, weight
     and bias, fp32 rsigma."""
     return _signature(
         fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "B": "*bf16", "RSIG": "*fp32"}, ("inv_n", "eps", "w_off")
@@ -276,7 +272,7 @@ def fwd_cluster(
 ) -> Report:
     """The cluster forward with a weight (and a bias if asked); out_mode FP8 (fp8.OUT_*): e4m3 output; busy
     as cluster_staging.x_staged takes it (False: too few CTAs to stage x)."""
-    from programs.triton import rmsnorm_cluster as rc
+    from programs.triton.kernels import forward_cluster as rc
 
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)
     fn = rc._fwd_cluster_kernel
@@ -295,7 +291,7 @@ def fwd_cluster(
 
 def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
     """The cp.async rows forward with a weight, rsigma stored."""
-    from programs.triton import rmsnorm_async as ra
+    from programs.triton.kernels import forward_async as ra
 
     consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
     return _gluon_report(
@@ -328,14 +324,14 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
     if kernel == "cluster":
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        from programs.triton import rmsnorm_cluster as rc
+        from programs.triton.kernels import forward_cluster as rc
 
         fn, consts, source_type = rc._fwd_cluster_kernel, rc.constants(65536, 8192, 4, 2, 0, True), GluonASTSource
         sig, num_ctas = _fwd_signature(fn, False), consts["K"]
     elif kernel == "async":
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        from programs.triton import rmsnorm_async as ra
+        from programs.triton.kernels import forward_async as ra
 
         fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
         sig = _gluon_signature(fn)
@@ -471,66 +467,3 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
         consts,
         num_warps,
     )
-
-
-def default_reports() -> list[Report]:
-    f, b = forward_config, backward_config
-    return [
-        fwd_rows(16384, 32, 1, 32),
-        fwd_rows(8192, 16, 1, 32, True),
-        fwd_split(f.SPLIT_CHUNK, f.SPLIT_WARPS, 1, OUT_CAST, False, f.SPLIT_MAXNREG),
-        fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 3, 16, f.SPLIT_MAXNREG),
-        fwd_split_words(f.SPLIT_CHUNK, f.SPLIT_WARPS, 4, 32, f.SPLIT_MAXNREG),
-        fwd_cluster(65536, 4096, 4),
-        fwd_cluster(131072, 8192, 4, maxnreg=f.CLUSTER_MAXNREG),
-        fwd_cluster(262144, 16384, 8, maxnreg=f.CLUSTER_MAXNREG),
-        fwd_cluster(65536, 16384, 8, maxnreg=f.CLUSTER_ROW_MAX_MAXNREG, out_mode=OUT_FP8_ROW),
-        fwd_async(4096, 1, 4096 // 1024),
-        fwd_split(8192, 16, 1, OUT_FP8_ROW, True),
-        fwd_split(8192, 16, 1, OUT_FP8_STATIC, True),
-        bwd_split(b.SPLIT_CHUNK, b.SPLIT_WARPS, 1),
-        bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 3),
-        bwd_split_words(b.SPLIT_CHUNK, b.SPLIT_WARPS, 4, 32),
-        bwd_rows(b.STREAM_ROWS_N, 32, 1, True, 1),
-        bwd_rows(1024, 16, 8, False, 0),
-        bwd_decode(32, 128, 4),
-        allreduce(0, 2, 1, 16, True),
-        allreduce(1, 2, 1, 8, True),
-        allreduce(2, 4, 2, 16, True),
-        allreduce(5, 4, 1, 16, False),
-    ]
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--check", action="store_true", help=f"exit 1 if a kernel holds more than {MAX_SHARED_STORES} shared stores"
-    )
-    args = ap.parse_args()
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        print(
-            "TRITON_INTERPRET is set: the kernels would not be compiled; run with TRITON_INTERPRET=0", file=sys.stderr
-        )
-        return 2
-    reports = default_reports()
-    print(
-        f"{'kernel (sm_90a)':58} {'PTX lines':>9} {'st.shared':>9} {'regs':>5} {'spill B':>7} {'atomics':>7} "
-        f"{'fences':>6} {'ld.16':>5} {'L2 pf':>5} {'st.async':>8} {'cp.async':>8}"
-    )
-    for r in reports:
-        print(
-            f"{r.name:58} {r.ptx_lines:9d} {r.shared_stores:9d} {r.registers:5d} {r.spill_bytes:7d} {r.atomics:7d} "
-            f"{r.fences:6d} {r.wide_loads:5d} {r.l2_prefetches:5d} {r.async_sends:8d} {r.async_copies:8d}"
-        )
-    bad = [r for r in reports if r.shared_stores > MAX_SHARED_STORES]
-    for r in bad:
-        print(
-            f"FAIL: {r.name} has {r.shared_stores} shared stores (> {MAX_SHARED_STORES}): a layout conversion through "
-            "shared memory is back",
-            file=sys.stderr,
-        )
-    return 1 if (args.check and bad) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

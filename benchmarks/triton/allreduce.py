@@ -1,17 +1,18 @@
 """Fused all-reduce + RMSNorm + FP8 against NCCL all_reduce + our fused RMSNorm/FP8 kernel and NCCL + torch, on W GPUs.
 
-    torchrun --nproc-per-node 2 programs/triton/bench_allreduce.py [--tokens 1,8,32,128,512,2048,8192] [--hidden 8192]
+    torchrun --nproc-per-node 2 -m benchmarks.triton.allreduce [--tokens 1,8,32,128,512,2048,8192] [--hidden 8192]
 
 World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
 (median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
 all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every stage of
-allreduce_rmsnorm.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
+allreduce/api.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
 it serves, the fused ones with the best launch shape of a small sweep; "best stage" is the fastest of them and its
-ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce_rmsnorm.DISPATCH come from it); then the
+ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce.dispatch.DISPATCH come from it); then the
 call as users make it (dispatched stage, default shape, reuse_x=True: x is dead after the call, as the baseline's
 is, and stage 4 with a residual all-reduces in place on the baseline's copy). KiB/rank is the payload T * H * 2 of
 every rank.
-Where PDL runs, every timed replay starts in one launch state (benchmark.pin_launch_state).
+Where PDL runs, every timed replay starts in one launch state (programs/triton/timing.py's pin_launch_state).
+The timing, the launch shapes tried, the tables and the watchdog are programs/triton/allreduce/measurement.py.
 A rank that makes no progress for --stall-s seconds prints where it is (a start-up step, or the timed method: T,
 stage, launch shape) and keeps printing it, so a hang names its step instead of leaving a silent table. One timed
 method takes seconds at most, its first compiles included.
@@ -22,25 +23,20 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import torch
+import torch.distributed as dist
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from programs.log import STDLIB, logger  # noqa: E402
+from programs.log import STDLIB, logger
 
 if STDLIB:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-from programs.triton.allreduce_rmsnorm import (  # noqa: E402
+from programs.triton.allreduce.api import (  # noqa: E402
     LAMPORT,
     LAMPORT2,
     LAMPORT2_MAX_TOKENS,
@@ -53,8 +49,9 @@ from programs.triton.allreduce_rmsnorm import (  # noqa: E402
     AllReduceRMSNormFP8,
     choose_stage,
 )
-from programs.triton.benchmark import on_capture_stream, pin_launch_state  # noqa: E402
+from programs.triton.allreduce.measurement import Watchdog, graph_time_us, render, shape_str, sweep_shapes  # noqa: E402
 from programs.triton.forward import rmsnorm_fwd  # noqa: E402
+from programs.triton.timing import pin_launch_state  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 EPS = 1e-6
@@ -71,42 +68,6 @@ def torch_norm_quant(x, weight, residual):
     scale = v.abs().amax(-1, keepdim=True) / 448.0
     recip = torch.where(scale == 0, torch.zeros_like(scale), 1.0 / scale)
     return (v * recip).clamp(-448.0, 448.0).to(FP8), scale, ro
-
-
-def graph_time_us(fn, reset, calls, reps, pin=None) -> float:
-    """Median µs per call of `calls` back-to-back calls captured in one CUDA graph; this rank's number.
-    reset (None: none): run untimed before each replay, as a graph of its own. On H100 graph replays ran ~0.3 µs a
-    kernel slower after plain eager launches than after a PDL one, and graph replays did not move that state: with no
-    eager launch between them, one pin (benchmark.pin_launch_state) holds for every replay."""
-    with on_capture_stream():
-        for _ in range(3):
-            if reset is not None:
-                reset()
-            fn()
-    torch.cuda.synchronize()
-    reset_graph = None
-    if reset is not None:
-        reset_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(reset_graph):
-            reset()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    if pin is not None:
-        pin()
-    times = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(reps):
-        if reset_graph is not None:
-            reset_graph.replay()
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / calls)
-    del graph, reset_graph
-    return statistics.median(times)
 
 
 def slowest(us: float) -> float:
@@ -129,39 +90,6 @@ def copy_bandwidth(comm, world, rank, pin) -> tuple[float, float]:
     return out[0], out[1]
 
 
-class Watchdog:
-    """Prints `label` to stderr, every `seconds`, while one step runs longer than that (rank-prefixed)."""
-
-    def __init__(self, rank: int, seconds: float):
-        self.rank, self.seconds = rank, seconds
-        self.lock = threading.Lock()
-        self.label, self.timer = None, None
-
-    def arm(self, label: str) -> None:
-        with self.lock:
-            self._start(label)
-
-    def disarm(self) -> None:
-        with self.lock:
-            self._start(None)
-
-    def _start(self, label: str | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.label, self.timer = label, None
-        if label is not None:
-            self.timer = threading.Timer(self.seconds, self._bark, args=(label,))
-            self.timer.daemon = True
-            self.timer.start()
-
-    def _bark(self, label: str) -> None:
-        with self.lock:
-            if self.label != label:  # re-armed or disarmed meanwhile
-                return
-            print(f"rank {self.rank}: {label} still running after {self.seconds:.0f} s", file=sys.stderr, flush=True)
-            self._start(label)
-
-
 def parse_args(argv=None):
     """The command line (the module docstring says what each table holds)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,44 +110,6 @@ def parse_args(argv=None):
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
     ap.add_argument("--stall-s", type=float, default=20.0, help="name a step still running after this long")
     return ap.parse_args(argv)
-
-
-def shape_str(shape) -> str:
-    """A launch shape as the tables print it."""
-    return "default" if shape is None else f"{shape[0]}x{shape[1]}"
-
-
-def render(rows, title: str, hidden: int, torch_baseline: bool) -> list[str]:
-    """One table: a row a T, every method's time, the best stage and the dispatched call against NCCL + fused norm."""
-    head = ["T", "KiB/rank", "NCCL AR", "AR + fused norm/FP8"]
-    head += ["AR + torch norm/FP8"] if torch_baseline else []
-    head += [f"stage {k}: {v} (best shape)" for k, v in STAGE_NAMES.items()]
-    head += ["best stage", "fused: dispatched stage, default shape", "vs AR+fused", "algbw GB/s"]
-    out = [title, "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for r in rows:
-        cells = [str(r["T"]), f"{r['per_rank_kib']:.0f}", f"{r['nccl']:.1f}", f"{r['nccl+fused']:.1f}"]
-        cells += [f"{r['nccl+torch']:.1f}"] if torch_baseline else []
-        for k in STAGE_NAMES:
-            us = r[f"s{k}"]
-            cells.append("-" if math.isnan(us) else f"{us:.1f} ({r[f's{k}_shape']})")
-        timed_stages = {k: r[f"s{k}"] for k in STAGE_NAMES if not math.isnan(r[f"s{k}"])}
-        best = min(timed_stages, key=timed_stages.get)
-        cells += [f"{best} ({r['nccl+fused'] / timed_stages[best]:.2f}x)"]
-        cells += [f"{r['fused']:.1f} (stage {r['auto']})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
-        cells += [f"{r['T'] * hidden * 2 / r['fused'] / 1e3:.0f}"]
-        out.append("| " + " | ".join(cells) + " |")
-    return out
-
-
-def sweep_shapes(sweep, world: int, t: int, stage: int) -> list:
-    """The launch shapes a stage is timed at for T = t: the default only for stage 4 (NCCL's), one row a program for
-    the pushed and Lamport stages, and block_m > 1 only where every SM gets a block."""
-    if stage == NCCL:
-        return [None]
-    if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
-        return [s for s in sweep if s[0] == 1]
-    rows = t if stage == 1 else math.ceil(t / world)
-    return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]
 
 
 @dataclass

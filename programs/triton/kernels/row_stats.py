@@ -1,5 +1,5 @@
 """A row's statistics in the Triton forwards: its rstd from the fp32 sum of squares, with a second pass for the rows
-whose fp32 sum leaves fp32's range, and its FP8 row max. The Gluon kernels (rmsnorm_cluster.py, rmsnorm_async.py)
+whose fp32 sum leaves fp32's range, and its FP8 row max. The Gluon kernels (forward_cluster.py, forward_async.py)
 follow the same rule in their own language; the distributed pre-stats sum in float64 (distributed.py).
 
 The semantics every backend of the project gives (docs/gpu-performance.md, "Extreme values"): the output equals the
@@ -40,7 +40,7 @@ only what the output needs, and it is read as one pass over a flagged row.
 import triton
 import triton.language as tl
 
-from programs.triton.row_io import store_out, weight_at
+from programs.triton.kernels.row_io import store_out, weight_at
 
 INF = tl.constexpr(float("inf"))
 FP32_MIN_NORMAL = tl.constexpr(2.0**-126)

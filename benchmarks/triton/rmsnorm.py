@@ -1,26 +1,25 @@
 """RMSNorm benchmark on CUDA: forward/backward GB/s, % of the copy bandwidth measured in the same run, ratios to peers.
 
-    python3 -m programs.triton.benchmark                 # single-GPU tables (cuda:0)
-    python3 -m programs.triton.benchmark --distributed   # two-phase distributed section on 2 GPUs (NCCL)
-    python3 -m programs.triton.benchmark --sweep         # launch-config sweep that fwd_config / bwd_config come from
-    python3 -m programs.triton.benchmark --sweep-long    # long-row launch shapes (split, looped, cols) side by side
-    python3 -m programs.triton.benchmark --sweep-rows    # forward rows-kernel launch shapes at mid sizes, beside peers
-    python3 -m programs.triton.benchmark --shapes 2048x65536,8192x8192 --peers none   # some shapes, no peers
+    python3 -m benchmarks.triton.rmsnorm                 # single-GPU tables (cuda:0)
+    python3 -m benchmarks.triton.rmsnorm --distributed   # two-phase distributed section on 2 GPUs (NCCL)
+    python3 -m benchmarks.triton.rmsnorm --sweep         # launch-config sweep that fwd_config / bwd_config come from
+    python3 -m benchmarks.triton.rmsnorm --sweep-long    # long-row launch shapes (split, looped, cols) side by side
+    python3 -m benchmarks.triton.rmsnorm --sweep-rows    # forward rows-kernel launch shapes at mid sizes, beside peers
+    python3 -m benchmarks.triton.rmsnorm --shapes 2048x65536,8192x8192 --peers none   # some shapes, no peers
 
-Method (bench_timing.py): every timed call is captured in a CUDA graph of many calls over rotating input sets whose
-total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15 times;
-time per call = median replay time / calls per graph. The single-GPU tables run every contender once, untimed (all
-compiles done before any timing: a torch.compile run makes every later contender faster), then time each once a
+Method (programs/triton/timing.py): every timed call is captured in a CUDA graph of many calls over rotating input
+sets whose total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15
+times; time per call = median replay time / calls per graph. The single-GPU tables run every contender once, untimed
+(all compiles done before any timing: a torch.compile run makes every later contender faster), then time each once a
 round, in 3 interleaved rounds (the later ones shuffled), and report each one's median round. Where ours launches
 with PDL (Hopper: back-to-back calls overlap) a second forward and a second backward table give ours launched
 plainly, as the peers are, and every timing starts in one launch state: graph replays take 0.3 us a kernel less
 (H100, 1 x 8192 copy 1.34 against 1.70 us, same bits) when the last eager launches on the stream included a PDL
-launch than after several plain ones, so a tiny eager PDL launch right before the timed replays
-(`pin_launch_state`) gives every contender the faster state.
-GB/s counts the fewest bytes: forward reads x and writes y; backward reads x and dy and writes dx. `copy` is the
-faster of dst.copy_(x) (same shape) and a flat copy of the same bytes per call, timed the same way.
-Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when importable.
-Progress goes to stderr, the tables to stdout.
+launch than after several plain ones, so a tiny eager PDL launch right before the timed replays (`pin_launch_state`)
+gives every contender the faster state. GB/s counts the fewest bytes: forward reads x and writes y; backward reads x
+and dy and writes dx. `copy` is the faster of dst.copy_(x) (same shape) and a flat copy of the same bytes per call,
+timed the same way. Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when
+importable. Progress goes to stderr, the tables to stdout.
 """
 
 from __future__ import annotations
@@ -34,25 +33,22 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from programs.triton import bench_sweeps
+from benchmarks.triton import sweeps
+from benchmarks.triton.peers import load_peers
 from programs.triton.backward import rmsnorm_bwd
-from programs.triton.bench_timing import (
+from programs.triton.forward import rmsnorm_fwd
+from programs.triton.launch import pdl_supported
+from programs.triton.timing import (
     DT,
     EPS,
     autograd_calls,
     graph_time,
-    load_peers,
     log,
     n_sets,
-    on_capture_stream,
     pin_launch_state,
     rotating,
     timed_rounds,
 )
-from programs.triton.forward import rmsnorm_fwd
-from programs.triton.launch import pdl_supported
-
-__all__ = ["main", "on_capture_stream", "pin_launch_state"]  # bench_allreduce takes the last two from here
 
 # 1024 x 262144 first: measured last, even a plain copy of its bytes ran slower (2.7 TB/s)
 SHAPES = [
@@ -363,13 +359,13 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("the benchmark needs a CUDA GPU")
     if a.sweep:
-        bench_sweeps.sweep(a.reps, None if a.shapes is None else shapes)
+        sweeps.sweep(a.reps, None if a.shapes is None else shapes)
     if a.sweep_long:
-        bench_sweeps.sweep_long(a.reps)
+        sweeps.sweep_long(a.reps)
     if a.sweep_split:
-        bench_sweeps.sweep_split(a.reps)
+        sweeps.sweep_split(a.reps)
     if a.sweep_rows:
-        bench_sweeps.sweep_rows(a.reps)
+        sweeps.sweep_rows(a.reps)
     if a.single or not (a.sweep or a.sweep_long or a.sweep_split or a.sweep_rows or a.distributed):
         bench_single(a.reps, shapes, wanted, a.rounds)
     if a.distributed:

@@ -1,4 +1,4 @@
-"""The PTX of the cluster kernel's exchange (rmsnorm_cluster.py): the K CTAs of a row meet in distributed shared
+"""The PTX of the cluster kernel's exchange (forward_cluster.py): the K CTAs of a row meet in distributed shared
 memory. `arrive_asm` declares the slots and the mbarrier at the kernel's start, `exchange_asm` sends each CTA's partial
 sum (and its max|x*w| for FP8 row scales) to every peer with `st.async` and sums the slots in rank order, so every
 CTA gets the same bits; `rescaled_exchange_asm` is the second exchange of a row past fp32's range (row_stats.py's

@@ -1,17 +1,17 @@
 """Source trees' forward and backward timed against each other in one run: did a change cost anything?
 
-    python3 programs/triton/bench_compare.py BEFORE AFTER [AFTER ...] [--shapes 4096x4096,8192x8192,2048x65536]
-                                             [--rounds 7] [--fp8]
+    python3 -m benchmarks.triton.compare_trees BEFORE AFTER [AFTER ...] [--shapes 4096x4096,8192x8192,2048x65536]
+                                               [--rounds 7] [--fp8]
 
 BEFORE and each AFTER are directories that each hold a `programs` package (a checkout, or `git archive REV programs
-tt_rmsnorm` unpacked). Every round runs one fresh process a tree, the trees' order rotating round by round (with
-two trees: alternating); each process imports programs.triton from its own tree (its directory put first on
-PYTHONPATH, so a Triton placed on PYTHONPATH stays visible) and times rmsnorm_fwd and rmsnorm_bwd (default launches,
-bf16, a weight, rsigma from the forward; --fp8: also the forward into e4m3 with row scales) at every shape with
-bench_timing.graph_time (CUDA graphs over rotating input sets of at least 3x the L2). The table gives each tree's
-median over the rounds, each AFTER's ratio to BEFORE, and the spread of each tree's rounds (max / min - 1), beside a
-device-to-device copy's bandwidth measured at the start and the end of the run (bytes read plus written), which
-says whether the card's memory speed held through it.
+tt_rmsnorm` unpacked). Every round runs one fresh process a tree, the trees' order rotating round by round (with two
+trees: alternating); each process imports programs.triton from its own tree (its directory put first on PYTHONPATH,
+so a Triton placed on PYTHONPATH stays visible) and times rmsnorm_fwd and rmsnorm_bwd (default launches, bf16, a
+weight, rsigma from the forward; --fp8: also the forward into e4m3 with row scales) at every shape with
+programs/triton/timing.py's graph_time (CUDA graphs over rotating input sets of at least 3x the L2). The table gives
+each tree's median over the rounds, each AFTER's ratio to BEFORE, and the spread of each tree's rounds (max / min -
+1), beside a device-to-device copy's bandwidth measured at the start and the end of the run (bytes read plus
+written), which says whether the card's memory speed held through it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from programs.triton.timing import render, rotated, tree_names
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -50,8 +52,8 @@ def copy_gbps(n_bytes: int = 1 << 30, reps: int = 20) -> float:
 def worker(shapes: list[tuple[int, int]], reps: int, fp8: bool = False) -> dict:
     """Times of this process's tree (the `programs` package first on sys.path): {"fwd MxN": us, "bwd MxN": us}."""
     from programs.triton.backward import rmsnorm_bwd
-    from programs.triton.bench_timing import graph_time, n_sets, rotating
     from programs.triton.forward import rmsnorm_fwd
+    from programs.triton.timing import graph_time, n_sets, rotating
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -113,37 +115,6 @@ def main() -> None:
     dev = torch.cuda.get_device_name(0)
     print(f"\n{dev}; copy {bw_start:.0f} GB/s at the start, {bw_end:.0f} GB/s at the end; {a.rounds} rounds, medians")
     print("\n".join(render(runs, names)))
-
-
-def tree_names(trees: list[Path]) -> list[str]:
-    """The trees' directory names, or before / after where they clash (the two-tree call's names)."""
-    names = [t.name for t in trees]
-    if len(set(names)) == len(names):
-        return names
-    return ["before", "after"] if len(trees) == 2 else [f"tree{i}" for i in range(len(trees))]
-
-
-def rotated(items: list, r: int) -> list:
-    """Round r's order: two trees alternate; more rotate by one a round, so each tree takes every place in turn."""
-    if len(items) == 2:
-        return items if r % 2 == 0 else items[::-1]
-    k = r % len(items)
-    return items[k:] + items[:k]
-
-
-def render(runs: dict[str, list[dict]], names: list[str]) -> list[str]:
-    """A line a call: each tree's median, each later tree's median / the first's, each tree's spread (max / min - 1)."""
-    base, later = names[0], names[1:]
-    head = f"{'call':<18} {base + ' us':>12}" + "".join(f" {n + ' us':>12} {n + '/' + base:>16}" for n in later)
-    lines = [head + f" {'spread':>8}" * len(names)]
-    for key in runs[base][0]:
-        meds = {n: statistics.median(t[key] for t in runs[n]) for n in names}
-        spreads = [max(t[key] for t in runs[n]) / min(t[key] for t in runs[n]) - 1 for n in names]
-        line = f"{key:<18} {meds[base]:>12.2f}" + "".join(
-            f" {meds[n]:>12.2f} {meds[n] / meds[base]:>16.4f}" for n in later
-        )
-        lines.append(line + "".join(f" {s:>8.1%}" for s in spreads))
-    return lines
 
 
 if __name__ == "__main__":
