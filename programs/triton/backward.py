@@ -32,13 +32,13 @@ from programs.triton import interpreter
 from programs.triton.backward_config import DECODE_M, MAX_ROWS_N, BwdConfig, bwd_config
 from programs.triton.checks import as_rows, check_activation, check_same_rows, check_vector
 from programs.triton.kernels.backward import (
-    _bwd_cols_kernel,
-    _bwd_decode_kernel,
-    _bwd_rowdot_kernel,
-    _bwd_rows_kernel,
-    _bwd_split_kernel,
-    _bwd_split_words_kernel,
-    _sum_partials_kernel,
+    bwd_cols_kernel,
+    bwd_decode_kernel,
+    bwd_rowdot_kernel,
+    bwd_rows_kernel,
+    bwd_split_kernel,
+    bwd_split_words_kernel,
+    sum_partials_kernel,
 )
 from programs.triton.launch import launch_options, resolve_pdl, split_shape, wordable_rows, wordable_weight
 from tt_rmsnorm.errors import RuleError
@@ -56,7 +56,7 @@ def l2_prefetchable(*rows: torch.Tensor) -> bool:
 
 
 def words_fit(h2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, weight, need_bias_grad: bool, dresidual) -> bool:
-    """Whether the split kernel may hold its blocks as 32-bit words (_bwd_split_words_kernel): the rows of h, dy and
+    """Whether the split kernel may hold its blocks as 32-bit words (bwd_split_words_kernel): the rows of h, dy and
     dx wordable (wordable_rows: 16-bit, N, row strides and bases even), the weight absent or 16-bit on a 4-byte
     boundary, no dbias and no dresidual (their accumulator and loads would not fit beside 4 stages)."""
     return (
@@ -74,7 +74,7 @@ def _reduce(partials: torch.Tensor, dtype, pdl: bool = False) -> torch.Tensor:
     out = torch.empty(n, dtype=dtype, device=partials.device)
     block = min(128, triton.next_power_of_2(n))
     block_g = min(32, triton.next_power_of_2(g))
-    _sum_partials_kernel[(triton.cdiv(n, block),)](
+    sum_partials_kernel[(triton.cdiv(n, block),)](
         partials,
         out,
         g,
@@ -205,7 +205,7 @@ class _Launch:
 
 def _run_rows(L: _Launch) -> None:
     cfg = L.cfg
-    _bwd_rows_kernel[(L.groups,)](
+    bwd_rows_kernel[(L.groups,)](
         *L.args(),
         BLOCK_M=cfg.block_m,
         BLOCK_N=triton.next_power_of_2(L.n),
@@ -220,7 +220,7 @@ def _run_rows(L: _Launch) -> None:
 
 def _run_decode(L: _Launch) -> None:
     cfg = L.cfg
-    _bwd_decode_kernel[(L.m + triton.cdiv(L.n, cfg.block_n),)](
+    bwd_decode_kernel[(L.m + triton.cdiv(L.n, cfg.block_n),)](
         *L.args(),
         BLOCK_M=triton.next_power_of_2(L.m),
         BLOCK_N=triton.next_power_of_2(L.n),
@@ -236,10 +236,10 @@ def _run_cols(L: _Launch) -> None:
     cfg, m, n = L.cfg, L.m, L.n
     c = torch.empty(m, dtype=torch.float32, device=L.h2.device)
     chunk = min(4096, triton.next_power_of_2(n))
-    _bwd_rowdot_kernel[(m,)](
+    bwd_rowdot_kernel[(m,)](
         *L.head(), c, m, n, 1.0 / n, L.weight_offset, HAS_W=L.weight is not None, CHUNK=chunk, num_warps=8
     )
-    _bwd_cols_kernel[(triton.cdiv(n, cfg.block_n), L.groups)](
+    bwd_cols_kernel[(triton.cdiv(n, cfg.block_n), L.groups)](
         *L.head(),
         c,
         *L.outputs(),
@@ -266,9 +266,9 @@ def _run_split(L: _Launch) -> None:
     )
     grid = (L.splits * L.groups,)
     if cfg.words:
-        _bwd_split_words_kernel[grid](*L.args(), xdot, STAGES=cfg.stages, HAS_W=L.weight is not None, **split)
+        bwd_split_words_kernel[grid](*L.args(), xdot, STAGES=cfg.stages, HAS_W=L.weight is not None, **split)
     else:
-        _bwd_split_kernel[grid](*L.args(), xdot, **split, **L.flags())
+        bwd_split_kernel[grid](*L.args(), xdot, **split, **L.flags())
 
 
 _RUNNERS = {"rows": _run_rows, "decode": _run_decode, "cols": _run_cols, "split": _run_split}

@@ -187,7 +187,7 @@ def fwd_rows(
 ) -> Report:
     """The register-resident forward as the plain call launches it (bf16 in and out, a weight; rsigma stored as the
     autograd forward asks); out_mode FP8: e4m3 output, joint_max as the launch sets JOINT_MAX."""
-    fn = forward_kernels._fwd_rows_kernel
+    fn = forward_kernels.fwd_rows_kernel
     consts = dict(BLOCK_M=block_m, BLOCK_N=block_n, SLICES=1, JOINT_MAX=joint_max, **_fwd_flags(out_mode, store_rsigma))
     return compile_report(
         f"fwd rows N={block_n} warps={num_warps}{_cap(maxnreg)} block_m={block_m}"
@@ -201,7 +201,7 @@ def fwd_rows(
 
 
 def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool, maxnreg: int = 0) -> Report:
-    fn = forward_split_kernels._fwd_split_kernel
+    fn = forward_split_kernels.fwd_split_kernel
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, **_fwd_flags(out_mode))
     return compile_report(
         f"fwd split chunk={chunk} warps={num_warps}{_cap(maxnreg)} block_m={block_m} out_mode={out_mode}",
@@ -214,7 +214,7 @@ def fwd_split(chunk: int, num_warps: int, block_m: int, out_mode: int, fp8: bool
 
 
 def fwd_split_words(chunk: int, num_warps: int, stages: int, splits: int, maxnreg: int = 0) -> Report:
-    fn = forward_split_kernels._fwd_split_words_kernel
+    fn = forward_split_kernels.fwd_split_words_kernel
     sig = _signature(
         fn, {"X": "*bf16", "Y": "*bf16", "W": "*bf16", "RSIG": "*fp32", "XSS": "*i64"}, ("inv_n", "eps", "w_off")
     )
@@ -275,7 +275,7 @@ def fwd_cluster(
     from programs.triton.kernels import forward_cluster as rc
 
     consts = rc.constants(n, chunk, num_warps, 2, 2 if bias else 0, store_rsigma, busy=busy, out_mode=out_mode)
-    fn = rc._fwd_cluster_kernel
+    fn = rc.fwd_cluster_kernel
     sig = _fwd_signature(fn, out_mode in (OUT_FP8_ROW, OUT_FP8_STATIC))
     return _gluon_report(
         f"fwd cluster N={n} chunk={chunk} warps={num_warps}{_cap(maxnreg)} ctas={consts['K']}"
@@ -294,9 +294,7 @@ def fwd_async(n: int, block_m: int, num_warps: int) -> Report:
     from programs.triton.kernels import forward_async as ra
 
     consts = ra.constants(n, block_m, num_warps, 2, True, False, True)
-    return _gluon_report(
-        f"fwd async N={n} block_m={block_m} warps={num_warps}", ra._fwd_async_kernel, consts, num_warps
-    )
+    return _gluon_report(f"fwd async N={n} block_m={block_m} warps={num_warps}", ra.fwd_async_kernel, consts, num_warps)
 
 
 @dataclass(frozen=True)
@@ -326,28 +324,28 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
 
         from programs.triton.kernels import forward_cluster as rc
 
-        fn, consts, source_type = rc._fwd_cluster_kernel, rc.constants(65536, 8192, 4, 2, 0, True), GluonASTSource
+        fn, consts, source_type = rc.fwd_cluster_kernel, rc.constants(65536, 8192, 4, 2, 0, True), GluonASTSource
         sig, num_ctas = _fwd_signature(fn, False), consts["K"]
     elif kernel == "async":
         from triton.experimental.gluon._runtime import GluonASTSource
 
         from programs.triton.kernels import forward_async as ra
 
-        fn, consts, source_type = ra._fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
+        fn, consts, source_type = ra.fwd_async_kernel, ra.constants(4096, 1, 4, 2, True, False, False), GluonASTSource
         sig = _gluon_signature(fn)
     elif kernel.startswith("bwd") or kernel == "sum_partials":
         b, bflags = backward_kernels, dict(HAS_W=True, NEED_DB=True, HAS_DRES=True)
         fn, consts = {
-            "bwd_rows": (b._bwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=4096, STREAM=False, L2_AHEAD=0, **bflags)),
-            "bwd_decode": (b._bwd_decode_kernel, dict(BLOCK_M=1, BLOCK_N=8192, COLS=128, **bflags)),
-            "sum_partials": (b._sum_partials_kernel, dict(BLOCK_G=32, BLOCK=128)),
+            "bwd_rows": (b.bwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=4096, STREAM=False, L2_AHEAD=0, **bflags)),
+            "bwd_decode": (b.bwd_decode_kernel, dict(BLOCK_M=1, BLOCK_N=8192, COLS=128, **bflags)),
+            "sum_partials": (b.sum_partials_kernel, dict(BLOCK_G=32, BLOCK=128)),
         }[kernel]
         sig = _bwd_signature(fn) if kernel != "sum_partials" else _signature(fn, {"P": "*fp32", "OUT": "*bf16"}, ())
         source_type = ASTSource
     else:
         fn, consts = {
-            "rows": (f._fwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=8192, SLICES=1, **flags)),
-            "looped": (f._fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags)),
+            "rows": (f.fwd_rows_kernel, dict(BLOCK_M=1, BLOCK_N=8192, SLICES=1, **flags)),
+            "looped": (f.fwd_looped_kernel, dict(CHUNK=4096, HEAD=0, WORDS=0, REVERSE=False, ONE_ROW=True, **flags)),
         }[kernel]
         sig, source_type = _fwd_signature(fn, False), ASTSource
     compiled = _compile(
@@ -381,14 +379,14 @@ def pdl(kernel: str, enabled: bool = True) -> PdlReport:
 
 
 def bwd_split(chunk: int, num_warps: int, block_m: int) -> Report:
-    fn = backward_kernels._bwd_split_kernel
+    fn = backward_kernels.bwd_split_kernel
     sig = _bwd_signature(fn)
     consts = dict(SPLITS=8, XW=8, CHUNK=chunk, BLOCK_M=block_m, HAS_W=True, NEED_DB=False, HAS_DRES=False)
     return compile_report(f"bwd split chunk={chunk} warps={num_warps} block_m={block_m}", fn, sig, consts, num_warps)
 
 
 def bwd_split_words(chunk: int, num_warps: int, stages: int, splits: int = 8) -> Report:
-    fn = backward_kernels._bwd_split_words_kernel
+    fn = backward_kernels.bwd_split_words_kernel
     consts = dict(SPLITS=splits, XW=splits, CHUNK=chunk, BLOCK_M=1, STAGES=stages, HAS_W=True)
     return compile_report(
         f"bwd split words chunk={chunk} warps={num_warps} stages={stages}", fn, _bwd_signature(fn), consts, num_warps
@@ -396,7 +394,7 @@ def bwd_split_words(chunk: int, num_warps: int, stages: int, splits: int = 8) ->
 
 
 def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead: int) -> Report:
-    fn = backward_kernels._bwd_rows_kernel
+    fn = backward_kernels.bwd_rows_kernel
     consts = dict(
         BLOCK_M=block_m, BLOCK_N=block_n, HAS_W=True, NEED_DB=False, HAS_DRES=False, STREAM=stream, L2_AHEAD=l2_ahead
     )
@@ -411,7 +409,7 @@ def bwd_rows(block_n: int, num_warps: int, block_m: int, stream: bool, l2_ahead:
 
 def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
     """The decode backward as launched for M rows of 8192 (dx programs and dweight column programs in one kernel)."""
-    fn = backward_kernels._bwd_decode_kernel
+    fn = backward_kernels.bwd_decode_kernel
     sig = _bwd_signature(fn)
     consts = dict(BLOCK_M=m, BLOCK_N=8192, COLS=cols, HAS_W=True, NEED_DB=True, HAS_DRES=True)
     return compile_report(f"bwd decode M={m} cols={cols} warps={num_warps}", fn, sig, consts, num_warps)

@@ -57,8 +57,8 @@ from programs.triton.forward_rules import (
 )
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 from programs.triton.kernels import forward_async, forward_cluster
-from programs.triton.kernels.forward import _fwd_looped_kernel, _fwd_rows_kernel, _row_sumsq_kernel
-from programs.triton.kernels.forward_split import _fwd_split_kernel, _fwd_split_words_kernel
+from programs.triton.kernels.forward import fwd_looped_kernel, fwd_rows_kernel, row_sumsq_kernel
+from programs.triton.kernels.forward_split import fwd_split_kernel, fwd_split_words_kernel
 from programs.triton.launch import (
     launch_options,
     resolve_pdl,
@@ -78,7 +78,7 @@ class RMSNormOutput(NamedTuple):
 
 
 def split_words_fit(x2: torch.Tensor, y2: torch.Tensor, weight, plain: bool) -> bool:
-    """Whether the split forward may hold its blocks as words (_fwd_split_words_kernel): the rows of x and y wordable
+    """Whether the split forward may hold its blocks as words (fwd_split_words_kernel): the rows of x and y wordable
     (so y in x's 16-bit dtype), the weight absent or 16-bit on a 4-byte boundary, and plain: x normalized as given
     into a cast output, no bias."""
     return plain and wordable_rows(x2) and wordable_rows(y2) and wordable_weight(weight)
@@ -195,7 +195,7 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
         block_n = cfg.chunk
     slices = row_n // block_n
     grid = (triton.cdiv(L.m, cfg.block_m) * slices,)
-    _fwd_rows_kernel[grid](
+    fwd_rows_kernel[grid](
         *L.args(p),
         BLOCK_M=cfg.block_m,
         BLOCK_N=block_n,
@@ -215,7 +215,7 @@ def _run_looped(L: _Launch, p: _Pass) -> None:
     if cfg.head and (cfg.head > L.n or cfg.head & (cfg.head - 1)):
         raise RuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
     words = triton.next_power_of_2(triton.cdiv(L.n, 2)) if cfg.words else 0
-    _fwd_looped_kernel[grid](
+    fwd_looped_kernel[grid](
         *L.args(p),
         CHUNK=cfg.chunk,
         HEAD=cfg.head,
@@ -238,7 +238,7 @@ def _run_split(L: _Launch, p: _Pass) -> None:
     xch = torch.zeros((2 if row_max else 1, L.m * xw), dtype=torch.int64, device=device)
     options = launch_options(device, splits, cfg.maxnreg)
     if cfg.words:
-        _fwd_split_words_kernel[(splits * lanes,)](
+        fwd_split_words_kernel[(splits * lanes,)](
             p.src,
             p.src.stride(0),
             p.y,
@@ -262,7 +262,7 @@ def _run_split(L: _Launch, p: _Pass) -> None:
             **options,
         )
         return
-    _fwd_split_kernel[(splits * lanes,)](
+    fwd_split_kernel[(splits * lanes,)](
         *L.args(p),
         xch[0],
         xch[-1],
@@ -393,7 +393,5 @@ def row_sum_of_squares(x: torch.Tensor) -> torch.Tensor:
         return out
     chunk = min(triton.next_power_of_2(n), 4096)
     block_m = max(1, min(4096 // chunk, 16))
-    _row_sumsq_kernel[(triton.cdiv(m, block_m),)](
-        x2, x2.stride(0), out, m, n, BLOCK_M=block_m, CHUNK=chunk, num_warps=8
-    )
+    row_sumsq_kernel[(triton.cdiv(m, block_m),)](x2, x2.stride(0), out, m, n, BLOCK_M=block_m, CHUNK=chunk, num_warps=8)
     return out

@@ -80,7 +80,7 @@ def tensor_reduce_value(op, data, axis, *, mask=None, dtype=None, negate=False, 
 
 def _scalar_operand(operand, data, api, which):
     if isinstance(operand, OnChip):
-        nl._require_tile(operand, f"{api} {which}")
+        nl.require_tile(operand, f"{api} {which}")
         if operand.shape[0] != data.shape[0] or operand.data.size != data.shape[0]:
             fail(
                 "tensor_scalar operands are scalars or one value per partition",
@@ -98,7 +98,7 @@ def tensor_scalar_value(
     data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None, mask=None, place=True
 ):
     api = "nisa.tensor_scalar"
-    nl._require_tile(data, api)
+    nl.require_tile(data, api)
     tiles = [data]
     x = data.data.astype(np.float32)
     a, t = _scalar_operand(operand0, data, api, "operand0")
@@ -133,8 +133,8 @@ def _per_partition_defined(operands, shape):
 
 def tensor_tensor_value(data1, data2, op, *, dtype=None, mask=None, place=True):
     api = "nisa.tensor_tensor"
-    nl._require_tile(data1, f"{api} data1")
-    nl._require_tile(data2, f"{api} data2")
+    nl.require_tile(data1, f"{api} data1")
+    nl.require_tile(data2, f"{api} data2")
     if data1.shape[0] != data2.shape[0] or data1.data.size != data2.data.size:
         fail(
             "tensor_tensor inputs need the same partition size and the same number of elements per partition",
@@ -158,14 +158,14 @@ def tensor_tensor_value(data1, data2, op, *, dtype=None, mask=None, place=True):
 
 
 def tensor_copy_value(src, *, mask=None, dtype=None, place=True):
-    nl._require_tile(src, "nisa.tensor_copy")
+    nl.require_tile(src, "nisa.tensor_copy")
     rtype = src.dtype if dtype is None else nl.out_dtype(dtype, [src], "nisa.tensor_copy")
     return nl.finish(src.data.astype(np.float32), [src], src.shape, mask, rtype, "nisa.tensor_copy", place=place)
 
 
 def activation_value(op, data, *, bias=None, scale=1.0, mask=None, dtype=None, place=True):
     api = "nisa.activation"
-    nl._require_tile(data, api)
+    nl.require_tile(data, api)
     if op not in _ACTIVATION:
         raise NotImplementedError(f"{api}: op {getattr(op, '__name__', op)!r} is not emulated")
     x = data.data.astype(np.float32)
@@ -187,7 +187,7 @@ def nc_matmul_value(stationary, moving, *, mask=None, place=True, **_):
     stationary free size <= 128, moving free size <= 512; float32 result in PSUM."""
     api = "nisa.nc_matmul"
     for name, t in (("stationary", stationary), ("moving", moving)):
-        nl._require_tile(t, f"{api} {name}")
+        nl.require_tile(t, f"{api} {name}")
         if t.ndim != 2:
             fail(
                 "nc_matmul operands are 2-D tiles",
@@ -228,7 +228,7 @@ def bn_stats_value(data, *, mask=None, dtype=None, place=True):
     """Per partition, two (count, mean, variance * count) tuples (6 values) over the free elements: the first and
     the second half of the predicated elements. Free size <= bn_stats_fmax (512)."""
     api = "nisa.bn_stats"
-    nl._require_tile(data, api)
+    nl.require_tile(data, api)
     free = data.data.size // data.shape[0]
     if free > limits.BN_STATS_FMAX:
         fail(
@@ -238,7 +238,7 @@ def bn_stats_value(data, *, mask=None, dtype=None, place=True):
             limits.BN_STATS,
         )
     m = mask_for(mask, data.shape, api, [data.layout])
-    nl._check_oob([data], data.shape, m, api)
+    nl.check_oob([data], data.shape, m, api)
     x = data.data.astype(np.float64).reshape(data.shape[0], -1)
     considered = (np.ones(data.shape, bool) if m is None else m).reshape(data.shape[0], -1)
     out = np.zeros((data.shape[0], 6), np.float64)
@@ -273,7 +273,7 @@ def _partition_defined(data, considered, width):
 def bn_aggr_value(data, *, mask=None, dtype=None, place=True):
     """Mean and (population) variance per partition from bn_stats tuples; float32 arithmetic."""
     api = "nisa.bn_aggr"
-    nl._require_tile(data, api)
+    nl.require_tile(data, api)
     flat = data.data.astype(np.float64).reshape(data.shape[0], -1)
     if flat.shape[1] % 3:
         fail(
@@ -300,7 +300,7 @@ def dma_copy_into(dst, src, *, mask=None) -> None:
     if isinstance(src, (HbmTensor, HbmAccess)):
         values, defined, _, _ = nl.hbm_access(src, api).load(mask, api)
     else:
-        nl._require_tile(src, f"{api} src")
+        nl.require_tile(src, f"{api} src")
         values, defined = src.data, src.defined
     if isinstance(dst, (HbmTensor, HbmAccess)):
         access = nl.hbm_access(dst, api)

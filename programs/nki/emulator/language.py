@@ -216,7 +216,7 @@ def load(src, *, mask=None, dtype=None):
 
 def store(dst, value, *, mask=None):
     access = hbm_access(dst, "nl.store")
-    _require_tile(value, "nl.store value")
+    require_tile(value, "nl.store value")
     if value.dtype != access.tensor.dtype:
         fail(
             "stored tile dtype differs from the HBM tensor's",
@@ -232,7 +232,7 @@ def store(dst, value, *, mask=None):
 # compute (engine arithmetic in float32)
 
 
-def _require_tile(t, what):
+def require_tile(t, what):
     if not isinstance(t, OnChip):
         fail(
             "NKI compute APIs take on-chip tiles",
@@ -283,7 +283,7 @@ def _aligned_mask(a, ndim):
     return None if a is None else a.reshape(a.shape + (1,) * (ndim - a.ndim))
 
 
-def _check_oob(tiles, shape, m, api):
+def check_oob(tiles, shape, m, api):
     for t in tiles:
         if t.oob is None:
             continue
@@ -303,7 +303,7 @@ def finish(result32: np.ndarray, tiles, shape, mask, dtype, api: str, defined=No
     shape = tuple(shape)
     if m is None:
         m = mask_for(mask, shape, api, [t.layout for t in tiles])
-    _check_oob(tiles, shape, m, api)
+    check_oob(tiles, shape, m, api)
     for t in tiles:
         if t.defined is not None:
             d = np.broadcast_to(_aligned_mask(t.defined, len(shape)), shape)
@@ -325,9 +325,9 @@ def elementwise(api: str, fn, operands, dtype, mask, place=True) -> OnChip:
         raise TypeError(f"{api}: at least one operand must be a tile")
     for i, o in enumerate(operands):
         if isinstance(o, OnChip):
-            _require_tile(o, f"{api} operand {i}")
+            require_tile(o, f"{api} operand {i}")
         elif not isinstance(o, (int, float, np.integer, np.floating)):
-            _require_tile(o, f"{api} operand {i}")
+            require_tile(o, f"{api} operand {i}")
     ndim = builtins.max(t.ndim for t in tiles)
     try:
         shape = np.broadcast_shapes(*(aligned(t, ndim).shape for t in tiles))
@@ -383,7 +383,7 @@ power = _binary("power", np.power)
 
 def copy(src, *, dtype=None, mask=None, **_):
     """nl.copy: an element-wise copy of a tile (to `dtype` if given)."""
-    _require_tile(src, "nl.copy")
+    require_tile(src, "nl.copy")
     return elementwise("nl.copy", lambda a: a, [src], dtype, mask)
 
 
@@ -398,7 +398,7 @@ def reduce(
     api, ufunc, x, axis, *, dtype=None, mask=None, keepdims=False, negate=False, mean=False, place=True
 ) -> OnChip:
     """Reduce a tile along free axes ending at the last one (never the partition axis 0), in float32."""
-    _require_tile(x, api)
+    require_tile(x, api)
     axes = sorted([axis] if isinstance(axis, int) else list(axis))
     nd = x.ndim
     if not axes or 0 in axes or axes != list(range(nd - len(axes), nd)):
@@ -410,7 +410,7 @@ def reduce(
         )
     rtype = out_dtype(dtype, [x], api)
     m = mask_for(mask, x.shape, api, [x.layout])
-    _check_oob([x], x.shape, m, api)
+    check_oob([x], x.shape, m, api)
     considered = np.ones(x.shape, dtype=bool) if m is None else m
     x32 = x.data.astype(np.float32)
     if m is not None:
@@ -460,7 +460,7 @@ def min(x, axis, *, dtype=None, mask=None, keepdims=False, **_):  # noqa: A001 -
 def broadcast_to(src, shape=None, *, dtype=None):
     """A tile broadcast to `shape` by NumPy's rules on equal ranks: a (1, F) tile across partitions, a (P, 1) tile
     along the free axis. The result is a new SBUF tile; the documentation sets no size limit beyond the tile's."""
-    _require_tile(src, "broadcast_to source")
+    require_tile(src, "broadcast_to source")
     shape = tuple(int(s) for s in shape)
     if len(shape) != src.ndim or any(a != b and a != 1 for a, b in zip(src.shape, shape, strict=True)):
         fail(

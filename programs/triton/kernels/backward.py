@@ -1,15 +1,15 @@
 """The backward's Triton kernels.
 
-`_bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next tile's loads
+`bwd_rows_kernel` (N <= MAX_ROWS_N) is a persistent grid with BLOCK_M whole rows in registers, the next tile's loads
 issued before the current tile is reduced. Up to STREAM_ROWS_N it streams instead: one row at a time with nothing
-held ahead in registers, the next row asked of the L2 by a bulk prefetch (CUDA). `_bwd_decode_kernel` serves decode
+held ahead in registers, the next row asked of the L2 by a bulk prefetch (CUDA). `bwd_decode_kernel` serves decode
 sizes in one launch: its first M programs write dx row by row while the others sum dweight / dbias over all rows for
-their columns. Longer rows on a GPU: `_bwd_split_kernel` cuts each row into column chunks held by programs resident
+their columns. Longer rows on a GPU: `bwd_split_kernel` cuts each row into column chunks held by programs resident
 together, which exchange their shares of c as flagged words (split_exchange.py), so h and dy cross DRAM once;
-`_bwd_split_words_kernel` is that kernel holding 16-bit rows as 32-bit words (two values a register), with a fourth
+`bwd_split_words_kernel` is that kernel holding 16-bit rows as 32-bit words (two values a register), with a fourth
 stage from 32 chunks a row. Under the interpreter (programs run one after another, no exchange possible) longer
-rows take two kernels: `_bwd_rowdot_kernel` computes c per row, then `_bwd_cols_kernel` works on column tiles (dx
-and the dweight partials), reading h and dy a second time. `_sum_partials_kernel` sums the per-program dweight /
+rows take two kernels: `bwd_rowdot_kernel` computes c per row, then `bwd_cols_kernel` works on column tiles (dx
+and the dweight partials), reading h and dy a second time. `sum_partials_kernel` sums the per-program dweight /
 dbias partials column by column in a fixed order.
 
 Kernel bodies stay whole: their stages hand registers from one step to the next. The launches come from
@@ -113,7 +113,7 @@ def _store_partials(DWP, DBP, row, N, cols, col_ok, dw, db, HAS_W: tl.constexpr,
 
 
 @triton.jit
-def _bwd_rows_kernel(
+def bwd_rows_kernel(
     DY,
     stride_dy,
     H,
@@ -205,7 +205,7 @@ def _bwd_rows_kernel(
 
 
 @triton.jit
-def _bwd_decode_kernel(
+def bwd_decode_kernel(
     DY,
     stride_dy,
     H,
@@ -275,7 +275,7 @@ def _bwd_decode_kernel(
 
 
 @triton.jit
-def _bwd_rowdot_kernel(
+def bwd_rowdot_kernel(
     DY, stride_dy, H, stride_h, W, RSIG, C, M, N, inv_n, w_off: tl.constexpr, HAS_W: tl.constexpr, CHUNK: tl.constexpr
 ):
     """c[row] = mean(xhat * dy * w~) over the row."""
@@ -296,7 +296,7 @@ def _bwd_rowdot_kernel(
 
 
 @triton.jit
-def _bwd_cols_kernel(
+def bwd_cols_kernel(
     DY,
     stride_dy,
     H,
@@ -373,7 +373,7 @@ def _bwd_split_publish(h_n, dy_n, rs, rows, row_ok, w, XDOT, g, XW: tl.constexpr
 
 
 @triton.jit
-def _bwd_split_kernel(
+def bwd_split_kernel(
     DY,
     stride_dy,
     H,
@@ -479,7 +479,7 @@ def _words_split_publish(
 
 
 @triton.jit
-def _bwd_split_words_kernel(
+def bwd_split_words_kernel(
     DY,
     stride_dy,
     H,
@@ -504,7 +504,7 @@ def _bwd_split_words_kernel(
     STAGES: tl.constexpr,
     HAS_W: tl.constexpr,
 ):
-    # _bwd_split_kernel's exchange, with h, dy, dx and the weight as 32-bit words (column pair j = word j of the
+    # bwd_split_kernel's exchange, with h, dy, dx and the weight as 32-bit words (column pair j = word j of the
     # chunk, lo / hi its even / odd column): half the registers of 16-bit elements, which Triton holds one a
     # register, so 3 stages fit 128 registers without spill, and 4 at 32 chunks (ptxas: none under Triton 3.6, 8
     # bytes under 3.8). 4 stages publish block k+2 while block k finishes: its peers published block k two steps
@@ -569,7 +569,7 @@ def _bwd_split_words_kernel(
 
 
 @triton.jit
-def _sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+def sum_partials_kernel(P, OUT, G, N, BLOCK_G: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """OUT[n] = sum over g of P[g, n]: BLOCK_G partial rows per step, summed by a fixed tree, steps in order.
 
     A fixed order either way (same bits every run); BLOCK_G rows per load keep ~G/BLOCK_G dependent L2 round trips

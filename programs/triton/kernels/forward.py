@@ -1,14 +1,14 @@
 """The forward's Triton kernels that hold rows whole or walk them in chunks, and the distributed pre-stats kernel.
 
-`_fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y); at decode
+`fwd_rows_kernel` keeps BLOCK_M whole rows in registers (N <= MAX_ROWS_N: one read of x, one write of y); at decode
 sizes it cuts rows into column slices, one program each, every program summing the whole row itself.
-`_fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
+`fwd_looped_kernel` serves longer rows: a persistent grid, one row at a time in CHUNK-wide pieces, a stats pass that
 keeps the row in L2 (evict_last) and a normalize pass in reverse order that reads it back from there (evict_first), so
 DRAM sees about one read and one write. Launched a row a program with the normalize pass in order, it is also the
 two-pass form of tall tensors of plain 16-bit rows (TWO_PASS_N). With stats given (distributed post) there is no
 stats pass. For 16-bit rows up to 65536 columns without a residual its stats pass is one load of the whole row as
 32-bit words (FwdConfig.words); an FP8 row max then takes a pass of its own over the row in L2.
-`_row_sumsq_kernel`: each row's sum of squares in float64, the distributed pre-stats.
+`row_sumsq_kernel`: each row's sum of squares in float64, the distributed pre-stats.
 
 Each row's rstd follows row_stats.py's rule (a second pass for the rows whose fp32 sum of squares leaves fp32's
 range; FP8 row maxima as float64 takes them). Each kernel body stays one function: its phases share live values (the
@@ -53,7 +53,7 @@ def _sum_max(a0, a1, b0, b1):  # combine of the (sum of squares, max|h*w|) reduc
 
 
 @triton.jit
-def _fwd_rows_kernel(
+def fwd_rows_kernel(
     X,
     stride_x,
     R,
@@ -295,7 +295,7 @@ def _looped_out_chunk(
 
 
 @triton.jit
-def _fwd_looped_kernel(
+def fwd_looped_kernel(
     X,
     stride_x,
     R,
@@ -507,7 +507,7 @@ def _fwd_looped_kernel(
 
 
 @triton.jit
-def _row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+def row_sumsq_kernel(X, stride_x, OUT, M, N, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M

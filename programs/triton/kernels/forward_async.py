@@ -96,7 +96,7 @@ def check(n: int, block_m: int, num_warps: int, x2: torch.Tensor, device) -> Non
 if GLUON:
 
     @gluon.jit
-    def _fwd_async_kernel(
+    def fwd_async_kernel(
         X,
         stride_x,
         Y,
@@ -197,7 +197,7 @@ def launch(
         n, block_m, num_warps, x2.element_size(), weight is not None, bias is not None, rsigma is not None
     )
     dummy = x2
-    _fwd_async_kernel[(-(-m // block_m),)](
+    fwd_async_kernel[(-(-m // block_m),)](
         x2,
         x2.stride(0),
         y2,

@@ -162,7 +162,7 @@ if GLUON:
         return gl.minimum(amax, scale_ub, propagate_nan=tl.PropagateNan.ALL) / fp8_max
 
     @gluon.jit
-    def _fwd_cluster_kernel(
+    def fwd_cluster_kernel(
         X,
         stride_x,
         Y,
@@ -580,7 +580,7 @@ def launch(
     )
     cap = register_cap(key, maxnreg)
     dummy = x2
-    compiled = _fwd_cluster_kernel[(x2.shape[0],)](
+    compiled = fwd_cluster_kernel[(x2.shape[0],)](
         x2,
         x2.stride(0),
         y2,

@@ -1,8 +1,8 @@
 """The forward's split kernels: rows longer than the registers of one SM cut over co-resident programs, which
 exchange per-row partials through global memory (split_exchange.py), so x crosses DRAM once.
 
-`_fwd_split_kernel` holds its blocks as elements (any float x, a residual, distributed stats, FP8 output);
-`_fwd_split_words_kernel` is its form for plain 16-bit rows held as 32-bit words (two values a register), which
+`fwd_split_kernel` holds its blocks as elements (any float x, a residual, distributed stats, FP8 output);
+`fwd_split_words_kernel` is its form for plain 16-bit rows held as 32-bit words (two values a register), which
 leaves room for a fourth stage from 32 chunks a row (FwdConfig.stages): each block is published two steps before it
 is finished, and its partials are read before the next block's loads. A row whose exchanged sum leaves fp32's range
 is read back whole by each of its programs for row_stats.py's second pass. Kernel bodies stay whole: their stages hand
@@ -84,7 +84,7 @@ def _fwd_split_publish(
 
 
 @triton.jit
-def _fwd_split_kernel(
+def fwd_split_kernel(
     X,
     stride_x,
     R,
@@ -271,7 +271,7 @@ def _words_sumsq_publish(xw, rows, M, XSS, g, XW: tl.constexpr, DT: tl.constexpr
 
 
 @triton.jit
-def _fwd_split_words_kernel(
+def fwd_split_words_kernel(
     X,
     stride_x,
     Y,
@@ -292,7 +292,7 @@ def _fwd_split_words_kernel(
     HAS_W: tl.constexpr,
     STORE_RSIG: tl.constexpr,
 ):
-    # _fwd_split_kernel for plain rows (x normalized as given, cast output, no bias), with x, y and the weight as
+    # fwd_split_kernel for plain rows (x normalized as given, cast output, no bias), with x, y and the weight as
     # 32-bit words (column pair j = word j of the chunk, lo / hi its even / odd column): half the registers of 16-bit
     # elements, so 3 stages hold without the element kernel's spill, and 4 fit: block k+2 published while block k
     # finishes, whose words (published two steps before) are read before the publish, in flight through it.
