@@ -17,7 +17,7 @@ import ttnn
 
 from tt_rmsnorm import ccl, distributed, module
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.rules import op_checks
+from tt_rmsnorm.rules import ccl_checks, op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE
@@ -215,8 +215,20 @@ class DistributedNorm:
             self._tg_ccl = ccl.resources_for(tt_ccl, mesh, 1)
 
     def _gather(self, x, memory_config):
-        """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers."""
-        semaphores, barrier = self._gather_ccl.next_gather()
+        """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers; its rules
+        are checked first (a gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL)."""
+        resources = self._gather_ccl
+        semaphores, barrier, _ = ccl.semaphore_descs(resources, None)
+        ccl_checks.check_all_gather_async(
+            x,
+            3,
+            multi_device_global_semaphore=semaphores,
+            barrier_semaphore=barrier,
+            mesh_shape=resources.mesh_shape,
+            memory_config=memory_config,
+            num_links=1,
+        )
+        semaphores, barrier = resources.next_gather()
         return ttnn.experimental.all_gather_async(
             x,
             persistent_output_buffer=None,

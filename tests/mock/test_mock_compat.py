@@ -100,7 +100,7 @@ def _decode_configs(mesh, width):
     return layouts.sharded_memory_config(shape, g), layouts.sharded_program_config(shape, g, compute_kernel_config=ck)
 
 
-def _tt_transformers_layer(mesh, mode, tg):
+def _tt_transformers_layer(mesh, mode, tg, distributed_modes=None):
     """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns."""
     import torch
     import ttnn
@@ -109,10 +109,11 @@ def _tt_transformers_layer(mesh, mode, tg):
     from tt_rmsnorm.compat import DistributedNorm, RMSNorm
 
     axis = 1 if tg else None
-    distributed_modes = ("decode", "prefill") if tg else ("prefill",)
+    distributed_modes = distributed_modes or (("decode", "prefill") if tg else ("prefill",))
     args = ModelArgs(mesh, distributed_modes)
     tt_ccl = ModelCCL(mesh)
-    out_mc, pc = _decode_configs(mesh, DIM)
+    n = mesh.get_num_devices() if not tg else 4
+    out_mc, pc = _decode_configs(mesh, DIM // n if "decode" in distributed_modes else DIM)
     sd = {"layers.0.attention_norm.weight": torch.randn(DIM)}
     norm = RMSNorm(
         device=mesh,
@@ -208,3 +209,21 @@ def _bad_ccl(mesh):
 def test_a_ccl_object_without_the_cycling_methods_is_refused_by_name():
     rule, message = workers.run_isolated("t3k", _bad_ccl)
     assert rule == "ccl.interface" and "get_and_cycle_ag_semaphore_handles" in message
+
+
+def _distributed_decode_on_t3k(mesh):
+    from tt_rmsnorm.errors import RuleError
+
+    try:
+        _tt_transformers_layer(mesh, "decode", False, ("decode", "prefill"))
+    except RuleError as e:
+        return e.rule, str(e)
+    return None, ""
+
+
+def test_gathering_a_sharded_decode_output_to_full_width_is_a_rule_not_a_tt_fatal():
+    """A distributed decode on T3000 through DistributedNorm: the norm runs on the sharded input (tt-metal's RMSNorm
+    asserts there), then the output gather into the per-device shard spec cannot hold 8192 columns; the rules say so
+    before the gather."""
+    rule, message = workers.run_isolated("t3k", _distributed_decode_on_t3k, timeout=600)
+    assert rule is not None and rule.startswith(("memory_config.", "all_gather")), message
