@@ -11,6 +11,7 @@ hold a ROW_MAJOR one in a core's L1 (8192 wide on one device). docs/migrating-fr
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import ttnn
@@ -19,7 +20,7 @@ from tt_rmsnorm import ccl, distributed, module
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules import ccl_checks, op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
-from tt_rmsnorm.tensors import TensorDesc
+from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 from tt_rmsnorm.topology import resolve_cluster_axis
 
@@ -214,21 +215,24 @@ class DistributedNorm:
             )
             self._tg_ccl = ccl.resources_for(tt_ccl, mesh, 1)
 
-    def _gather(self, x, memory_config):
-        """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers; its rules
-        are checked first (a gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL)."""
-        resources = self._gather_ccl
-        semaphores, barrier, _ = ccl.semaphore_descs(resources, None)
+    def _check_gather(self, x, memory_config):
+        """The all_gather_async rules for gathering `x` (a tensor or its description) into `memory_config`."""
+        semaphores, barrier, _ = ccl.semaphore_descs(self._gather_ccl, None)
         ccl_checks.check_all_gather_async(
             x,
             3,
             multi_device_global_semaphore=semaphores,
             barrier_semaphore=barrier,
-            mesh_shape=resources.mesh_shape,
+            mesh_shape=self._gather_ccl.mesh_shape,
             memory_config=memory_config,
             num_links=1,
         )
-        semaphores, barrier = resources.next_gather()
+
+    def _gather(self, x, memory_config):
+        """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers; its rules
+        are checked first (a gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL)."""
+        self._check_gather(x, memory_config)
+        semaphores, barrier = self._gather_ccl.next_gather()
         return ttnn.experimental.all_gather_async(
             x,
             persistent_output_buffer=None,
@@ -260,8 +264,14 @@ class DistributedNorm:
             x = self._gather(x, input_mem_cfg)
         elif x.memory_config() != input_mem_cfg:
             x = ttnn.to_memory_config(x, input_mem_cfg)
+        gather_output = distributed_mode and self.args.is_multichip
+        if gather_output:
+            # the output gather is judged before the norm runs: the norm's output has x's shape and dtype, in the
+            # norm's sharded output config for decode and x's memory config for prefill
+            out_mc = self.norm.sharded_output_config if decode else x.memory_config()
+            self._check_gather(replace(describe(x), memory_config=out_mc), out_mc)
         x = self.norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
-        if distributed_mode and self.args.is_multichip:
+        if gather_output:
             x = self._gather(x, x.memory_config())
         return x
 

@@ -222,8 +222,7 @@ def _distributed_decode_on_t3k(mesh):
 
 
 def test_gathering_a_sharded_decode_output_to_full_width_is_a_rule_not_a_tt_fatal():
-    """A distributed decode on T3000 through DistributedNorm: the norm runs on the sharded input (tt-metal's RMSNorm
-    asserts there), then the output gather into the per-device shard spec cannot hold 8192 columns; the rules say so
-    before the gather."""
+    """A distributed decode on T3000 through DistributedNorm (tt-metal's RMSNorm asserts on its sharded input): the
+    output gather into the per-device shard spec cannot hold 8192 columns; the rules say so before the norm runs."""
     rule, message = workers.run_isolated("t3k", _distributed_decode_on_t3k, timeout=600)
     assert rule is not None and rule.startswith(("memory_config.", "all_gather")), message
