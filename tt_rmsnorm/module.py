@@ -9,15 +9,17 @@ ttnn calls and allocates no semaphore or buffer.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import ttnn
 
-from tt_rmsnorm import distributed, topology
+from tt_rmsnorm import ccl, distributed, topology
 from tt_rmsnorm.ccl import CCLResources
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import paths, planner
+from tt_rmsnorm.rules import ccl_checks
 from tt_rmsnorm.tensors import describe
 from tt_rmsnorm.tiles import TILE
 
@@ -71,6 +73,17 @@ def state_dict_weight(state_dict, name: str, dim: int) -> torch.Tensor:
     if torch_weight.numel() != dim:
         raise RuleError("module.weight_size", "the weight must have `dim` elements", torch_weight.numel(), f"dim={dim}")
     return torch_weight
+
+
+def gathered_memory_config(memory_config, num_devices: int):
+    """Where the full-width gather of a norm's output goes: a width-sharded output keeps its cores with shards
+    `num_devices` times as wide (the per-device shard spec cannot hold the gathered width); any other layout as is."""
+    spec = memory_config.shard_spec
+    if memory_config.memory_layout != ttnn.TensorMemoryLayout.WIDTH_SHARDED or spec is None:
+        return memory_config
+    height, width = spec.shape
+    wide = ttnn.ShardSpec(spec.grid, [height, width * num_devices], spec.orientation)
+    return ttnn.MemoryConfig(memory_config.memory_layout, memory_config.buffer_type, wide)
 
 
 class WeightLoader:
@@ -219,6 +232,12 @@ class DistributedRMSNorm:
         if mode not in MODES:
             raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
         if self.is_distributed(mode):
+            gathered_mc = None
+            if self.gather_output:
+                # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
+                out_mc = self._output_memory_config(mode) or x.memory_config()
+                gathered_mc = gathered_memory_config(out_mc, self.num_devices)
+                self._check_gather(replace(describe(x), memory_config=out_mc), gathered_mc)
             out = distributed.distributed_rms_norm(
                 x,
                 self.weight_distributed,
@@ -230,12 +249,25 @@ class DistributedRMSNorm:
                 compute_kernel_config=self.compute_kernel_config,
                 ccl=self.ccl,
             )
-            return self._gathered(out) if self.gather_output else out
+            return self._gathered(out, gathered_mc) if self.gather_output else out
         return self._local(x, residual, mode)
 
     __call__ = forward
 
-    def _gathered(self, out):
+    def _check_gather(self, y, memory_config):
+        semaphores, barrier, _ = ccl.semaphore_descs(self.ccl, None)
+        ccl_checks.check_all_gather_async(
+            y,
+            3,
+            multi_device_global_semaphore=semaphores,
+            barrier_semaphore=barrier,
+            cluster_axis=self.cluster_axis,
+            mesh_shape=tuple(self.mesh_device.shape),
+            memory_config=memory_config,
+            num_links=self.ccl.links.num_links,
+        )
+
+    def _gathered(self, out, memory_config):
         """All-gather the output slices along the axis (trace-safe: the CCL resources' cycled semaphores)."""
         y, summed = out if isinstance(out, tuple) else (out, None)
         semaphores, barrier = self.ccl.next_gather()
@@ -248,6 +280,7 @@ class DistributedRMSNorm:
             multi_device_global_semaphore=semaphores,
             barrier_semaphore=barrier,
             num_links=self.ccl.links.num_links,
+            memory_config=memory_config,
         )
         return y if summed is None else (y, summed)
 
