@@ -17,15 +17,9 @@ from pathlib import Path
 import ttnn
 
 from tt_rmsnorm import ccl, distributed, module
-from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.rules import ccl_checks, op_checks
-from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
-from tt_rmsnorm.tensors import TensorDesc, describe
-from tt_rmsnorm.tiles import TILE
+from tt_rmsnorm.rules import ccl_checks
+from tt_rmsnorm.tensors import describe
 from tt_rmsnorm.topology import resolve_cluster_axis
-
-# Block-float dtypes hold a shared exponent per tile face: ttnn stores them in TILE layout only.
-BLOCK_DTYPES = (ttnn.bfloat8_b, ttnn.bfloat4_b)
 
 
 def _hifi2():
@@ -33,20 +27,6 @@ def _hifi2():
     return ttnn.WormholeComputeKernelConfig(
         math_fidelity=ttnn.MathFidelity.HiFi2, math_approx_mode=False, fp32_dest_acc_en=True, packer_l1_acc=True
     )
-
-
-def _row_major_fits(dim: int, dtype, compute_kernel_config) -> bool:
-    """Whether ttnn's interleaved rms_norm over a full `dim`-wide row holds a ROW_MAJOR weight in L1."""
-    weight = TensorDesc((1, 1, dim // TILE, TILE), dtype=dtype, layout=ttnn.ROW_MAJOR_LAYOUT)
-    try:
-        op_checks.check_rms_norm(
-            TensorDesc((1, 1, TILE, dim)), epsilon=1e-5, weight=weight, compute_kernel_config=compute_kernel_config
-        )
-    except RuleError as e:
-        if e.rule == "rms_norm.l1_budget":
-            return False
-        raise
-    return True
 
 
 class RMSNorm:
@@ -101,24 +81,11 @@ class RMSNorm:
             torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernels multiply by w
         cache = None if weight_cache_path is None else Path(weight_cache_path)
         load = module.WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
-        # The replicated weight ROW_MAJOR as tt-metal loads it; a block-float dtype cannot be ROW_MAJOR, and a row
-        # that does not fit one core's L1 beside a ROW_MAJOR weight gets a TILE copy for the interleaved rms_norm.
-        block = weight_dtype in BLOCK_DTYPES
-        self.weight = load(torch_weight, name, None, ttnn.TILE_LAYOUT if block else ttnn.ROW_MAJOR_LAYOUT)
-        self._weight_tile = self.weight if block else None
-        if not block and not _row_major_fits(dim, weight_dtype, self.compute_kernel_config_hifi2):
-            self._weight_tile = load(torch_weight, name, None, ttnn.TILE_LAYOUT)
+        self.weight, self._weight_interleaved = load.replicated(torch_weight, name, self.compute_kernel_config_hifi2)
         self.weight_distributed = None
         self._ccl = None
         if is_distributed:
-            if weight_dtype not in GAMMA_DTYPES:
-                raise RuleError(
-                    "weight.dtype",
-                    "the distributed post and fused_rms_minimal take a bfloat16 or float32 weight",
-                    enum_name(weight_dtype),
-                    "weight_dtype=ttnn.bfloat16 (a distributed norm's weight is dim/n wide: bfloat8_b saves nothing)",
-                )
-            self.weight_distributed = load(torch_weight, f"{name}_distributed", self.cluster_axis)
+            self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
             if self.num_devices > 1:
                 self._ccl = (
                     ccl.resources_for(
@@ -154,7 +121,7 @@ class RMSNorm:
             )
         else:
             module.check_input_width(x, self.dim, "replicated", self.dim, self.num_devices)
-            weight = self._weight_tile if self._weight_tile is not None and not x.is_sharded() else self.weight
+            weight = self.weight if x.is_sharded() else self._weight_interleaved()
             out = self._local(
                 x,
                 weight,

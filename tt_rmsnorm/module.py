@@ -18,9 +18,10 @@ import ttnn
 from tt_rmsnorm import ccl, distributed, topology
 from tt_rmsnorm.ccl import CCLResources
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.planning import paths, planner
-from tt_rmsnorm.rules import ccl_checks
-from tt_rmsnorm.tensors import describe
+from tt_rmsnorm.planning import layouts, paths, planner
+from tt_rmsnorm.rules import ccl_checks, op_checks
+from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
+from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
 MODES = ("decode", "prefill")
@@ -86,6 +87,24 @@ def gathered_memory_config(memory_config, num_devices: int):
     return ttnn.MemoryConfig(memory_config.memory_layout, memory_config.buffer_type, wide)
 
 
+# Block-float dtypes hold a shared exponent per tile face: ttnn stores them in TILE layout only.
+BLOCK_DTYPES = (ttnn.bfloat8_b, ttnn.bfloat4_b)
+
+
+def row_major_fits(dim: int, dtype, compute_kernel_config) -> bool:
+    """Whether ttnn's interleaved rms_norm over a full `dim`-wide row holds a ROW_MAJOR weight in one core's L1."""
+    weight = TensorDesc((1, 1, dim // TILE, TILE), dtype=dtype, layout=ttnn.ROW_MAJOR_LAYOUT)
+    try:
+        op_checks.check_rms_norm(
+            TensorDesc((1, 1, TILE, dim)), epsilon=1e-5, weight=weight, compute_kernel_config=compute_kernel_config
+        )
+    except RuleError as e:
+        if e.rule == "rms_norm.l1_budget":
+            return False
+        raise
+    return True
+
+
 class WeightLoader:
     """Puts a norm weight on the mesh as tt-metal's norm modules do, tilized once into `cache / name` when a cache
     path is given: ROW_MAJOR [1, 1, dim/32, 32] or TILE [1, 1, 1, dim], replicated, or split over `axis` into each
@@ -94,6 +113,37 @@ class WeightLoader:
     def __init__(self, mesh_device, dim: int, dtype, memory_config, cache: Path | None):
         self.mesh_device, self.dim, self.dtype, self.cache = mesh_device, dim, dtype, cache
         self.memory_config = memory_config or ttnn.DRAM_MEMORY_CONFIG
+
+    def replicated(self, torch_weight, name: str, compute_kernel_config):
+        """(the replicated weight, the weight an interleaved input takes, a callable): ROW_MAJOR as tt-metal loads
+        it, and the same tensor for interleaved inputs; a block-float dtype TILE for both (it cannot be ROW_MAJOR);
+        where ttnn's interleaved rms_norm cannot hold a full ROW_MAJOR row beside its buffers (8192 on one device),
+        a TILE copy, loaded the first time an interleaved input asks for it (the warm-up call)."""
+        if self.dtype in BLOCK_DTYPES:
+            weight = self(torch_weight, name, None, ttnn.TILE_LAYOUT)
+            return weight, lambda: weight
+        weight = self(torch_weight, name, None)
+        if row_major_fits(self.dim, self.dtype, compute_kernel_config):
+            return weight, lambda: weight
+        made = []
+
+        def tile_copy():
+            if not made:
+                made.append(self(torch_weight, name, None, ttnn.TILE_LAYOUT))
+            return made[0]
+
+        return weight, tile_copy
+
+    def distributed(self, torch_weight, name: str, axis):
+        """Each device's slice of the weight, ROW_MAJOR, as the distributed post and the fused op take it."""
+        if self.dtype not in GAMMA_DTYPES:
+            raise RuleError(
+                "weight.dtype",
+                "the distributed post and fused_rms_minimal take a bfloat16 or float32 weight",
+                enum_name(self.dtype),
+                "weight_dtype=ttnn.bfloat16 (a distributed norm's weight is dim/n wide: bfloat8_b saves nothing)",
+            )
+        return self(torch_weight, f"{name}_distributed", axis)
 
     def __call__(self, torch_weight, name: str, axis, layout=ttnn.ROW_MAJOR_LAYOUT):
         n = 1 if axis is None else tuple(self.mesh_device.shape)[axis]
@@ -215,10 +265,12 @@ class DistributedRMSNorm:
             torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernels multiply by w
         cache = Path(weight_cache_path) if weight_cache_path is not None else None
         load = WeightLoader(mesh_device, dim, weight_dtype, weight_memory_config, cache)
-        self.weight = load(torch_weight, name, None)
+        self.weight, self._weight_interleaved = load.replicated(
+            torch_weight, name, compute_kernel_config or layouts.compute_kernel_config()
+        )
         self.weight_distributed = None
         if self.num_devices > 1:
-            self.weight_distributed = load(torch_weight, f"{name}_distributed", self.cluster_axis)
+            self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
         self.ccl = ccl
         if self.ccl is None and self.num_devices > 1:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
@@ -289,7 +341,7 @@ class DistributedRMSNorm:
         signature like the distributed call."""
         return self._local_norm(
             x,
-            self.weight,
+            self.weight if x.is_sharded() else self._weight_interleaved(),
             residual,
             epsilon=self.eps,
             memory_config=self._output_memory_config(mode),

@@ -176,15 +176,16 @@ def _one_device(mesh, mode):
     )
     decode = mode == "decode"
     y = norm(x, mode, in_sharded=decode, out_sharded=decode)
-    return _facts(y), str(norm.weight.layout), norm._weight_tile is not None
+    return _facts(y), str(norm.weight.layout), str(norm._weight_interleaved().layout)
 
 
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 def test_one_device_at_8192_takes_a_tile_weight_where_row_major_does_not_fit(mode):
-    facts, layout, tile_copy = workers.run_isolated("n150", _one_device, mode, timeout=600)
+    facts, layout, interleaved_layout = workers.run_isolated("n150", _one_device, mode, timeout=600)
     assert facts["shape"] == (1, 1, 32 if mode == "decode" else 128, DIM)
     assert facts["layout"] == ("WIDTH_SHARDED" if mode == "decode" else "INTERLEAVED")
-    assert "ROW_MAJOR" in layout and tile_copy  # the model reads a ROW_MAJOR weight; the interleaved call a TILE one
+    # the model reads a ROW_MAJOR weight; an interleaved input takes the TILE copy
+    assert "ROW_MAJOR" in layout and "TILE" in interleaved_layout
 
 
 def _bad_ccl(mesh):

@@ -168,3 +168,53 @@ def _replicated(mesh, mode):
 def test_is_distributed_policy_picks_the_weight_and_path(mode, width, local_plans):
     shape, plans = workers.run_isolated("t3k", _replicated, mode)
     assert shape == (1, 1, 32 if mode == "decode" else 128, width) and plans == local_plans
+
+
+def _one_device_on_the_axis(mesh, mode, weight_dtype):
+    """Llama-70B's H = 8192 with one device on the gather axis: a T3000 1x8 gathering over axis 0."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
+    norm = tt_rmsnorm.DistributedRMSNorm(
+        mesh, DIM, _state_dict(), "ffn_norm", layer_num=1, cluster_axis=0, weight_dtype=getattr(ttnn, weight_dtype)
+    )
+    tokens = 32 if mode == "decode" else 128
+    x = ttnn.from_torch(
+        torch.randn(1, 1, tokens, DIM),
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=mesh,
+        mesh_mapper=ttnn.ReplicateTensorToMesh(mesh),
+    )
+    y = norm(x, mode)
+    return tuple(ttnn.get_device_tensors(y)[0].shape), str(norm.weight.layout), str(norm._weight_interleaved().layout)
+
+
+@pytest.mark.parametrize("weight_dtype", ["bfloat16", "bfloat8_b"])
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_one_device_on_the_axis_at_8192_runs(mode, weight_dtype):
+    """rms_norm of an 8192-wide row cannot hold a ROW_MAJOR weight in L1 (1,772,896 B): the interleaved call takes
+    a TILE copy; a bfloat8_b weight (which ttnn cannot hold ROW_MAJOR) is TILE throughout."""
+    shape, layout, interleaved = workers.run_isolated("t3k", _one_device_on_the_axis, mode, weight_dtype)
+    assert shape == (1, 1, 32 if mode == "decode" else 128, DIM)
+    assert "TILE" in interleaved
+    assert ("TILE" if weight_dtype == "bfloat8_b" else "ROW_MAJOR") in layout
+
+
+def _distributed_bf8_weight(mesh):
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm.errors import RuleError
+
+    try:
+        tt_rmsnorm.DistributedRMSNorm(mesh, DIM, _state_dict(), "ffn_norm", layer_num=1, weight_dtype=ttnn.bfloat8_b)
+    except RuleError as e:
+        return e.rule
+    return None
+
+
+def test_a_bfloat8_b_weight_for_a_distributed_norm_is_a_rule_at_construction():
+    assert workers.run_isolated("t3k", _distributed_bf8_weight) == "weight.dtype"
