@@ -284,6 +284,7 @@ class DistributedRMSNorm:
         if mode not in MODES:
             raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
         if self.is_distributed(mode):
+            check_input_width(x, self.dim // self.num_devices, "distributed", self.dim, self.num_devices)
             gathered_mc = None
             if self.gather_output:
                 # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
@@ -302,6 +303,7 @@ class DistributedRMSNorm:
                 ccl=self.ccl,
             )
             return self._gathered(out, gathered_mc) if self.gather_output else out
+        check_input_width(x, self.dim, "replicated", self.dim, self.num_devices)
         return self._local(x, residual, mode)
 
     __call__ = forward

@@ -218,3 +218,26 @@ def _distributed_bf8_weight(mesh):
 
 def test_a_bfloat8_b_weight_for_a_distributed_norm_is_a_rule_at_construction():
     assert workers.run_isolated("t3k", _distributed_bf8_weight) == "weight.dtype"
+
+
+def _wrong_width(mesh, distributed):
+    import torch
+
+    import tt_rmsnorm
+    from tt_rmsnorm.errors import RuleError
+
+    norm = tt_rmsnorm.DistributedRMSNorm(mesh, DIM, _state_dict(), "ffn_norm", layer_num=1, is_distributed=distributed)
+    # a full-width x (8192 a device) to a distributed norm, a fractured x (1024 a device) to a replicated one
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 32, DIM * 8 if distributed else DIM), mesh)
+    try:
+        norm(x, "decode")
+    except RuleError as e:
+        return e.rule, str(e)
+    return None, ""
+
+
+@pytest.mark.parametrize("distributed", [True, False], ids=["full-width-to-distributed", "fractured-to-replicated"])
+def test_an_input_of_the_wrong_width_is_named_as_such(distributed):
+    rule, message = workers.run_isolated("t3k", _wrong_width, distributed)
+    assert rule == "module.input_width", message
+    assert ("width 8192" if distributed else "width 1024") in message
