@@ -7,7 +7,9 @@
    synthetic state_dict named like Meta's Llama checkpoint, one decode and one prefill step through all of them on
    mock T3000 and Galaxy meshes.
 4. A dry run of every path through real ttnn on mock N300, T3000 and Galaxy (and the local path on one chip).
-5. The cross-backend parity summary.
+5. tt-metal's decoder norm (tt_transformers' RMSNorm inside its DistributedNorm, with the model's CCL object) ported
+   by its import line to `tt_rmsnorm.compat`, decode and prefill on mock T3000 and Galaxy.
+6. The cross-backend parity summary.
 
     make demo            # or: .venv/bin/python demos/distributed_rmsnorm.py [--quick] [--layers N]
 """
@@ -302,10 +304,35 @@ def dry_run_section() -> bool:
     return ok
 
 
+def compat_section() -> bool:
+    """tt-metal's decoder norm through tt_rmsnorm.compat on the mock meshes."""
+    from tt_rmsnorm.testing import tt_metal_stand_ins, workers
+
+    print(
+        "\n5. tt-metal's decoder norm with one import line changed (tt_rmsnorm.compat RMSNorm + DistributedNorm, the "
+        "model's CCL object),\n   through real ttnn on mock meshes"
+    )
+    ok = True
+    for system, tg in (("t3k", False), ("galaxy", True)):
+        for mode in ("decode", "prefill"):
+            try:
+                got, _, calls = workers.run_isolated(system, tt_metal_stand_ins.decoder_norm, mode, tg, timeout=900)
+            except Exception as e:  # reported: the demo goes on
+                _report(f"  {system} {mode}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                ok = False
+                continue
+            _report(
+                f"  {system:<7}{'TG ' if tg else ''}{mode:<8} ACCEPTED: {got['devices']} x {list(got['shape'])} "
+                f"{got['layout']} {got['buffer']}; {len(calls['ag'])} semaphore sets taken from the model CCL"
+            )
+    workers.shutdown_workers()
+    return ok
+
+
 def parity_section() -> bool:
     from programs.parity import summary
 
-    print("\n5. Cross-backend parity")
+    print("\n6. Cross-backend parity")
     run = summary.print_demo_summary()
     return not run.failures
 
@@ -333,6 +360,7 @@ def main(argv=None):
         layers = args.layers or (2 if args.quick else LLAMA_70B_LAYERS)
         verdicts["model norms"] = model_section(layers)
         verdicts["dry runs"] = dry_run_section()
+        verdicts["tt-metal port"] = compat_section()
     verdicts["parity"] = parity_section()
     print()
     print(RULE)

@@ -4,136 +4,11 @@ H = 8192, decode T = 32 and prefill T = 128. Each case returns what a decoder la
 
 import pytest
 
+from tt_rmsnorm.testing import tt_metal_stand_ins as stand_ins
 from tt_rmsnorm.testing import workers
+from tt_rmsnorm.testing.tt_metal_stand_ins import DIM
 
 pytestmark = pytest.mark.mock_cluster
-
-DIM = 8192
-
-
-class ModelCCL:
-    """A model's CCL object as tt_transformers' TT_CCL is used: semaphores created once on the worker grid, two sets
-    cycled per axis slot, links per axis from a system table."""
-
-    LINKS = {(1, 8): (1, 1), (8, 4): (4, 3), (1, 1): (0, 0), (1, 2): (1, 1)}
-
-    def __init__(self, mesh_device):
-        import ttnn
-
-        self.mesh_device = mesh_device
-        g = mesh_device.compute_with_storage_grid_size()
-        cores = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(g.x - 1, g.y - 1))})
-
-        def sem():
-            return ttnn.create_global_semaphore(mesh_device, cores, 0)
-
-        self.ag = [[[sem(), sem()] for _ in range(2)] for _ in range(3)]
-        self.barrier = [[sem() for _ in range(2)] for _ in range(3)]
-        self.calls = {"ag": [], "barrier": []}
-
-    @staticmethod
-    def _slot(cluster_axis):
-        return 2 if cluster_axis is None else cluster_axis
-
-    def get_num_links(self, cluster_axis=None):
-        links = self.LINKS[tuple(self.mesh_device.shape)]
-        return min(links) if cluster_axis is None else links[cluster_axis]
-
-    def get_and_cycle_ag_semaphore_handles(self, cluster_axis=None):
-        slot = self._slot(cluster_axis)
-        self.calls["ag"].append(slot)
-        self.ag[slot].append(self.ag[slot].pop(0))
-        return self.ag[slot][-1]
-
-    def get_and_cycle_barrier_semaphore_handle(self, cluster_axis=None):
-        slot = self._slot(cluster_axis)
-        self.calls["barrier"].append(slot)
-        self.barrier[slot].append(self.barrier[slot].pop(0))
-        return self.barrier[slot][-1]
-
-
-class ModelArgs:
-    """The ModelArgs fields DistributedNorm reads."""
-
-    def __init__(self, mesh_device, distributed_modes):
-        import ttnn
-
-        self.dim = DIM
-        self.mesh_device = mesh_device
-        self.is_multichip = mesh_device.get_num_devices() > 1
-        self._modes = distributed_modes
-        self._topology = ttnn.Topology.Ring if mesh_device.get_num_devices() == 8 else ttnn.Topology.Linear
-
-    def is_distributed_norm(self, mode):
-        return mode in self._modes
-
-    def ccl_topology(self):
-        return self._topology
-
-
-def _facts(t):
-    import ttnn
-
-    outs = ttnn.get_device_tensors(t)
-    mc = outs[0].memory_config()
-    return {
-        "devices": len(outs),
-        "shape": tuple(outs[0].shape),
-        "layout": str(mc.memory_layout).rsplit(".", 1)[-1],
-        "buffer": str(mc.buffer_type).rsplit(".", 1)[-1],
-        "dtype": str(outs[0].dtype).rsplit(".", 1)[-1],
-    }
-
-
-def _decode_configs(mesh, width):
-    """Width-sharded decode configs for the module's compute config (HiFi2, fp32 accumulation: subblock_w <= 4)."""
-    import ttnn
-
-    from tt_rmsnorm.planning import layouts
-
-    grid = mesh.compute_with_storage_grid_size()
-    g = layouts.width_shard_grid(width, (grid.x, grid.y), max_cores=32)
-    shape = (1, 1, 32, width)
-    ck = ttnn.WormholeComputeKernelConfig(
-        math_fidelity=ttnn.MathFidelity.HiFi2, math_approx_mode=False, fp32_dest_acc_en=True, packer_l1_acc=True
-    )
-    return layouts.sharded_memory_config(shape, g), layouts.sharded_program_config(shape, g, compute_kernel_config=ck)
-
-
-def _tt_transformers_layer(mesh, mode, tg, distributed_modes=None):
-    """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns."""
-    import torch
-    import ttnn
-
-    import tt_rmsnorm
-    from tt_rmsnorm.compat import DistributedNorm, RMSNorm
-
-    axis = 1 if tg else None
-    distributed_modes = distributed_modes or (("decode", "prefill") if tg else ("prefill",))
-    args = ModelArgs(mesh, distributed_modes)
-    tt_ccl = ModelCCL(mesh)
-    n = mesh.get_num_devices() if not tg else 4
-    out_mc, pc = _decode_configs(mesh, DIM // n if "decode" in distributed_modes else DIM)
-    sd = {"layers.0.attention_norm.weight": torch.randn(DIM)}
-    norm = RMSNorm(
-        device=mesh,
-        dim=DIM,
-        state_dict=sd,
-        weight_key="attention_norm",
-        layer_num=0,
-        weight_dtype=ttnn.bfloat16,
-        is_distributed=args.is_distributed_norm,
-        sharded_program_config=pc,
-        sharded_output_config=out_mc,
-        ccl_topology=args.ccl_topology(),
-        tt_ccl=tt_ccl,
-    )
-    layer = DistributedNorm(norm, args, tt_ccl, TG=tg)
-    tokens = 32 if mode == "decode" else 128
-    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
-    first = _facts(layer(x, mode))
-    second = _facts(layer(x, mode))  # planned once: the second call runs the same plan
-    return first, second, tt_ccl.calls
 
 
 @pytest.mark.parametrize(
@@ -151,7 +26,7 @@ def _tt_transformers_layer(mesh, mode, tg, distributed_modes=None):
     ids=["t3k-decode", "t3k-prefill", "galaxy-decode", "galaxy-prefill"],
 )
 def test_tt_transformers_decoder_norm(system, mode, expect):
-    first, second, calls = workers.run_isolated(system, _tt_transformers_layer, mode, system == "galaxy", timeout=600)
+    first, second, calls = workers.run_isolated(system, stand_ins.decoder_norm, mode, system == "galaxy", timeout=600)
     assert {k: first[k] for k in expect} == expect, first
     assert second == first
     # the model CCL object's own cycling serves every gather: T3000 gathers the decode input and the prefill output
@@ -168,7 +43,7 @@ def _one_device(mesh, mode):
     from tt_rmsnorm.compat import RMSNorm
 
     norm = RMSNorm(mesh, DIM, {"norm.weight": torch.randn(DIM)}, "norm")
-    out_mc, pc = _decode_configs(mesh, DIM)
+    out_mc, pc = stand_ins.decode_configs(mesh, DIM)
     norm.sharded_program_config, norm.sharded_output_config = pc, out_mc
     tokens = 32 if mode == "decode" else 128
     x = tt_rmsnorm.shard_activation(
@@ -176,7 +51,7 @@ def _one_device(mesh, mode):
     )
     decode = mode == "decode"
     y = norm(x, mode, in_sharded=decode, out_sharded=decode)
-    return _facts(y), str(norm.weight.layout), str(norm._weight_interleaved().layout)
+    return stand_ins.facts(y), str(norm.weight.layout), str(norm._weight_interleaved().layout)
 
 
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
@@ -216,7 +91,7 @@ def _distributed_decode_on_t3k(mesh):
     from tt_rmsnorm.errors import RuleError
 
     try:
-        _tt_transformers_layer(mesh, "decode", False, ("decode", "prefill"))
+        stand_ins.decoder_norm(mesh, "decode", False, ("decode", "prefill"))
     except RuleError as e:
         return e.rule, str(e)
     return None, ""
