@@ -76,6 +76,45 @@ def _raw_calls(path: str, plan, mesh, ccl, x, w, extra: dict):
     return lambda: ttnn.rms_norm(x, epsilon=1e-5, weight=w, program_config=pc, compute_kernel_config=ck)
 
 
+def _tt_metal_rmsnorm(mesh, tt_ccl, x, w, ck, topology):
+    """tt-metal's RMSNorm._distributed_rmsnorm as models/common/rmsnorm.py writes it: pre -> all_gather_async (the
+    model CCL's cycled semaphores, DRAM) -> post."""
+    import ttnn
+
+    def run():
+        stats = ttnn.rms_norm_pre_all_gather(x, compute_kernel_config=ck, dtype=ttnn.bfloat16)
+        stats = ttnn.experimental.all_gather_async(
+            stats,
+            persistent_output_buffer=None,
+            dim=3,
+            multi_device_global_semaphore=tt_ccl.get_and_cycle_ag_semaphore_handles(),
+            num_links=1,
+            topology=topology,
+            memory_config=ttnn.DRAM_MEMORY_CONFIG,
+            barrier_semaphore=tt_ccl.get_and_cycle_barrier_semaphore_handle(),
+            chunks_per_sync=10,
+            num_workers_per_link=2,
+            num_buffers_per_channel=2,
+        )
+        out = ttnn.rms_norm_post_all_gather(x, stats, epsilon=1e-5, weight=w, compute_kernel_config=ck)
+        stats.deallocate(True)
+        return out
+
+    return run
+
+
+def _best(fns: dict, calls: int, rounds: int) -> dict:
+    """Each callable's best time per call over `rounds` alternating rounds, after a warm-up."""
+    for fn in fns.values():
+        for _ in range(10):
+            fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            best[k] = min(best[k], _time(fn, calls))
+    return best
+
+
 def _time(fn, calls: int) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -127,13 +166,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
                 if d is not None
             }
             raw = _raw_calls(path, plan, mesh, ccl, x, w, extra)
-            for fn in (package, raw):
-                for _ in range(10):
-                    fn()
-            best = {"package": float("inf"), "raw": float("inf")}
-            for _ in range(rounds):
-                best["package"] = min(best["package"], _time(package, calls))
-                best["raw"] = min(best["raw"], _time(raw, calls))
+            best = _best({"package": package, "raw": raw}, calls, rounds)
             rows.append(
                 {
                     "system": system,
@@ -145,7 +178,78 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
                     "raw_us": best["raw"] * 1e6,
                 }
             )
+        rows += _modules(mesh, system, mode, tokens, ccl, calls, rounds)
     return rows
+
+
+def _modules(mesh, system: str, mode: str, tokens: int, ccl, calls: int, rounds: int) -> list[dict]:
+    """The module forms of the same call against the ttnn calls they stand for: DistributedRMSNorm against the raw
+    calls of the path it takes, and compat.RMSNorm's distributed prefill against tt-metal's RMSNorm sequence."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm import compat, devices
+    from tt_rmsnorm.planning import planner
+    from tt_rmsnorm.testing.tt_metal_stand_ins import ModelCCL
+
+    mesh_shape = tuple(mesh.shape)
+    axis = 1 if mesh_shape[0] > 1 else None
+    n, hidden = mesh_shape[1], HIDDEN[system]
+    grid = mesh.compute_with_storage_grid_size()
+    sd = {"norm.weight": torch.randn(hidden)}
+    rows = []
+    norm = tt_rmsnorm.DistributedRMSNorm(mesh, hidden, sd, "norm", cluster_axis=axis, ccl=ccl)
+    plan = tt_rmsnorm.plan_distributed_rms_norm(
+        (1, 1, tokens, hidden // n), mesh_shape, cluster_axis=axis, compute_grid=(grid.x, grid.y), ccl=ccl is not None
+    )
+    if n == 1:
+        x = ttnn.from_torch(
+            torch.randn(1, 1, tokens, hidden),
+            dtype=ttnn.bfloat16,
+            layout=ttnn.TILE_LAYOUT,
+            device=mesh,
+            memory_config=plan.norm.input_memory_config,
+        )
+        w = norm._weight_interleaved() if x.memory_config() == ttnn.DRAM_MEMORY_CONFIG else norm.weight
+    else:
+        x = devices.shard_activation(
+            torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis, memory_config=plan.norm.input_memory_config
+        )
+        w = norm.weight_distributed
+    extra = {
+        k: planner.allocate(d, mesh)
+        for k, d in (("gathered", plan.gathered), ("fused_stats", plan.fused_stats))
+        if d is not None
+    }
+    best = _best(
+        {"module": lambda: norm(x, mode), "raw": _raw_calls(plan.name, plan, mesh, ccl, x, w, extra)}, calls, rounds
+    )
+    rows.append(
+        _row(system, mesh_shape, mode, tokens, hidden, f"DistributedRMSNorm ({plan.name})", best["module"], best["raw"])
+    )
+    if n > 1 and mode == "prefill" and axis is None:
+        tt_ccl = ModelCCL(mesh)
+        tm = compat.RMSNorm(mesh, hidden, sd, "norm", is_distributed=lambda m: True, tt_ccl=tt_ccl)
+        x = devices.shard_activation(torch.randn(1, 1, tokens, hidden), mesh)
+        raw = _tt_metal_rmsnorm(mesh, tt_ccl, x, tm.weight_distributed, tm.compute_kernel_config_hifi2, tm.ccl_topology)
+        best = _best({"compat": lambda: tm(x, mode), "raw": raw}, calls, rounds)
+        rows.append(
+            _row(system, mesh_shape, mode, tokens, hidden, "compat.RMSNorm vs tt-metal's", best["compat"], best["raw"])
+        )
+    return rows
+
+
+def _row(system, mesh_shape, mode, tokens, hidden, path, ours, raw) -> dict:
+    return {
+        "system": system,
+        "mesh": "x".join(map(str, mesh_shape)),
+        "mode": f"{mode} T={tokens}",
+        "hidden": hidden,
+        "path": path,
+        "package_us": ours * 1e6,
+        "raw_us": raw * 1e6,
+    }
 
 
 def main(argv=None) -> int:
