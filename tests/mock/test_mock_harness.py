@@ -215,3 +215,13 @@ def test_only_ttnns_runtime_errors_count_as_its_reject(monkeypatch, error, verdi
         got = mock_worker.run_case(None, case)
         assert got["verdict"] == "reject" and got["message"].endswith("Only tilized inputs supported.")
         assert got["package_on_real"]["verdict"] == "accept"
+
+
+def test_a_function_from_a_module_outside_the_repository_runs_in_a_worker(tmp_path, monkeypatch):
+    """The worker imports the caller's module by name where it can, and runs its file where it cannot (a module the
+    caller imported from a folder of its own)."""
+    (tmp_path / "outside_module.py").write_text("def mesh_size(mesh):\n    return mesh.get_num_devices()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import outside_module
+
+    assert workers.run_isolated("n150", outside_module.mesh_size) == 1

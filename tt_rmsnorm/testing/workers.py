@@ -95,11 +95,17 @@ def _recv(fd: int, deadline: float | None = None):
 
 
 def _load_function(module_name: str | None, file: str, qualname: str):
-    """The function `qualname` of the caller's module: imported by name where it has one (a module of a package, or a
-    script run with -m), else executed from its file (a script run by path)."""
+    """The function `qualname` of the caller's module: imported by name where the worker can (a module of a package
+    under the repository root, or a script run with -m), else executed from its file (a script run by path, or a
+    module the caller imported from elsewhere)."""
+    module = None
     if module_name is not None:
-        module = importlib.import_module(module_name)
-    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not module_name.startswith(e.name):
+                raise
+    if module is None:
         module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
     if module is None:
         module_name = "_tt_rmsnorm_isolated_" + Path(file).stem
