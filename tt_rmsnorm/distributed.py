@@ -116,10 +116,9 @@ def distributed_rms_norm(
     with one device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis,
     or the model's own CCL object, tt-metal's TT_CCL: its cycled semaphores and links are used) fused for decode with
     a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
-    decode when the padded height is 32 (`sharded` overrides). With `residual`, x + residual is normalized and
-    `(output, x + residual)` is returned; on the sharded layouts that sum is written over x's shard by the pre (over the
-    residual's by the fused op), as tt-metal's decode does. The output has x's memory config unless `memory_config`
-    says otherwise.
+    decode when the padded height is 32 (`sharded` overrides). With `residual`, x + residual is written into `residual`
+    in place on every path (the residual stream, as tt-metal's decode updates it), normalized, and `(output, residual)`
+    is returned; x is never written. The output has x's memory config unless `memory_config` says otherwise.
     """
     try:
         specs = (

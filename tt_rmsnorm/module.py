@@ -225,9 +225,10 @@ class DistributedRMSNorm:
     """RMSNorm over `dim`, its input sharded over `cluster_axis` of `mesh_device` where `is_distributed(mode)` holds
     and replicated (full `dim` on every device) otherwise.
 
-    forward(x, mode="decode" | "prefill", residual=None) returns the output, or `(output, x + residual)` with a
-    residual. `output_memory_config` (per mode, or one for both) places the output for the next matmul;
-    `gather_output=True` all-gathers a distributed output along the axis so every device holds all of `dim`.
+    forward(x, mode="decode" | "prefill", residual=None) returns the output, or `(output, residual)` with a residual,
+    x + residual written into `residual` in place (`tt_rmsnorm.distributed_rms_norm`'s residual contract).
+    `output_memory_config` (per mode, or one for both) places the output for the next matmul; `gather_output=True`
+    all-gathers a distributed output along the axis so every device holds all of `dim`.
     """
 
     def __init__(

@@ -11,7 +11,15 @@ pytestmark = pytest.mark.mock_cluster
 
 HIDDEN = 8192
 AXIS = {"t3k": None, "galaxy": 1, "n150": None}
-WATCHED = ("rms_norm_pre_all_gather", "rms_norm_post_all_gather", "all_gather", "rms_norm", "fused_rms_minimal", "add")
+WATCHED = (
+    "rms_norm_pre_all_gather",
+    "rms_norm_post_all_gather",
+    "all_gather",
+    "rms_norm",
+    "fused_rms_minimal",
+    "add",
+    "copy",
+)
 
 
 class _Recorder:
@@ -81,7 +89,15 @@ def _run_path(mesh, system, path, tokens, residual):
             for d in ttnn.get_device_tensors(t)
         ]
 
-    return {"calls": rec.calls, "out": facts(y), "summed": None if summed is None else facts(summed)}
+    def address(t):
+        return ttnn.get_device_tensors(t)[0].buffer_address()
+
+    return {
+        "calls": rec.calls,
+        "out": facts(y),
+        "summed": None if summed is None else facts(summed),
+        "summed_is_residual": summed is not None and address(summed) == address(r),
+    }
 
 
 CASES = [
@@ -121,7 +137,7 @@ CASES = [
 )
 def test_each_path_runs_its_ttnn_ops(system, path, tokens, ops, residual):
     got = workers.run_isolated(system, _run_path, system, path, tokens, residual)
-    calls = [c for c in got["calls"] if c not in ("to_memory_config", "add")]
+    calls = [c for c in got["calls"] if c not in ("to_memory_config", "add", "copy")]
     assert calls == [c for c in ops if c != "to_memory_config"], got["calls"]
     if residual and path in ("classic", "async") and tokens == 128 or residual and path == "local":
         assert got["calls"][0] == "add", got["calls"]  # the interleaved post and rms_norm normalize their input
@@ -133,6 +149,38 @@ def test_each_path_runs_its_ttnn_ops(system, path, tokens, ops, residual):
     assert (got["summed"] is not None) == residual
     if residual:
         assert [s for s, _ in got["summed"]] == [(1, 1, tokens, local)] * (mesh[0] * mesh[1])
+        assert got["summed_is_residual"]  # the residual contract: x + residual lands in the caller's residual
+
+
+def _sharded_residual(mesh, system, path):
+    """Decode with x and the residual already width-sharded in L1 (as a decoder keeps them): the op writes the sum
+    into the residual itself, x stays."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
+    ccl, plan, _, _, w = _setup(mesh, system, 32)
+    axis = AXIS[system]
+    mc = plan.norm.input_memory_config
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 32, HIDDEN), mesh, cluster_axis=axis, memory_config=mc)
+    r = tt_rmsnorm.shard_activation(torch.randn(1, 1, 32, HIDDEN), mesh, cluster_axis=axis, memory_config=mc)
+    with _Recorder(ttnn) as rec:
+        _, summed = tt_rmsnorm.distributed_rms_norm(
+            x, w, mesh, epsilon=1e-5, cluster_axis=axis, residual=r, path=path, ccl=ccl
+        )
+
+    def address(t):
+        return ttnn.get_device_tensors(t)[0].buffer_address()
+
+    return {"calls": rec.calls, "summed_is_residual": address(summed) == address(r), "x_kept": address(x) != address(r)}
+
+
+@pytest.mark.parametrize("system, path", [("t3k", "classic"), ("t3k", "async"), ("t3k", "fused"), ("galaxy", "fused")])
+def test_a_sharded_residual_is_updated_in_place_without_a_copy(system, path):
+    got = workers.run_isolated(system, _sharded_residual, system, path)
+    assert got["summed_is_residual"] and got["x_kept"]
+    assert "copy" not in got["calls"] and "to_memory_config" not in got["calls"] and "add" not in got["calls"]
 
 
 def _cache_then_bad_field(mesh, variant):

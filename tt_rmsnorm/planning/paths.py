@@ -7,6 +7,11 @@
 | fused   | fused_rms_minimal (pre + stats gather + post + residual, one op)  | decode (one tile row), CCL resources   |
 | local   | rms_norm                                                          | one device on the gather axis          |
 
+With a residual every path writes x + residual into the residual tensor, in place, normalizes that sum and returns
+(output, residual); x is never written. The fused op and the sharded pre add in place themselves (the sharded pre
+over its input's shards, so the residual goes in as its input); the interleaved paths add with `ttnn.add` into the
+residual; where a path moves the tensors to L1 first, the sum is copied back into the caller's residual.
+
 A plan is built once per call signature (`tt_rmsnorm.distributed`): `check` runs every rule of every op it will call on
 device-free descriptions of the tensors those ops will see, before any device work; `run` then makes only the ttnn
 calls, with their arguments bound at planning time.
@@ -25,6 +30,12 @@ from tt_rmsnorm.planning.layouts import NormPlan
 from tt_rmsnorm.rules import ccl_checks, op_checks, operands, sharding
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import one_tile_row
+
+
+def add_into(x, residual):
+    """x + residual written over `residual`: the residual contract of every path (the sum is the residual stream)."""
+    return ttnn.add(x, residual, output_tensor=residual)
+
 
 PATHS = ("classic", "async", "fused", "local")
 
@@ -161,13 +172,15 @@ class GatherPath(PathPlan):
         kw = self.kw
         to_l1 = kw["to_l1"]
         if not self.sharded:  # the interleaved post normalizes its input: it must be given x + residual itself
-            h = x if residual is None else ttnn.add(x, residual)
+            h = x if residual is None else add_into(x, residual)
             stats = ttnn.rms_norm_pre_all_gather(h, **kw["pre"])
-        else:  # the sharded pre adds the residual and writes x + residual over h's shards
+        elif residual is None:
             h = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
-            if residual is not None and to_l1 is not None:
-                residual = ttnn.to_memory_config(residual, to_l1)
-            stats = ttnn.rms_norm_pre_all_gather(h, residual_input_tensor=residual, **kw["pre"])
+            stats = ttnn.rms_norm_pre_all_gather(h, **kw["pre"])
+        else:  # the sharded pre writes input + residual_input over its input's shards: the residual's, so x is kept
+            h = residual if to_l1 is None else ttnn.to_memory_config(residual, to_l1)
+            xs = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
+            stats = ttnn.rms_norm_pre_all_gather(h, residual_input_tensor=xs, **kw["pre"])
         stats = self.gather(stats)
         if w is None:
             out = ttnn.rms_norm_post_all_gather(h, stats, **kw["post"])
@@ -177,9 +190,9 @@ class GatherPath(PathPlan):
             out = ttnn.to_memory_config(out, self.move_output)
         if residual is None:
             return out
-        if to_l1 is not None:
-            h = ttnn.to_memory_config(h, self.x_memory_config)
-        return out, h
+        if self.sharded and to_l1 is not None:  # the sum was written over the moved copy: into the caller's residual
+            ttnn.copy(ttnn.to_memory_config(h, self.x_memory_config), residual)
+        return out, residual
 
 
 @dataclass(frozen=True)
@@ -272,9 +285,9 @@ class LocalPath(PathPlan):
 
     def run(self, x, w, residual):
         if residual is not None:
-            x = ttnn.add(x, residual)
+            x = add_into(x, residual)
         out = ttnn.rms_norm(x, **self.kw) if w is None else ttnn.rms_norm(x, weight=w, **self.kw)
-        return out if residual is None else (out, x)
+        return out if residual is None else (out, residual)
 
 
 @dataclass(frozen=True)
@@ -319,8 +332,7 @@ class FusedPath(PathPlan):
         norm = self.norm
         to_l1 = norm.input_memory_config
         h = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
-        if residual is not None and to_l1 is not None:
-            residual = ttnn.to_memory_config(residual, to_l1)
+        moved = residual if residual is None or to_l1 is None else ttnn.to_memory_config(residual, to_l1)
         out = ttnn.fused_rms_minimal(
             h,
             norm.program_config,
@@ -328,15 +340,15 @@ class FusedPath(PathPlan):
             self.mesh_device,
             self.ccl.next_fused(),
             weight=w,
-            residual_input_tensor=residual,
+            residual_input_tensor=moved,
             **self.kw,
         )
         if self.move_output is not None:
             out = ttnn.to_memory_config(out, self.move_output)
         if residual is None:
             return out
-        if to_l1 is not None:  # the sum was written over the moved copy: back where x lives
-            residual = ttnn.to_memory_config(residual, self.x_memory_config)
+        if to_l1 is not None:  # the sum was written over the moved copy: into the caller's residual
+            ttnn.copy(ttnn.to_memory_config(moved, self.x_memory_config), residual)
         return out, residual
 
 
