@@ -120,12 +120,13 @@ class PathPlan:
     # -- shared pieces of the pre -> gather -> post paths ------------------------------------------------------------
 
     def _check_pre_post(self, x, w, residual, grid) -> None:
-        h = self.input_desc(x)
-        res = None if residual is None else (self.input_desc(residual) if self.sharded else residual)
+        # The tensors each op receives (`run`): with a residual the sum lands in the residual, so the residual is the
+        # pre's and the post's input, and the sharded pre adds x to it.
         if residual is not None:
             operands.check_residual(x, residual)
+        h = self.input_desc(x if residual is None else residual)
+        pre_residual = self.input_desc(x) if residual is not None and self.sharded else None
         pc, ck = self.norm.program_config, self.norm.compute_kernel_config
-        pre_residual = res if self.sharded else None  # the interleaved post normalizes its input: x + r is added first
         op_checks.check_pre_all_gather(
             h,
             dtype=ttnn.bfloat16,
