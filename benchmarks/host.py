@@ -149,6 +149,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
                 compute_grid=(grid.x, grid.y),
                 path=path,
                 ccl=ccl is not None or None,
+                sharded=True if mode == "decode" else None,
             )
             x = devices.shard_activation(
                 torch.randn(1, 1, tokens, hidden),
@@ -201,7 +202,12 @@ def _modules(mesh, system: str, mode: str, tokens: int, ccl, calls: int, rounds:
     rows = []
     norm = tt_rmsnorm.DistributedRMSNorm(mesh, hidden, sd, "norm", cluster_axis=axis, ccl=ccl)
     plan = tt_rmsnorm.plan_distributed_rms_norm(
-        (1, 1, tokens, hidden // n), mesh_shape, cluster_axis=axis, compute_grid=(grid.x, grid.y), ccl=ccl is not None
+        (1, 1, tokens, hidden // n),
+        mesh_shape,
+        cluster_axis=axis,
+        compute_grid=(grid.x, grid.y),
+        ccl=ccl is not None,
+        sharded=True if mode == "decode" else None,  # decode activations live in L1, as models keep them
     )
     if n == 1:
         x = ttnn.from_torch(

@@ -69,11 +69,24 @@ def _ttnn_dtype(name):
     return {"bfloat16": ttnn.bfloat16, "bfloat8_b": ttnn.bfloat8_b, "float32": ttnn.float32}[name]
 
 
+def _decode(local_shape):
+    """Decode (one tile row) asks for the sharded layout: a decoder keeps its activations width-sharded in L1."""
+    from tt_rmsnorm.tiles import one_tile_row
+
+    return True if one_tile_row(local_shape) else None
+
+
 def _plan(local_shape, mesh_shape, axis, grid, dtype="bfloat16", with_ccl=True):
     import tt_rmsnorm
 
     return tt_rmsnorm.plan_distributed_rms_norm(
-        local_shape, mesh_shape, cluster_axis=axis, compute_grid=grid, dtype=_ttnn_dtype(dtype), ccl=with_ccl or None
+        local_shape,
+        mesh_shape,
+        cluster_axis=axis,
+        compute_grid=grid,
+        dtype=_ttnn_dtype(dtype),
+        ccl=with_ccl or None,
+        sharded=_decode(local_shape),
     )
 
 
@@ -112,12 +125,21 @@ def _emulate(x, w, n, plan, dtype):
     return out, tuple(stats.shape)
 
 
+def ttnn_local_shape(t) -> tuple:
+    import ttnn
+
+    return tuple(ttnn.get_device_tensors(t)[0].shape)
+
+
 def _on_hardware(x, w, axis, dtype, mesh_device, ccl):
     import tt_rmsnorm
 
     tx = tt_rmsnorm.shard_activation(x, mesh_device, cluster_axis=axis, dtype=_ttnn_dtype(dtype))
     tw = tt_rmsnorm.prepare_weight(w, mesh_device, cluster_axis=axis)
-    y = tt_rmsnorm.distributed_rms_norm(tx, tw, mesh_device, epsilon=EPSILON, cluster_axis=axis, ccl=ccl)
+    sharded = _decode(ttnn_local_shape(tx))
+    y = tt_rmsnorm.distributed_rms_norm(
+        tx, tw, mesh_device, epsilon=EPSILON, cluster_axis=axis, ccl=ccl, sharded=sharded
+    )
     return tt_rmsnorm.gather_output(y, mesh_device, cluster_axis=axis), None
 
 

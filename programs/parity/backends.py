@@ -153,8 +153,8 @@ class Torch(Backend):
 
 
 def tt_layout(per_device_shape) -> str:
-    """The TT layout the package takes for this per-device shape (tt_rmsnorm.planning.layouts.choose_layout's rule,
-    importable where ttnn is missing): sharded only for one tile row."""
+    """The TT layout the runner asks the package for, for this per-device shape (tt_rmsnorm.planning.layouts'
+    choose_layout rule, importable where ttnn is missing): sharded only for one tile row, as decode keeps it in L1."""
     return "sharded" if one_tile_row(per_device_shape) else "interleaved"
 
 
@@ -328,7 +328,9 @@ class TTNNHardware(Backend):
         mesh = self._mesh_for(case.num_devices)
         tx = tt_rmsnorm.shard_activation(t.x.to(torch.bfloat16), mesh)
         tw = tt_rmsnorm.prepare_weight(t.effective_weight().to(torch.bfloat16), mesh)
-        y = tt_rmsnorm.distributed_rms_norm(tx, tw, mesh, epsilon=case.epsilon)
+        # one tile row asks for the sharded layout (decode activations live in L1), as tt_layout says
+        sharded = True if tt_layout(case.per_device_shape) == "sharded" else None
+        y = tt_rmsnorm.distributed_rms_norm(tx, tw, mesh, epsilon=case.epsilon, sharded=sharded)
         out = tt_rmsnorm.gather_output(y, mesh)
         return out, f"ttnn-hardware (1x{case.num_devices} mesh, {tt_layout(case.per_device_shape)})"
 
@@ -355,7 +357,10 @@ def mock_acceptance(mesh, shape, epsilon) -> dict:
     w = torch.ones(shape[-1], dtype=torch.bfloat16)
     tx = devices.shard_activation(x, mesh)
     tw = devices.prepare_weight(w, mesh)
-    y = distributed.distributed_rms_norm(tx, tw, mesh, epsilon=epsilon)
+    local = tuple(ttnn.get_device_tensors(tx)[0].shape)
+    y = distributed.distributed_rms_norm(
+        tx, tw, mesh, epsilon=epsilon, sharded=True if tt_layout(local) == "sharded" else None
+    )
     outs = ttnn.get_device_tensors(y)
     return {
         "devices": len(outs),

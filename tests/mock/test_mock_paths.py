@@ -61,8 +61,14 @@ def _setup(mesh, system, tokens, hidden=HIDDEN):
     n = tuple(mesh.shape)[1]
     ccl = tt_rmsnorm.CCLResources(mesh, cluster_axis=axis) if n > 1 else None
     grid = mesh.compute_with_storage_grid_size()
+    # the decode plan on the sharded layout, where a decoder keeps its activations (its input_memory_config is that
+    # layout's); x, r and w come in DRAM
     plan = tt_rmsnorm.plan_distributed_rms_norm(
-        (1, 1, tokens, hidden // n), tuple(mesh.shape), cluster_axis=axis, compute_grid=(grid.x, grid.y)
+        (1, 1, tokens, hidden // n),
+        tuple(mesh.shape),
+        cluster_axis=axis,
+        compute_grid=(grid.x, grid.y),
+        sharded=True if tokens == 32 else None,
     )
     x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)
     r = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, hidden), mesh, cluster_axis=axis)

@@ -87,10 +87,14 @@ def test_distributed_rms_norm_needs_ttnn_tensors():
 
 
 @pytest.mark.parametrize(
-    "local, mesh_shape, axis, path",
-    [((1, 1, 128, 1024), (1, 8), None, "interleaved"), ((1, 1, 32, 2048), (8, 4), 1, "sharded")],
-    ids=["t3k_prefill", "galaxy_decode"],
+    "local, mesh_shape, axis, sharded, layout",
+    [
+        ((1, 1, 128, 1024), (1, 8), None, None, "interleaved"),
+        ((1, 1, 32, 2048), (8, 4), 1, True, "sharded"),
+        ((1, 1, 32, 2048), (8, 4), 1, None, "interleaved"),  # a DRAM decode input is not resharded unless asked
+    ],
+    ids=["t3k_prefill", "galaxy_decode_sharded", "galaxy_decode_dram"],
 )
-def test_plan_without_device(local, mesh_shape, axis, path):
-    p = tt_rmsnorm.plan_distributed_rms_norm(local, mesh_shape, cluster_axis=axis, compute_grid=(8, 7))
-    assert p.norm.layout == path and p.call.num_devices == mesh_shape[-1]
+def test_plan_without_device(local, mesh_shape, axis, sharded, layout):
+    p = tt_rmsnorm.plan_distributed_rms_norm(local, mesh_shape, cluster_axis=axis, compute_grid=(8, 7), sharded=sharded)
+    assert p.norm.layout == layout and p.call.num_devices == mesh_shape[-1]

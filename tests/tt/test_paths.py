@@ -13,22 +13,24 @@ T3K, GALAXY, N300, N150 = (1, 8), (8, 4), (1, 2), (1, 1)
 
 
 @pytest.mark.parametrize(
-    "mesh_shape, axis, tokens, with_ccl, with_weight, expect",
+    "mesh_shape, axis, tokens, with_ccl, with_weight, in_l1, expect",
     [
-        (T3K, None, 32, True, True, "fused"),
-        (T3K, None, 32, True, False, "async"),  # fused_rms_minimal requires a weight
-        (T3K, None, 128, True, True, "async"),
-        (T3K, None, 32, False, True, "classic"),
-        (T3K, None, 2048, False, True, "classic"),
-        (GALAXY, 1, 32, True, True, "fused"),
-        (GALAXY, 1, 128, True, True, "async"),
-        (GALAXY, 1, 128, False, True, "classic"),
-        (N300, None, 32, True, True, "fused"),
-        (N150, None, 32, False, True, "local"),
-        (N150, None, 128, True, True, "local"),
+        (T3K, None, 32, True, True, True, "fused"),
+        (T3K, None, 32, True, True, False, "async"),  # a DRAM decode input: no reshard to L1 and back
+        (T3K, None, 32, True, False, True, "async"),  # fused_rms_minimal requires a weight
+        (T3K, None, 128, True, True, False, "async"),
+        (T3K, None, 32, False, True, True, "classic"),
+        (T3K, None, 2048, False, True, False, "classic"),
+        (GALAXY, 1, 32, True, True, True, "fused"),
+        (GALAXY, 1, 128, True, True, False, "async"),
+        (GALAXY, 1, 128, False, True, False, "classic"),
+        (N300, None, 32, True, True, True, "fused"),
+        (N150, None, 32, False, True, False, "local"),
+        (N150, None, 128, True, True, False, "local"),
     ],
     ids=[
         "t3k-decode-ccl",
+        "t3k-decode-ccl-dram",
         "t3k-decode-ccl-no-weight",
         "t3k-prefill-ccl",
         "t3k-decode-eager",
@@ -41,7 +43,7 @@ T3K, GALAXY, N300, N150 = (1, 8), (8, 4), (1, 2), (1, 1)
         "n150-prefill",
     ],
 )
-def test_auto_picks_the_production_path(mesh_shape, axis, tokens, with_ccl, with_weight, expect):
+def test_auto_picks_the_production_path(mesh_shape, axis, tokens, with_ccl, with_weight, in_l1, expect):
     n = mesh_shape[axis if axis is not None else 1]
     hidden = 8192 if n > 1 else 4096  # one chip's plain rms_norm holds a whole row in L1: 8192 does not fit
     plan = tt_rmsnorm.plan_distributed_rms_norm(
@@ -51,6 +53,7 @@ def test_auto_picks_the_production_path(mesh_shape, axis, tokens, with_ccl, with
         compute_grid=(8, 7),
         ccl=True if with_ccl else None,
         with_weight=with_weight,
+        sharded=True if in_l1 else None,
     )
     assert plan.name == expect
     assert plan.reason and plan.reason in plan.describe() and expect in plan.describe()

@@ -353,9 +353,12 @@ class FusedPath(PathPlan):
         return out, residual
 
 
-def choose(local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = "auto") -> tuple[str, str]:
+def choose(
+    local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = "auto", in_l1: bool = True
+) -> tuple[str, str]:
     """(path, why) for a per-device activation shape. `path` other than "auto" is taken as given (the rules then say
-    whether it can run)."""
+    whether it can run). `in_l1`: the input is (or is asked to be) width-sharded in L1, where the fused op runs it;
+    a decode input kept in DRAM takes the async path on the interleaved layout instead of a reshard there and back."""
     if path not in ("auto", *PATHS):
         raise RuleError("path.name", "unknown path", path, f"one of {('auto', *PATHS)}")
     if path != "auto":
@@ -365,5 +368,7 @@ def choose(local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = 
     if ccl is None:
         return "classic", "no CCL resources given: async and fused need semaphores created before the call"
     if one_tile_row(local_shape) and has_weight and math.prod(local_shape[:-2]) == 1:
-        return "fused", "decode (one tile row): pre, gather and post in one program"
+        if in_l1:
+            return "fused", "decode (one tile row): pre, gather and post in one program"
+        return "async", "decode input in DRAM: the interleaved layout runs it where it is (fused takes L1 shards)"
     return "async", "trace-safe stats gather with persistent semaphores"

@@ -88,7 +88,8 @@ def _layout(name: str, x: TensorDesc, sharded):
         return x.is_sharded
     if name == "fused":
         return True
-    return True if x.is_sharded else sharded
+    # an interleaved input stays interleaved unless the caller asks for the sharded layout (no reshard round trip)
+    return True if x.is_sharded else bool(sharded)
 
 
 def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_config, compute_kernel_config):
@@ -192,7 +193,9 @@ def plan_call(
 ) -> paths.PathPlan:
     """The checked plan for one call signature. With a `mesh_device` the path's persistent buffers are allocated from
     `ccl` once every check has passed; without one (planning only) the plan carries their descriptions."""
-    name, reason = paths.choose(x.shape, num_devices, ccl=ccl, has_weight=w is not None, path=path)
+    name, reason = paths.choose(
+        x.shape, num_devices, ccl=ccl, has_weight=w is not None, path=path, in_l1=x.is_sharded or bool(sharded)
+    )
     _check_path_fits(name, num_devices, ccl)
     norm = _norm_plan(name, x, num_devices, compute_grid, sharded, program_config, compute_kernel_config)
     written, move = _output_placement(name, norm, x, call.memory_config)
