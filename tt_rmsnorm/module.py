@@ -39,8 +39,8 @@ def weight_name(weight_key: str, layer_num=None, state_dict_prefix=None) -> str:
 
 def default_is_distributed(num_devices: int):
     """The default policy: distributed in both modes whenever the gather axis has more than one device, since the
-    activations the package is called with are sharded over that axis (decode then runs the fused op, prefill the
-    async pre/gather/post). A model that keeps replicated activations in a mode passes its own callable."""
+    activations the package is called with are sharded over that axis (a decode input in L1 then runs the fused op,
+    prefill the async pre/gather/post). A model that keeps replicated activations in a mode passes its own callable."""
     return lambda mode: num_devices > 1
 
 
