@@ -61,8 +61,15 @@ def lamport_poll(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr):
 
 @triton.jit
 def lamport_take(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr):
-    """lamport_poll, then the words emptied for the buffer's next use."""
+    """lamport_poll, then the words emptied for the buffer's next use, once every thread of the program has read them.
+    A word can sit in several threads' registers (a [1, 1] scale word is held by every thread, a row narrower than
+    the program by two or more): each such thread polls its own copy, and a reduction over copies of one element
+    does not cross threads, so their loops end independently. The one thread that stores a replicated word's mark
+    could empty it while another copy's thread had not yet seen it; that thread would then poll forever. The CTA
+    barrier holds the stores until every thread has left its loop."""
     d = lamport_poll(src, mask, EMPTY, SYNC)
+    if SYNC:
+        tl.debug_barrier()
     tl.store(src, tl.full(d.shape, EMPTY, d.dtype), mask=mask)
     return d
 
