@@ -475,11 +475,14 @@ def _allreduce_source(stage: int, world: int, block_m: int, num_warps: int, resi
         "W": "*bf16",
         "EPOCH": "*i32",
         "CALLS": "*i32",
+        "STALL_REC": "*i32",
     }
     peers = (("B", "*i16" if lamport else "*i64"), ("G", "*i16"), ("S", "*i32" if lamport else "*fp32"))
     for prefix, ty in (*peers, ("I", "*bf16"), ("Q", "*fp8e4nv"), ("O", "*bf16"), ("F", "*i32")):
         ptrs.update({f"{prefix}{r}": ty for r in range(world)})
     sig = _signature(fn, ptrs, ("inv_h", "eps", "w_off", "scale_ub", "fp8_max"))
+    if "STALL_NS" in sig:
+        sig["STALL_NS"] = "i64"
     consts = dict(
         RANK=rank,
         WORLD=world,
