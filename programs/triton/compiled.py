@@ -417,6 +417,45 @@ def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
 
 def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
     """A fused all-reduce kernel as the GPU runs it (SYNC: barriers, flag polling), rank 0 of `world`, H=8192."""
+    fn, sig, consts = _allreduce_source(stage, world, block_m, num_warps, residual)
+    return compile_report(
+        f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
+        fn,
+        sig,
+        consts,
+        num_warps,
+    )
+
+
+# The registers a Lamport kernel stores to empty its words: two 16-bit marks (0x80008000) or the 32-bit scale mark
+_MARKS = ("-2147450880", "-2147483648")
+
+
+def lamport_empties(stage: int, world: int, num_warps: int, residual: bool) -> tuple[int, int]:
+    """(stores of the empty mark, those of them with no CTA barrier since the last volatile load) in the PTX of
+    stage 3 or 5, rank 1 of `world` at H = 8192. A mark store reached with no barrier after the polls could empty a
+    word that another thread of the program, holding a copy of it, has not read yet (lamport.lamport_take)."""
+    fn, sig, consts = _allreduce_source(stage, world, 1, num_warps, residual, rank=1)
+    ptx = _compile(fn, sig, consts, num_warps).asm["ptx"]
+    marks, stores, unguarded, polled = set(), 0, 0, False
+    for ln in ptx.splitlines():
+        m = re.match(r"\s*mov\.b32\s+(%r\d+),\s*(-?\d+);", ln)
+        if m and m.group(2) in _MARKS:
+            marks.add(m.group(1))
+        if "ld.volatile" in ln:
+            polled = True
+        elif "bar.sync" in ln or "barrier.sync" in ln:
+            polled = False
+        elif "st.global" in ln:
+            regs = re.findall(r"%r\d+", ln.split("{", 1)[1]) if "{" in ln else []
+            if regs and all(r in marks for r in regs):
+                stores += 1
+                unguarded += polled
+    return stores, unguarded
+
+
+def _allreduce_source(stage: int, world: int, block_m: int, num_warps: int, residual: bool, rank: int = 0):
+    """(kernel, signature, constexprs) of a fused all-reduce stage for `rank` of `world` at H = 8192."""
     fn = {
         0: ar_kernels.push_one_stage_kernel,
         1: ar_kernels.one_stage_kernel,
@@ -436,13 +475,16 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
         "W": "*bf16",
         "EPOCH": "*i32",
         "CALLS": "*i32",
+        "STALL_REC": "*i32",
     }
     peers = (("B", "*i16" if lamport else "*i64"), ("G", "*i16"), ("S", "*i32" if lamport else "*fp32"))
     for prefix, ty in (*peers, ("I", "*bf16"), ("Q", "*fp8e4nv"), ("O", "*bf16"), ("F", "*i32")):
         ptrs.update({f"{prefix}{r}": ty for r in range(world)})
     sig = _signature(fn, ptrs, ("inv_h", "eps", "w_off", "scale_ub", "fp8_max"))
+    if "STALL_NS" in sig:
+        sig["STALL_NS"] = "i64"
     consts = dict(
-        RANK=0,
+        RANK=rank,
         WORLD=world,
         BLOCK_H=8192,
         HAS_W=True,
@@ -458,10 +500,4 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
     for name in list(sig):  # the unused peers' pointers are None
         if name[0] in "BGIQSOF" and name[1:].isdigit() and int(name[1:]) >= world:
             sig[name], consts[name] = "constexpr", None
-    return compile_report(
-        f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
-        fn,
-        sig,
-        consts,
-        num_warps,
-    )
+    return fn, sig, consts

@@ -195,6 +195,19 @@ def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
 
 
+def test_lamport_kernels_empty_a_word_only_after_every_thread_read_it():
+    """Stages 3 and 5 empty each polled word (lamport.lamport_take) after a CTA barrier: a word held by several threads
+    (stage 5's [1, 1] scale word is held by all of them) is polled by each thread alone, and without the barrier the
+    one thread that stores the mark emptied it while another was still polling, which then never saw it (the stage-5
+    stall, docs/allreduce.md). Every mark store must follow a barrier after the last volatile load."""
+    rows = _compiled_json(
+        "print(json.dumps([p.lamport_empties(s, w, nw, r) for s, w, nw, r in ((5, 2, 16, False), (5, 2, 8, False), "
+        "(5, 4, 16, True), (3, 2, 16, False))]))"
+    )
+    for stores, unguarded in rows:
+        assert stores > 0 and unguarded == 0, rows
+
+
 @pytest.mark.parametrize("n, block_m, warps", [(4096, 1, 4), (8192, 1, 8), (5000, 1, 8)], ids=lambda v: str(v))
 def test_async_forward_compiles_to_16_byte_async_copies_and_no_spill(n, block_m, warps):
     """The cp.async rows forward moves x into shared memory in 16-byte cp.async copies (32 elements a thread: 4 of

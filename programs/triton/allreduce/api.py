@@ -115,6 +115,7 @@ __all__ = [  # the API, and what tests and benchmarks reach through this module
     "STAGE_NAMES",
     "TWO_STAGE",
     "AllReduceRMSNormFP8",
+    "CollectiveStall",
     "RMSNormOutput",
     "RankBuffers",
     "carve",
@@ -173,11 +174,25 @@ def _symm_mem():
     return symm_mem
 
 
+class CollectiveStall(RuntimeError):
+    """A fused call's polling gave up (stall_timeout_s): a peer never sent what this rank waited for. The call's outputs
+    are garbage and the workspace's buffers are in an unknown state, so the communicator refuses every later call."""
+
+
+DEFAULT_STALL_TIMEOUT_S = 60.0
+
+
 class AllReduceRMSNormFP8:
     """A group's fused all-reduce + RMSNorm + FP8 for activations up to [max_tokens, hidden_size] of `dtype`.
 
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
-    (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles."""
+    (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles.
+
+    stall_timeout_s (None: unbounded): a launch of stages 0, 3 or 5 whose polling still waits this long after its start
+    gives up and records the stall in pinned host memory; the next call (or check_stall(), which CUDA-graph replays
+    need, as they skip the host) raises CollectiveStall naming the stage, the call and the program. The bound is at
+    least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same call (a first call's
+    compile on a slower rank)."""
 
     def __init__(
         self,
@@ -189,6 +204,7 @@ class AllReduceRMSNormFP8:
         device: torch.device | None = None,
         push_programs: int = PUSH_PROGRAMS,
         lamport_programs: int = kernels.MAX_PROGRAMS,
+        stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S,
     ):
         group = group or dist.group.WORLD
         self.group = group
@@ -229,6 +245,14 @@ class AllReduceRMSNormFP8:
                     f"{name}=None (the default)",
                 )
         self.push_programs, self.lamport_programs = push_programs, lamport_programs
+        if stall_timeout_s is not None and not stall_timeout_s > 0:
+            raise RuleError(
+                "stall_timeout_s.range", "stall_timeout_s must be > 0 or None", stall_timeout_s, "stall_timeout_s=60.0"
+            )
+        self.stall_ns = kernels.NO_STALL_NS if stall_timeout_s is None else int(stall_timeout_s * 1e9)
+        self.stall_record = torch.zeros(4, dtype=torch.int32, pin_memory=True)  # the kernels write it over PCIe
+        self._stall_words = self.stall_record.numpy()
+        self._stall_seen = None
         symm_mem = _symm_mem()
         nbytes = workspace_bytes(max_tokens, hidden_size, dtype.itemsize, self.world)
         raw = symm_mem.empty(nbytes, dtype=torch.uint8, device=self.device)
@@ -285,6 +309,7 @@ class AllReduceRMSNormFP8:
             act_dtype=self.dtype,
             device=self.device,
         )
+        self.check_stall()
         t = x2.shape[0]
         if stage is None:
             stage = choose_stage(
@@ -325,8 +350,22 @@ class AllReduceRMSNormFP8:
             config=config,
             push_programs=self.push_programs,
             lamport_programs=self.lamport_programs,
+            stall=self.stall_record,
+            stall_ns=self.stall_ns,
         )
         return RMSNormOutput(y, None, res_out, scale)
+
+    def check_stall(self) -> None:
+        """Raise CollectiveStall if a launch so far gave up polling (a plain read of pinned host memory, no sync)."""
+        if self._stall_seen is None and self._stall_words[0]:
+            stage, call, program = (int(v) for v in self._stall_words[:3])
+            self._stall_seen = (
+                f"rank {self.rank}: fused all-reduce stage {stage - 1} gave up polling after "
+                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of that stage on this communicator (program "
+                f"{program}): a peer did not send its rows (a rank left out of a collective call, or a stall)"
+            )
+        if self._stall_seen is not None:
+            raise CollectiveStall(self._stall_seen)
 
     def push_rows(self) -> int:
         """Rows stage 0's receive buffers hold."""

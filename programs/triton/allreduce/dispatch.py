@@ -42,7 +42,8 @@ _DISPATCH_4 = (
     # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-19.4 against stage 3 25.6-27.9 and
     # stage 2 33.3-35.2 (1.75-2.03x), T = 256 25.9 (1.72x), T = 512 46.8-51.4 against stage 2 63.5-69.0
     # (1.39-1.40x); with a residual (it all-gathers residual_out) T = 64 1.32x, 128 1.41-1.54x, 256 1.34x, 512
-    # 1.18-1.24x. Stage 5's buffers end here (workspace.LAMPORT2_MAX_TOKENS says why)
+    # 1.18-1.24x. Stage 5 past 512 rows is not timed on 4 ranks
+    # since its stall was fixed (docs/allreduce.md)
     (512 * ROW, LAMPORT2, LAMPORT2),
     # stage 2 (2 rows x 16 warps from 512 rows a rank): T = 2048 170.2-173.9 us (1.12-1.14x). With a residual no
     # fused stage beats NCCL all_reduce + the fused norm at T = 2048 (stage 2 223.8-232.8 against 223.0, 0.96-1.00x;

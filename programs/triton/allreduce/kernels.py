@@ -21,10 +21,13 @@ from programs.triton.allreduce.sync import (
     MAX_PROGRAMS,
     N_COUNTERS,
     N_SLOTS,
+    NO_STALL_NS,
     PHASE_A,
     PHASE_B,
     PHASE_C,
     PUSH_CALLS,
+    STALL,
+    STALL_MIN_NS,
 )
 
 __all__ = [
@@ -35,10 +38,13 @@ __all__ = [
     "MAX_PROGRAMS",
     "N_COUNTERS",
     "N_SLOTS",
+    "NO_STALL_NS",
     "PHASE_A",
     "PHASE_B",
     "PHASE_C",
     "PUSH_CALLS",
+    "STALL",
+    "STALL_MIN_NS",
     "lamport_one_stage_kernel",
     "lamport_two_stage_kernel",
     "one_stage_kernel",

@@ -26,7 +26,7 @@ from programs.triton.allreduce.row_math import (
     residual_rows,
     weight_factor,
 )
-from programs.triton.allreduce.sync import pick
+from programs.triton.allreduce.sync import clock_ns, pick, report_stall, waiting
 
 LAMPORT_EMPTY = -32768
 LAMPORT_EMPTY32 = -(2**31)
@@ -48,28 +48,55 @@ def lamport_value(w):
 
 
 @triton.jit
-def lamport_poll(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr):
+def lamport_poll(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr, watch):
     """Words at src (volatile loads of this GPU's memory) once none where mask holds is EMPTY (SYNC: re-read until
-    then; without SYNC, the interpreter's phases, read once). Masked-off words read as -1, the word of a 0 (the
-    normalization sums every column)."""
+    then, or until the launch's deadline, when the stall is reported (sync.report_stall) and what was read is
+    returned; without SYNC, the interpreter's phases, read once). Masked-off words read as -1, the word of a 0 (the
+    normalization sums every column). watch = (stall record, deadline, stage, call number)."""
     d = tl.load(src, mask=mask, other=-1, volatile=True)
     if SYNC:
-        while tl.max(tl.max(((d == EMPTY) & mask).to(tl.int32), axis=1), axis=0) > 0:
+        STALL_REC, deadline, STAGE, calls = watch
+        state = waiting((d == EMPTY) & mask, deadline)
+        while state == 1:
             d = tl.load(src, mask=mask, other=-1, volatile=True)
+            state = waiting((d == EMPTY) & mask, deadline)
+        if state > 1:
+            report_stall(STALL_REC, STAGE, calls)
     return d
 
 
 @triton.jit
-def lamport_take(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr):
-    """lamport_poll, then the words emptied for the buffer's next use."""
-    d = lamport_poll(src, mask, EMPTY, SYNC)
+def lamport_take(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr, watch):
+    """lamport_poll, then the words emptied for the buffer's next use, once every thread of the program has read them.
+    A word can sit in several threads' registers (a [1, 1] scale word is held by every thread, a row narrower than
+    the program by two or more): each such thread polls its own copy, and a reduction over copies of one element
+    does not cross threads, so their loops end independently. The one thread that stores a replicated word's mark
+    could empty it while another copy's thread had not yet seen it; that thread would then poll forever. The CTA
+    barrier holds the stores until every thread has left its loop."""
+    d = lamport_poll(src, mask, EMPTY, SYNC, watch)
+    if SYNC:
+        tl.debug_barrier()
     tl.store(src, tl.full(d.shape, EMPTY, d.dtype), mask=mask)
     return d
 
 
 @triton.jit
 def lamport_sum(
-    X16, stride_x16, rows64, slot64, mine, half, CAP, H, cols, mask, RANK: tl.constexpr, WORLD: tl.constexpr, XDT, SYNC
+    X16,
+    stride_x16,
+    rows64,
+    slot64,
+    mine,
+    half,
+    CAP,
+    H,
+    cols,
+    mask,
+    RANK: tl.constexpr,
+    WORLD: tl.constexpr,
+    XDT,
+    SYNC,
+    watch,
 ):
     """fp32 sum in rank order of row rows64: this rank's from x, every peer's from its words at mine[half, peer,
     slot64] (CAP slots a peer), polled until all arrived and then emptied for the buffer's next use."""
@@ -79,7 +106,9 @@ def lamport_sum(
         if r == RANK:
             d = own
         else:
-            d = lamport_value(lamport_take(mine + ((half * WORLD + r) * CAP + slot64) * H + cols, mask, _EMPTY, SYNC))
+            d = lamport_value(
+                lamport_take(mine + ((half * WORLD + r) * CAP + slot64) * H + cols, mask, _EMPTY, SYNC, watch)
+            )
         acc += d.to(XDT, bitcast=True).to(tl.float32)
     return acc
 
@@ -105,6 +134,8 @@ def lamport_one_stage_kernel(
     B6,
     B7,
     CALLS,
+    STALL_REC,
+    STALL_NS,
     T,
     TL,
     H,
@@ -136,6 +167,10 @@ def lamport_one_stage_kernel(
     nprog = tl.num_programs(0)
     calls = tl.load(CALLS + pid)
     half = (calls & 1).to(tl.int64)
+    deadline = STALL_NS
+    if SYNC:
+        deadline = clock_ns() + STALL_NS
+    watch = (STALL_REC, deadline, 3, calls)
     if PHASES & 1:  # push this rank's rows to every peer, piece by piece
         per_row = tl.cdiv(H, PIECE)
         for piece in range(pid, T * per_row, nprog):
@@ -157,7 +192,9 @@ def lamport_one_stage_kernel(
         for row in range(pid, T, nprog):
             rows64, mask, sc_rows, sc_ok = one_row(row, col_ok, T)
             res = residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
-            acc = lamport_sum(X16, stride_x16, rows64, rows64, mine, half, TL, H, cols, mask, RANK, WORLD, XDT, SYNC)
+            acc = lamport_sum(
+                X16, stride_x16, rows64, rows64, mine, half, TL, H, cols, mask, RANK, WORLD, XDT, SYNC, watch
+            )
             finish_rows(acc, res, wf, (rows64, cols, mask, sc_rows, sc_ok), out, nq, fl, True)
     if SYNC:
         tl.store(CALLS + pid, calls + 1)
@@ -200,6 +237,8 @@ def lamport_two_stage_kernel(
     S6,
     S7,
     CALLS,
+    STALL_REC,
+    STALL_NS,
     T,
     TW,
     TWL,
@@ -240,6 +279,10 @@ def lamport_two_stage_kernel(
     nprog = tl.num_programs(0)
     calls = tl.load(CALLS + pid)
     half = (calls & 1).to(tl.int64)
+    deadline = STALL_NS
+    if SYNC:
+        deadline = clock_ns() + STALL_NS
+    watch = (STALL_REC, deadline, 5, calls)
     if PHASES & 1:  # reduce-scatter: push the rows other ranks own to their owners
         per_row = tl.cdiv(H, PIECE)
         for piece in range(pid, T * per_row, nprog):
@@ -268,7 +311,9 @@ def lamport_two_stage_kernel(
             rows64, mask, sc_rows, sc_ok = one_row(row, col_ok, T)
             res = residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
             slot64 = tl.cast(local, tl.int64) + tl.zeros([1, 1], dtype=tl.int64)
-            acc = lamport_sum(X16, stride_x16, rows64, slot64, b_mine, half, TWL, H, cols, mask, RANK, WORLD, XDT, SYNC)
+            acc = lamport_sum(
+                X16, stride_x16, rows64, slot64, b_mine, half, TWL, H, cols, mask, RANK, WORLD, XDT, SYNC, watch
+            )
             q, scale, ro = finish_rows(acc, res, wf, (rows64, cols, mask, sc_rows, sc_ok), out, nq, fl, False)
             if HAS_RES:
                 word = lamport_word(ro.to(tl.int16, bitcast=True))
@@ -298,17 +343,18 @@ def lamport_two_stage_kernel(
             row = tl.where(k < RANK * TW, k, k + n_skip)  # the k-th row this rank does not own
             rows64, mask, sc_rows, sc_ok = one_row(row, col_ok, T)
             if HAS_RES:
-                word = lamport_take(g_mine + (half * TL + rows64) * H + cols, mask, _EMPTY, SYNC)
+                word = lamport_take(g_mine + (half * TL + rows64) * H + cols, mask, _EMPTY, SYNC, watch)
                 ro = lamport_value(word).to(RO.dtype.element_ty, bitcast=True)
                 adopt_residual_out(ro, wf, (rows64, cols, mask, sc_rows, sc_ok), out, nq, plain)
             else:
                 m2 = ok2 & (rows64 < T)
-                word = lamport_take(g_mine + (half * TL + rows64) * H + c2, m2, _EMPTY, SYNC)
+                word = lamport_take(g_mine + (half * TL + rows64) * H + c2, m2, _EMPTY, SYNC, watch)
                 v = lamport_value(word).to(tl.int32) & 0xFFFF
                 pair = tl.join(v & 0xFF, v >> 8)  # [1, BLOCK_H // 2, 2]: byte 2j, byte 2j + 1
                 q = tl.reshape(pair, [1, BLOCK_H]).to(tl.uint8).to(Y.dtype.element_ty, bitcast=True)
                 tl.store(Y + rows64 * stride_y + cols, q, mask=mask)
-                s_word = lamport_take(s_mine + half * TL + row + tl.arange(0, 1)[None, :], rows64 < T, _EMPTY32, SYNC)
+                s_sel = s_mine + half * TL + row + tl.arange(0, 1)[None, :]
+                s_word = lamport_take(s_sel, rows64 < T, _EMPTY32, SYNC, watch)
                 tl.store(SC + row + tl.arange(0, 1)[None, :], s_word.to(tl.float32, bitcast=True))
     if SYNC:
         tl.store(CALLS + pid, calls + 1)

@@ -118,11 +118,14 @@ def launch(
     config: tuple[int, int] | None = None,
     push_programs: int = PUSH_PROGRAMS,
     lamport_programs: int = kernels.MAX_PROGRAMS,
+    stall: torch.Tensor | None = None,
+    stall_ns: int = kernels.NO_STALL_NS,
 ) -> None:
     """One kernel launch of fused stage 0-3 or 5 for `rank`, given every rank's buffers (already validated). sync=False
     and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
     lamport_programs: the grids of stages 0 and 3 (capped at the SM count), which must stay the same for every call of
-    that stage on these buffers."""
+    that stage on these buffers. stall, stall_ns: where stages 0, 3 and 5 record a poll that gave up (4 int32 words the
+    device can write; None: the counters' stall record) and after how many ns of a launch they give up (sync.py)."""
     if x.shape[0] == 0:
         return
     interpreter.use_exact_casts(x.device)  # exact bf16 casts where the kernels are interpreted
@@ -136,7 +139,9 @@ def launch(
     c = _Call(rank, bufs, x, weight, residual, y, scale, residual_out, epsilon, weight_offset, scale_ub, sync, phases)
     if stage in (PUSH, LAMPORT, LAMPORT2):
         programs = push_programs if stage == PUSH else lamport_programs
-        _launch_pushed(stage, c, epoch, config[1] if config is not None else None, programs)
+        rec = stall if stall is not None else epoch[kernels.STALL :]
+        watch = (rec, max(int(stall_ns), kernels.STALL_MIN_NS))
+        _launch_pushed(stage, c, epoch, config[1] if config is not None else None, programs, watch)
     else:
         _launch_pulled(stage, c, epoch, config)
 
@@ -160,7 +165,9 @@ def _launch_pulled(stage: int, c: _Call, epoch: torch.Tensor, config: tuple[int,
         kernels.two_stage_kernel[(grid,)](*head, *scratch, *flags, t, tw, tmax, h, *c.norm_args(), **meta)
 
 
-def _launch_pushed(stage: int, c: _Call, epoch: torch.Tensor, num_warps: int | None, programs: int) -> None:
+def _launch_pushed(
+    stage: int, c: _Call, epoch: torch.Tensor, num_warps: int | None, programs: int, watch: tuple
+) -> None:
     """Stages 0, 3 and 5: one program per row, a fixed grid of `programs` (capped at the SM count)."""
     t, h = c.x.shape
     bufs, world = c.bufs, c.world
@@ -169,13 +176,20 @@ def _launch_pushed(stage: int, c: _Call, epoch: torch.Tensor, num_warps: int | N
         kernel = kernels.push_one_stage_kernel
         xv = c.x.view(torch.int32)  # two activations per int32 (check_call verified that this view exists)
         tll = bufs[0].recv.numel() // (2 * world * (h // 2))
-        middle = (*c.eight([b.recv for b in bufs]), epoch[kernels.PUSH_CALLS :], t, tll, h, h // 2)
+        middle = (*c.eight([b.recv for b in bufs]), epoch[kernels.PUSH_CALLS :], *watch, t, tll, h, h // 2)
         num_warps = num_warps or min(32, max(4, block_h // 512))
         piece = max(16, min(PUSH_PIECE, block_h // 8))
     elif stage == LAMPORT:
         kernel = kernels.lamport_one_stage_kernel
         xv = c.x.view(torch.int16)
-        middle = (*c.eight([b.lamport for b in bufs]), epoch[kernels.LAMPORT_CALLS :], t, lamport_rows(bufs, h), h)
+        middle = (
+            *c.eight([b.lamport for b in bufs]),
+            epoch[kernels.LAMPORT_CALLS :],
+            *watch,
+            t,
+            lamport_rows(bufs, h),
+            h,
+        )
     else:
         kernel = kernels.lamport_two_stage_kernel
         xv = c.x.view(torch.int16)
@@ -185,6 +199,7 @@ def _launch_pushed(stage: int, c: _Call, epoch: torch.Tensor, num_warps: int | N
             *c.eight([b.ag for b in bufs]),
             *c.eight([b.ag_scale for b in bufs]),
             epoch[kernels.LAMPORT2_CALLS :],
+            *watch,
             t,
             math.ceil(t / world),
             math.ceil(tl2 / world),

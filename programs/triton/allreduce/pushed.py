@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from programs.triton.allreduce.row_math import finish_rows, one_row, piece_of_row, residual_rows, weight_factor
-from programs.triton.allreduce.sync import pick
+from programs.triton.allreduce.sync import clock_ns, pick, report_stall, waiting
 
 
 @triton.jit
@@ -57,6 +57,8 @@ def push_one_stage_kernel(
     B6,
     B7,
     CALLS,
+    STALL_REC,
+    STALL_NS,
     T,
     TLL,
     H,
@@ -84,6 +86,9 @@ def push_one_stage_kernel(
     calls = tl.load(CALLS + pid)
     half = (calls & 1).to(tl.int64)
     flag = calls + 1
+    deadline = STALL_NS
+    if SYNC:
+        deadline = clock_ns() + STALL_NS
     if PHASES & 1:  # push this rank's rows to every peer, piece by piece
         per_row = tl.cdiv(H2, PIECE)
         for piece in range(pid, T * per_row, nprog):
@@ -119,8 +124,12 @@ def push_one_stage_kernel(
                     src = mine + ((half * WORLD + r) * TLL + r64) * H2 + c2
                     wv = tl.load(src, mask=ok2, other=0, volatile=True)
                     if SYNC:
-                        while tl.min(tl.where(ok2, (wv >> 32).to(tl.int32) == flag, True).to(tl.int32), axis=0) == 0:
+                        state = waiting((ok2 & ((wv >> 32).to(tl.int32) != flag))[None, :], deadline)
+                        while state == 1:
                             wv = tl.load(src, mask=ok2, other=0, volatile=True)
+                            state = waiting((ok2 & ((wv >> 32).to(tl.int32) != flag))[None, :], deadline)
+                        if state > 1:
+                            report_stall(STALL_REC, 0, calls)
                     d = wv.to(tl.int32)
                 lo, hi = unpack_pair(d, XDT)
                 even += lo

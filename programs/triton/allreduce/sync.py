@@ -17,7 +17,14 @@ per SM, and no other kernel may hold SMs meanwhile.
 
 Counters (one int32 array per rank, N_COUNTERS long): the start-barrier epoch of program b at b, the middle-barrier
 epoch at MAX_PROGRAMS + b (the kernels write that literal, 1024), then the per-program call counters of stage 0 from
-PUSH_CALLS, stage 3 from LAMPORT_CALLS and stage 5 from LAMPORT2_CALLS (the launcher passes those slices).
+PUSH_CALLS, stage 3 from LAMPORT_CALLS and stage 5 from LAMPORT2_CALLS (the launcher passes those slices), and a
+stall record at STALL.
+
+Bounded polling (stages 0, 3 and 5): a launch takes deadline = globaltimer + STALL_NS at its start, and a poll that
+still waits past it gives up: it records [stage + 1, the program's call number, the program] (report_stall) in the
+stall record, host memory the API reads on its next call, and returns what it read; the launch then ends, each
+later poll giving up at once. The decision to give up is folded into the poll's reduction over the row, so every
+thread of a program leaves the loop together (the loops hold CTA barriers).
 """
 
 from __future__ import annotations
@@ -33,7 +40,11 @@ MAX_PROGRAMS = (
 PUSH_CALLS = N_SLOTS * MAX_PROGRAMS
 LAMPORT_CALLS = PUSH_CALLS + MAX_PROGRAMS
 LAMPORT2_CALLS = LAMPORT_CALLS + MAX_PROGRAMS
-N_COUNTERS = LAMPORT2_CALLS + MAX_PROGRAMS
+STALL = LAMPORT2_CALLS + MAX_PROGRAMS  # 4 words: a stall's record where no host buffer is given (launch's `stall`)
+N_COUNTERS = STALL + 4
+# STALL_NS when polling is unbounded; a bound is at least STALL_MIN_NS (the argument stays a 64-bit integer)
+NO_STALL_NS = 2**62
+STALL_MIN_NS = 2**31
 
 
 @triton.jit
@@ -73,3 +84,25 @@ def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl
                 seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
     tl.store(EPOCH + slot, ep)
     tl.debug_barrier()
+
+
+@triton.jit
+def clock_ns():
+    """The GPU's global timer in ns (each thread reads its own)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def waiting(missing, deadline):
+    """The state of a poll over a block whose words `missing` have not arrived: 0 all arrived, 1 wait on, 2 give up
+    (some have not, and the deadline passed). One value for every thread where the block spans the program."""
+    late = (clock_ns() > deadline).to(tl.int32)
+    return tl.max(tl.max(tl.where(missing, 1 + late, 0), axis=1), axis=0)
+
+
+@triton.jit
+def report_stall(STALL_REC, stage: tl.constexpr, calls):
+    """Record a poll that gave up: [stage + 1, this program's call number of that stage, the program]."""
+    tl.store(STALL_REC + 1, calls)
+    tl.store(STALL_REC + 2, tl.program_id(0))
+    tl.store(STALL_REC, stage + 1)

@@ -15,12 +15,10 @@ from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PULL, PUSH, TW
 # -0.0 marking an empty word): LAMPORT_MAX_TOKENS rows.
 PUSH_MAX_TOKENS = 128
 LAMPORT_MAX_TOKENS = 512
-# Stage 5's all-gather buffers hold LAMPORT2_MAX_TOKENS rows, its reduce-scatter buffers 1/W of them. The bound is
-# the rows stage 5 is known to finish at: on 4 x H100 its calls at T = 1024 made no progress on a side stream (as
-# CUDA graphs are captured) after finishing on the default stream, and at T = 2048 in graph replays; at 768 they
-# finished, and up to 512 rows every replay of every run did (docs/allreduce.md). The dispatch serves stage 5 up to
-# 512 rows; a larger call falls back to stage 2 (fitting_stage).
-LAMPORT2_MAX_TOKENS = 512
+# Stage 5's all-gather buffers hold LAMPORT2_MAX_TOKENS rows, its reduce-scatter buffers 1/W of them: the rows its
+# calls were run to on 2 x H100 (eager, side stream and graph replays, with and without a residual). The dispatch
+# serves stage 5 up to 512 rows on 4 ranks (dispatch.DISPATCH); a larger call there takes stage 2 (fitting_stage).
+LAMPORT2_MAX_TOKENS = 2048
 # Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
 # programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
 # r % grid normalizes row r. Stage 3 likewise, with one program per SM (up to MAX_PROGRAMS).
