@@ -245,25 +245,20 @@ class DistributedNorm:
     __call__ = forward
 
     def _tg(self, x, mode):
-        mesh = self.args.mesh_device
+        """Both modes distributed over the mesh columns: decode on tt-metal's TG grid and program config, prefill
+        interleaved with its TG compute config (HiFi2, no fp32 accumulation)."""
         if mode == "decode":
             if x.memory_config() != self.gather_in_mem_cfg:
                 x = ttnn.to_memory_config(x, self.gather_in_mem_cfg)
-            return distributed.distributed_rms_norm(
-                x,
-                self.norm.weight_distributed,
-                mesh,
-                epsilon=self.norm.eps,
-                cluster_axis=1,
-                program_config=self.ln_prg_cfg,
-                ccl=self._tg_ccl,
-            )
+            configs = {"program_config": self.ln_prg_cfg}
+        else:
+            configs = {"compute_kernel_config": self.ln_cfg}
         return distributed.distributed_rms_norm(
             x,
             self.norm.weight_distributed,
-            mesh,
+            self.args.mesh_device,
             epsilon=self.norm.eps,
             cluster_axis=1,
-            compute_kernel_config=self.ln_cfg,
             ccl=self._tg_ccl,
+            **configs,
         )
