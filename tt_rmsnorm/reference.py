@@ -57,6 +57,7 @@ Not modelled (all intermediates above are exact, which is what `fp32_dest_acc_en
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
 from pathlib import Path
@@ -108,6 +109,22 @@ def quantize(x, dtype) -> torch.Tensor:
     raise ValueError(f"quantize: dtype {name!r} is not a TT device dtype; use one of {DEVICE_DTYPES}")
 
 
+def _layout_keyword(fn):
+    """Accepts `path=` for `layout=`: callers that name the interleaved/sharded choice by the keyword's other name
+    keep working (in the package a path is how a call reaches ttnn; the layout is this choice)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if "path" in kwargs:
+            if "layout" in kwargs:
+                raise TypeError(f"{fn.__name__}: pass layout= (path= is the same keyword under another name)")
+            kwargs["layout"] = kwargs.pop("path")
+        return fn(*args, **kwargs)
+
+    return call
+
+
+@_layout_keyword
 def pre_all_gather(x_local, *, layout="interleaved", stats_dtype="bfloat16", residual=None) -> torch.Tensor:
     """Per-device stats of `rms_norm_pre_all_gather`: [..., S, 32] for x_local [..., S, W_local].
 
@@ -152,6 +169,7 @@ def all_gather_stats(per_device_stats: list) -> torch.Tensor:
     return torch.cat(list(per_device_stats), dim=-1)
 
 
+@_layout_keyword
 def post_all_gather(
     x_local, stats, *, layout="interleaved", epsilon, weight=None, bias=None, dtype=None
 ) -> torch.Tensor:
@@ -185,6 +203,7 @@ def post_all_gather(
     return y if out == "float64" else quantize(y, out)
 
 
+@_layout_keyword
 def distributed_rms_norm(
     x,
     weight=None,
@@ -230,6 +249,7 @@ def distributed_rms_norm(
     return torch.cat(outs, dim=-1), gathered
 
 
+@_layout_keyword
 def overflow_rows(x, *, num_devices, layout="interleaved", dtype="bfloat16", residual=None) -> torch.Tensor:
     """Rows [...] (bool) whose stats overflow fp32 on the TT devices although every input is finite: the rows the
     distributed ops return as x * 0 (see the module docstring), where the float64 golden is finite."""

@@ -481,3 +481,10 @@ def test_fp16_tolerance_takes_ulps_at_its_smallest_normal_at_least():
     tiny_wrong = rounded.clone()
     tiny_wrong[0] = 3.0e-6 + 2.0**-20  # 16 fp16 subnormal steps off
     assert not accuracy.compare(tiny_wrong, expected, torch.float16).passed
+
+
+def test_path_is_accepted_for_layout():
+    x = torch.randn(1, 1, 32, 64, dtype=torch.float64).to(torch.bfloat16)
+    assert torch.equal(ref.pre_all_gather(x, path="sharded"), ref.pre_all_gather(x, layout="sharded"))
+    with pytest.raises(TypeError, match="layout="):
+        ref.pre_all_gather(x, path="sharded", layout="sharded")
