@@ -69,8 +69,8 @@ class RMSNorm:
         self.sharded_output_config = sharded_output_config
         self.output_mem_config = output_mem_config
         self.compute_kernel_config_hifi2 = _hifi2()
-        if is_distributed is not None and not isinstance(is_distributed, bool) and not callable(is_distributed):
-            module.distribution_policy(is_distributed, 1)  # raises the rule
+        # None and False: never distributed (tt-metal's reading); True or a callable: the policy per mode
+        self._policy = module.distribution_policy(is_distributed if is_distributed is not None else False, 1)
         ccl.check_topology(ccl_topology)
         mesh_shape = tuple(device.shape)
         # tt-metal splits the distributed weight over mesh dim 1 (ShardTensor2dMesh dims (None, 2)): the columns.
@@ -99,15 +99,16 @@ class RMSNorm:
                     else ccl.CCLResources(device, cluster_axis=self.cluster_axis, topology=ccl_topology)
                 )
         self._local = module.LocalNorm(device)
+        self._widths = module.InputWidths(dim, self.num_devices)
 
     def _distributed(self, mode) -> bool:
-        return bool(self.is_distributed) and bool(module.distribution_policy(self.is_distributed, 1)(mode))
+        return bool(self._policy(mode))
 
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
         program_config = self.sharded_program_config if in_sharded else None
         memory_config = self.sharded_output_config if out_sharded else None
         if self._distributed(mode) and self.num_devices > 1:
-            module.check_input_width(x, self.dim // self.num_devices, "distributed", self.dim, self.num_devices)
+            self._widths.check(x, distributed=True)
             out = distributed.distributed_rms_norm(
                 x,
                 self.weight_distributed,
@@ -120,7 +121,7 @@ class RMSNorm:
                 ccl=self._ccl,
             )
         else:
-            module.check_input_width(x, self.dim, "replicated", self.dim, self.num_devices)
+            self._widths.check(x, distributed=False)
             weight = self.weight if x.is_sharded() else self._weight_interleaved()
             out = self._local(
                 x,
