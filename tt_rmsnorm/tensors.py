@@ -18,9 +18,19 @@ from tt_rmsnorm.tiles import TILE, tile_padded
 STATS_SUMS = "sums"  # interleaved pre: sum(x^2) over the local width, column 0 of each 32-wide tile
 STATS_MEANS = "means"  # sharded pre: E[x^2] over the local width
 
-DTYPE_BYTES = {ttnn.bfloat16: 2, ttnn.float32: 4, ttnn.uint32: 4, ttnn.int32: 4, ttnn.uint16: 2}
-# Bytes of one 32x32 tile (ttnn.Tile((32,32)).get_tile_size(dtype); bf8_b: 1024 mantissas + 64 shared exponents).
-TILE_BYTES = {ttnn.bfloat16: 2048, ttnn.float32: 4096, ttnn.bfloat8_b: 1088, ttnn.bfloat4_b: 576, ttnn.uint32: 4096}
+DTYPE_BYTES = {ttnn.bfloat16: 2, ttnn.float32: 4, ttnn.uint32: 4, ttnn.int32: 4, ttnn.uint16: 2, ttnn.uint8: 1}
+# Bytes of one 32x32 tile of every dtype ttnn can describe (ttnn.Tile((32,32)).get_tile_size(dtype) on a mock device;
+# bf8_b: 1024 mantissas + 64 shared exponents).
+TILE_BYTES = {
+    ttnn.bfloat16: 2048,
+    ttnn.float32: 4096,
+    ttnn.bfloat8_b: 1088,
+    ttnn.bfloat4_b: 576,
+    ttnn.uint32: 4096,
+    ttnn.int32: 4096,
+    ttnn.uint16: 2048,
+    ttnn.uint8: 1024,
+}
 
 
 @dataclass(frozen=True)

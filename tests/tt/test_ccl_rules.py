@@ -411,3 +411,20 @@ def test_fused_l1_as_ttnn_reported():
             check_fused_rms_minimal(**args)
         assert err.value.rule == "fused.l1_budget"
     assert got[1] == 966624
+
+
+@pytest.mark.parametrize(
+    "dtype", ["bfloat16", "float32", "bfloat8_b", "bfloat4_b", "int32", "uint32", "uint16", "uint8"]
+)
+@pytest.mark.parametrize("mesh_shape", [(1, 2), (1, 8)], ids=["n300", "t3k"])
+def test_all_gather_of_every_dtype_is_judged(dtype, mesh_shape):
+    """An all_gather of any dtype ttnn can describe is accepted or refused by a rule, never a KeyError of the L1
+    model's tables (ttnn runs an int32 gather over [1, 1, 32, 32] on mock N300 and T3000)."""
+    for memory_config in (ttnn.DRAM_MEMORY_CONFIG, ttnn.L1_MEMORY_CONFIG):
+        x = D((1, 1, 32, 32), dtype=getattr(ttnn, dtype), memory_config=memory_config)
+        try:
+            n = op_checks.check_all_gather(x, 3, mesh_shape=mesh_shape)
+        except RuleError:
+            assert dtype != "int32"  # ttnn runs the int32 gather: no rule may refuse it
+        else:
+            assert n == mesh_shape[1]
