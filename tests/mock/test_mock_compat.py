@@ -102,3 +102,14 @@ def test_gathering_a_sharded_decode_output_to_full_width_is_a_rule_not_a_tt_fata
     output gather into the per-device shard spec cannot hold 8192 columns; the rules say so before the norm runs."""
     rule, message = workers.run_isolated("t3k", _distributed_decode_on_t3k, timeout=600)
     assert rule is not None and rule.startswith(("memory_config.", "all_gather")), message
+
+
+@pytest.mark.parametrize("system, mode", [("t3k", "prefill"), ("galaxy", "decode"), ("galaxy", "prefill")])
+def test_bfloat8_b_activations(system, mode):
+    """tt-metal's decoders feed the norms bfloat8_b activations where the previous matmul writes them: the output
+    keeps the activation's dtype, per device as with bfloat16."""
+    first, _, _ = workers.run_isolated(
+        system, stand_ins.decoder_norm, mode, system == "galaxy", None, "bfloat8_b", timeout=600
+    )
+    n = 4 if system == "galaxy" else 1
+    assert first["dtype"] == "BFLOAT8_B" and first["shape"] == (1, 1, 32 if mode == "decode" else 128, DIM // n)

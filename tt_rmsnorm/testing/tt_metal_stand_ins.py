@@ -95,8 +95,9 @@ def decode_configs(mesh, width):
     return layouts.sharded_memory_config(shape, g), layouts.sharded_program_config(shape, g, compute_kernel_config=ck)
 
 
-def decoder_norm(mesh, mode, tg, distributed_modes=None):
-    """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns."""
+def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloat16"):
+    """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns, in
+    `activation_dtype`."""
     import torch
     import ttnn
 
@@ -125,7 +126,9 @@ def decoder_norm(mesh, mode, tg, distributed_modes=None):
     )
     layer = DistributedNorm(norm, args, tt_ccl, TG=tg)
     tokens = 32 if mode == "decode" else 128
-    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis)
+    x = tt_rmsnorm.shard_activation(
+        torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis, dtype=getattr(ttnn, activation_dtype)
+    )
     first = facts(layer(x, mode))
     second = facts(layer(x, mode))  # planned once: the second call runs the same plan
     return first, second, tt_ccl.calls
