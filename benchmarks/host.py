@@ -168,17 +168,7 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
             }
             raw = _raw_calls(path, plan, mesh, ccl, x, w, extra)
             best = _best({"package": package, "raw": raw}, calls, rounds)
-            rows.append(
-                {
-                    "system": system,
-                    "mesh": "x".join(map(str, mesh_shape)),
-                    "mode": f"{mode} T={tokens}",
-                    "hidden": hidden,
-                    "path": path,
-                    "package_us": best["package"] * 1e6,
-                    "raw_us": best["raw"] * 1e6,
-                }
-            )
+            rows.append(_row(system, mesh_shape, mode, tokens, hidden, path, best["package"], best["raw"]))
         rows += _modules(mesh, system, mode, tokens, ccl, calls, rounds)
     return rows
 

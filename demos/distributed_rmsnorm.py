@@ -125,18 +125,12 @@ def _emulate(x, w, n, plan, dtype):
     return out, tuple(stats.shape)
 
 
-def ttnn_local_shape(t) -> tuple:
-    import ttnn
-
-    return tuple(ttnn.get_device_tensors(t)[0].shape)
-
-
 def _on_hardware(x, w, axis, dtype, mesh_device, ccl):
     import tt_rmsnorm
 
     tx = tt_rmsnorm.shard_activation(x, mesh_device, cluster_axis=axis, dtype=_ttnn_dtype(dtype))
     tw = tt_rmsnorm.prepare_weight(w, mesh_device, cluster_axis=axis)
-    sharded = _decode(ttnn_local_shape(tx))
+    sharded = _decode(tuple(x.shape))  # one tile row or not: the rows decide, not the width
     y = tt_rmsnorm.distributed_rms_norm(
         tx, tw, mesh_device, epsilon=EPSILON, cluster_axis=axis, ccl=ccl, sharded=sharded
     )

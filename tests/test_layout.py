@@ -25,7 +25,7 @@ def _modules(*packages: str) -> dict[str, Path]:
     return {_module_name(f): f for p in packages for f in sorted((ROOT / p).rglob("*.py"))}
 
 
-def _imports(path: Path, known) -> list[tuple[str, list[str]]]:
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """(module, names) of every absolute import statement in the file, at module level or inside a function."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -42,7 +42,7 @@ def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         edges = set()
-        for module, names in _imports(path, modules):
+        for module, names in _imports(path):
             if module not in modules:
                 continue
             subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
@@ -146,7 +146,7 @@ def test_tests_import_no_benchmark_or_tool():
     imports = [
         (path.relative_to(ROOT), module)
         for path in sorted((ROOT / "tests").rglob("*.py"))
-        for module, _ in _imports(path, ())
+        for module, _ in _imports(path)
         if module.split(".")[0] in ("benchmarks", "tools")
     ]
     assert imports == []

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import ttnn
 
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc
+from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc, check_all_gather_async
 from tt_rmsnorm.topology import resolve_cluster_axis
 
 
@@ -124,7 +124,6 @@ class CCLResources:
         topology=None,
         num_links=None,
         model_ccl=None,
-        model_axis=None,
     ):
         if num_sets < 2:
             raise RuleError(
@@ -141,12 +140,12 @@ class CCLResources:
             check_topology(topology)
             self.links = replace(self.links, topology=topology, reason=f"{self.links.reason}; topology as given")
         self.model_ccl = model_ccl
-        # the axis the model's own calls name for this gather (its semaphore slot: tt-metal's norms pass none on a
+        # the axis as given is the one the model's own calls name (its semaphore slot: tt-metal's norms name none on a
         # 1-D mesh, 1 on Galaxy)
-        self.model_axis = model_axis
+        self.model_axis = cluster_axis
         if num_links is None and model_ccl is not None:
             # the model's own table (tt-metal's get_num_links); it says 0 where a system has no link to give
-            num_links = max(1, int(model_ccl.get_num_links(model_axis)))
+            num_links = max(1, int(model_ccl.get_num_links(cluster_axis)))
         if num_links is not None:
             self.links = replace(self.links, num_links=int(num_links), reason=f"{self.links.reason}; links as given")
         self.num_sets = num_sets
@@ -202,6 +201,21 @@ class CCLResources:
         self._buffers[key] = made = make()
         return made
 
+    def check_gather(self, x, memory_config, *, num_links, cluster_axis=None) -> None:
+        """The all_gather_async rules for gathering `x` (a tensor or its description) on dim 3 into `memory_config`
+        with this object's semaphores."""
+        gather, barrier, _ = semaphore_descs(self, None)
+        check_all_gather_async(
+            x,
+            3,
+            multi_device_global_semaphore=gather,
+            barrier_semaphore=barrier,
+            cluster_axis=cluster_axis,
+            mesh_shape=self.mesh_shape,
+            memory_config=memory_config,
+            num_links=num_links,
+        )
+
     def describe(self) -> str:
         topology = str(self.links.topology).rsplit(".", 1)[-1]
         return (
@@ -221,11 +235,11 @@ def forget_adopted(mesh_device=None) -> None:
         del _ADOPTED[key]
 
 
-def resources_for(ccl, mesh_device, cluster_axis, *, topology=None, model_axis="as given") -> CCLResources | None:
+def resources_for(ccl, mesh_device, cluster_axis, *, topology=None) -> CCLResources | None:
     """The CCLResources a call runs with: `ccl` itself, or resources adopted once from a model's CCL object (anything
     with MODEL_CCL_METHODS and `mesh_device`: tt-metal's TT_CCL), whose cycled gather and barrier semaphores and link
-    count the stats gather then uses; `model_axis` is the axis named in the calls on that object (`cluster_axis` as
-    given by default). Anything else is a RuleError naming what it lacks."""
+    count the stats gather then uses, named by `cluster_axis` as given (None on a 1-D mesh, as tt-metal's own calls).
+    Anything else is a RuleError naming what it lacks."""
     if ccl is None or isinstance(ccl, CCLResources):
         return ccl
     missing = [m for m in (*MODEL_CCL_METHODS, "mesh_device") if not hasattr(ccl, m)]
@@ -245,13 +259,9 @@ def resources_for(ccl, mesh_device, cluster_axis, *, topology=None, model_axis="
             f"{type(ccl).__name__} of another mesh_device",
             "pass the CCL object created for this mesh_device",
         )
-    if model_axis == "as given":
-        model_axis = cluster_axis
-    key = (id(ccl), cluster_axis, topology, model_axis)
+    key = (id(ccl), cluster_axis, topology)
     found = _ADOPTED.get(key)
     if found is None:
-        resources = CCLResources(
-            mesh_device, cluster_axis=cluster_axis, topology=topology, model_ccl=ccl, model_axis=model_axis
-        )
+        resources = CCLResources(mesh_device, cluster_axis=cluster_axis, topology=topology, model_ccl=ccl)
         found = _ADOPTED[key] = (ccl, resources)
     return found[1]

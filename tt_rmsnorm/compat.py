@@ -17,7 +17,6 @@ from pathlib import Path
 import ttnn
 
 from tt_rmsnorm import ccl, distributed, module
-from tt_rmsnorm.rules import ccl_checks
 from tt_rmsnorm.tensors import describe
 from tt_rmsnorm.topology import resolve_cluster_axis
 
@@ -73,8 +72,10 @@ class RMSNorm:
         self._policy = module.distribution_policy(is_distributed if is_distributed is not None else False, 1)
         ccl.check_topology(ccl_topology)
         mesh_shape = tuple(device.shape)
-        # tt-metal splits the distributed weight over mesh dim 1 (ShardTensor2dMesh dims (None, 2)): the columns.
-        self.cluster_axis, self.num_devices = resolve_cluster_axis(mesh_shape, 1 if len(mesh_shape) == 2 else None)
+        # tt-metal splits the distributed weight over mesh dim 1 (ShardTensor2dMesh dims (None, 2)): the columns, which
+        # a 1-D mesh gathers over unnamed (as tt-metal's calls on it)
+        axis = 1 if mesh_shape[0] > 1 else None
+        self.cluster_axis, self.num_devices = resolve_cluster_axis(mesh_shape, axis)
         name = module.weight_name(weight_key, layer_num, state_dict_prefix)
         torch_weight = module.state_dict_weight(state_dict, name, dim)
         if add_unit_offset:
@@ -88,26 +89,17 @@ class RMSNorm:
             self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
             if self.num_devices > 1:
                 self._ccl = (
-                    ccl.resources_for(
-                        tt_ccl,
-                        device,
-                        self.cluster_axis,
-                        topology=ccl_topology,
-                        model_axis=None if mesh_shape[0] == 1 else self.cluster_axis,
-                    )
+                    ccl.resources_for(tt_ccl, device, axis, topology=ccl_topology)
                     if tt_ccl is not None
-                    else ccl.CCLResources(device, cluster_axis=self.cluster_axis, topology=ccl_topology)
+                    else ccl.CCLResources(device, cluster_axis=axis, topology=ccl_topology)
                 )
         self._local = module.LocalNorm(device)
         self._widths = module.InputWidths(dim, self.num_devices)
 
-    def _distributed(self, mode) -> bool:
-        return bool(self._policy(mode))
-
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
         program_config = self.sharded_program_config if in_sharded else None
         memory_config = self.sharded_output_config if out_sharded else None
-        if self._distributed(mode) and self.num_devices > 1:
+        if self._policy(mode) and self.num_devices > 1:
             self._widths.check(x, distributed=True)
             out = distributed.distributed_rms_norm(
                 x,
@@ -183,23 +175,10 @@ class DistributedNorm:
             )
             self._tg_ccl = ccl.resources_for(tt_ccl, mesh, 1)
 
-    def _check_gather(self, x, memory_config):
-        """The all_gather_async rules for gathering `x` (a tensor or its description) into `memory_config`."""
-        semaphores, barrier, _ = ccl.semaphore_descs(self._gather_ccl, None)
-        ccl_checks.check_all_gather_async(
-            x,
-            3,
-            multi_device_global_semaphore=semaphores,
-            barrier_semaphore=barrier,
-            mesh_shape=self._gather_ccl.mesh_shape,
-            memory_config=memory_config,
-            num_links=1,
-        )
-
     def _gather(self, x, memory_config):
         """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers; its rules
         are checked first (a gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL)."""
-        self._check_gather(x, memory_config)
+        self._gather_ccl.check_gather(x, memory_config, num_links=1)
         semaphores, barrier = self._gather_ccl.next_gather()
         return ttnn.experimental.all_gather_async(
             x,
@@ -237,7 +216,7 @@ class DistributedNorm:
             # the output gather is judged before the norm runs: the norm's output has x's shape and dtype, in the
             # norm's sharded output config for decode and x's memory config for prefill
             out_mc = self.norm.sharded_output_config if decode else x.memory_config()
-            self._check_gather(replace(describe(x), memory_config=out_mc), out_mc)
+            self._gather_ccl.check_gather(replace(describe(x), memory_config=out_mc), out_mc, num_links=1)
         x = self.norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
         if gather_output:
             x = self._gather(x, x.memory_config())

@@ -201,7 +201,7 @@ def _plan(
             raise RuleError(rule, message, type(t).__name__, fix)
     mesh_shape = tuple(mesh_device.shape)
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
-    ccl = resources_for(ccl, mesh_device, axis)
+    ccl = resources_for(ccl, mesh_device, cluster_axis)
     if ccl is not None and (ccl.mesh_device is not mesh_device or ccl.cluster_axis != axis):
         raise RuleError(
             "ccl.mesh_axis",

@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 import ttnn
 
-from tt_rmsnorm import ccl, distributed, topology
+from tt_rmsnorm import distributed, topology
 from tt_rmsnorm.ccl import CCLResources
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts, paths, planner
-from tt_rmsnorm.rules import ccl_checks, op_checks
+from tt_rmsnorm.rules import op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
@@ -175,31 +175,24 @@ class InputWidths:
         spec = (x.spec, distributed)
         if spec in self._seen:
             return
-        if distributed:
-            check_input_width(x, self.dim // self.num_devices, "distributed", self.dim, self.num_devices)
-        else:
-            check_input_width(x, self.dim, "replicated", self.dim, self.num_devices)
+        width = self.dim // self.num_devices if distributed else self.dim
+        seen = tuple(x.shape)[-1]
+        if seen != width:
+            kind = "distributed" if distributed else "replicated"
+            fix = (
+                "shard the activation over the gather axis (tt_rmsnorm.shard_activation), or make the mode replicated"
+                if distributed
+                else "gather the fractured activation to full width first, or make the mode distributed"
+            )
+            raise RuleError(
+                "module.input_width",
+                f"a {kind} norm of dim {self.dim} on {self.num_devices} devices takes inputs {width} wide per device",
+                f"width {seen}",
+                fix,
+            )
         if len(self._seen) >= 64:
             self._seen.pop(0)
         self._seen.append(spec)
-
-
-def check_input_width(x, width: int, kind: str, dim: int, num_devices: int) -> None:
-    """A norm's input must be as wide as the norm runs it: `dim` replicated, `dim / n` where distributed."""
-    seen = tuple(x.shape)[-1]
-    if seen == width:
-        return
-    fix = (
-        "gather the fractured activation to full width first, or make the mode distributed (is_distributed)"
-        if kind == "replicated"
-        else "shard the activation over the gather axis (tt_rmsnorm.shard_activation), or make the mode replicated"
-    )
-    raise RuleError(
-        "module.input_width",
-        f"a {kind} norm of dim {dim} on {num_devices} devices takes inputs {width} wide per device",
-        f"width {seen}",
-        fix,
-    )
 
 
 class LocalNorm:
@@ -313,7 +306,12 @@ class DistributedRMSNorm:
                 # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
                 out_mc = self._output_memory_config(mode) or x.memory_config()
                 gathered_mc = gathered_memory_config(out_mc, self.num_devices)
-                self._check_gather(replace(describe(x), memory_config=out_mc), gathered_mc)
+                self.ccl.check_gather(
+                    replace(describe(x), memory_config=out_mc),
+                    gathered_mc,
+                    cluster_axis=self.cluster_axis,
+                    num_links=self.ccl.links.num_links,
+                )
             out = distributed.distributed_rms_norm(
                 x,
                 self.weight_distributed,
@@ -330,19 +328,6 @@ class DistributedRMSNorm:
         return self._local(x, residual, mode)
 
     __call__ = forward
-
-    def _check_gather(self, y, memory_config):
-        semaphores, barrier, _ = ccl.semaphore_descs(self.ccl, None)
-        ccl_checks.check_all_gather_async(
-            y,
-            3,
-            multi_device_global_semaphore=semaphores,
-            barrier_semaphore=barrier,
-            cluster_axis=self.cluster_axis,
-            mesh_shape=tuple(self.mesh_device.shape),
-            memory_config=memory_config,
-            num_links=self.ccl.links.num_links,
-        )
 
     def _gathered(self, out, memory_config):
         """All-gather the output slices along the axis (trace-safe: the CCL resources' cycled semaphores)."""

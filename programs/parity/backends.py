@@ -152,6 +152,11 @@ class Torch(Backend):
         return Limit(rows, x[rows] * 0.0, TORCH_OVERFLOW) if bool(rows.any()) else None
 
 
+def tt_sharded(shape):
+    """The `sharded=` the runner passes for an activation of `shape`: True for one tile row (the rows decide)."""
+    return True if tt_layout(shape) == "sharded" else None
+
+
 def tt_layout(per_device_shape) -> str:
     """The TT layout the runner asks the package for, for this per-device shape (tt_rmsnorm.planning.layouts'
     choose_layout rule, importable where ttnn is missing): sharded only for one tile row, as decode keeps it in L1."""
@@ -329,7 +334,7 @@ class TTNNHardware(Backend):
         tx = tt_rmsnorm.shard_activation(t.x.to(torch.bfloat16), mesh)
         tw = tt_rmsnorm.prepare_weight(t.effective_weight().to(torch.bfloat16), mesh)
         # one tile row asks for the sharded layout (decode activations live in L1), as tt_layout says
-        sharded = True if tt_layout(case.per_device_shape) == "sharded" else None
+        sharded = tt_sharded(case.per_device_shape)
         y = tt_rmsnorm.distributed_rms_norm(tx, tw, mesh, epsilon=case.epsilon, sharded=sharded)
         out = tt_rmsnorm.gather_output(y, mesh)
         return out, f"ttnn-hardware (1x{case.num_devices} mesh, {tt_layout(case.per_device_shape)})"
@@ -357,10 +362,7 @@ def mock_acceptance(mesh, shape, epsilon) -> dict:
     w = torch.ones(shape[-1], dtype=torch.bfloat16)
     tx = devices.shard_activation(x, mesh)
     tw = devices.prepare_weight(w, mesh)
-    local = tuple(ttnn.get_device_tensors(tx)[0].shape)
-    y = distributed.distributed_rms_norm(
-        tx, tw, mesh, epsilon=epsilon, sharded=True if tt_layout(local) == "sharded" else None
-    )
+    y = distributed.distributed_rms_norm(tx, tw, mesh, epsilon=epsilon, sharded=tt_sharded(shape))
     outs = ttnn.get_device_tensors(y)
     return {
         "devices": len(outs),

@@ -180,14 +180,8 @@ def _one_device_on_the_axis(mesh, mode, weight_dtype):
     norm = tt_rmsnorm.DistributedRMSNorm(
         mesh, DIM, _state_dict(), "ffn_norm", layer_num=1, cluster_axis=0, weight_dtype=getattr(ttnn, weight_dtype)
     )
-    tokens = 32 if mode == "decode" else 128
-    x = ttnn.from_torch(
-        torch.randn(1, 1, tokens, DIM),
-        dtype=ttnn.bfloat16,
-        layout=ttnn.TILE_LAYOUT,
-        device=mesh,
-        mesh_mapper=ttnn.ReplicateTensorToMesh(mesh),
-    )
+    # axis 0 of a 1x8 mesh holds one device: the activation is full width on every device
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 32 if mode == "decode" else 128, DIM), mesh, cluster_axis=0)
     y = norm(x, mode)
     return tuple(ttnn.get_device_tensors(y)[0].shape), str(norm.weight.layout), str(norm._weight_interleaved().layout)
 
