@@ -76,29 +76,88 @@ def _raw_calls(path: str, plan, mesh, ccl, x, w, extra: dict):
     return lambda: ttnn.rms_norm(x, epsilon=1e-5, weight=w, program_config=pc, compute_kernel_config=ck)
 
 
-def _tt_metal_rmsnorm(mesh, tt_ccl, x, w, ck, topology):
-    """tt-metal's RMSNorm._distributed_rmsnorm as models/common/rmsnorm.py writes it: pre -> all_gather_async (the
-    model CCL's cycled semaphores, DRAM) -> post."""
+def _tt_metal_decoder_norm(mode: str, tg: bool, layer, x):
+    """tt_transformers' DistributedNorm.forward as tt-metal writes it (models/tt_transformers/tt/distributed_norm.py
+    with models/common/rmsnorm.py and tt_transformers' ccl.py), on the compat layer's own weights and the model CCL
+    stand-in: the raw ttnn sequence the compat call stands for."""
     import ttnn
 
-    def run():
-        stats = ttnn.rms_norm_pre_all_gather(x, compute_kernel_config=ck, dtype=ttnn.bfloat16)
-        stats = ttnn.experimental.all_gather_async(
-            stats,
+    norm, args, tt_ccl = layer.norm, layer.args, layer.tt_ccl
+    ck, topology = norm.compute_kernel_config_hifi2, args.ccl_topology()
+    ring = {"chunks_per_sync": 10, "num_workers_per_link": 2, "num_buffers_per_channel": 2}
+
+    def gather(t, memory_config, axis=None, num_links=1, topology=topology):
+        kw = {} if axis is None else {"cluster_axis": axis}
+        return ttnn.experimental.all_gather_async(
+            t,
             persistent_output_buffer=None,
             dim=3,
-            multi_device_global_semaphore=tt_ccl.get_and_cycle_ag_semaphore_handles(),
-            num_links=1,
+            multi_device_global_semaphore=tt_ccl.get_and_cycle_ag_semaphore_handles(axis),
+            num_links=num_links,
             topology=topology,
-            memory_config=ttnn.DRAM_MEMORY_CONFIG,
-            barrier_semaphore=tt_ccl.get_and_cycle_barrier_semaphore_handle(),
-            chunks_per_sync=10,
-            num_workers_per_link=2,
-            num_buffers_per_channel=2,
+            memory_config=memory_config,
+            barrier_semaphore=tt_ccl.get_and_cycle_barrier_semaphore_handle(axis),
+            **kw,
+            **ring,
         )
-        out = ttnn.rms_norm_post_all_gather(x, stats, epsilon=1e-5, weight=w, compute_kernel_config=ck)
-        stats.deallocate(True)
-        return out
+
+    if tg and mode == "decode":  # tt_sharded_distributed_rmsnorm
+        stats_mc = ttnn.create_sharded_memory_config(
+            shape=[1, 1, 32, 32 * 4], core_grid=ttnn.CoreGrid(y=1, x=1), strategy=ttnn.ShardStrategy.WIDTH
+        )
+
+        def run():
+            h = ttnn.to_memory_config(x, memory_config=layer.gather_in_mem_cfg)
+            stats = ttnn.rms_norm_pre_all_gather(h, program_config=layer.ln_prg_cfg)
+            stats = gather(stats, stats_mc, axis=1, num_links=tt_ccl.get_num_links(1), topology=ttnn.Topology.Linear)
+            out = ttnn.rms_norm_post_all_gather(
+                h, epsilon=norm.eps, weight=norm.weight_distributed, program_config=layer.ln_prg_cfg, stats=stats
+            )
+            stats.deallocate(True)
+            return out
+
+        return run
+    if tg:  # tt_distributed_rmsnorm
+
+        def run():
+            stats = ttnn.rms_norm_pre_all_gather(x, compute_kernel_config=layer.ln_cfg, dtype=ttnn.bfloat16)
+            stats = ttnn.reshape(stats, ttnn.Shape((1, 1, x.shape[-2], 32)))
+            stats = ttnn.to_memory_config(stats, ttnn.DRAM_MEMORY_CONFIG)
+            gathered = gather(stats, ttnn.DRAM_MEMORY_CONFIG, axis=1, num_links=tt_ccl.get_num_links(1))
+            stats.deallocate(True)
+            out = ttnn.rms_norm_post_all_gather(
+                x, gathered, epsilon=norm.eps, weight=norm.weight_distributed, compute_kernel_config=layer.ln_cfg
+            )
+            gathered.deallocate(True)
+            return out
+
+        return run
+    decode = mode == "decode"
+    input_mc = norm.sharded_output_config if decode else ttnn.DRAM_MEMORY_CONFIG
+    distributed = args.is_distributed_norm(mode)
+
+    def rmsnorm(h):  # RMSNorm.forward(h, mode, in_sharded=decode, out_sharded=decode)
+        if distributed:
+            stats = ttnn.rms_norm_pre_all_gather(h, compute_kernel_config=ck, dtype=ttnn.bfloat16)
+            stats = gather(stats, ttnn.DRAM_MEMORY_CONFIG)
+            out = ttnn.rms_norm_post_all_gather(
+                h, stats, epsilon=norm.eps, weight=norm.weight_distributed, compute_kernel_config=ck
+            )
+            stats.deallocate(True)
+            return out
+        return ttnn.rms_norm(
+            h,
+            epsilon=norm.eps,
+            weight=norm.weight,
+            program_config=norm.sharded_program_config if decode else None,
+            memory_config=norm.sharded_output_config if decode else None,
+            compute_kernel_config=ck,
+        )
+
+    def run():
+        h = gather(x, input_mc) if args.is_multichip and not distributed else ttnn.to_memory_config(x, input_mc)
+        out = rmsnorm(h)
+        return gather(out, out.memory_config()) if distributed else out
 
     return run
 
@@ -175,14 +234,15 @@ def measure(mesh, system: str, calls: int, rounds: int) -> list[dict]:
 
 def _modules(mesh, system: str, mode: str, tokens: int, ccl, calls: int, rounds: int) -> list[dict]:
     """The module forms of the same call against the ttnn calls they stand for: DistributedRMSNorm against the raw
-    calls of the path it takes, and compat.RMSNorm's distributed prefill against tt-metal's RMSNorm sequence."""
+    calls of the path it takes, and compat.DistributedNorm (tt_transformers' decoder norm as a model builds it) against
+    the ttnn sequence tt-metal's DistributedNorm makes for the same call."""
     import torch
     import ttnn
 
     import tt_rmsnorm
-    from tt_rmsnorm import compat, devices
+    from tt_rmsnorm import devices
     from tt_rmsnorm.planning import planner
-    from tt_rmsnorm.testing.tt_metal_stand_ins import ModelCCL
+    from tt_rmsnorm.testing import tt_metal_stand_ins as stand_ins
 
     mesh_shape = tuple(mesh.shape)
     axis = 1 if mesh_shape[0] > 1 else None
@@ -224,15 +284,11 @@ def _modules(mesh, system: str, mode: str, tokens: int, ccl, calls: int, rounds:
     rows.append(
         _row(system, mesh_shape, mode, tokens, hidden, f"DistributedRMSNorm ({plan.name})", best["module"], best["raw"])
     )
-    if n > 1 and mode == "prefill" and axis is None:
-        tt_ccl = ModelCCL(mesh)
-        tm = compat.RMSNorm(mesh, hidden, sd, "norm", is_distributed=lambda m: True, tt_ccl=tt_ccl)
-        x = devices.shard_activation(torch.randn(1, 1, tokens, hidden), mesh)
-        raw = _tt_metal_rmsnorm(mesh, tt_ccl, x, tm.weight_distributed, tm.compute_kernel_config_hifi2, tm.ccl_topology)
-        best = _best({"compat": lambda: tm(x, mode), "raw": raw}, calls, rounds)
-        rows.append(
-            _row(system, mesh_shape, mode, tokens, hidden, "compat.RMSNorm vs tt-metal's", best["compat"], best["raw"])
-        )
+    tg = system == "galaxy"
+    layer, _, _, _ = stand_ins.decoder_norm_module(mesh, tg, dim=hidden)
+    x = stand_ins.decoder_input(mesh, mode, tg, dim=hidden)
+    best = _best({"compat": lambda: layer(x, mode), "raw": _tt_metal_decoder_norm(mode, tg, layer, x)}, calls, rounds)
+    rows.append(_row(system, mesh_shape, mode, tokens, hidden, "compat.DistributedNorm", best["compat"], best["raw"]))
     return rows
 
 

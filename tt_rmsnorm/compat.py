@@ -36,6 +36,8 @@ class RMSNorm:
     `is_distributed`: None or False, never distributed; a callable of the mode, the policy per mode. `tt_ccl`: the
     model's CCL object (its cycled semaphores and link counts are used); without one, the module creates its own
     `CCLResources` at construction, before any trace. `ccl_topology`: the stats gather's topology (Ring or Linear).
+    A call is planned and checked once per signature (mode, in_sharded, out_sharded, the policy's answer, x's spec);
+    setting an attribute (`sharded_program_config`, `eps`, ...) plans again.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class RMSNorm:
         ccl_topology=ttnn.Topology.Ring,
         tt_ccl=None,
     ):
+        self._calls = module.PlannedCalls()
         self.device = device
         self.dim = dim
         self.eps = eps
@@ -94,16 +97,32 @@ class RMSNorm:
                     else ccl.CCLResources(device, cluster_axis=axis, topology=ccl_topology)
                 )
         self._local = module.LocalNorm(device)
-        self._widths = module.InputWidths(dim, self.num_devices)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name != "_calls":
+            self._calls.calls.forget()
 
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
+        key = (mode, in_sharded, out_sharded, self._policy(mode))
+        call = self._calls.find(key, x, None)
+        if call is None:
+            call = self._calls.remember(key, x, None, self._plan(x, mode, in_sharded, out_sharded))
+        return call(x)
+
+    def _plan(self, x, mode, in_sharded, out_sharded):
+        """The call for this signature, its rules checked: tt-metal's program and output configs where the input and
+        output are sharded, the distributed norm or the replicated rms_norm, then `sharded_to_interleaved` where a
+        sharded input gives an interleaved output."""
         program_config = self.sharded_program_config if in_sharded else None
         memory_config = self.sharded_output_config if out_sharded else None
-        if self._policy(mode) and self.num_devices > 1:
-            self._widths.check(x, distributed=True)
-            out = distributed.distributed_rms_norm(
+        distributed_mode = self._policy(mode) and self.num_devices > 1
+        module.check_input_width(x, self.dim, self.num_devices, distributed=distributed_mode)
+        if distributed_mode:
+            w = self.weight_distributed
+            plan = distributed.planned_call(
                 x,
-                self.weight_distributed,
+                w,
                 self.device,
                 epsilon=self.eps,
                 cluster_axis=self.cluster_axis,
@@ -113,19 +132,18 @@ class RMSNorm:
                 ccl=self._ccl,
             )
         else:
-            self._widths.check(x, distributed=False)
-            weight = self.weight if x.is_sharded() else self._weight_interleaved()
-            out = self._local(
+            w = self.weight if x.is_sharded() else self._weight_interleaved()
+            plan = self._local.plan(
                 x,
-                weight,
+                w,
                 epsilon=self.eps,
                 memory_config=memory_config,
                 program_config=program_config,
                 compute_kernel_config=self.compute_kernel_config_hifi2,
             )
         if in_sharded and not out_sharded:
-            return ttnn.sharded_to_interleaved(out)
-        return out
+            return lambda x: ttnn.sharded_to_interleaved(plan.run(x, w, None))
+        return lambda x: plan.run(x, w, None)
 
     __call__ = forward
 
@@ -141,6 +159,7 @@ class DistributedNorm:
     """
 
     def __init__(self, norm, args, tt_ccl, TG=False, force_interleaved_norm=False):  # noqa: N803 (tt-metal's name)
+        self._calls = module.PlannedCalls()
         self.norm = norm
         self.args = args
         self.tt_ccl = tt_ccl
@@ -175,10 +194,14 @@ class DistributedNorm:
             )
             self._tg_ccl = ccl.resources_for(tt_ccl, mesh, 1)
 
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name != "_calls":
+            self._calls.calls.forget()
+
     def _gather(self, x, memory_config):
-        """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers; its rules
-        are checked first (a gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL)."""
-        self._gather_ccl.check_gather(x, memory_config, num_links=1)
+        """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers (its rules are
+        checked when the call is planned: `_check_gather`)."""
         semaphores, barrier = self._gather_ccl.next_gather()
         return ttnn.experimental.all_gather_async(
             x,
@@ -194,51 +217,82 @@ class DistributedNorm:
             num_buffers_per_channel=2,
         )
 
+    def _check_gather(self, x, memory_config) -> None:
+        """A gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL."""
+        self._gather_ccl.check_gather(x, memory_config, num_links=1)
+
     def forward(self, x, mode):
-        if self.TG:
-            return self._tg(x, mode)
-        distributed_mode = self.args.is_distributed_norm(mode)
-        decode = mode == "decode"
-        if self.force_interleaved_norm:
-            if self.args.is_multichip and not distributed_mode:
-                x = self._gather(x, ttnn.DRAM_MEMORY_CONFIG)
-            else:
-                x = ttnn.to_memory_config(x, ttnn.DRAM_MEMORY_CONFIG)
-            x = self.norm(x, mode=mode, in_sharded=False, out_sharded=False)
-            return ttnn.to_memory_config(x, self.norm.sharded_output_config) if decode else x
-        input_mem_cfg = self.norm.sharded_output_config if decode else ttnn.DRAM_MEMORY_CONFIG
-        if self.args.is_multichip and not distributed_mode:
-            x = self._gather(x, input_mem_cfg)
-        elif x.memory_config() != input_mem_cfg:
-            x = ttnn.to_memory_config(x, input_mem_cfg)
-        gather_output = distributed_mode and self.args.is_multichip
-        if gather_output:
-            # the output gather is judged before the norm runs: the norm's output has x's shape and dtype, in the
-            # norm's sharded output config for decode and x's memory config for prefill
-            out_mc = self.norm.sharded_output_config if decode else x.memory_config()
-            self._gather_ccl.check_gather(replace(describe(x), memory_config=out_mc), out_mc, num_links=1)
-        x = self.norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
-        if gather_output:
-            x = self._gather(x, x.memory_config())
-        return x
+        # the norm's output config is part of the signature: a decode call binds it
+        key = (mode, self.args.is_distributed_norm(mode), id(self.norm.sharded_output_config))
+        call = self._calls.find(key, x, None)
+        if call is None:
+            call = self._calls.remember(key, x, None, self._plan(x, mode))
+        return call(x)
 
     __call__ = forward
+
+    def _plan(self, x, mode):
+        """The call for this signature, every gather's rules checked before it runs: the input gathered to full width
+        (a mode that is not distributed on a multichip mesh) or moved to where the norm reads it, the norm, and the
+        output gathered (a distributed mode)."""
+        if self.TG:
+            return self._tg(x, mode)
+        norm, decode = self.norm, mode == "decode"
+        distributed_mode = self.args.is_distributed_norm(mode)
+        gather_input = self.args.is_multichip and not distributed_mode
+        if self.force_interleaved_norm:
+            mc = ttnn.DRAM_MEMORY_CONFIG
+            if gather_input:
+                self._check_gather(x, mc)
+            out_mc = norm.sharded_output_config if decode else None
+
+            def run(x):
+                x = self._gather(x, mc) if gather_input else ttnn.to_memory_config(x, mc)
+                x = norm(x, mode=mode, in_sharded=False, out_sharded=False)
+                return x if out_mc is None else ttnn.to_memory_config(x, out_mc)
+
+            return run
+        input_mc = norm.sharded_output_config if decode else ttnn.DRAM_MEMORY_CONFIG
+        move = not gather_input and x.memory_config() != input_mc
+        if gather_input:
+            self._check_gather(x, input_mc)
+        gather_output = distributed_mode and self.args.is_multichip
+        if gather_output:
+            # the norm's output has x's shape and dtype, in the norm's sharded output config for decode and x's
+            # (DRAM) memory config for prefill; it is gathered into the same config
+            self._check_gather(replace(describe(x), memory_config=input_mc), input_mc)
+
+        def run(x):
+            if gather_input:
+                x = self._gather(x, input_mc)
+            elif move:
+                x = ttnn.to_memory_config(x, input_mc)
+            x = norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
+            return self._gather(x, input_mc) if gather_output else x
+
+        return run
 
     def _tg(self, x, mode):
         """Both modes distributed over the mesh columns: decode on tt-metal's TG grid and program config, prefill
         interleaved with its TG compute config (HiFi2, no fp32 accumulation)."""
+        module.check_input_width(x, self.args.dim, 4, distributed=True)
         if mode == "decode":
-            if x.memory_config() != self.gather_in_mem_cfg:
-                x = ttnn.to_memory_config(x, self.gather_in_mem_cfg)
+            mc = self.gather_in_mem_cfg if x.memory_config() != self.gather_in_mem_cfg else None
             configs = {"program_config": self.ln_prg_cfg}
         else:
-            configs = {"compute_kernel_config": self.ln_cfg}
-        return distributed.distributed_rms_norm(
-            x,
-            self.norm.weight_distributed,
-            self.args.mesh_device,
-            epsilon=self.norm.eps,
-            cluster_axis=1,
-            ccl=self._tg_ccl,
-            **configs,
-        )
+            mc, configs = None, {"compute_kernel_config": self.ln_cfg}
+        w = self.norm.weight_distributed
+        planned = []  # the plan of the moved input's signature, planned at the first call
+
+        def run(x):
+            if mc is not None:
+                x = ttnn.to_memory_config(x, mc)
+            if not planned:
+                planned.append(
+                    distributed.planned_call(
+                        x, w, self.args.mesh_device, epsilon=self.norm.eps, cluster_axis=1, ccl=self._tg_ccl, **configs
+                    )
+                )
+            return planned[0].run(x, w, None)
+
+        return run

@@ -13,6 +13,7 @@ from loguru import logger
 
 from tt_rmsnorm.ccl import resources_for
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.plan_cache import PlanCache
 from tt_rmsnorm.planning import paths, planner
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
@@ -63,34 +64,14 @@ def plan_distributed_rms_norm(
     )
 
 
-# Plans by call signature. ttnn's specs and shapes compare by content but hash by identity, so the hashable part of a
-# signature (mesh, x's memory config, the call's arguments, the CCL resources) picks a bucket and the tensor specs are
-# compared within it. The key holds the mesh and the CCL resources themselves, so neither can be collected and its id
-# reused while a plan refers to it; `close_mesh` drops the mesh's plans.
-_PLANS: dict[tuple, list] = {}
-
-
-MAX_KEYS = 256
-
-
-MAX_PLANS_PER_KEY = 64
+# Plans by call signature. The key holds the mesh and the CCL resources themselves, so neither can be collected and its
+# id reused while a plan refers to it; `close_mesh` drops the mesh's plans.
+_PLANS = PlanCache()
 
 
 def forget_plans(mesh_device=None) -> None:
     """Drop the cached plans of `mesh_device` (of every mesh when None)."""
-    for key in [k for k in _PLANS if mesh_device is None or k[0] is mesh_device]:
-        del _PLANS[key]
-
-
-def _remember(key, specs, plan) -> None:
-    bucket = _PLANS.get(key)
-    if bucket is None:
-        if len(_PLANS) >= MAX_KEYS:
-            del _PLANS[next(iter(_PLANS))]
-        bucket = _PLANS[key] = []
-    if len(bucket) >= MAX_PLANS_PER_KEY:
-        bucket.pop(0)
-    bucket.append((specs, plan))
+    _PLANS.forget(None if mesh_device is None else (lambda key: key[0] is not mesh_device))
 
 
 def distributed_rms_norm(
@@ -120,16 +101,44 @@ def distributed_rms_norm(
     in place on every path (the residual stream, as tt-metal's decode updates it), normalized, and `(output, residual)`
     is returned; x is never written. The output has x's memory config unless `memory_config` says otherwise.
     """
+    return planned_call(
+        x,
+        w,
+        mesh_device,
+        epsilon=epsilon,
+        cluster_axis=cluster_axis,
+        residual=residual,
+        memory_config=memory_config,
+        compute_kernel_config=compute_kernel_config,
+        program_config=program_config,
+        dtype=dtype,
+        sharded=sharded,
+        path=path,
+        ccl=ccl,
+    ).run(x, w, residual)
+
+
+def planned_call(
+    x,
+    w,
+    mesh_device,
+    *,
+    epsilon: float,
+    cluster_axis=None,
+    residual=None,
+    memory_config=None,
+    compute_kernel_config=None,
+    program_config=None,
+    dtype=None,
+    sharded=None,
+    path: str = "auto",
+    ccl=None,
+) -> paths.PathPlan:
+    """The checked plan `distributed_rms_norm` runs for these arguments: from the cache when the signature was
+    planned before, else planned and checked in full before any device work, then cached."""
     try:
-        specs = (
-            x.spec,
-            x.storage_type(),
-            None if w is None else (w.spec, w.storage_type()),
-            None if residual is None else (residual.spec, residual.storage_type()),
-        )
         key = (
             mesh_device,
-            x.memory_config(),
             epsilon,
             cluster_axis,
             path,
@@ -140,9 +149,9 @@ def distributed_rms_norm(
             None if program_config is None else planner.config_key(program_config),
             ccl,
         )
-        for seen, plan in _PLANS.get(key, ()):
-            if seen == specs:
-                return plan.run(x, w, residual)
+        plan = _PLANS.find(key, x, w, residual)
+        if plan is not None:
+            return plan
     except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable argument: check (and fail) in full
         key = None
     plan = _plan(
@@ -161,8 +170,8 @@ def distributed_rms_norm(
         ccl,
     )
     if key is not None:
-        _remember(key, specs, plan)
-    return plan.run(x, w, residual)
+        _PLANS.remember(key, x, w, residual, plan)
+    return plan
 
 
 # (rule, message, fix) for x, w and residual when they are not ttnn tensors.

@@ -18,6 +18,7 @@ import ttnn
 from tt_rmsnorm import distributed, topology
 from tt_rmsnorm.ccl import CCLResources
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.plan_cache import PlanCache
 from tt_rmsnorm.planning import layouts, paths, planner
 from tt_rmsnorm.rules import op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
@@ -163,36 +164,23 @@ class WeightLoader:
         )
 
 
-class InputWidths:
-    """The widths a norm takes: `dim` replicated, `dim / n` where distributed. A spec passes once and is remembered
-    (reading a ttnn tensor's shape costs a few microseconds a call; comparing its spec a fraction of one)."""
-
-    def __init__(self, dim: int, num_devices: int):
-        self.dim, self.num_devices = dim, num_devices
-        self._seen: list = []
-
-    def check(self, x, distributed: bool) -> None:
-        spec = (x.spec, distributed)
-        if spec in self._seen:
-            return
-        width = self.dim // self.num_devices if distributed else self.dim
-        seen = tuple(x.shape)[-1]
-        if seen != width:
-            kind = "distributed" if distributed else "replicated"
-            fix = (
-                "shard the activation over the gather axis (tt_rmsnorm.shard_activation), or make the mode replicated"
-                if distributed
-                else "gather the fractured activation to full width first, or make the mode distributed"
-            )
-            raise RuleError(
-                "module.input_width",
-                f"a {kind} norm of dim {self.dim} on {self.num_devices} devices takes inputs {width} wide per device",
-                f"width {seen}",
-                fix,
-            )
-        if len(self._seen) >= 64:
-            self._seen.pop(0)
-        self._seen.append(spec)
+def check_input_width(x, dim: int, num_devices: int, distributed: bool) -> None:
+    """The widths a norm takes: `dim` replicated, `dim / n` where distributed."""
+    width = dim // num_devices if distributed else dim
+    seen = tuple(x.shape)[-1]
+    if seen != width:
+        kind = "distributed" if distributed else "replicated"
+        fix = (
+            "shard the activation over the gather axis (tt_rmsnorm.shard_activation), or make the mode replicated"
+            if distributed
+            else "gather the fractured activation to full width first, or make the mode distributed"
+        )
+        raise RuleError(
+            "module.input_width",
+            f"a {kind} norm of dim {dim} on {num_devices} devices takes inputs {width} wide per device",
+            f"width {seen}",
+            fix,
+        )
 
 
 class LocalNorm:
@@ -200,23 +188,20 @@ class LocalNorm:
 
     def __init__(self, mesh_device):
         self.mesh_device = mesh_device
-        self._plans: list = []
+        self.plans = PlanCache()
 
-    def __call__(
+    def plan(
         self, x, weight, residual=None, *, epsilon, memory_config=None, program_config=None, compute_kernel_config=None
-    ):
+    ) -> paths.PathPlan:
         key = (
-            x.spec,
-            x.storage_type(),
-            None if residual is None else residual.spec,
-            weight.spec,
+            epsilon,
             memory_config,
             None if program_config is None else planner.config_key(program_config),
             None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
         )
-        for seen, plan in self._plans:
-            if seen == key:
-                return plan.run(x, weight, residual)
+        plan = self.plans.find(key, x, weight, residual)
+        if plan is not None:
+            return plan
         grid = self.mesh_device.compute_with_storage_grid_size()
         call = paths.Call(epsilon=epsilon, memory_config=memory_config, mesh_shape=tuple(self.mesh_device.shape))
         plan = planner.plan_call(
@@ -231,8 +216,33 @@ class LocalNorm:
             program_config=planner.copy_config(program_config),
             compute_kernel_config=planner.copy_config(compute_kernel_config),
         )
-        self._plans.append((key, plan))
-        return plan.run(x, weight, residual)
+        self.plans.remember(key, x, weight, residual, plan)
+        return plan
+
+    def __call__(self, x, weight, residual=None, **kw):
+        return self.plan(x, weight, residual, **kw).run(x, weight, residual)
+
+
+class PlannedCalls:
+    """A module's calls by signature, each bound to its plan and weight once its rules have passed: a known
+    signature runs its ttnn calls and nothing else. Setting any attribute of the module forgets them (a planned call
+    binds the module's weights and configs as they were when it was planned)."""
+
+    def __init__(self):
+        self.calls = PlanCache()
+
+    def find(self, key, x, residual):
+        try:
+            return self.calls.find(key, x, None, residual)
+        except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable key: checked in full
+            return None
+
+    def remember(self, key, x, residual, call):
+        try:
+            self.calls.remember(key, x, None, residual, call)
+        except TypeError:
+            pass  # an unhashable key is never found: nothing to remember
+        return call
 
 
 class DistributedRMSNorm:
@@ -243,6 +253,10 @@ class DistributedRMSNorm:
     x + residual written into `residual` in place (`tt_rmsnorm.distributed_rms_norm`'s residual contract).
     `output_memory_config` (per mode, or one for both) places the output for the next matmul; `gather_output=True`
     all-gathers a distributed output along the axis so every device holds all of `dim`.
+
+    A call is planned and checked once per signature (the mode, the policy's answer, x's and the residual's specs);
+    later calls with that signature make only their ttnn calls. Setting an attribute of the module plans again; a
+    config object changed in place after a call is not seen (assign a new one).
     """
 
     def __init__(
@@ -266,6 +280,7 @@ class DistributedRMSNorm:
         output_memory_config=None,
         gather_output: bool = False,
     ):
+        self._calls = PlannedCalls()
         self.mesh_device = mesh_device
         self.dim = dim
         self.eps = eps
@@ -290,44 +305,69 @@ class DistributedRMSNorm:
         if self.ccl is None and self.num_devices > 1:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
         self._local_norm = LocalNorm(mesh_device)
-        self._widths = InputWidths(dim, self.num_devices)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name != "_calls":
+            self._calls.calls.forget()
 
     def _output_memory_config(self, mode: str):
         mc = self.output_memory_config
         return mc.get(mode) if isinstance(mc, dict) else mc
 
     def forward(self, x, mode: str = "decode", residual=None):
-        if mode not in MODES:
-            raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
-        if self.is_distributed(mode):
-            self._widths.check(x, distributed=True)
-            gathered_mc = None
-            if self.gather_output:
-                # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
-                out_mc = self._output_memory_config(mode) or x.memory_config()
-                gathered_mc = gathered_memory_config(out_mc, self.num_devices)
-                self.ccl.check_gather(
-                    replace(describe(x), memory_config=out_mc),
-                    gathered_mc,
-                    cluster_axis=self.cluster_axis,
-                    num_links=self.ccl.links.num_links,
-                )
-            out = distributed.distributed_rms_norm(
-                x,
-                self.weight_distributed,
-                self.mesh_device,
-                epsilon=self.eps,
-                cluster_axis=self.cluster_axis,
-                residual=residual,
-                memory_config=self._output_memory_config(mode),
-                compute_kernel_config=self.compute_kernel_config,
-                ccl=self.ccl,
-            )
-            return self._gathered(out, gathered_mc) if self.gather_output else out
-        self._widths.check(x, distributed=False)
-        return self._local(x, residual, mode)
+        key = (mode, self.is_distributed(mode))  # the policy is asked every call, as tt-metal's modules ask it
+        call = self._calls.find(key, x, residual)
+        if call is None:
+            call = self._calls.remember(key, x, residual, self._plan(x, mode, residual))
+        return call(x, residual)
 
     __call__ = forward
+
+    def _plan(self, x, mode, residual):
+        """The call for this signature, its rules checked: the distributed norm (and the output gather), or the
+        replicated rms_norm."""
+        if mode not in MODES:
+            raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
+        if not self.is_distributed(mode):
+            check_input_width(x, self.dim, self.num_devices, distributed=False)
+            w = self.weight if x.is_sharded() else self._weight_interleaved()
+            plan = self._local_norm.plan(
+                x,
+                w,
+                residual,
+                epsilon=self.eps,
+                memory_config=self._output_memory_config(mode),
+                compute_kernel_config=self.compute_kernel_config,
+            )
+            return lambda x, residual: plan.run(x, w, residual)
+        check_input_width(x, self.dim, self.num_devices, distributed=True)
+        w = self.weight_distributed
+        gathered_mc = None
+        if self.gather_output:
+            # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
+            out_mc = self._output_memory_config(mode) or x.memory_config()
+            gathered_mc = gathered_memory_config(out_mc, self.num_devices)
+            self.ccl.check_gather(
+                replace(describe(x), memory_config=out_mc),
+                gathered_mc,
+                cluster_axis=self.cluster_axis,
+                num_links=self.ccl.links.num_links,
+            )
+        plan = distributed.planned_call(
+            x,
+            w,
+            self.mesh_device,
+            epsilon=self.eps,
+            cluster_axis=self.cluster_axis,
+            residual=residual,
+            memory_config=self._output_memory_config(mode),
+            compute_kernel_config=self.compute_kernel_config,
+            ccl=self.ccl,
+        )
+        if self.gather_output:
+            return lambda x, residual: self._gathered(plan.run(x, w, residual), gathered_mc)
+        return lambda x, residual: plan.run(x, w, residual)
 
     def _gathered(self, out, memory_config):
         """All-gather the output slices along the axis (trace-safe: the CCL resources' cycled semaphores)."""
@@ -345,15 +385,3 @@ class DistributedRMSNorm:
             memory_config=memory_config,
         )
         return y if summed is None else (y, summed)
-
-    def _local(self, x, residual, mode):
-        """Replicated activations: plain rms_norm on every device with the replicated weight, planned once per
-        signature like the distributed call."""
-        return self._local_norm(
-            x,
-            self.weight if x.is_sharded() else self._weight_interleaved(),
-            residual,
-            epsilon=self.eps,
-            memory_config=self._output_memory_config(mode),
-            compute_kernel_config=self.compute_kernel_config,
-        )

@@ -159,7 +159,7 @@ def _replicated(mesh, mode):
     )
     y = norm(x, mode)
     norm(x, mode)
-    return tuple(ttnn.get_device_tensors(y)[0].shape), len(norm._local_norm._plans)
+    return tuple(ttnn.get_device_tensors(y)[0].shape), len(norm._local_norm.plans)
 
 
 @pytest.mark.parametrize(
@@ -235,3 +235,34 @@ def test_an_input_of_the_wrong_width_is_named_as_such(distributed):
     rule, message = workers.run_isolated("t3k", _wrong_width, distributed)
     assert rule == "module.input_width", message
     assert ("width 8192" if distributed else "width 1024") in message
+
+
+def _planned_then_changed(mesh):
+    """A warm module meets a call of another signature, and an attribute set after its first call."""
+    import torch
+
+    import tt_rmsnorm
+    from tt_rmsnorm import distributed
+    from tt_rmsnorm.errors import RuleError
+
+    norm = tt_rmsnorm.DistributedRMSNorm(mesh, DIM, _state_dict(), "ffn_norm", layer_num=1)
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM), mesh)
+    norm(x, "prefill")
+    norm(x, "prefill")
+    plans = len(distributed._PLANS)
+    wide = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM * 8), mesh)
+    try:
+        norm(wide, "prefill")
+        rule = None
+    except RuleError as e:
+        rule = e.rule
+    norm.eps = 1e-3  # an attribute the planned call bound: the next call plans with the new one
+    norm(x, "prefill")
+    epsilons = sorted(key[1] for key in distributed._PLANS._buckets)
+    return rule, plans, len(distributed._PLANS), epsilons
+
+
+def test_a_planned_module_call_checks_a_new_signature_and_plans_again_after_an_attribute_is_set():
+    rule, before, after, epsilons = workers.run_isolated("t3k", _planned_then_changed)
+    assert rule == "module.input_width"
+    assert (before, after) == (1, 2) and epsilons == [1e-5, 1e-3]

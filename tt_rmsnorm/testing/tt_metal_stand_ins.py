@@ -49,10 +49,10 @@ class ModelCCL:
 class ModelArgs:
     """The ModelArgs fields DistributedNorm reads."""
 
-    def __init__(self, mesh_device, distributed_modes):
+    def __init__(self, mesh_device, distributed_modes, dim=DIM):
         import ttnn
 
-        self.dim = DIM
+        self.dim = dim
         self.mesh_device = mesh_device
         self.is_multichip = mesh_device.get_num_devices() > 1
         self._modes = distributed_modes
@@ -95,40 +95,56 @@ def decode_configs(mesh, width):
     return layouts.sharded_memory_config(shape, g), layouts.sharded_program_config(shape, g, compute_kernel_config=ck)
 
 
-def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloat16"):
-    """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns, in
-    `activation_dtype`."""
+def decoder_norm_module(mesh, tg, distributed_modes=None, dim=DIM, weight_dtype="bfloat16"):
+    """tt_transformers' decoder norm as a model builds it, through `tt_rmsnorm.compat`: the layer (DistributedNorm),
+    its RMSNorm, the ModelArgs and the model's CCL object. `distributed_modes` defaults to tt_transformers' choice:
+    both modes on a Galaxy (TG), prefill on a multichip mesh, none on one chip."""
     import torch
     import ttnn
 
-    import tt_rmsnorm
     from tt_rmsnorm.compat import DistributedNorm, RMSNorm
 
-    axis = 1 if tg else None
-    distributed_modes = distributed_modes or (("decode", "prefill") if tg else ("prefill",))
-    args = ModelArgs(mesh, distributed_modes)
+    multichip = mesh.get_num_devices() > 1
+    if distributed_modes is None:
+        distributed_modes = ("decode", "prefill") if tg else ("prefill",) if multichip else ()
+    args = ModelArgs(mesh, distributed_modes, dim)
     tt_ccl = ModelCCL(mesh)
-    n = mesh.get_num_devices() if not tg else 4
-    out_mc, pc = decode_configs(mesh, DIM // n if "decode" in distributed_modes else DIM)
-    sd = {"layers.0.attention_norm.weight": torch.randn(DIM)}
+    n = 4 if tg else mesh.get_num_devices()
+    out_mc, pc = decode_configs(mesh, dim // n if "decode" in distributed_modes else dim)
     norm = RMSNorm(
         device=mesh,
-        dim=DIM,
-        state_dict=sd,
+        dim=dim,
+        state_dict={"layers.0.attention_norm.weight": torch.randn(dim)},
         weight_key="attention_norm",
         layer_num=0,
-        weight_dtype=ttnn.bfloat16,
+        weight_dtype=getattr(ttnn, weight_dtype),
         is_distributed=args.is_distributed_norm,
         sharded_program_config=pc,
         sharded_output_config=out_mc,
         ccl_topology=args.ccl_topology(),
         tt_ccl=tt_ccl,
     )
-    layer = DistributedNorm(norm, args, tt_ccl, TG=tg)
+    return DistributedNorm(norm, args, tt_ccl, TG=tg), norm, args, tt_ccl
+
+
+def decoder_input(mesh, mode, tg, dim=DIM, activation_dtype="bfloat16"):
+    """The activation a decoder norm receives: fractured over the mesh columns (replicated on one chip), DRAM."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
     tokens = 32 if mode == "decode" else 128
-    x = tt_rmsnorm.shard_activation(
-        torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis, dtype=getattr(ttnn, activation_dtype)
+    return tt_rmsnorm.shard_activation(
+        torch.randn(1, 1, tokens, dim), mesh, cluster_axis=1 if tg else None, dtype=getattr(ttnn, activation_dtype)
     )
+
+
+def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloat16"):
+    """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns, in
+    `activation_dtype`."""
+    layer, _, _, tt_ccl = decoder_norm_module(mesh, tg, distributed_modes)
+    x = decoder_input(mesh, mode, tg, activation_dtype=activation_dtype)
     first = facts(layer(x, mode))
     second = facts(layer(x, mode))  # planned once: the second call runs the same plan
     return first, second, tt_ccl.calls
