@@ -1,0 +1,137 @@
+"""tt-metal's `RMSNorm` (models/common/rmsnorm.py), keyword for keyword, run through the package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ttnn
+
+from tt_rmsnorm import ccl, distributed, module
+from tt_rmsnorm.topology import resolve_cluster_axis
+
+
+def _hifi2():
+    """tt-metal's RMSNorm compute config (compute_kernel_config_hifi2), used as it is."""
+    return ttnn.WormholeComputeKernelConfig(
+        math_fidelity=ttnn.MathFidelity.HiFi2, math_approx_mode=False, fp32_dest_acc_en=True, packer_l1_acc=True
+    )
+
+
+class RMSNorm:
+    """tt-metal's `RMSNorm`: weights from a state_dict by key, cached tilized, replicated (`weight`) and, where
+    `is_distributed` is given, split over the mesh columns (`weight_distributed`); `forward(x, mode, in_sharded,
+    out_sharded)` runs `rms_norm` on full-width activations or the distributed norm where `is_distributed(mode)`.
+
+    `is_distributed`: None or False, never distributed; a callable of the mode, the policy per mode. `tt_ccl`: the
+    model's CCL object (its cycled semaphores and link counts are used); without one, the module creates its own
+    `CCLResources` at construction, before any trace. `ccl_topology`: the stats gather's topology (Ring or Linear).
+    A call is planned and checked once per signature (mode, in_sharded, out_sharded, the policy's answer, x's spec);
+    setting an attribute (`sharded_program_config`, `eps`, ...) plans again.
+    """
+
+    def __init__(
+        self,
+        device,
+        dim,
+        state_dict,
+        weight_key,
+        layer_num=None,
+        state_dict_prefix=None,
+        weight_cache_path=None,
+        weight_memory_config=ttnn.DRAM_MEMORY_CONFIG,
+        weight_dtype=ttnn.bfloat16,
+        is_distributed=None,
+        eps: float = 1e-05,
+        add_unit_offset=False,
+        sharded_program_config=None,
+        sharded_output_config=None,
+        output_mem_config=None,
+        ccl_topology=ttnn.Topology.Ring,
+        tt_ccl=None,
+    ):
+        self._calls = module.PlannedCalls()
+        self.device = device
+        self.dim = dim
+        self.eps = eps
+        self.is_distributed = is_distributed
+        self.ccl_topology = ccl_topology
+        self.tt_ccl = tt_ccl
+        self.sharded_program_config = sharded_program_config
+        self.sharded_output_config = sharded_output_config
+        self.output_mem_config = output_mem_config
+        self.compute_kernel_config_hifi2 = _hifi2()
+        # None and False: never distributed (tt-metal's reading); True or a callable: the policy per mode
+        self._policy = module.distribution_policy(is_distributed if is_distributed is not None else False, 1)
+        ccl.check_topology(ccl_topology)
+        mesh_shape = tuple(device.shape)
+        # tt-metal splits the distributed weight over mesh dim 1 (ShardTensor2dMesh dims (None, 2)): the columns, which
+        # a 1-D mesh gathers over unnamed (as tt-metal's calls on it)
+        axis = 1 if mesh_shape[0] > 1 else None
+        self.cluster_axis, self.num_devices = resolve_cluster_axis(mesh_shape, axis)
+        name = module.weight_name(weight_key, layer_num, state_dict_prefix)
+        torch_weight = module.state_dict_weight(state_dict, name, dim)
+        if add_unit_offset:
+            torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernels multiply by w
+        cache = None if weight_cache_path is None else Path(weight_cache_path)
+        load = module.WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
+        self.weight, self._weight_interleaved = load.replicated(torch_weight, name, self.compute_kernel_config_hifi2)
+        self.weight_distributed = None
+        self._ccl = None
+        if is_distributed:
+            self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
+            if self.num_devices > 1:
+                self._ccl = (
+                    ccl.resources_for(tt_ccl, device, axis, topology=ccl_topology)
+                    if tt_ccl is not None
+                    else ccl.CCLResources(device, cluster_axis=axis, topology=ccl_topology)
+                )
+        self._local = module.LocalNorm(device)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name != "_calls":
+            self._calls.calls.forget()
+
+    def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
+        key = (mode, in_sharded, out_sharded, self._policy(mode))
+        call = self._calls.find(key, x, None)
+        if call is None:
+            call = self._calls.remember(key, x, None, self._plan(x, mode, in_sharded, out_sharded))
+        return call(x)
+
+    def _plan(self, x, mode, in_sharded, out_sharded):
+        """The call for this signature, its rules checked: tt-metal's program and output configs where the input and
+        output are sharded, the distributed norm or the replicated rms_norm, then `sharded_to_interleaved` where a
+        sharded input gives an interleaved output."""
+        program_config = self.sharded_program_config if in_sharded else None
+        memory_config = self.sharded_output_config if out_sharded else None
+        distributed_mode = self._policy(mode) and self.num_devices > 1
+        module.check_input_width(x, self.dim, self.num_devices, distributed=distributed_mode)
+        if distributed_mode:
+            w = self.weight_distributed
+            plan = distributed.planned_call(
+                x,
+                w,
+                self.device,
+                epsilon=self.eps,
+                cluster_axis=self.cluster_axis,
+                memory_config=memory_config,
+                program_config=program_config,
+                compute_kernel_config=self.compute_kernel_config_hifi2,
+                ccl=self._ccl,
+            )
+        else:
+            w = self.weight if x.is_sharded() else self._weight_interleaved()
+            plan = self._local.plan(
+                x,
+                w,
+                epsilon=self.eps,
+                memory_config=memory_config,
+                program_config=program_config,
+                compute_kernel_config=self.compute_kernel_config_hifi2,
+            )
+        if in_sharded and not out_sharded:
+            return lambda x: ttnn.sharded_to_interleaved(plan.run(x, w, None))
+        return lambda x: plan.run(x, w, None)
+
+    __call__ = forward
