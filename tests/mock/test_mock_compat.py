@@ -113,3 +113,21 @@ def test_bfloat8_b_activations(system, mode):
     )
     n = 4 if system == "galaxy" else 1
     assert first["dtype"] == "BFLOAT8_B" and first["shape"] == (1, 1, 32 if mode == "decode" else 128, DIM // n)
+
+
+@pytest.mark.parametrize("with_residual", [False, True], ids=["no-residual", "residual"])
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_galaxy_decoder_norm_gives_the_pair_back(mode, with_residual):
+    """llama3_70b_galaxy's DistributedNorm: `norm(x, res, mode)` returns (output, res) with x + res written into the
+    caller's res, or (output, None); the output stays fractured (2048 a device) where the decoder reads it."""
+    out, back, same, stable, calls = workers.run_isolated(
+        "galaxy", stand_ins.galaxy_decoder_norm, mode, with_residual, timeout=600
+    )
+    layout = "WIDTH_SHARDED" if mode == "decode" else "INTERLEAVED"
+    assert out["shape"] == (1, 1, 32 if mode == "decode" else 128, DIM // 4) and out["layout"] == layout, out
+    assert out["devices"] == 32 and stable
+    if with_residual:
+        assert same and back["shape"] == out["shape"]
+    else:
+        assert back is None
+    assert calls["ag"] and set(calls["ag"]) == {1}  # the model CCL's axis-1 semaphores serve the stats gather

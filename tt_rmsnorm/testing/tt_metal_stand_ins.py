@@ -148,3 +148,43 @@ def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloa
     first = facts(layer(x, mode))
     second = facts(layer(x, mode))  # planned once: the second call runs the same plan
     return first, second, tt_ccl.calls
+
+
+def galaxy_decoder_norm(mesh, mode, with_residual, activation_dtype="bfloat16"):
+    """The Llama-70B Galaxy decoder's norm (llama3_70b_galaxy's DistributedNorm around tt-metal's RMSNorm, TG) through
+    `tt_rmsnorm.compat.llama_galaxy`, called as its decoder calls it: `norm(x, res, mode)`, decode activations already
+    on the decoder's width-sharded grid, prefill in DRAM. Returns the facts of the output and of the second element
+    of the pair, and whether that element is the caller's residual itself."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm.compat import RMSNorm
+    from tt_rmsnorm.compat.llama_galaxy import DistributedNorm
+
+    args = ModelArgs(mesh, ("decode", "prefill"))
+    tt_ccl = ModelCCL(mesh)
+    norm = RMSNorm(
+        device=mesh,
+        dim=DIM,
+        state_dict={"layers.0.attention_norm.weight": torch.randn(DIM)},
+        weight_key="attention_norm",
+        state_dict_prefix="layers.0.",
+        weight_dtype=ttnn.bfloat16,
+        is_distributed=args.is_distributed_norm,
+    )
+    layer = DistributedNorm(norm, args, TG=True, tt_ccl=tt_ccl, ccl_topology=ttnn.Topology.Linear)
+    tokens = 32 if mode == "decode" else 128
+    mc = layer.gather_in_mem_cfg if mode == "decode" else None
+    dtype = getattr(ttnn, activation_dtype)
+
+    def activation():
+        return tt_rmsnorm.shard_activation(
+            torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=1, dtype=dtype, memory_config=mc
+        )
+
+    x = activation()
+    res = activation() if with_residual else None
+    out, back = layer(x, res, mode)
+    again, _ = layer(x, res, mode)  # planned once: the second call runs the same plan
+    return facts(out), None if back is None else facts(back), back is res, facts(again) == facts(out), tt_ccl.calls
