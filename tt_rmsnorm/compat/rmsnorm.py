@@ -77,7 +77,10 @@ class RMSNorm:
         self.weight, self._weight_interleaved = load.replicated(torch_weight, name, self.compute_kernel_config_hifi2)
         self.weight_distributed = None
         self._ccl = None
-        if is_distributed:
+        if is_distributed and self.num_devices == 1:
+            # one device on the axis: tt-metal's 1x1 split is the whole weight, and the norm is never distributed
+            self.weight_distributed = self.weight
+        elif is_distributed:
             self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
             if self.num_devices > 1:
                 self._ccl = (
