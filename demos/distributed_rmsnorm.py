@@ -7,8 +7,9 @@
    synthetic state_dict named like Meta's Llama checkpoint, one decode and one prefill step through all of them on
    mock T3000 and Galaxy meshes.
 4. A dry run of every path through real ttnn on mock N300, T3000 and Galaxy (and the local path on one chip).
-5. tt-metal's decoder norm (tt_transformers' RMSNorm inside its DistributedNorm, with the model's CCL object) ported
-   by its import line to `tt_rmsnorm.compat`, decode and prefill on mock T3000 and Galaxy.
+5. One decoder layer of tt-metal's (tt_transformers' RMSNorm inside its DistributedNorm on T3000, the Galaxy
+   decoder's DistributedNorm with its residual stream on Galaxy, the model's CCL object) ported by its import line
+   to `tt_rmsnorm.compat`, decode and prefill on mock T3000 and Galaxy.
 6. The cross-backend parity summary.
 
     make demo            # or: .venv/bin/python demos/distributed_rmsnorm.py [--quick] [--layers N]
@@ -321,25 +322,30 @@ def dry_run_section() -> bool:
 
 
 def compat_section() -> bool:
-    """tt-metal's decoder norm through tt_rmsnorm.compat on the mock meshes."""
+    """One decoder layer's norms as tt-metal's decoders run them, through tt_rmsnorm.compat on the mock meshes."""
     from tt_rmsnorm.testing import tt_metal_stand_ins, workers
 
     print(
-        "\n5. tt-metal's decoder norm with one import line changed (tt_rmsnorm.compat RMSNorm + DistributedNorm, the "
-        "model's CCL object),\n   through real ttnn on mock meshes"
+        "\n5. One decoder layer of tt-metal's with one import line changed (tt_rmsnorm.compat: tt_transformers' "
+        "RMSNorm + DistributedNorm on T3000,\n   the Galaxy decoder's DistributedNorm with its residual on Galaxy; the "
+        "model's CCL object), through real ttnn on mock meshes"
     )
     ok = True
-    for system, tg in (("t3k", False), ("galaxy", True)):
+    for system in ("t3k", "galaxy"):
         for mode in ("decode", "prefill"):
             try:
-                got, _, calls = workers.run_isolated(system, tt_metal_stand_ins.decoder_norm, mode, tg, timeout=900)
+                attn, ff, ops, allocations = workers.run_isolated(
+                    system, tt_metal_stand_ins.decoder_layer, mode, system, timeout=900
+                )
             except Exception as e:  # reported: the demo goes on
                 _report(f"  {system} {mode}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                 ok = False
                 continue
+            ok &= not allocations
             _report(
-                f"  {system:<7}{'TG ' if tg else ''}{mode:<8} ACCEPTED: {got['devices']} x {list(got['shape'])} "
-                f"{got['layout']} {got['buffer']}; {len(calls['ag'])} semaphore sets taken from the model CCL"
+                f"  {system:<7}{mode:<8} ACCEPTED: attention_norm -> {attn['devices']} x {list(attn['shape'])} "
+                f"{attn['layout']} {attn['buffer']}, ffn_norm -> {list(ff['shape'])}; a planned layer issues "
+                f"{', '.join(ops)}; allocates {len(allocations)}"
             )
     workers.shutdown_workers()
     return ok

@@ -188,3 +188,57 @@ def galaxy_decoder_norm(mesh, mode, with_residual, activation_dtype="bfloat16"):
     out, back = layer(x, res, mode)
     again, _ = layer(x, res, mode)  # planned once: the second call runs the same plan
     return facts(out), None if back is None else facts(back), back is res, facts(again) == facts(out), tt_ccl.calls
+
+
+def decoder_layer(mesh, mode, system):
+    """One decoder layer's two norms as tt-metal's decoders run them, through `tt_rmsnorm.compat`, with stand-ins for
+    the attention output between them: tt_transformers' (T3000) `h = x + attn_out; ff_norm(h, mode)`, and the Galaxy
+    decoder's `attention_norm(x, None, mode)` then `ff_norm(attn_out, h, mode)` with the residual stream h updated in
+    place. The layer runs once to plan, then once recorded. Returns (facts of the attention norm's output, facts of
+    the ff norm's output, the ops the recorded layer issued, the allocations it made)."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm.compat import RMSNorm
+    from tt_rmsnorm.compat.llama_galaxy import DistributedNorm as GalaxyNorm
+    from tt_rmsnorm.testing import recorder
+
+    tg = system == "galaxy"
+    if not tg:
+        attention_norm, _, _, tt_ccl = decoder_norm_module(mesh, False)
+        ff_norm, _, _, _ = decoder_norm_module(mesh, False)
+        ff_norm.tt_ccl = attention_norm.tt_ccl = tt_ccl
+        x, attn_out = decoder_input(mesh, mode, False), decoder_input(mesh, mode, False)
+
+        def layer():
+            attn_in = attention_norm(x, mode)
+            h = ttnn.add(x, attn_out)
+            return attn_in, ff_norm(h, mode)
+
+    else:
+        args, tt_ccl = ModelArgs(mesh, ("decode", "prefill")), ModelCCL(mesh)
+
+        def norm(key):
+            sd = {f"layers.0.{key}.weight": torch.randn(DIM)}
+            inner = RMSNorm(mesh, DIM, sd, key, state_dict_prefix="layers.0.", is_distributed=args.is_distributed_norm)
+            return GalaxyNorm(inner, args, TG=True, tt_ccl=tt_ccl, ccl_topology=ttnn.Topology.Linear)
+
+        attention_norm, ff_norm = norm("attention_norm"), norm("ffn_norm")
+        mc = attention_norm.gather_in_mem_cfg if mode == "decode" else None
+        tokens = 32 if mode == "decode" else 128
+
+        def activation():
+            return tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=1, memory_config=mc)
+
+        x, attn_out = activation(), activation()
+
+        def layer():
+            attn_in, _ = attention_norm(x, None, mode)
+            ff_in, _ = ff_norm(attn_out, x, mode)  # x is the residual stream h of the first layer
+            return attn_in, ff_in
+
+    layer()
+    with recorder.recording() as rec:
+        attn_in, ff_in = layer()
+    return facts(attn_in), facts(ff_in), rec.ops, [c.name for c in rec.allocations]
