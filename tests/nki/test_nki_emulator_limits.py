@@ -203,6 +203,58 @@ def test_reduction_over_the_partition_axis_is_rejected():
         kernel(np.ones((4, 8), np.float32))
 
 
+def test_reduction_axes_of_a_stored_tile_are_its_last_free_axes_those_of_an_index_view_any():
+    """[SUM]/[TR]: a stored tile reduces its last contiguous free axes. A view selected by index expressions is an
+    access pattern the compiler orders: AWS's average_pool2d reduces axes [2, 4] of its 5-d view, so any of its free
+    axes reduce, and the partition axis never does."""
+    x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+
+    def make(axis, view):
+        @nki.jit
+        def kernel(a):
+            t = nl.load(a)
+            if view:
+                i0, i1, i2 = nl.mgrid[0:2, 0:3, 0:4]
+                t = t[i0, i1, i2]
+            out = nl.ndarray((2, 3 if axis == [2] else 4), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.sum(t, axis=axis))
+            return out
+
+        return kernel
+
+    np.testing.assert_array_equal(make([2], view=False)(x), x.sum(axis=2))
+    np.testing.assert_array_equal(make([1], view=True)(x), x.sum(axis=1))
+    with pytest.raises(NkiConstraintError, match=r"last contiguous free axes .* axis \[1\] of a stored 3-d tile"):
+        make([1], view=False)(x)
+    with pytest.raises(NkiConstraintError, match="never the partition axis 0"):
+        make([0, 1], view=True)(x)
+
+
+def test_a_reduction_reads_at_most_four_free_axes():
+    """[AP]: an instruction's access pattern covers up to four free dimensions; a 5-free-axis view cannot be read by
+    one reduction, the 4-free-axis one can."""
+
+    def make(free):
+        @nki.jit
+        def kernel(a):
+            grid = nl.mgrid[tuple(slice(0, 2) for _ in range(free + 1))]
+            t = nl.load(a)
+            flat = sum(g * 2 ** (free - 1 - i) for i, g in enumerate(grid[1:]))  # each grid axis one bit of the column
+            out = nl.ndarray((2, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=nl.sum(t[grid[0], flat], axis=list(range(1, free + 1)), keepdims=False))
+            return out
+
+        return kernel
+
+    for free, fits in ((4, True), (5, False)):
+        x = np.arange(2 * 2**free, dtype=np.float32).reshape(2, 2**free)
+        if fits:
+            np.testing.assert_array_equal(make(free)(x)[:, 0], x.sum(axis=1))
+        else:
+            with pytest.raises(NkiConstraintError, match="at most four free axes .* 5 free axes"):
+                make(free)(x)
+
+
 def test_float64_is_not_an_nki_dtype():
     x = np.ones((4, 64))
     with pytest.raises(NkiConstraintError, match="unsupported NKI data type: kernel argument 0 has dtype float64"):
@@ -239,6 +291,26 @@ def test_store_dtype_must_match_the_hbm_tensor():
 
     with pytest.raises(NkiConstraintError, match="stored tile dtype differs"):
         kernel(np.ones((4, 8), np.float32))
+
+
+def test_tile_assignment_casts_to_the_destination_dtype():
+    """Assigning a float32 tile into a bfloat16 SBUF tensor rounds it to nearest even, as AWS's fully optimized matmul
+    relies on (`result_tiles[...] += res_tile[...]`); nl.store keeps the stricter rule above."""
+
+    @nki.jit
+    def kernel(x):
+        ij = (nl.arange(2)[:, None], nl.arange(3)[None, :])
+        t = nl.ndarray((2, 3), dtype=nl.bfloat16, buffer=nl.sbuf)
+        t[ij] = nl.load(x[ij])
+        t[ij] += nl.load(x[ij])
+        out = nl.ndarray((2, 3), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(out[ij], value=t[ij])
+        return out
+
+    x = np.array([[1.00390625, 1.01171875, 3.0], [-1.00390625, 256.5, 0.5]], np.float32)  # halfway cases in bfloat16
+    once = x.astype(nl.bfloat16)
+    np.testing.assert_array_equal(kernel(x), (once.astype(np.float32) + x).astype(nl.bfloat16))
+    assert kernel(x).dtype == nl.bfloat16 and once[0, 0] == 1.0 and once[0, 1] == 1.015625
 
 
 def test_tensor_scalar_operand_is_one_value_per_partition():
@@ -322,3 +394,50 @@ def test_declared_on_chip_tensors_are_two_dimensional():
     make(True)(np.ones(8, np.float32))
     with pytest.raises(NkiConstraintError, match=r"at least two-dimensional .* \(8,\)"):
         make(False)(np.ones(8, np.float32))
+
+
+def _nl_matmul(x_shape, y_shape, transpose_x, x_buffer=nl.sbuf):
+    @nki.jit
+    def kernel(x, y):
+        xt = nl.load(x) if x_buffer == nl.sbuf else nl.zeros(x_shape, nl.float32, buffer=nl.psum)
+        nl.matmul(xt, nl.load(y), transpose_x=transpose_x)
+        return None
+
+    return lambda: kernel(np.ones(x_shape, np.float32), np.ones(y_shape, np.float32))
+
+
+@pytest.mark.parametrize(
+    "x_shape,y_shape,transpose_x,match",
+    [
+        ((128, 128), (128, 512), True, None),  # every operand at its limit
+        ((128, 128), (128, 512), False, None),
+        ((128, 129), (128, 8), True, r"x must be a tile on SBUF \(partition dimension <= 128, free dimension <= 128\)"),
+        ((8, 129), (128, 8), False, r"x must be a tile on SBUF \(partition dimension <= 128, free dimension <= 128\)"),
+        ((128, 8), (128, 513), True, r"y must be a tile on SBUF \(partition dimension <= 128, free dimension <= 512\)"),
+        ((8, 16), (8, 32), False, "x's free dimension must match y's partition dimension"),
+        ((8, 16), (16, 32), True, "transpose_x=True x is treated as already transposed"),
+    ],
+)
+def test_nl_matmul_tile_sizes(x_shape, y_shape, transpose_x, match):
+    """[MATMUL]: x is a tile on SBUF (partition <= 128, free <= 128), y one with free <= 512, x's free dimension (its
+    partition dimension with transpose_x=True) matching y's partition dimension."""
+    run = _nl_matmul(x_shape, y_shape, transpose_x)
+    if match is None:
+        run()
+        return
+    with pytest.raises(NkiConstraintError, match=match):
+        run()
+
+
+def test_matmul_operands_are_read_from_sbuf():
+    """[MATMUL], [MM]: the Tensor Engine reads SBUF; a PSUM operand is refused by both nl.matmul and nc_matmul."""
+    with pytest.raises(NkiConstraintError, match=r"x must be a tile on SBUF .* is a PSUM tile"):
+        _nl_matmul((8, 16), (8, 32), True, x_buffer=nl.psum)()
+
+    @nki.jit
+    def kernel(x):
+        nisa.nc_matmul(nl.zeros((8, 16), nl.float32, buffer=nl.psum), nl.load(x))
+        return None
+
+    with pytest.raises(NkiConstraintError, match="must read inputs from SBUF: nisa.nc_matmul stationary"):
+        kernel(np.ones((8, 32), np.float32))

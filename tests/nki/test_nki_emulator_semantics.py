@@ -128,3 +128,30 @@ def test_nc_matmul_free_sizes_are_bounded(stationary_free, moving_free):
 
     with pytest.raises(NkiConstraintError, match="gemm_stationary_fmax .* gemm_moving_fmax"):
         kernel(np.ones((4, stationary_free), np.float32), np.ones((4, moving_free), np.float32))
+
+
+def _matmul_kernel(transpose_x, x_buffer="sbuf"):
+    """nl.matmul(x, y, transpose_x=...) on whole-tensor tiles, copied to a float32 HBM output."""
+
+    @nki.jit
+    def kernel(x, y):
+        xt = nl.load(x)
+        if x_buffer == "psum":
+            xt = nl.zeros(x.shape, nl.float32, buffer=nl.psum)
+        res = nl.matmul(xt, nl.load(y), transpose_x=transpose_x)
+        out = nl.ndarray(res.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.copy(res))
+        return out
+
+    return kernel
+
+
+def test_nl_matmul_is_x_at_y_or_x_transposed_at_y():
+    """[MATMUL]: x @ y; with transpose_x=True x is already transposed (x.T @ y). Without it the compiler inserts a
+    transpose instruction: one compute instruction more for the same product."""
+    x = np.arange(6 * 4, dtype=np.float32).reshape(6, 4) - 10
+    y = np.arange(4 * 5, dtype=np.float32).reshape(4, 5) / 7
+    np.testing.assert_allclose(_matmul_kernel(False)(x, y), x @ y, rtol=1e-6)
+    plain = nki.last_launch["compute_instructions"]
+    np.testing.assert_allclose(_matmul_kernel(True)(np.ascontiguousarray(x.T), y), x @ y, rtol=1e-6)
+    assert nki.last_launch["compute_instructions"] == plain - 1

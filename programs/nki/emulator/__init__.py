@@ -56,18 +56,26 @@ def spelling_modules() -> dict:
         dict(
             jit=nki.jit,
             baremetal=nki.baremetal,
+            benchmark=nki.benchmark,
             simulate_kernel=nki.simulate_kernel,
             language=language,
             isa=isa,
             typing=nki_typing,
         ),
-        "neuronxcc.nki entry points emulated: jit, baremetal, simulate_kernel",
+        "neuronxcc.nki entry points emulated: jit, baremetal, benchmark, simulate_kernel",
     )
     standalone = _module(
         "nki",
         "emulated standalone nki (programs.nki.emulator)",
-        dict(jit=nki.jit, simulate=nki.simulate, language=language, isa=isa_dst, typing=nki_typing),
-        "standalone nki entry points emulated: jit, simulate",
+        dict(
+            jit=nki.jit,
+            benchmark=nki.benchmark,
+            simulate=nki.simulate,
+            language=language,
+            isa=isa_dst,
+            typing=nki_typing,
+        ),
+        "standalone nki entry points emulated: jit, benchmark, simulate",
     )
     package = types.ModuleType("neuronxcc", "emulated neuronxcc (programs.nki.emulator)")
     package.__path__ = []

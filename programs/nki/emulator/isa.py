@@ -183,45 +183,8 @@ def activation_value(op, data, *, bias=None, scale=1.0, mask=None, dtype=None, p
 
 
 def nc_matmul_value(stationary, moving, *, mask=None, place=True, **_):
-    """stationary.T @ moving on the Tensor Engine: SBUF inputs, contraction over the partition axis (<= 128 on both),
-    stationary free size <= 128, moving free size <= 512; float32 result in PSUM."""
-    api = "nisa.nc_matmul"
-    for name, t in (("stationary", stationary), ("moving", moving)):
-        nl.require_tile(t, f"{api} {name}")
-        if t.ndim != 2:
-            fail(
-                "nc_matmul operands are 2-D tiles",
-                f"{api} {name} has shape {t.shape}",
-                "index a 2-D tile",
-                limits.NC_MATMUL,
-            )
-    k, m_ = stationary.shape
-    k2, n = moving.shape
-    if k != k2:
-        fail(
-            "nc_matmul contraction (partition) sizes differ",
-            f"{api}: stationary {stationary.shape}, moving {moving.shape}",
-            "load both operands with the contraction dimension on the partitions",
-            limits.NC_MATMUL,
-        )
-    if m_ > limits.GEMM_STATIONARY_FMAX or n > limits.GEMM_MOVING_FMAX:
-        fail(
-            "nc_matmul free sizes exceed gemm_stationary_fmax (128) / gemm_moving_fmax (512)",
-            f"{api}: stationary free {m_}, moving free {n}",
-            "tile M by 128 and N by 512",
-            limits.NC_MATMUL,
-        )
-    with np.errstate(all="ignore"):
-        res = stationary.data.astype(np.float32).T @ moving.data.astype(np.float32)
-    defined = None
-    if stationary.defined is not None or moving.defined is not None:
-        sd = np.ones(stationary.shape, bool) if stationary.defined is None else stationary.defined
-        md = np.ones(moving.shape, bool) if moving.defined is None else moving.defined
-        defined = sd.all(axis=0)[:, None] & md.all(axis=0)[None, :]
-    out = nl.finish(res, [], (m_, n), mask, nl.float32, api, defined=defined, place=False)
-    if not place:
-        return out
-    return OnChip.allocate(out.data, out.defined, 0, nl.psum, api)
+    """stationary.T @ moving on the Tensor Engine (`nl.tensor_engine_matmul`)."""
+    return nl.tensor_engine_matmul("nisa.nc_matmul", stationary, moving, mask=mask, place=place)
 
 
 def bn_stats_value(data, *, mask=None, dtype=None, place=True):

@@ -394,20 +394,46 @@ def copy(src, *, dtype=None, mask=None, **_):
 _IDENTITY = {np.add: 0.0, np.maximum: -np.inf, np.minimum: np.inf, np.multiply: 1.0}
 
 
-def reduce(
-    api, ufunc, x, axis, *, dtype=None, mask=None, keepdims=False, negate=False, mean=False, place=True
-) -> OnChip:
-    """Reduce a tile along free axes ending at the last one (never the partition axis 0), in float32."""
-    require_tile(x, api)
+def reduction_axes(api, x, axis) -> list:
+    """The free axes a reduction of tile `x` may take (nl.sum, nisa.tensor_reduce): never the partition axis 0; of a
+    tile with at most four free axes, the hardware access pattern's limit (NKI access patterns). A stored tile reduces
+    its last contiguous free axes ([2] or [1, 2] of a 3-d tile). A view selected by index expressions is an access
+    pattern the compiler builds, whose axes it orders so that the reduced ones come innermost: any of its free axes
+    reduce, as AWS's average_pool2d tutorial reduces axes [2, 4] of its 5-d pooling view."""
     axes = sorted([axis] if isinstance(axis, int) else list(axis))
     nd = x.ndim
-    if not axes or 0 in axes or axes != list(range(nd - len(axes), nd)):
+    if not axes or len(set(axes)) != len(axes) or any(a < 1 or a >= nd for a in axes):
         fail(
-            "reduction axes must be free axes ending at the last one ([1], [1, 2], ...); never the partition axis 0",
+            "reduction axes are free axes of the tile, never the partition axis 0",
             f"{api} over axis {axis} of a {nd}-d tile",
             "map the reduced axis to the free dimension (rows on partitions, reduce along axis=[1])",
             limits.NL_SUM,
         )
+    free = [n for n in x.shape[1:] if n != 1]
+    if len(free) > limits.MAX_FREE_AXES:
+        fail(
+            "a reduction reads at most four free axes (one hardware access pattern)",
+            f"{api} on a tile of shape {x.shape} with {len(free)} free axes",
+            "reduce in two steps, or fold free axes together in the index expressions",
+            limits.NKI_TENSOR,
+        )
+    if not x.expression_view and axes != list(range(nd - len(axes), nd)):
+        fail(
+            "reduction axes of a stored tile must be its last contiguous free axes ([2] or [1, 2] of a 3-d tile)",
+            f"{api} over axis {axis} of a stored {nd}-d tile {x.shape}",
+            "reduce a view indexed with nl.arange / nl.mgrid expressions (its axes are an access pattern), or lay "
+            "the reduced axes out last",
+            limits.NL_SUM,
+        )
+    return axes
+
+
+def reduce(
+    api, ufunc, x, axis, *, dtype=None, mask=None, keepdims=False, negate=False, mean=False, place=True
+) -> OnChip:
+    """Reduce a tile along free axes (`reduction_axes`), in float32."""
+    require_tile(x, api)
+    axes = reduction_axes(api, x, axis)
     rtype = out_dtype(dtype, [x], api)
     m = mask_for(mask, x.shape, api, [x.layout])
     check_oob([x], x.shape, m, api)
@@ -451,6 +477,92 @@ def max(x, axis, *, dtype=None, mask=None, keepdims=False, **_):  # noqa: A001 -
 
 def min(x, axis, *, dtype=None, mask=None, keepdims=False, **_):  # noqa: A001 - the NKI name
     return reduce("nl.min", np.minimum, x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# matrix multiplication on the Tensor Engine
+
+
+def tensor_engine_matmul(api, stationary, moving, *, mask=None, place=True) -> OnChip:
+    """stationary.T @ moving (nki.isa.nc_matmul): SBUF inputs, contraction over the partition axis (equal sizes,
+    <= 128), stationary free size <= 128, moving free size <= 512; float32 accumulation, result in PSUM."""
+    for name, t in (("stationary", stationary), ("moving", moving)):
+        require_tile(t, f"{api} {name}")
+        if t.ndim != 2:
+            fail(
+                "nc_matmul operands are 2-D tiles",
+                f"{api} {name} has shape {t.shape}",
+                "index a 2-D tile",
+                limits.NC_MATMUL,
+            )
+        if t.buffer != sbuf:
+            fail(
+                "the nc_matmul instruction must read inputs from SBUF",
+                f"{api} {name} ({t.name}) is in {t.buffer.upper()}",
+                "copy the tile to SBUF first (nl.copy of a PSUM tile)",
+                limits.NC_MATMUL,
+            )
+    k, m_ = stationary.shape
+    k2, n = moving.shape
+    if k != k2:
+        fail(
+            "nc_matmul contraction (partition) sizes differ",
+            f"{api}: stationary {stationary.shape}, moving {moving.shape}",
+            "load both operands with the contraction dimension on the partitions",
+            limits.NC_MATMUL,
+        )
+    if m_ > limits.GEMM_STATIONARY_FMAX or n > limits.GEMM_MOVING_FMAX:
+        fail(
+            "nc_matmul free sizes exceed gemm_stationary_fmax (128) / gemm_moving_fmax (512)",
+            f"{api}: stationary free {m_}, moving free {n}",
+            "tile M by 128 and N by 512",
+            limits.NC_MATMUL,
+        )
+    with np.errstate(all="ignore"):
+        res = stationary.data.astype(np.float32).T @ moving.data.astype(np.float32)
+    defined = None
+    if stationary.defined is not None or moving.defined is not None:
+        sd = np.ones(stationary.shape, bool) if stationary.defined is None else stationary.defined
+        md = np.ones(moving.shape, bool) if moving.defined is None else moving.defined
+        defined = sd.all(axis=0)[:, None] & md.all(axis=0)[None, :]
+    out = finish(res, [], (m_, n), mask, float32, api, defined=defined, place=False)
+    if not place:
+        return out
+    return OnChip.allocate(out.data, out.defined, 0, psum, api)
+
+
+def _matmul_operand(t, which, pmax, fmax):
+    """nl.matmul's operand rule, in the documentation's words: a tile on SBUF with the given dimension bounds."""
+    require_tile(t, f"nl.matmul {which}")
+    if t.ndim != 2 or t.buffer != sbuf or t.shape[0] > pmax or t.shape[1] > fmax:
+        fail(
+            f"nl.matmul {which} must be a tile on SBUF (partition dimension <= {pmax}, free dimension <= {fmax})",
+            f"{which} ({t.name}) is a {t.buffer.upper()} tile of shape {t.shape}",
+            "tile the operands: contraction and M by 128, N by 512 (nl.tile_size.pmax / gemm_stationary_fmax / "
+            "gemm_moving_fmax)",
+            limits.NL_MATMUL,
+        )
+
+
+def matmul(x, y, *, transpose_x=False, mask=None, **_):
+    """nl.matmul: x @ y, or x.T @ y with transpose_x=True (x already transposed, its partition axis the
+    contraction). It lowers to nc_matmul(transpose(x), y), so without transpose_x the compiler inserts a transpose
+    instruction; the result is a float32 PSUM tile."""
+    _matmul_operand(x, "x", limits.PMAX, limits.GEMM_STATIONARY_FMAX)
+    _matmul_operand(y, "y", limits.PMAX, limits.GEMM_MOVING_FMAX)
+    contraction = x.shape[0] if transpose_x else x.shape[1]
+    if contraction != y.shape[0]:
+        rule = (
+            "with transpose_x=True x is treated as already transposed: its partition dimension must match y's"
+            if transpose_x
+            else "x's free dimension must match y's partition dimension"
+        )
+        fail(f"nl.matmul: {rule}", f"x {x.shape}, y {y.shape}", "contract over the same dimension", limits.NL_MATMUL)
+    stationary = x
+    if not transpose_x:
+        stationary = OnChip(x.data.T, None if x.defined is None else x.defined.T, 0, sbuf, f"transpose({x.name})")
+        current_memory().count("compute")  # the transpose instruction the compiler inserts
+    return tensor_engine_matmul("nl.matmul", stationary, y, mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -31,6 +31,9 @@ TENSOR_TENSOR = (
     "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/generated/nki.isa.tensor_tensor.html"
 )
 NC_MATMUL = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.nc_matmul.html"
+NL_MATMUL = (
+    "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.25.0/general/nki/api/generated/nki.language.matmul.html"
+)
 BN_STATS = _API + "nki.isa.bn_stats.html"
 BN_AGGR = _API + "nki.isa.bn_aggr.html"
 NKI_TENSOR = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/deep-dives/nki-aps.html"
@@ -42,6 +45,7 @@ PSUM_FMAX = 512  # [TC#2] free size of a PSUM tile, in fp32 elements (one 2 KiB 
 PSUM_BANK_BYTES = PSUM_FMAX * 4
 GEMM_STATIONARY_FMAX = 128  # [TC#3]
 GEMM_MOVING_FMAX = 512  # [TC#3]
+MAX_FREE_AXES = 4  # an on-chip access pattern covers up to four free dimensions (NKI access patterns)
 BN_STATS_FMAX = 512  # nki.language.tile_size.bn_stats_fmax (the page names it; 512 on NeuronCore-v2)
 SBUF_BYTES_PER_PARTITION = 192 * 1024  # 24 MiB SBUF / 128 partitions (NeuronCore-v2)
 PSUM_BYTES_PER_PARTITION = 16 * 1024  # 2 MiB PSUM / 128 partitions (NeuronCore-v2)

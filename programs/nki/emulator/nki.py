@@ -1,10 +1,11 @@
-"""Emulated kernel launch: `jit`, `baremetal`, `simulate_kernel` (the `neuronxcc.nki` entry points), `simulate` (the
-standalone `nki` one) and SPMD grids (`kernel[grid](...)`), which run a kernel's Python on emulated HBM/SBUF/PSUM.
+"""Emulated kernel launch: `jit`, `baremetal`, `benchmark`, `simulate_kernel` (the `neuronxcc.nki` entry points),
+`simulate` (the standalone `nki` one) and SPMD grids (`kernel[grid](...)`), which run a kernel's Python on emulated
+HBM/SBUF/PSUM.
 
-A launch takes NumPy arrays (as nki.simulate_kernel and nki.baremetal do), runs every program of the grid in order
-with a fresh on-chip memory, shares the kernel's `shared_hbm` outputs between the programs, and returns the HBM
-outputs as NumPy arrays. An output element no program stored is an error. `last_launch` records the on-chip peaks,
-spills and instruction counts of the latest launch.
+A launch takes NumPy arrays (as nki.simulate_kernel and nki.baremetal do; an `nki.typing.tensor[shape, dtype]` stands
+for zeros of that shape), runs every program of the grid in order with a fresh on-chip memory, shares the kernel's
+`shared_hbm` outputs between the programs, and returns the HBM outputs as NumPy arrays. An output element no program
+stored is an error. `last_launch` records the on-chip peaks, spills and instruction counts of the latest launch.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Kernel:
         grid = tuple(grid) if isinstance(grid, tuple) else (grid,)
         if not all(isinstance(g, (int, np.integer)) and g >= 1 for g in grid):
             raise TypeError(f"an SPMD launch grid is a tuple of positive ints, got {grid!r}")
-        return Kernel(self.fn, tuple(int(g) for g in grid))
+        return type(self)(self.fn, tuple(int(g) for g in grid))
 
     def __call__(self, *args, **kwargs):
         return _launch(self.fn, args, kwargs, self.grid)
@@ -53,6 +54,28 @@ def jit(fn=None, **options):
 baremetal = jit
 
 
+class Benchmark(Kernel):
+    """What @nki.benchmark returns. On a NeuronDevice a call compiles the kernel, runs it in neuron-bench's loop
+    (warmup, iters) and leaves latency statistics in `benchmark_result`; here a call runs the kernel once on the
+    emulator (its results, limits and `last_launch` counts) and there is no latency to report."""
+
+    @property
+    def benchmark_result(self):
+        raise AttributeError(
+            "benchmark_result: the emulator measures no device latency (nki.benchmark's statistics come from "
+            "neuron-bench on a NeuronDevice); the call ran the kernel on the emulator, see nki.last_launch"
+        )
+
+
+def benchmark(kernel=None, **options):
+    """@nki.benchmark / nki.benchmark(warmup=..., iters=..., save_neff_name=...)(kernel), also of a jit kernel."""
+
+    def wrap(k):
+        return Benchmark(k.fn, k.grid) if isinstance(k, Kernel) else Benchmark(k)
+
+    return wrap if kernel is None else wrap(kernel)
+
+
 def simulate_kernel(kernel, *args, **kwargs):
     if isinstance(kernel, Kernel):
         return _launch(kernel.fn, args, kwargs, kernel.grid)
@@ -65,6 +88,8 @@ def simulate(kernel):
 
 
 def _to_hbm(i, a):
+    if isinstance(a, TensorType):
+        a = a.placeholder(i)
     if isinstance(a, np.ndarray):
         check_dtype(a.dtype, f"kernel argument {i}")
         return HbmTensor(a, None, name=f"arg{i}")

@@ -145,16 +145,6 @@ class HbmAccess:
             t.defined[sel] = True
 
 
-def _promote_for_write(value, dtype, name):
-    if value.dtype != dtype:
-        fail(
-            "tile assigned into a tensor of another dtype",
-            f"{value.dtype} tile into {name} ({dtype})",
-            "produce the tile with dtype= equal to the destination's dtype",
-            limits.API_COMMON + "#supported-data-types",
-        )
-
-
 # The nki.language functions a tile's operators and `broadcast_to` stand for, by name. language.py builds on this module
 # and fills the table when it loads, so this module never imports it.
 TILE_FUNCTIONS: dict[str, Callable] = {}
@@ -164,7 +154,8 @@ class OnChip:
     """A tensor in SBUF or PSUM. `pdim` is its partition axis; a *tile* has pdim == 0 (what NKI compute APIs take).
 
     A view made by indexing with index expressions remembers its `layout` (so a mask written in the same index space
-    predicates it) and which of its elements fell outside the tensor (`oob`): an instruction must mask those out."""
+    predicates it) and which of its elements fell outside the tensor (`oob`): an instruction must mask those out. Such a
+    view is an access pattern the compiler builds from the expressions (`expression_view`), not a stored layout."""
 
     def __init__(self, data, defined, pdim: int, buffer: str, name: str, owner=None, readonly=False):
         self.readonly = readonly  # a gathered (advanced-indexed) view is a copy: writing it would be lost
@@ -176,6 +167,7 @@ class OnChip:
         self._owner = owner  # keeps the allocation alive while views exist
         self.layout = None
         self.oob = None
+        self.expression_view = False
 
     @classmethod
     def allocate(cls, data: np.ndarray, defined, pdim: int, buffer: str, name: str, min_ndim: int = 1) -> OnChip:
@@ -251,6 +243,7 @@ class OnChip:
             view = OnChip(data, defined, 0, self.buffer, self.name, owner=self._root(), readonly=True)
             view.layout = acc.layout
             view.oob = acc.oob if acc.oob.any() else None
+            view.expression_view = True
             return view
         pdim = self._basic_partition_axis(key)
         data = self.data[key]
@@ -263,7 +256,10 @@ class OnChip:
             raise TypeError(f"{self.name}: assign through the tensor itself (t[j, ip, jf] = ...), not a gathered view")
         if not isinstance(value, OnChip):
             raise TypeError(f"{self.name}: assign a tile produced by an NKI API, got {type(value).__name__}")
-        _promote_for_write(value, self.dtype, self.name)
+        if value.dtype != self.dtype:
+            # the write casts to the destination's dtype, rounding to nearest even (AWS's matmul tutorial accumulates
+            # a float32 PSUM tile into bfloat16 SBUF tiles with `+=`)
+            value = value.cast(self.dtype)
         acc = None
         if any(isinstance(k, IndexArray) for k in key):
             acc = Access(key, self.shape, self.pdim)
