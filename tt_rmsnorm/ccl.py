@@ -66,7 +66,20 @@ def link_choice(mesh_shape) -> LinkChoice:
 STATS_TOPOLOGIES = (ttnn.Topology.Linear, ttnn.Topology.Ring)
 
 
-def check_topology(topology) -> None:
+# Systems whose mesh axes do not close into rings: a Ring gather needs the wraparound link. The 4U Galaxy (TG) is a
+# grid without wraparound links: tt-metal's Galaxy decoder gathers with Ring on the 6U Galaxy and Linear on TG. T3000's
+# eight chips form a ring (tt-metal's models gather on it with Ring); two chips are their own ring. Systems not known
+# to lack the link are not refused.
+LINE_CLUSTERS = ("TG",)
+
+
+def cluster_type() -> str:
+    """The name of the system ttnn runs on ("T3K", "GALAXY", "TG", ...)."""
+    return str(ttnn.cluster.get_cluster_type()).rsplit(".", 1)[-1]
+
+
+def check_topology(topology, mesh_device=None) -> None:
+    """Linear or Ring, and no Ring on a system whose axes do not close into rings (`LINE_CLUSTERS`)."""
     if topology not in STATS_TOPOLOGIES:
         raise RuleError(
             "ccl.topology",
@@ -74,6 +87,15 @@ def check_topology(topology) -> None:
             topology,
             "ccl_topology=ttnn.Topology.Linear (or ttnn.Topology.Ring where the axis closes into a ring)",
         )
+    if topology == ttnn.Topology.Ring and mesh_device is not None and mesh_device.get_num_devices() > 2:
+        system = cluster_type()
+        if system in LINE_CLUSTERS:
+            raise RuleError(
+                "ccl.ring",
+                f"a Ring gather needs the axis to close into a ring; the {system} system's axes are lines",
+                f"Topology.Ring on {system}",
+                "ccl_topology=ttnn.Topology.Linear",
+            )
 
 
 # What the package calls on a model's own CCL object (tt-metal's TT_CCL and its kin): its cycled gather and barrier
@@ -137,7 +159,7 @@ class CCLResources:
         self.cluster_axis, self.num_devices = resolve_cluster_axis(self.mesh_shape, cluster_axis)
         self.links = link_choice(self.mesh_shape)
         if topology is not None:
-            check_topology(topology)
+            check_topology(topology, mesh_device)
             self.links = replace(self.links, topology=topology, reason=f"{self.links.reason}; topology as given")
         self.model_ccl = model_ccl
         # the axis as given is the one the model's own calls name (its semaphore slot: tt-metal's norms name none on a

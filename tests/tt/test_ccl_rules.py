@@ -428,3 +428,33 @@ def test_all_gather_of_every_dtype_is_judged(dtype, mesh_shape):
             assert dtype != "int32"  # ttnn runs the int32 gather: no rule may refuse it
         else:
             assert n == mesh_shape[1]
+
+
+class _Mesh:
+    def __init__(self, devices):
+        self.devices = devices
+
+    def get_num_devices(self):
+        return self.devices
+
+
+@pytest.mark.parametrize(
+    "system, devices, topology, refused",
+    [
+        ("TG", 32, "Ring", True),  # the 4U Galaxy's axes are lines
+        ("TG", 32, "Linear", False),
+        ("GALAXY", 32, "Ring", False),  # the 6U Galaxy closes its rows and columns into rings
+        ("T3K", 8, "Ring", False),
+        ("TG", 2, "Ring", False),  # two chips are their own ring
+    ],
+)
+def test_ring_is_refused_where_the_system_has_no_wraparound_link(monkeypatch, system, devices, topology, refused):
+    from tt_rmsnorm import ccl
+
+    monkeypatch.setattr(ccl, "cluster_type", lambda: system)
+    try:
+        ccl.check_topology(getattr(ttnn.Topology, topology), _Mesh(devices))
+    except RuleError as e:
+        assert refused and e.rule == "ccl.ring" and "Linear" in e.fix, e
+        return
+    assert not refused

@@ -62,7 +62,7 @@ class RMSNorm:
         self.compute_kernel_config_hifi2 = _hifi2()
         # None and False: never distributed (tt-metal's reading); True or a callable: the policy per mode
         self._policy = module.distribution_policy(is_distributed if is_distributed is not None else False, 1)
-        ccl.check_topology(ccl_topology)
+        ccl.check_topology(ccl_topology, device)
         mesh_shape = tuple(device.shape)
         # tt-metal splits the distributed weight over mesh dim 1 (ShardTensor2dMesh dims (None, 2)): the columns, which
         # a 1-D mesh gathers over unnamed (as tt-metal's calls on it)
