@@ -223,29 +223,33 @@ class LocalNorm:
         return self.plan(x, weight, residual, **kw).run(x, weight, residual)
 
 
-class PlannedCalls:
-    """A module's calls by signature, each bound to its plan and weight once its rules have passed: a known
-    signature runs its ttnn calls and nothing else. Setting any attribute of the module forgets them (a planned call
-    binds the module's weights and configs as they were when it was planned)."""
+class PlannedModule:
+    """A module whose calls are planned once per signature, each bound to its plan and weight once its rules have
+    passed: a known signature runs its ttnn calls and nothing else. Setting any attribute of the module forgets them
+    (a planned call binds the module's weights and configs as they were when it was planned)."""
 
-    def __init__(self):
-        self.calls = PlanCache()
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        calls = self.__dict__.get("_planned")
+        if calls is not None:
+            calls.forget()
 
-    def find(self, key, x, residual):
+    def planned(self, key, x, residual, plan, *args):
+        """The call planned for (key, x's and the residual's specs); `plan(*args)` makes it for a new signature."""
+        calls = self.__dict__.get("_planned")
+        if calls is None:
+            calls = self.__dict__["_planned"] = PlanCache()
         try:
-            return self.calls.find(key, x, None, residual)
+            call = calls.find(key, x, None, residual)
         except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable key: checked in full
-            return None
-
-    def remember(self, key, x, residual, call):
-        try:
-            self.calls.remember(key, x, None, residual, call)
-        except TypeError:
-            pass  # an unhashable key is never found: nothing to remember
+            return plan(*args)
+        if call is None:
+            call = plan(*args)
+            calls.remember(key, x, None, residual, call)
         return call
 
 
-class DistributedRMSNorm:
+class DistributedRMSNorm(PlannedModule):
     """RMSNorm over `dim`, its input sharded over `cluster_axis` of `mesh_device` where `is_distributed(mode)` holds
     and replicated (full `dim` on every device) otherwise.
 
@@ -280,7 +284,6 @@ class DistributedRMSNorm:
         output_memory_config=None,
         gather_output: bool = False,
     ):
-        self._calls = PlannedCalls()
         self.mesh_device = mesh_device
         self.dim = dim
         self.eps = eps
@@ -306,21 +309,13 @@ class DistributedRMSNorm:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
         self._local_norm = LocalNorm(mesh_device)
 
-    def __setattr__(self, name, value):
-        object.__setattr__(self, name, value)
-        if name != "_calls":
-            self._calls.calls.forget()
-
     def _output_memory_config(self, mode: str):
         mc = self.output_memory_config
         return mc.get(mode) if isinstance(mc, dict) else mc
 
     def forward(self, x, mode: str = "decode", residual=None):
         key = (mode, self.is_distributed(mode))  # the policy is asked every call, as tt-metal's modules ask it
-        call = self._calls.find(key, x, residual)
-        if call is None:
-            call = self._calls.remember(key, x, residual, self._plan(x, mode, residual))
-        return call(x, residual)
+        return self.planned(key, x, residual, self._plan, x, mode, residual)(x, residual)
 
     __call__ = forward
 

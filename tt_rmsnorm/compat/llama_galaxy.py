@@ -20,7 +20,7 @@ from tt_rmsnorm.errors import RuleError
 _TG_AXIS = 1  # the Galaxy decoder's hidden dim is split over the mesh columns
 
 
-class DistributedNorm:
+class DistributedNorm(module.PlannedModule):
     """The Galaxy decoder's norm with its residual: `forward(x, res, mode)` -> `(output, res or None)`.
 
     `args` is duck-typed: `dim`, `mesh_device`, `is_multichip`, `is_distributed_norm(mode)`, and `qk_norm` where the
@@ -30,7 +30,6 @@ class DistributedNorm:
     """
 
     def __init__(self, norm, args, TG=False, tt_ccl=None, ccl_topology=None):  # noqa: N803 (tt-metal's name)
-        self._calls = module.PlannedCalls()
         self.norm = norm
         self.args = args
         self.tt_ccl = tt_ccl
@@ -68,17 +67,9 @@ class DistributedNorm:
             else ccl.CCLResources(mesh, cluster_axis=_TG_AXIS, topology=topology)
         )
 
-    def __setattr__(self, name, value):
-        object.__setattr__(self, name, value)
-        if name != "_calls":
-            self._calls.calls.forget()
-
     def forward(self, x, res, mode):
         key = (mode, self.args.is_distributed_norm(mode))
-        call = self._calls.find(key, x, res)
-        if call is None:
-            call = self._calls.remember(key, x, res, self._plan(x, res, mode))
-        return call(x, res)
+        return self.planned(key, x, res, self._plan, x, res, mode)(x, res)
 
     __call__ = forward
 

@@ -17,7 +17,7 @@ def _hifi2():
     )
 
 
-class RMSNorm:
+class RMSNorm(module.PlannedModule):
     """tt-metal's `RMSNorm`: weights from a state_dict by key, cached tilized, replicated (`weight`) and, where
     `is_distributed` is given, split over the mesh columns (`weight_distributed`); `forward(x, mode, in_sharded,
     out_sharded)` runs `rms_norm` on full-width activations or the distributed norm where `is_distributed(mode)`.
@@ -49,7 +49,6 @@ class RMSNorm:
         ccl_topology=ttnn.Topology.Ring,
         tt_ccl=None,
     ):
-        self._calls = module.PlannedCalls()
         self.device = device
         self.dim = dim
         self.eps = eps
@@ -90,17 +89,9 @@ class RMSNorm:
                 )
         self._local = module.LocalNorm(device)
 
-    def __setattr__(self, name, value):
-        object.__setattr__(self, name, value)
-        if name != "_calls":
-            self._calls.calls.forget()
-
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
         key = (mode, in_sharded, out_sharded, self._policy(mode))
-        call = self._calls.find(key, x, None)
-        if call is None:
-            call = self._calls.remember(key, x, None, self._plan(x, mode, in_sharded, out_sharded))
-        return call(x)
+        return self.planned(key, x, None, self._plan, x, mode, in_sharded, out_sharded)(x)
 
     def _plan(self, x, mode, in_sharded, out_sharded):
         """The call for this signature, its rules checked: tt-metal's program and output configs where the input and

@@ -11,7 +11,7 @@ from tt_rmsnorm import ccl, distributed, module
 from tt_rmsnorm.tensors import describe
 
 
-class DistributedNorm:
+class DistributedNorm(module.PlannedModule):
     """tt_transformers' `DistributedNorm`: the norm of a decoder layer with the gathers around it.
 
     `args` is duck-typed: `dim`, `mesh_device`, `is_multichip`, `is_distributed_norm(mode)`, `ccl_topology()`. Not
@@ -22,7 +22,6 @@ class DistributedNorm:
     """
 
     def __init__(self, norm, args, tt_ccl, TG=False, force_interleaved_norm=False):  # noqa: N803 (tt-metal's name)
-        self._calls = module.PlannedCalls()
         self.norm = norm
         self.args = args
         self.tt_ccl = tt_ccl
@@ -57,11 +56,6 @@ class DistributedNorm:
             )
             self._tg_ccl = ccl.resources_for(tt_ccl, mesh, 1)
 
-    def __setattr__(self, name, value):
-        object.__setattr__(self, name, value)
-        if name != "_calls":
-            self._calls.calls.forget()
-
     def _gather(self, x, memory_config):
         """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers (its rules are
         checked when the call is planned: `_check_gather`)."""
@@ -87,10 +81,7 @@ class DistributedNorm:
     def forward(self, x, mode):
         # the norm's output config is part of the signature: a decode call binds it
         key = (mode, self.args.is_distributed_norm(mode), id(self.norm.sharded_output_config))
-        call = self._calls.find(key, x, None)
-        if call is None:
-            call = self._calls.remember(key, x, None, self._plan(x, mode))
-        return call(x)
+        return self.planned(key, x, None, self._plan, x, mode)(x)
 
     __call__ = forward
 
