@@ -91,7 +91,10 @@ class RMSNorm(module.PlannedModule):
 
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
         key = (mode, in_sharded, out_sharded, self._policy(mode))
-        return self.planned(key, x, None, self._plan, x, mode, in_sharded, out_sharded)(x)
+        run, w = module.last_call(self._last, key, x) or self.planned(
+            key, x, None, self._plan, x, mode, in_sharded, out_sharded
+        )
+        return run(x, w, None)
 
     def _plan(self, x, mode, in_sharded, out_sharded):
         """The call for this signature, its rules checked: tt-metal's program and output configs where the input and
@@ -125,7 +128,7 @@ class RMSNorm(module.PlannedModule):
                 compute_kernel_config=self.compute_kernel_config_hifi2,
             )
         if in_sharded and not out_sharded:
-            return lambda x: ttnn.sharded_to_interleaved(plan.run(x, w, None))
-        return lambda x: plan.run(x, w, None)
+            return (lambda x, w, residual: ttnn.sharded_to_interleaved(plan.run(x, w, residual))), w
+        return plan.run, w
 
     __call__ = forward

@@ -81,7 +81,8 @@ class DistributedNorm(module.PlannedModule):
     def forward(self, x, mode):
         # the norm's output config is part of the signature: a decode call binds it
         key = (mode, self.args.is_distributed_norm(mode), id(self.norm.sharded_output_config))
-        return self.planned(key, x, None, self._plan, x, mode)(x)
+        run, w = module.last_call(self._last, key, x) or self.planned(key, x, None, self._plan, x, mode)
+        return run(x, w, None)
 
     __call__ = forward
 
@@ -100,12 +101,12 @@ class DistributedNorm(module.PlannedModule):
                 self._check_gather(x, mc)
             out_mc = norm.sharded_output_config if decode else None
 
-            def run(x):
+            def run(x, w, residual):
                 x = self._gather(x, mc) if gather_input else ttnn.to_memory_config(x, mc)
                 x = norm(x, mode=mode, in_sharded=False, out_sharded=False)
                 return x if out_mc is None else ttnn.to_memory_config(x, out_mc)
 
-            return run
+            return run, None
         input_mc = norm.sharded_output_config if decode else ttnn.DRAM_MEMORY_CONFIG
         move = not gather_input and x.memory_config() != input_mc
         if gather_input:
@@ -116,7 +117,7 @@ class DistributedNorm(module.PlannedModule):
             # (DRAM) memory config for prefill; it is gathered into the same config
             self._check_gather(replace(describe(x), memory_config=input_mc), input_mc)
 
-        def run(x):
+        def run(x, w, residual):
             if gather_input:
                 x = self._gather(x, input_mc)
             elif move:
@@ -124,7 +125,7 @@ class DistributedNorm(module.PlannedModule):
             x = norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
             return self._gather(x, input_mc) if gather_output else x
 
-        return run
+        return run, None
 
     def _tg(self, x, mode):
         """Both modes distributed over the mesh columns: decode on tt-metal's TG grid and program config, prefill
@@ -138,7 +139,7 @@ class DistributedNorm(module.PlannedModule):
         w = self.norm.weight_distributed
         planned = []  # the plan of the moved input's signature, planned at the first call
 
-        def run(x):
+        def run(x, w, residual):
             if mc is not None:
                 x = ttnn.to_memory_config(x, mc)
             if not planned:
@@ -149,4 +150,4 @@ class DistributedNorm(module.PlannedModule):
                 )
             return planned[0].run(x, w, None)
 
-        return run
+        return run, w
