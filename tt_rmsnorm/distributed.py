@@ -67,11 +67,15 @@ def plan_distributed_rms_norm(
 # Plans by call signature. The key holds the mesh and the CCL resources themselves, so neither can be collected and its
 # id reused while a plan refers to it; `close_mesh` drops the mesh's plans.
 _PLANS = PlanCache()
+# The last call without a residual: (key, x's spec, x's storage, w, plan).
+_LAST = [None]
 
 
 def forget_plans(mesh_device=None) -> None:
     """Drop the cached plans of `mesh_device` (of every mesh when None)."""
     _PLANS.forget(None if mesh_device is None else (lambda key: key[0] is not mesh_device))
+    if _LAST[0] is not None and (mesh_device is None or _LAST[0][0][0] is mesh_device):
+        _LAST[0] = None
 
 
 def distributed_rms_norm(
@@ -101,6 +105,31 @@ def distributed_rms_norm(
     in place on every path (the residual stream, as tt-metal's decode updates it), normalized, and `(output, residual)`
     is returned; x is never written. The output has x's memory config unless `memory_config` says otherwise.
     """
+    try:  # the last signature first (a decoder's norms repeat one): no cache lookup
+        key = _call_key(
+            mesh_device,
+            epsilon,
+            cluster_axis,
+            path,
+            sharded,
+            dtype,
+            memory_config,
+            compute_kernel_config,
+            program_config,
+            ccl,
+        )
+        last = _LAST[0]
+        if (
+            residual is None
+            and last is not None
+            and last[0] == key
+            and last[3] is w
+            and last[1] == x.spec
+            and last[2] == x.storage_type()
+        ):
+            return last[4].run(x, w, None)
+    except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable argument: checked in full
+        pass
     return planned_call(
         x,
         w,
@@ -137,7 +166,7 @@ def planned_call(
     """The checked plan `distributed_rms_norm` runs for these arguments: from the cache when the signature was
     planned before, else planned and checked in full before any device work, then cached."""
     try:
-        key = (
+        key = _call_key(
             mesh_device,
             epsilon,
             cluster_axis,
@@ -145,12 +174,14 @@ def planned_call(
             sharded,
             dtype,
             memory_config,
-            None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
-            None if program_config is None else planner.config_key(program_config),
+            compute_kernel_config,
+            program_config,
             ccl,
         )
         plan = _PLANS.find(key, x, w, residual)
         if plan is not None:
+            if residual is None:
+                _LAST[0] = (key, x.spec, x.storage_type(), w, plan)
             return plan
     except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable argument: check (and fail) in full
         key = None
@@ -172,6 +203,24 @@ def planned_call(
     if key is not None:
         _PLANS.remember(key, x, w, residual, plan)
     return plan
+
+
+def _call_key(
+    mesh_device, epsilon, cluster_axis, path, sharded, dtype, memory_config, compute_kernel_config, program_config, ccl
+):
+    """The hashable part of a call's signature; the configs by the fields the rules read (they hash by identity and
+    are mutable)."""
+    return (
+        mesh_device,
+        epsilon,
+        cluster_axis,
+        path,
+        sharded,
+        dtype,
+        memory_config,
+        None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
+        None if program_config is None else planner.config_key(program_config),
+    )
 
 
 # (rule, message, fix) for x, w and residual when they are not ttnn tensors.
