@@ -34,7 +34,9 @@ TTNN_MESSAGES = {
     "input.height_sharded": r"Height sharded inputs are not supported|Number of shards along height",
     "input.layout": r"must have TILE layout|Only tilized inputs supported|does not support ROW_MAJOR input",
     "memory_config.interleaved_output": r"Output memory config must be interleaved",
-    "memory_config.shard_fits": r"Shard height \d+ must match physical height|Number of shards along width",
+    "memory_config.shard_fits": (
+        r"Shard height \d+ must match physical height|Number of shards along width|bad optional access"
+    ),
     "rms_norm.output_shard_holds_block": r"DFB 'out' .* is larger than the per-bank allocation of its borrowed",
     "memory_config.sharded_output": r"bad optional access|output_mem_config\.is_sharded\(\)",
     "post.fp32_needs_fp32_acc": r"FLOAT32 input/stats require fp32_dest_acc_en",

@@ -9,7 +9,7 @@ import ttnn
 from tests.support import pc, shard_mc
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts
-from tt_rmsnorm.rules import l1_budget, op_checks
+from tt_rmsnorm.rules import ccl_checks, l1_budget, op_checks
 from tt_rmsnorm.tensors import TensorDesc as D
 
 FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=True)
@@ -465,3 +465,37 @@ def test_rms_norm_streaming_buffers_equal_ttnns_report_at_any_width(width, resid
         floor=l1_budget.L1_BASE,  # no L1 left: always streams
     )
     assert got - l1_budget.L1_BASE == reported
+
+
+NO_SPEC = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1)
+GRID = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(7, 6))})
+
+
+def test_a_sharded_output_config_without_shard_spec():
+    """ttnn fails with 'bad optional access' where the op derives no shard spec: the gathers, the posts and the
+    interleaved rms_norm (the gathers raised AttributeError in the L1 model). The sharded rms_norm derives the spec
+    from its input."""
+    stats = D((1, 1, 32, 32))
+    assert _rule(op_checks.check_all_gather, stats, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=NO_SPEC) == (
+        "memory_config.shard_fits"
+    )
+    sems, barrier = ccl_checks.SemaphoreDesc(GRID, 2, (0, 1)), ccl_checks.SemaphoreDesc(GRID, 1, (2,))
+    for persistent in (None, D((1, 1, 32, 256))):
+        got = _rule(
+            ccl_checks.check_all_gather_async,
+            stats,
+            3,
+            multi_device_global_semaphore=sems,
+            barrier_semaphore=barrier,
+            mesh_shape=(1, 8),
+            cluster_axis=1,
+            memory_config=NO_SPEC,
+            persistent_output_buffer=persistent,
+        )
+        assert got == "memory_config.shard_fits"
+    x = D((1, 1, 32, 1024))
+    post = partial(op_checks.check_post_all_gather, x, D((1, 1, 32, 256)), compute_grid=(8, 8))
+    assert _rule(post, memory_config=NO_SPEC) == "memory_config.shard_fits"
+    assert _rule(op_checks.check_rms_norm, x, memory_config=NO_SPEC, compute_grid=(8, 8)) == "memory_config.shard_fits"
+    xs = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128)))
+    op_checks.check_rms_norm(xs, program_config=pc((4, 2), block_w=4), memory_config=NO_SPEC, compute_grid=(8, 8))

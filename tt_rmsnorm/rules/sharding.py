@@ -194,9 +194,25 @@ def check_output_memory_config(x: TensorDesc, memory_config):
         )
 
 
-def check_shard_fits(padded_shape, memory_config, what: str) -> None:
+def check_shard_spec_given(memory_config, what: str) -> None:
+    """A sharded memory config without a shard spec: ttnn reads the spec it lacks ("bad optional access"). Only the
+    sharded rms_norm and pre derive one (from the input's)."""
+    if memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is None:
+        fail(
+            "memory_config.shard_fits",
+            f"the {what}'s sharded memory_config has no shard spec, and this op derives none (ttnn fails with 'bad "
+            "optional access')",
+            f"{enum_name(memory_config.memory_layout)} without a shard spec",
+            "give the shard spec (tt_rmsnorm.planning.layouts.sharded_memory_config) or an interleaved memory_config",
+        )
+
+
+def check_shard_fits(padded_shape, memory_config, what: str, spec_from_input: bool = False) -> None:
     """ttnn's tensor-spec validation of a sharded memory config against the tensor it will hold (physical 2-D view:
-    all padded dims but the last fold into the height)."""
+    all padded dims but the last fold into the height). `spec_from_input`: the op derives a missing shard spec from
+    its sharded input."""
+    if not spec_from_input:
+        check_shard_spec_given(memory_config, what)
     if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
         return
     spec = memory_config.shard_spec
