@@ -35,6 +35,9 @@ for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))
     no_spec = ("sharded_no_spec", "WIDTH")
     case("out-sharded-no-spec", "all_gather", T(STAT), R, system=system, dim=3, cluster_axis=1, memory_config=no_spec)
     n = MESH_SHAPES[system][1]
+    for shard in ((0, 32 * n), (16, 32 * n)):
+        out = S("WIDTH", (0, 0, 0, 0), shard)
+        case(f"out-shard{shard[0]}", "all_gather", T(STAT), R, system=system, dim=3, cluster_axis=1, memory_config=out)
     case("sharded-no-memcfg", "all_gather", T(STAT, mem=SHARD1), R, system=system, dim=3, cluster_axis=1)
     for id, x in (("sharded-1core", T(STAT, mem=SHARD1)), ("interleaved-to-1core", T(STAT))):
         out = S("WIDTH", (0, 0, 0, 0), (32, 32 * n))

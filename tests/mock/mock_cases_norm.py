@@ -314,6 +314,8 @@ case(
 # --- rms_norm (single device) -----------------------------------------------------------------------------------------
 case("bf16", "rms_norm", T(X), A)
 case("out-sharded-no-spec", "rms_norm", T(X), R, memory_config=("sharded_no_spec", "WIDTH"))
+for shard in ((0, 256), (16, 256), (32, 250)):
+    case(f"out-shard{shard[0]}x{shard[1]}", "rms_norm", T(X), R, memory_config=S("WIDTH", (0, 0, 3, 0), shard))
 case("sharded-out-no-spec", "rms_norm", T(X, mem=W8), A, program_config=PC8, memory_config=("sharded_no_spec", "WIDTH"))
 case("bf8", "rms_norm", T(X, "bf8"), A)
 case("fp32", "rms_norm", T(X, "fp32"), A)

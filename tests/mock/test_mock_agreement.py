@@ -36,6 +36,7 @@ TTNN_MESSAGES = {
     "memory_config.interleaved_output": r"Output memory config must be interleaved",
     "memory_config.shard_fits": (
         r"Shard height \d+ must match physical height|Number of shards along width|bad optional access"
+        r"|shard_grid_fit_error|shard_align_error"
     ),
     "rms_norm.output_shard_holds_block": r"DFB 'out' .* is larger than the per-bank allocation of its borrowed",
     "memory_config.sharded_output": r"bad optional access|output_mem_config\.is_sharded\(\)",

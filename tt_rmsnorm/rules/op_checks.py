@@ -333,6 +333,6 @@ def check_all_gather(
     gathered[dim] *= n
     out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
     if not output_given:  # a given output buffer is the output's spec; its own rules check it
-        check_shard_fits(out.padded_shape, memory_config, "gathered output")
+        check_shard_fits(out.padded_shape, memory_config, "gathered output", tiled=x.layout == ttnn.TILE_LAYOUT)
     ccl_l1.check_gather_l1(x, dim, out, n, mesh_shape)
     return n

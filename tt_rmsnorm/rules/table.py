@@ -70,8 +70,8 @@ RULES = {
     "memory_config.matches_input": "output buffer type and layout equal the input's",
     "memory_config.interleaved_output": "interleaved input, interleaved output",
     "memory_config.shard_height": "output shard height equals the input's",
-    "memory_config.shard_fits": "a sharded output memory_config has a shard spec (or the op derives one) whose shards "
-    "cover the output on its cores",
+    "memory_config.shard_fits": "a sharded memory_config has a shard spec (or the op derives one) whose shards, whole "
+    "tiles in TILE layout, cover its tensor on its cores",
     "rms_norm.output_shard_holds_block": "sharded rms_norm: each output shard holds one input shard's tiles",
     "sharded.reduce_workers": "the sharded factory can place its reduce workers on the shard grid",
     "sharded_pre.dtype_ignored": "the sharded pre writes bfloat16 only",
