@@ -21,6 +21,10 @@ for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))
         case(f"dtype-{dtype}", "all_gather", T(STAT, dtype), A, system=system, dim=3, cluster_axis=1)
     case("row-major", "all_gather", T(STAT, layout="RM"), A, system=system, dim=3, cluster_axis=1)
     case("ragged", "all_gather", T((1, 1, 7, 100)), A, system=system, dim=3, cluster_axis=1)
+    case("ragged-bf8", "all_gather", T((1, 1, 7, 100), "bf8"), A, system=system, dim=3, cluster_axis=1)
+    case("ragged-bf4", "all_gather", T((1, 1, 7, 100), "bf4"), R, system=system, dim=3, cluster_axis=1)
+    case("rows-off-grid-bf4", "all_gather", T((1, 1, 7, 64), "bf4"), R, system=system, dim=2, cluster_axis=1)
+    case("tiled-bf4", "all_gather", T((1, 1, 32, 64), "bf4"), A, system=system, dim=3, cluster_axis=1)
     case(
         "prefill-stats",
         "all_gather",

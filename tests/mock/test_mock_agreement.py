@@ -24,6 +24,7 @@ _L1 = r"Statically allocated dataflow buffers .* (beyond max L1 size|clash with 
 TTNN_MESSAGES = {
     "all_gather.cluster_axis": r"requires cluster_axis to be set|ShapeBase\[\] index out of range",
     "all_gather.empty": r"output_chunks_per_stripe must be > 0",
+    "all_gather.composite_dtype": r"Only TILE layout is supported for BFLOAT8_B dtype",
     "all_gather.l1_budget": r"clash with L1 buffers|Out of Memory: Not enough space to allocate",
     "all_gather.dim": r"Invalid gather dim",
     "all_gather.num_devices": r"only work for num_devices > 1|un-initialized fabric context",

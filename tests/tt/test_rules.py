@@ -224,6 +224,7 @@ BAD = [
     ("all_gather.sharded_needs_memory_config", "explicit output memory_config", gather(means())),
     ("rms_norm.welford", "Welford", rms(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
     ("all_gather.empty", "empty tensor", gather(D((0, 1024), layout=RM), dim=0)),
+    ("all_gather.composite_dtype", "bfloat4_b", gather(D((1, 1, 32, 100), dtype=ttnn.bfloat4_b), dim=3)),
     # 675 tiles of output per bank on T3000's 56 banks: one past the 674 that fit beside the gather's buffers
     (
         "all_gather.l1_budget",

@@ -328,6 +328,14 @@ def check_all_gather(
         )
     if math.prod(x.shape) == 0:
         fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")
+    if x.dtype == ttnn.bfloat4_b and ccl_l1.takes_composite_gather(x, dim):
+        fail(
+            "all_gather.composite_dtype",
+            "ttnn's composite gather (a gather dim off the tile grid) untilizes its input, and a bfloat4_b tensor "
+            "exists only in tiles (it typecasts bfloat8_b first, not bfloat4_b)",
+            f"bfloat4_b {x.shape} gathered on dim {dim}",
+            "typecast to bfloat16 (or bfloat8_b) before the gather, or pad the gathered dim to a multiple of 32",
+        )
     check_shard_spec_given(memory_config, "gathered output")
     gathered = list(x.shape)
     gathered[dim] *= n

@@ -149,6 +149,7 @@ RULES = {
     "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
     "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.rules.ccl_l1)",
     "all_gather.empty": "the gathered tensor has elements",
+    "all_gather.composite_dtype": "no bfloat4_b input to the composite gather (a gather dim off the tile grid)",
     "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
     "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
 }
