@@ -47,8 +47,9 @@ mutation: $(STAMP)
 	@$(PY) -c 'import cosmic_ray' 2>/dev/null || $(PY) -m pip install -q --no-cache-dir -e '.[mutation]'
 	$(PY) tools/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
 # Differential fuzzing of the rules against ttnn on mock clusters: N generated calls (the norm ops, all_gather,
-# fused_rms_minimal, all_gather_async and their compositions), a fresh seed unless TT_RMSNORM_FUZZ_SEED is set; prints
-# every failing call as a battery case, then the agreement per op and the calls the package accepts and ttnn refuses.
+# fused_rms_minimal, all_gather_async and their compositions, inputs of every dtype ttnn describes), a fresh seed unless
+# TT_RMSNORM_FUZZ_SEED is set; prints every failing call as a battery case, then the agreement per op and per input
+# dtype and the calls the package accepts and ttnn refuses. `make test` runs a fixed-seed sample of 300.
 N ?= 1000
 fuzz: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m tests.mock.differential $(N)
