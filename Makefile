@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # Two test processes (this project's CI has two cores); each runs its own mock-cluster workers.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test conformance parity bench-host mutation fuzz clean-venv
+.PHONY: demo test conformance parity bench-host mutation fuzz fuzz-rules clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -47,11 +47,17 @@ mutation: $(STAMP)
 	@$(PY) -c 'import cosmic_ray' 2>/dev/null || $(PY) -m pip install -q --no-cache-dir -e '.[mutation]'
 	$(PY) tools/mutation/run.py --sample $(SAMPLE) --seed $(SEED) $(MODULE)
 # Differential fuzzing of the rules against ttnn on mock clusters: N generated calls (the norm ops, all_gather,
-# fused_rms_minimal, all_gather_async and their compositions), a fresh seed unless TT_RMSNORM_FUZZ_SEED is set; prints
-# every failing call as a battery case, then the agreement per op and the calls the package accepts and ttnn refuses.
+# fused_rms_minimal, all_gather_async and their compositions, inputs of every dtype ttnn describes), a fresh seed unless
+# TT_RMSNORM_FUZZ_SEED is set; prints every failing call as a battery case, then the agreement per op and per input
+# dtype and the calls the package accepts and ttnn refuses. `make test` runs a fixed-seed sample of 300.
 N ?= 1000
 fuzz: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m tests.mock.differential $(N)
+# The checkers' totality without devices (tests/tt/test_rule_totality.py): N fresh hypothesis examples for each check
+# entry point, path plan and the planner, every one accepted or refused with a RuleError; a failure prints its
+# smallest example and the blob that reproduces it. `make test` runs a fixed sample of 300 each.
+fuzz-rules: $(STAMP)
+	TT_RMSNORM_RULE_EXAMPLES=$(N) $(PY) -m pytest -q -p no:cacheprovider tests/tt/test_rule_totality.py
 
 clean-venv:
 	rm -rf $(VENV)

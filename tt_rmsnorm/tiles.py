@@ -18,6 +18,8 @@ def tile_padded(shape) -> tuple[int, ...]:
 
 def one_tile_row(shape) -> bool:
     """True when the activation is one tile row: padded height 32 and batch 1 (what the sharded distributed ops
-    take)."""
+    take). ttnn tiles a rank-1 [W] as one tile row."""
     padded = tile_padded(shape)
+    if len(padded) < 2:
+        padded = (TILE, *padded)
     return padded[-2] == TILE and math.prod(padded[:-1]) == TILE

@@ -188,11 +188,19 @@ def agreement(outcomes: list[Outcome]) -> float:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    """Per op: the counts of each category, package accepts / ttnn rejects (within disagree), ttnn crashes, and the
-    agreement outside the package-only guards."""
+    """Per op, then per dtype of the input: the counts of each category, package accepts / ttnn rejects (within
+    disagree), ttnn crashes, and the agreement outside the package-only guards."""
+    by_op = _rows(outcomes, "op", fuzz_cases.OPS, lambda o: o.case["op"])
+    by_dtype = _rows(outcomes, "input dtype", tuple(mock_cases.DTYPES), lambda o: o.case["x"]["dtype"])
+    return by_op + "\n\n" + by_dtype
+
+
+def _rows(outcomes: list[Outcome], title: str, keys, key_of) -> str:
     rows = []
-    for op in (*fuzz_cases.OPS, "total"):
-        mine = [o for o in outcomes if op == "total" or o.case["op"] == op]
+    for key in (*keys, "total"):
+        mine = [o for o in outcomes if key == "total" or key_of(o) == key]
+        if not mine and key != "total":
+            continue
         counts = (
             len(mine),
             sum(o.category == "agree" for o in mine),
@@ -203,9 +211,9 @@ def table(outcomes: list[Outcome]) -> str:
             sum(o.category == "harness" for o in mine),
             sum(o.ttnn_accepted for o in mine),
         )
-        rows.append((op, *counts, f"{agreement(mine):.2%}"))
+        rows.append((key, *counts, f"{agreement(mine):.2%}"))
     widths = [max(len(c), 7) + 2 for c in COLUMNS]
-    lines = [f"{'op':<17}" + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, widths, strict=True))]
+    lines = [f"{title:<17}" + "".join(f"{c:>{w}}" for c, w in zip(COLUMNS, widths, strict=True))]
     lines += [f"{r[0]:<17}" + "".join(f"{v:>{w}}" for v, w in zip(r[1:], widths, strict=True)) for r in rows]
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ from tests.mock.fuzz_draws import (
     valid_axis,
 )
 from tests.mock.fuzz_mutations import is_sharded, mutate
-from tests.mock.mock_cases import CK, DPC, GRIDS, S, T
+from tests.mock.mock_cases import BLOCK_FLOAT_DTYPES, CK, DPC, GRIDS, S, T
 
 SYSTEMS = ("n150", "n300", "t3k", "galaxy")
 MULTI_CHIP = ("n300", "t3k", "galaxy")
@@ -183,8 +183,8 @@ def _base(rng, op, system):
 
 def _base_gather(rng, c, system):
     shape = rng.choice(((1, 1, 32, 32), (1, 1, 32, 32), (1, 1, 32, 64), (1, 1, 7, 100), (1, 32, 32), (1, 1, 2048, 32)))
-    dtype = pick(rng, {"bf16": 0.6, "bf8": 0.15, "fp32": 0.15, "uint32": 0.1})
-    layout = "RM" if rng.random() < 0.15 and dtype != "bf8" else "TILE"
+    dtype = pick(rng, DTYPE_WEIGHTS)
+    layout = "RM" if rng.random() < 0.15 and dtype not in BLOCK_FLOAT_DTYPES else "TILE"
     c["x"] = T(shape, dtype, layout, mem=rng.choice(("DRAM", "DRAM", "L1")))
     axis = valid_axis(system)
     c["kw"] = {"dim": rng.choice((3, 3, 3, -1, 2, 0)) if len(shape) == 4 else 2, "cluster_axis": axis}
@@ -195,7 +195,16 @@ def _base_gather(rng, c, system):
     return c
 
 
-_TILE_BYTES = {"bf16": 2048, "bf8": 1088, "fp32": 4096, "uint32": 4096}
+_TILE_BYTES = {
+    "bf16": 2048,
+    "bf8": 1088,
+    "fp32": 4096,
+    "bf4": 576,
+    "int32": 4096,
+    "uint32": 4096,
+    "uint16": 2048,
+    "uint8": 1024,
+}
 L1_SHARD_BUDGET = 1_300_000  # what the mock can allocate for the shards of one call, below its ~1.39 MB per core
 
 
@@ -219,7 +228,7 @@ def buildable(c: dict) -> bool:
     """The call's tensors can be built on the mock: bfloat8_b only in TILE layout, WIDTH shards as high as their
     tensor, and L1 shards (the op's output shard included) that fit."""
     slots = [c.get(k) for k in ("x", "residual", "stats", "weight", "bias", "persistent")]
-    if any(t and t["dtype"] == "bf8" and t["layout"] != "TILE" for t in slots):  # bfloat8_b exists only in tiles
+    if any(t and t["dtype"] in BLOCK_FLOAT_DTYPES and t["layout"] != "TILE" for t in slots):  # tiles only
         return False
     if not all(_width_shards_match(t) for t in slots):
         return False

@@ -11,6 +11,7 @@ single step across one rule of `tt_rmsnorm.rules.ccl_checks` (or across ttnn's o
 
 from __future__ import annotations
 
+from tests.mock.fuzz_draws import DTYPE_WEIGHTS as FUZZ_DTYPE_WEIGHTS
 from tests.mock.fuzz_draws import TILE, gather_l1_edge_input, grid_cores, largest_divisor, pick, subblock_limit
 from tests.mock.mock_cases import CK, DPC, GRIDS, PC, S, T
 from tests.mock.mock_cases_ccl import OPS, SEM, SYSTEMS
@@ -20,7 +21,7 @@ CCL_OPS = OPS  # the ops of the CCL battery, on its systems
 CCL_SYSTEMS = SYSTEMS
 # Ethernet links of the mock fabrics between neighbours (ccl_checks.FABRIC_LINKS)
 LINKS = {"t3k": 2, "galaxy": 4}
-DTYPE_WEIGHTS = {"bf16": 0.6, "bf8": 0.25, "fp32": 0.15}
+DTYPE_WEIGHTS = FUZZ_DTYPE_WEIGHTS
 
 
 def _axis(rng, system) -> int:
@@ -236,7 +237,7 @@ def _gather(rng, system):
         width = rng.choice((32, 32, 32, 64, 1024))
         x = T(
             (1, 1, rows, width),
-            pick(rng, {"bf16": 0.6, "bf8": 0.2, "fp32": 0.2}),
+            pick(rng, DTYPE_WEIGHTS),
             mem=rng.choice(("DRAM", "DRAM", "L1")),
         )
         out = rng.choice(("DRAM", "DRAM", "L1", None))

@@ -19,7 +19,7 @@ from tests.mock.fuzz_draws import (
     sharded_pc,
     subblock_limit,
 )
-from tests.mock.mock_cases import CK, DPC, GRIDS, PC, S, T, package_side
+from tests.mock.mock_cases import BLOCK_FLOAT_DTYPES, CK, DPC, DTYPES, GRIDS, PC, S, T, package_side
 
 
 def is_sharded(c):
@@ -99,8 +99,8 @@ def _m_compute(rng, c):
 
 
 def _m_dtype(rng, c):
-    new = rng.choice([d for d in ("bf16", "bf8", "fp32", "uint32") if d != c["x"]["dtype"]])
-    if new == "bf8" and c["x"]["layout"] != "TILE":
+    new = rng.choice([d for d in DTYPES if d != c["x"]["dtype"]])
+    if new in BLOCK_FLOAT_DTYPES and c["x"]["layout"] != "TILE":
         return None
     c["x"] = {**c["x"], "dtype": new}
     return f"x.dtype.{new}"

@@ -20,7 +20,18 @@ from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 # compute_with_storage_grid_size of each mock as opened by tt_rmsnorm.devices.open_mesh
 GRIDS = {"n150": (8, 8), "n300": (8, 7), "t3k": (8, 7), "galaxy": (8, 9)}
-DTYPES = {"bf16": ttnn.bfloat16, "bf8": ttnn.bfloat8_b, "fp32": ttnn.float32, "uint32": ttnn.uint32}
+DTYPES = {
+    "bf16": ttnn.bfloat16,
+    "bf8": ttnn.bfloat8_b,
+    "fp32": ttnn.float32,
+    "bf4": ttnn.bfloat4_b,
+    "int32": ttnn.int32,
+    "uint32": ttnn.uint32,
+    "uint16": ttnn.uint16,
+    "uint8": ttnn.uint8,
+}
+INTEGER_DTYPES = ("int32", "uint32", "uint16", "uint8")
+BLOCK_FLOAT_DTYPES = ("bf8", "bf4")  # exist only in TILE layout
 LAYOUTS = {"TILE": ttnn.TILE_LAYOUT, "RM": ttnn.ROW_MAJOR_LAYOUT}
 SHARDING = {
     "WIDTH": ttnn.TensorMemoryLayout.WIDTH_SHARDED,

@@ -21,6 +21,10 @@ for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))
         case(f"dtype-{dtype}", "all_gather", T(STAT, dtype), A, system=system, dim=3, cluster_axis=1)
     case("row-major", "all_gather", T(STAT, layout="RM"), A, system=system, dim=3, cluster_axis=1)
     case("ragged", "all_gather", T((1, 1, 7, 100)), A, system=system, dim=3, cluster_axis=1)
+    case("ragged-bf8", "all_gather", T((1, 1, 7, 100), "bf8"), A, system=system, dim=3, cluster_axis=1)
+    case("ragged-bf4", "all_gather", T((1, 1, 7, 100), "bf4"), R, system=system, dim=3, cluster_axis=1)
+    case("rows-off-grid-bf4", "all_gather", T((1, 1, 7, 64), "bf4"), R, system=system, dim=2, cluster_axis=1)
+    case("tiled-bf4", "all_gather", T((1, 1, 32, 64), "bf4"), A, system=system, dim=3, cluster_axis=1)
     case(
         "prefill-stats",
         "all_gather",
@@ -32,7 +36,12 @@ for system, axes in (("n300", (None, 1)), ("t3k", (None, 1)), ("galaxy", (0, 1))
         memory_config="DRAM",
     )
     case("out-L1", "all_gather", T(STAT), A, system=system, dim=3, cluster_axis=1, memory_config="L1")
+    no_spec = ("sharded_no_spec", "WIDTH")
+    case("out-sharded-no-spec", "all_gather", T(STAT), R, system=system, dim=3, cluster_axis=1, memory_config=no_spec)
     n = MESH_SHAPES[system][1]
+    for shard in ((0, 32 * n), (16, 32 * n)):
+        out = S("WIDTH", (0, 0, 0, 0), shard)
+        case(f"out-shard{shard[0]}", "all_gather", T(STAT), R, system=system, dim=3, cluster_axis=1, memory_config=out)
     case("sharded-no-memcfg", "all_gather", T(STAT, mem=SHARD1), R, system=system, dim=3, cluster_axis=1)
     for id, x in (("sharded-1core", T(STAT, mem=SHARD1)), ("interleaved-to-1core", T(STAT))):
         out = S("WIDTH", (0, 0, 0, 0), (32, 32 * n))

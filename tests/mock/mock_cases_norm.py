@@ -167,6 +167,7 @@ case("stats-sharded-1core", "post", T(X), A, stats=T((1, 1, 32, 256), mem=STATS1
 case("stats-sharded-8cores", "post", T(X), A, stats=T((1, 1, 32, 256), mem=S("WIDTH", (0, 0, 7, 0), (32, 32))))
 case("stats-means", "post", T(X), "pkg:stats.kind_mismatch", stats=T((1, 1, 32, 256), kind="means"))
 case("stats-sums", "post", T(X), A, stats=T((1, 1, 32, 256), kind="sums"))
+case("out-sharded-no-spec", "post", T(X), R, stats=ST, memory_config=("sharded_no_spec", "WIDTH"))
 case("input-bf8", "post", T(X, "bf8"), A, stats=ST)
 case("input-fp32-no-acc", "post", T(X, "fp32"), R, stats=ST)
 case("input-fp32-acc", "post", T(X, "fp32"), A, stats=ST, compute_kernel_config=FP32)
@@ -221,6 +222,15 @@ case("host-input", "post", T(X, host=True), "pkg:input.on_device", stats=ST)
 # --- rms_norm_post_all_gather, sharded (decode) -----------------------------------------------------------------------
 SS = T((1, 1, 32, 256), mem=STATS1)
 case("sharded", "post", T(X, mem=W8), A, stats=SS, program_config=PC8)
+case(
+    "sharded-out-no-spec",
+    "post",
+    T(X, mem=W8),
+    R,
+    stats=SS,
+    program_config=PC8,
+    memory_config=("sharded_no_spec", "WIDTH"),
+)
 case("sharded-weight-rm", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=GRM)
 case("sharded-weight-tile", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=T((1, 1, 1, 1024)))
 case("sharded-weight-tile-bf8", "post", T(X, mem=W8), A, stats=SS, program_config=PC8, weight=T((1, 1, 1, 1024), "bf8"))
@@ -303,6 +313,10 @@ case(
 
 # --- rms_norm (single device) -----------------------------------------------------------------------------------------
 case("bf16", "rms_norm", T(X), A)
+case("out-sharded-no-spec", "rms_norm", T(X), R, memory_config=("sharded_no_spec", "WIDTH"))
+for shard in ((0, 256), (16, 256), (32, 250)):
+    case(f"out-shard{shard[0]}x{shard[1]}", "rms_norm", T(X), R, memory_config=S("WIDTH", (0, 0, 3, 0), shard))
+case("sharded-out-no-spec", "rms_norm", T(X, mem=W8), A, program_config=PC8, memory_config=("sharded_no_spec", "WIDTH"))
 case("bf8", "rms_norm", T(X, "bf8"), A)
 case("fp32", "rms_norm", T(X, "fp32"), A)
 case("row-major", "rms_norm", T(X, layout="RM"), R)

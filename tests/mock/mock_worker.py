@@ -16,9 +16,10 @@ from tt_rmsnorm.testing.dry_run import memory_config_text
 def build_tensor(mesh, spec):
     """A tensor of `spec` replicated on every device of `mesh` (or on the host), with its stats kind recorded."""
     dtype = mock_cases.DTYPES[spec["dtype"]]
-    values = (
-        torch.randint(0, 100, spec["shape"], dtype=torch.int32) if dtype == ttnn.uint32 else torch.randn(spec["shape"])
-    )
+    if spec["dtype"] in mock_cases.INTEGER_DTYPES:
+        values = torch.randint(0, 100, spec["shape"], dtype=torch.int32)
+    else:
+        values = torch.randn(spec["shape"])
     kwargs = {"dtype": dtype, "layout": mock_cases.LAYOUTS[spec["layout"]]}
     if not spec["host"]:
         kwargs.update(device=mesh, memory_config=mock_cases.memory_config(spec["mem"]))

@@ -24,6 +24,7 @@ _L1 = r"Statically allocated dataflow buffers .* (beyond max L1 size|clash with 
 TTNN_MESSAGES = {
     "all_gather.cluster_axis": r"requires cluster_axis to be set|ShapeBase\[\] index out of range",
     "all_gather.empty": r"output_chunks_per_stripe must be > 0",
+    "all_gather.composite_dtype": r"Only TILE layout is supported for BFLOAT8_B dtype",
     "all_gather.l1_budget": r"clash with L1 buffers|Out of Memory: Not enough space to allocate",
     "all_gather.dim": r"Invalid gather dim",
     "all_gather.num_devices": r"only work for num_devices > 1|un-initialized fabric context",
@@ -34,7 +35,10 @@ TTNN_MESSAGES = {
     "input.height_sharded": r"Height sharded inputs are not supported|Number of shards along height",
     "input.layout": r"must have TILE layout|Only tilized inputs supported|does not support ROW_MAJOR input",
     "memory_config.interleaved_output": r"Output memory config must be interleaved",
-    "memory_config.shard_fits": r"Shard height \d+ must match physical height|Number of shards along width",
+    "memory_config.shard_fits": (
+        r"Shard height \d+ must match physical height|Number of shards along width|bad optional access"
+        r"|shard_grid_fit_error|shard_align_error"
+    ),
     "rms_norm.output_shard_holds_block": r"DFB 'out' .* is larger than the per-bank allocation of its borrowed",
     "memory_config.sharded_output": r"bad optional access|output_mem_config\.is_sharded\(\)",
     "post.fp32_needs_fp32_acc": r"FLOAT32 input/stats require fp32_dest_acc_en",

@@ -1,6 +1,7 @@
-"""The differential fuzzer (differential.py) as tests: its generator and judge on their own, then a fresh seeded sample
-of generated calls through ttnn on mock clusters and through the rules. The sample's seed is printed;
-TT_RMSNORM_FUZZ_SEED repeats a run and TT_RMSNORM_FUZZ_N sizes it (300 calls by default)."""
+"""The differential fuzzer (differential.py) as tests: its generator and judge on their own, then a seeded sample of
+generated calls through ttnn on mock clusters and through the rules. The sample's seed is fixed (SAMPLE_SEED), so that
+the suite's verdict does not change from run to run; TT_RMSNORM_FUZZ_SEED picks another and TT_RMSNORM_FUZZ_N sizes it
+(300 calls by default). `make fuzz` draws a fresh seed."""
 
 import os
 
@@ -10,6 +11,7 @@ from tests.mock import differential, fuzz_cases, fuzz_mutations, mock_cases, moc
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 N_ENV = "TT_RMSNORM_FUZZ_N"
+SAMPLE_SEED = 12
 
 
 def test_generator_is_seeded_and_balanced():
@@ -95,9 +97,9 @@ def test_judge_classifies_each_outcome():
 
 @pytest.mark.mock_cluster
 def test_fuzz_sample_agrees(capsys):
-    """A fresh sample: no call on which the rules and ttnn disagree (outside the package-only guards), no call the
+    """The seeded sample: no call on which the rules and ttnn disagree (outside the package-only guards), no call the
     harness could not build, and a sample that ttnn neither mostly accepts nor mostly rejects."""
-    seed = differential.seed_from_env()
+    seed = int(os.environ.get(differential.SEED_ENV) or SAMPLE_SEED)
     n = int(os.environ.get(N_ENV, "300"))
     with capsys.disabled():
         print(f"\nfuzz seed {seed} ({differential.SEED_ENV}={seed} repeats it), {n} calls")

@@ -172,3 +172,19 @@ def test_demo_plans_pass_the_rules(name, plan):
             memory_config=plan.stats_memory_config,
         )
     assert plan.layout in plan.describe()
+
+
+def test_a_shard_narrower_than_a_tile_plans_a_block_the_rules_refuse():
+    """A shard under 32 wide is a block of no tiles: the derived config takes subblock_w 1 and block_w 0, and the
+    rules refuse that block (the derivation raised ValueError on an empty divisor range)."""
+    spec = ttnn.ShardSpec(
+        ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(0, 0))}),
+        [32, 16],
+        ttnn.ShardOrientation.ROW_MAJOR,
+    )
+    pc = layouts.program_config_from_shard_spec(spec)
+    assert (pc.block_w, pc.subblock_w) == (0, 1)
+    x = D((1, 1, 32, 1024), memory_config=layouts.sharded_memory_config((1, 1, 32, 1024), (8, 4)))
+    with pytest.raises(RuleError) as err:
+        op_checks.check_pre_all_gather(x, program_config=pc, compute_grid=(8, 8))
+    assert err.value.rule == "program_config.block_w"

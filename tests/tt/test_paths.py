@@ -196,3 +196,11 @@ def test_is_distributed_false_means_never(given, decode, prefill):
 def test_is_distributed_of_another_kind_is_refused():
     with pytest.raises(RuleError, match="module.is_distributed"):
         module.distribution_policy("prefill", 8)
+
+
+def test_a_rank_1_activation_is_one_tile_row():
+    """ttnn tiles a rank-1 [W] as one tile row; planning one gives a plan or a RuleError (it raised IndexError)."""
+    assert tt_rmsnorm.plan_distributed_rms_norm((1024,), (1, 1)).name == "local"
+    with pytest.raises(RuleError) as err:
+        tt_rmsnorm.plan_distributed_rms_norm((1024,), T3K, ccl=True)
+    assert err.value.rule == "distributed.rank"

@@ -152,7 +152,11 @@ BAD = [
     (
         "program_config.block_2d",
         "block sharding needs",
-        rms(x(memory_config=shard_mc(B_SHARD, (8, 2), (32, 128))), program_config=pc((8, 2), block_w=4)),
+        # 64 x 1024 in blocks of 32 x 160 on 2 x 8 cores: block_w 5, where ceil(32 tiles / 8 columns) is 4
+        rms(
+            x((1, 1, 64, 1024), memory_config=shard_mc(B_SHARD, (8, 2), (32, 160))),
+            program_config=pc((8, 2), block_w=5),
+        ),
     ),
     ("program_config.ignored", "silently ignored", pre(x(), program_config=PC)),
     ("memory_config.sharded_output", "sharded output", pre(xs(), memory_config=ttnn.DRAM_MEMORY_CONFIG)),
@@ -220,6 +224,7 @@ BAD = [
     ("all_gather.sharded_needs_memory_config", "explicit output memory_config", gather(means())),
     ("rms_norm.welford", "Welford", rms(x(), program_config=ttnn.LayerNormDefaultProgramConfig(use_welford=True))),
     ("all_gather.empty", "empty tensor", gather(D((0, 1024), layout=RM), dim=0)),
+    ("all_gather.composite_dtype", "bfloat4_b", gather(D((1, 1, 32, 100), dtype=ttnn.bfloat4_b), dim=3)),
     # 675 tiles of output per bank on T3000's 56 banks: one past the 674 that fit beside the gather's buffers
     (
         "all_gather.l1_budget",

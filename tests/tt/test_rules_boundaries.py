@@ -9,7 +9,7 @@ import ttnn
 from tests.support import pc, shard_mc
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts
-from tt_rmsnorm.rules import l1_budget, op_checks
+from tt_rmsnorm.rules import ccl_checks, l1_budget, op_checks
 from tt_rmsnorm.tensors import TensorDesc as D
 
 FP32_ACC = layouts.compute_kernel_config(fp32_dest_acc_en=True)
@@ -339,11 +339,16 @@ def test_block_w_is_the_ceiling_of_tiles_over_cores():
     op_checks.check_rms_norm(x, program_config=pc((8, 2), block_h=1, block_w=5), compute_grid=(8, 7))
 
 
-def test_1d_block_w_below_the_ceiling_is_rejected():
-    """32 tiles over 16 cores need block_w 2; shards one tile wide (block_w 1) do not cover the row."""
+def test_1d_block_w_off_the_ceiling_is_rejected():
+    """32 tiles over 16 cores need block_w 2. Shards three tiles wide cover the row on 11 of the cores, but the
+    factory splits the row by ceil(Wt / cores); shards one tile wide do not cover the row, so ttnn makes no such
+    tensor."""
+    x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 2), (32, 96)))
+    got = _rule(op_checks.check_pre_all_gather, x, program_config=pc((8, 2), block_w=3), compute_grid=(8, 7))
+    assert got == "program_config.block_w_cores"
     x = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (8, 2), (32, 32)))
     got = _rule(op_checks.check_pre_all_gather, x, program_config=pc((8, 2), block_w=1), compute_grid=(8, 7))
-    assert got == "program_config.block_w_cores"
+    assert got == "memory_config.shard_fits"
 
 
 def test_interleaved_post_tile_weight_needs_the_inputs_padded_width():
@@ -465,3 +470,56 @@ def test_rms_norm_streaming_buffers_equal_ttnns_report_at_any_width(width, resid
         floor=l1_budget.L1_BASE,  # no L1 left: always streams
     )
     assert got - l1_budget.L1_BASE == reported
+
+
+NO_SPEC = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1)
+GRID = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(7, 6))})
+
+
+def test_a_sharded_output_config_without_shard_spec():
+    """ttnn fails with 'bad optional access' where the op derives no shard spec: the gathers, the posts and the
+    interleaved rms_norm (the gathers raised AttributeError in the L1 model). The sharded rms_norm derives the spec
+    from its input."""
+    stats = D((1, 1, 32, 32))
+    assert _rule(op_checks.check_all_gather, stats, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=NO_SPEC) == (
+        "memory_config.shard_fits"
+    )
+    sems, barrier = ccl_checks.SemaphoreDesc(GRID, 2, (0, 1)), ccl_checks.SemaphoreDesc(GRID, 1, (2,))
+    for persistent in (None, D((1, 1, 32, 256))):
+        got = _rule(
+            ccl_checks.check_all_gather_async,
+            stats,
+            3,
+            multi_device_global_semaphore=sems,
+            barrier_semaphore=barrier,
+            mesh_shape=(1, 8),
+            cluster_axis=1,
+            memory_config=NO_SPEC,
+            persistent_output_buffer=persistent,
+        )
+        assert got == "memory_config.shard_fits"
+    x = D((1, 1, 32, 1024))
+    post = partial(op_checks.check_post_all_gather, x, D((1, 1, 32, 256)), compute_grid=(8, 8))
+    assert _rule(post, memory_config=NO_SPEC) == "memory_config.shard_fits"
+    assert _rule(op_checks.check_rms_norm, x, memory_config=NO_SPEC, compute_grid=(8, 8)) == "memory_config.shard_fits"
+    xs = D((1, 1, 32, 1024), memory_config=shard_mc(W_SHARD, (4, 2), (32, 128)))
+    op_checks.check_rms_norm(xs, program_config=pc((4, 2), block_w=4), memory_config=NO_SPEC, compute_grid=(8, 8))
+
+
+def test_shards_of_no_rows_or_not_whole_tiles():
+    """ttnn makes no tensor, and writes no output, whose shards are empty or (TILE layout) not whole tiles
+    (tensor_spec.cpp: shard_grid_fit_error, tensor_layout.cpp: shard_align_error; mock N300). Such a gather output
+    raised ZeroDivisionError, such an rms_norm input ZeroDivisionError in the reduce-worker split."""
+    stats = D((1, 1, 32, 32))
+    for shard in ((0, 256), (32, 0), (16, 256)):
+        out = shard_mc(W_SHARD, (4, 1), shard)
+        got = _rule(op_checks.check_all_gather, stats, 3, cluster_axis=1, mesh_shape=(1, 8), memory_config=out)
+        assert got == "memory_config.shard_fits", shard
+        got = _rule(op_checks.check_rms_norm, D((1, 1, 32, 1024)), memory_config=out, compute_grid=(8, 8))
+        assert got == "memory_config.shard_fits", shard
+    x = D((1, 1, 16, 1024), memory_config=shard_mc(W_SHARD, (4, 1), (16, 256)))
+    assert _rule(op_checks.check_rms_norm, x, compute_grid=(8, 8)) == "memory_config.shard_fits"
+    rows16 = D((1, 1, 16, 32), layout=ttnn.ROW_MAJOR_LAYOUT)  # a ROW_MAJOR gather output takes 16-row shards
+    op_checks.check_all_gather(
+        rows16, 3, cluster_axis=1, mesh_shape=(1, 2), memory_config=shard_mc(W_SHARD, (1, 1), (16, 64))
+    )

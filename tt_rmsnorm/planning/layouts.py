@@ -173,6 +173,9 @@ def sharded_memory_config(shape, grid: tuple[int, int], strategy: str = WIDTH):
 
 
 def _largest_divisor_at_most(n: int, limit: int) -> int:
+    """1 for a block of no tiles (a shard narrower than a tile): the rules then refuse the block, not this."""
+    if n < 1:
+        return 1
     return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 

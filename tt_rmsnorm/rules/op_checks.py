@@ -54,6 +54,7 @@ from tt_rmsnorm.rules.sharding import (
     check_output_memory_config,
     check_rms_norm_output_shard,
     check_shard_fits,
+    check_shard_spec_given,
     check_sharded_input,
     check_sharded_post_output,
     check_sharded_program_config,
@@ -238,7 +239,7 @@ def check_rms_norm(
             check_sharded_program_config(x, program_config, compute_kernel_config, distributed=False)
         check_stats_gather(x, program_config, compute_kernel_config, grid)
         check_output_memory_config(x, memory_config)
-        check_shard_fits(x.padded_shape, memory_config, "output")
+        check_shard_fits(x.padded_shape, memory_config, "output", spec_from_input=True)
         check_rms_norm_output_shard(x, memory_config)
     else:
         if program_config is not None and is_sharded_program_config(program_config):
@@ -327,10 +328,19 @@ def check_all_gather(
         )
     if math.prod(x.shape) == 0:
         fail("all_gather.empty", "all_gather has no chunks to send for an empty tensor", x.shape, "skip the gather")
+    if x.dtype == ttnn.bfloat4_b and ccl_l1.takes_composite_gather(x, dim):
+        fail(
+            "all_gather.composite_dtype",
+            "ttnn's composite gather (a gather dim off the tile grid) untilizes its input, and a bfloat4_b tensor "
+            "exists only in tiles (it typecasts bfloat8_b first, not bfloat4_b)",
+            f"bfloat4_b {x.shape} gathered on dim {dim}",
+            "typecast to bfloat16 (or bfloat8_b) before the gather, or pad the gathered dim to a multiple of 32",
+        )
+    check_shard_spec_given(memory_config, "gathered output")
     gathered = list(x.shape)
     gathered[dim] *= n
     out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
     if not output_given:  # a given output buffer is the output's spec; its own rules check it
-        check_shard_fits(out.padded_shape, memory_config, "gathered output")
+        check_shard_fits(out.padded_shape, memory_config, "gathered output", tiled=x.layout == ttnn.TILE_LAYOUT)
     ccl_l1.check_gather_l1(x, dim, out, n, mesh_shape)
     return n

@@ -61,6 +61,7 @@ def _check_shard_grid_on_device(t: TensorDesc, compute_grid, what: str):
 def check_sharded_input(x: TensorDesc, compute_grid, distributed: bool):
     _check_not_height_sharded(x, "input")
     _check_shard_grid_on_device(x, compute_grid, "input")
+    check_shard_fits(x.padded_shape, x.memory_config, "input")  # what ttnn checked when it made x
     if distributed and x.padded_shape[-2] != TILE:
         fail(
             "sharded.height_32",
@@ -194,9 +195,26 @@ def check_output_memory_config(x: TensorDesc, memory_config):
         )
 
 
-def check_shard_fits(padded_shape, memory_config, what: str) -> None:
+def check_shard_spec_given(memory_config, what: str) -> None:
+    """A sharded memory config without a shard spec: ttnn reads the spec it lacks ("bad optional access"). Only the
+    sharded rms_norm and pre derive one (from the input's)."""
+    if memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is None:
+        fail(
+            "memory_config.shard_fits",
+            f"the {what}'s sharded memory_config has no shard spec, and this op derives none (ttnn fails with 'bad "
+            "optional access')",
+            f"{enum_name(memory_config.memory_layout)} without a shard spec",
+            "give the shard spec (tt_rmsnorm.planning.layouts.sharded_memory_config) or an interleaved memory_config",
+        )
+
+
+def check_shard_fits(padded_shape, memory_config, what: str, spec_from_input: bool = False, tiled: bool = True) -> None:
     """ttnn's tensor-spec validation of a sharded memory config against the tensor it will hold (physical 2-D view:
-    all padded dims but the last fold into the height)."""
+    all padded dims but the last fold into the height): shards of at least one element, whole tiles for a TILE
+    tensor (`tiled`), no more shards than cores. `spec_from_input`: the op derives a missing shard spec from its
+    sharded input."""
+    if not spec_from_input:
+        check_shard_spec_given(memory_config, what)
     if memory_config is None or not memory_config.is_sharded() or memory_config.shard_spec is None:
         return
     spec = memory_config.shard_spec
@@ -204,7 +222,11 @@ def check_shard_fits(padded_shape, memory_config, what: str) -> None:
     shard_h, shard_w = spec.shape
     cores, layout = spec.grid.num_cores(), memory_config.memory_layout
     problem = None
-    if layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
+    if shard_h < 1 or shard_w < 1:
+        problem = "a shard needs at least one row and one column"
+    elif tiled and (shard_h % TILE or shard_w % TILE):
+        problem = "the shards of a TILE tensor are whole tiles (both dims multiples of 32)"
+    elif layout == ttnn.TensorMemoryLayout.HEIGHT_SHARDED:
         if shard_w != width or math.ceil(height / shard_h) > cores:
             problem = f"height sharding needs shard width {width} and at most {cores} shards of {shard_h} rows"
     elif layout == ttnn.TensorMemoryLayout.WIDTH_SHARDED:

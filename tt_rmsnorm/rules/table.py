@@ -70,7 +70,8 @@ RULES = {
     "memory_config.matches_input": "output buffer type and layout equal the input's",
     "memory_config.interleaved_output": "interleaved input, interleaved output",
     "memory_config.shard_height": "output shard height equals the input's",
-    "memory_config.shard_fits": "a sharded output memory_config's shards cover the output on its cores",
+    "memory_config.shard_fits": "a sharded memory_config has a shard spec (or the op derives one) whose shards, whole "
+    "tiles in TILE layout, cover its tensor on its cores",
     "rms_norm.output_shard_holds_block": "sharded rms_norm: each output shard holds one input shard's tiles",
     "sharded.reduce_workers": "the sharded factory can place its reduce workers on the shard grid",
     "sharded_pre.dtype_ignored": "the sharded pre writes bfloat16 only",
@@ -148,6 +149,7 @@ RULES = {
     "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
     "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.rules.ccl_l1)",
     "all_gather.empty": "the gathered tensor has elements",
+    "all_gather.composite_dtype": "no bfloat4_b input to the composite gather (a gather dim off the tile grid)",
     "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
     "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
 }
