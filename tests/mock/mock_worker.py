@@ -188,6 +188,7 @@ def run_ccl_case(mesh, case: dict) -> dict:
     Everything up to the ttnn calls runs outside the try: a case that cannot be built raises (a broken case)."""
     from tests.mock import mock_cases_ccl
 
+    free_l1(mesh)
     t = {k: build_tensor(mesh, case[k]) for k in mock_cases_ccl.TENSOR_SLOTS if case.get(k)}
     handles = mock_cases_ccl.semaphores(case, lambda grid: ttnn.create_global_semaphore(mesh, grid, 0))
     kw = mock_cases_ccl.op_kwargs(case["kw"])

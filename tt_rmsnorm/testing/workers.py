@@ -146,7 +146,8 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     os.environ[IN_WORKER_ENV] = "1"
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     configure(system)
-    from tt_rmsnorm.devices import close_mesh  # imports ttnn: only after configure()
+    from tt_rmsnorm.ccl import forget_adopted  # imports ttnn: only after configure()
+    from tt_rmsnorm.devices import close_mesh
     from tt_rmsnorm.distributed import forget_plans
 
     mesh, mesh_shape = None, None
@@ -169,9 +170,10 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
             reply = {"ok": True, "result": fn(mesh, *msg["args"], **msg["kwargs"])}
         except BaseException as e:  # ttnn's TT_FATALs are RuntimeErrors; anything else is reported the same way
             reply = {"ok": False, "kind": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
-        # Cached plans keep their CCL resources and persistent buffers alive: dropped after every call, so that one
-        # call's L1 buffers never narrow the L1 the next call's ops see.
+        # Cached plans and the resources adopted from model CCL objects keep persistent buffers alive: dropped after
+        # every call, so that one call's L1 buffers never narrow the L1 the next call's ops see.
         forget_plans()
+        forget_adopted()
         gc.collect()
         try:
             _send(wfd, reply)
