@@ -2,7 +2,7 @@
 as a process that never returns.
 
 - A rank that makes a call its peers never make gives up polling after the communicator's stall_timeout_s, and the
-  next call (or check_stall) raises CollectiveStall naming the stage (stages 0, 3 and 5).
+  next call (or check_stall) raises CollectiveStall naming the stage (every fused stage: 0, 1, 2, 3 and 5).
 - The benchmark's call sequence (benchmarks/triton/allreduce.py: every fused stage, not 4, at every swept shape at T =
   1, 8, 32, warm-up calls on the capture side stream, a CUDA graph of 10 calls replayed, the PDL pin before the
   replays), repeated; then a random sequence of calls (stage, T, residual, launch shape, eager / side stream / graph,
@@ -63,7 +63,7 @@ def stall_worker(rank, world, dist, dog):
 
     dev = torch.device("cuda", rank)
     x = torch.randn(4, H, device=dev).to(torch.bfloat16)
-    for stage in (ar.LAMPORT2, ar.LAMPORT, ar.PUSH):
+    for stage in (ar.LAMPORT2, ar.LAMPORT, ar.PUSH, ar.PULL, ar.TWO_STAGE):
         comm = ar.AllReduceRMSNormFP8(hidden_size=H, max_tokens=64, device=dev, stall_timeout_s=3.0)
         dog.at(f"stage {stage}: a call on every rank")
         comm(x, stage=stage)

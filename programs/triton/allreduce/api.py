@@ -188,11 +188,11 @@ class AllReduceRMSNormFP8:
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles.
 
-    stall_timeout_s (None: unbounded): a launch of stages 0, 3 or 5 whose polling still waits this long after its start
-    gives up and records the stall in pinned host memory; the next call (or check_stall(), which CUDA-graph replays
-    need, as they skip the host) raises CollectiveStall naming the stage, the call and the program. The bound is at
-    least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same call (a first call's
-    compile on a slower rank)."""
+    stall_timeout_s (None: unbounded): a launch of a fused stage (0, 1, 2, 3, 5) whose polling still waits this long
+    after its start gives up and records the stall in pinned host memory; the next call (or check_stall(), which
+    CUDA-graph replays need, as they skip the host) raises CollectiveStall naming the stage, the call and the program.
+    The bound is at least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same call (a
+    first call's compile on a slower rank)."""
 
     def __init__(
         self,
@@ -359,9 +359,10 @@ class AllReduceRMSNormFP8:
         """Raise CollectiveStall if a launch so far gave up polling (a plain read of pinned host memory, no sync)."""
         if self._stall_seen is None and self._stall_words[0]:
             stage, call, program = (int(v) for v in self._stall_words[:3])
+            counted = "stages 1 and 2" if stage - 1 in (PULL, TWO_STAGE) else "that stage"  # they share a counter
             self._stall_seen = (
                 f"rank {self.rank}: fused all-reduce stage {stage - 1} gave up polling after "
-                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of that stage on this communicator (program "
+                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of {counted} on this communicator (program "
                 f"{program}): a peer did not send its rows (a rank left out of a collective call, or a stall)"
             )
         if self._stall_seen is not None:

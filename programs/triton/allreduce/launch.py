@@ -124,8 +124,8 @@ def launch(
     """One kernel launch of fused stage 0-3 or 5 for `rank`, given every rank's buffers (already validated). sync=False
     and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
     lamport_programs: the grids of stages 0 and 3 (capped at the SM count), which must stay the same for every call of
-    that stage on these buffers. stall, stall_ns: where stages 0, 3 and 5 record a poll that gave up (4 int32 words the
-    device can write; None: the counters' stall record) and after how many ns of a launch they give up (sync.py)."""
+    that stage on these buffers. stall, stall_ns: where a poll that gave up is recorded (4 int32 words the device can
+    write; None: the counters' stall record) and after how many ns of a launch polls give up (sync.py)."""
     if x.shape[0] == 0:
         return
     interpreter.use_exact_casts(x.device)  # exact bf16 casts where the kernels are interpreted
@@ -137,16 +137,16 @@ def launch(
             "config=(1, 16) or config=None",
         )
     c = _Call(rank, bufs, x, weight, residual, y, scale, residual_out, epsilon, weight_offset, scale_ub, sync, phases)
+    rec = stall if stall is not None else epoch[kernels.STALL :]
+    watch = (rec, max(int(stall_ns), kernels.STALL_MIN_NS))
     if stage in (PUSH, LAMPORT, LAMPORT2):
         programs = push_programs if stage == PUSH else lamport_programs
-        rec = stall if stall is not None else epoch[kernels.STALL :]
-        watch = (rec, max(int(stall_ns), kernels.STALL_MIN_NS))
         _launch_pushed(stage, c, epoch, config[1] if config is not None else None, programs, watch)
     else:
-        _launch_pulled(stage, c, epoch, config)
+        _launch_pulled(stage, c, epoch, config, watch)
 
 
-def _launch_pulled(stage: int, c: _Call, epoch: torch.Tensor, config: tuple[int, int] | None) -> None:
+def _launch_pulled(stage: int, c: _Call, epoch: torch.Tensor, config: tuple[int, int] | None, watch: tuple) -> None:
     """Stages 1 and 2: one program per SM, block_m rows a program (launch_config, or `config`)."""
     t, h = c.x.shape
     tw = math.ceil(t / c.world)
@@ -154,7 +154,7 @@ def _launch_pulled(stage: int, c: _Call, epoch: torch.Tensor, config: tuple[int,
     if config is not None:
         block_m, num_warps = config
     head = (*c.head(c.x), *c.eight([b.inp for b in c.bufs]))
-    flags = (*c.eight([b.flags for b in c.bufs]), epoch)
+    flags = (*c.eight([b.flags for b in c.bufs]), epoch, *watch)
     tmax = c.bufs[0].inp.shape[0] // 2
     meta = dict(c.meta(num_warps), BLOCK_M=block_m)
     if stage == 1:

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from programs.triton.allreduce.row_math import adopt_residual_out, finish_rows, residual_rows, weight_factor
-from programs.triton.allreduce.sync import cross_rank_barrier, pick
+from programs.triton.allreduce.sync import clock_ns, cross_rank_barrier, pick
 
 
 @triton.jit
@@ -104,6 +104,8 @@ def one_stage_kernel(
     F6,
     F7,
     EPOCH,
+    STALL_REC,
+    STALL_NS,
     T,
     TMAX,
     H,
@@ -131,6 +133,10 @@ def one_stage_kernel(
     n_blocks = tl.cdiv(T, BLOCK_M)
     ep = tl.load(EPOCH + pid) + 1
     half = (ep & 1).to(tl.int64) * TMAX
+    deadline = STALL_NS
+    if SYNC:
+        deadline = clock_ns() + STALL_NS
+    watch = (STALL_REC, deadline, 1, ep - 1)  # ep - 1: this program's earlier calls of stages 1 and 2
     if PHASES & 1:
         mine = pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
         for blk in range(pid, n_blocks, nprog):
@@ -138,7 +144,7 @@ def one_stage_kernel(
             publish_rows(X, stride_x, mine, rows, (rows < T) & col_ok, half, H, cols)
     wf = weight_factor(W, cols, col_ok, w_off, HAS_W)  # in flight while the barrier waits
     if SYNC:
-        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
+        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD, watch)
     if PHASES & 2:
         nq = (inv_h, eps, scale_ub, fp8_max)
         out = (Y, stride_y, SC, RO, stride_ro)
@@ -208,6 +214,8 @@ def two_stage_kernel(
     F6,
     F7,
     EPOCH,
+    STALL_REC,
+    STALL_NS,
     T,
     TW,
     TMAX,
@@ -238,6 +246,10 @@ def two_stage_kernel(
     ep = tl.load(EPOCH + pid) + 1
     ep_mid = tl.load(EPOCH + 1024 + pid) + 1
     half = (ep & 1).to(tl.int64) * TMAX
+    deadline = STALL_NS
+    if SYNC:
+        deadline = clock_ns() + STALL_NS
+    watch = (STALL_REC, deadline, 2, ep - 1)
     nq = (inv_h, eps, scale_ub, fp8_max)
     out = (Y, stride_y, SC, RO, stride_ro)
     if PHASES & 1:  # publish the rows the other ranks own
@@ -250,7 +262,7 @@ def two_stage_kernel(
                     publish_rows(X, stride_x, mine, rows, (local < TW) & (rows < T) & col_ok, half, H, cols)
     wf = weight_factor(W, cols, col_ok, w_off, HAS_W)
     if SYNC:
-        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
+        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD, watch)
     if PHASES & 2:  # reduce-scatter + normalize + quantize the owned rows, post them for the peers
         fl: tl.constexpr = (HAS_W, HAS_RES, Y_DROP, Y_MIN_NORMAL, Y_SUB)
         q_mine = pick(RANK, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7)
@@ -275,7 +287,7 @@ def two_stage_kernel(
                 tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
                 tl.store(s_mine + half + r1, scale, mask=ok1)
     if SYNC:
-        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, ep_mid, RANK, WORLD)
+        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, ep_mid, RANK, WORLD, watch)
     if PHASES & 4:  # all-gather the rows the peers own
         plain: tl.constexpr = (HAS_W, False, Y_DROP, Y_MIN_NORMAL, Y_SUB)
         for blk in range(pid, n_blocks, nprog):

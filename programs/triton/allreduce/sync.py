@@ -20,11 +20,13 @@ epoch at MAX_PROGRAMS + b (the kernels write that literal, 1024), then the per-p
 PUSH_CALLS, stage 3 from LAMPORT_CALLS and stage 5 from LAMPORT2_CALLS (the launcher passes those slices), and a
 stall record at STALL.
 
-Bounded polling (stages 0, 3 and 5): a launch takes deadline = globaltimer + STALL_NS at its start, and a poll that
-still waits past it gives up: it records [stage + 1, the program's call number, the program] (report_stall) in the
-stall record, host memory the API reads on its next call, and returns what it read; the launch then ends, each
-later poll giving up at once. The decision to give up is folded into the poll's reduction over the row, so every
-thread of a program leaves the loop together (the loops hold CTA barriers).
+Bounded polling (every stage): a launch takes deadline = globaltimer + STALL_NS at its start, and a poll that still
+waits past it gives up: it records [stage + 1, the program's call number, the program] (report_stall) in the stall
+record, host memory the API reads on its next call, and returns what it read; the launch then ends, each later poll
+giving up at once. Every thread of a program must leave a poll loop together (the loops hold CTA barriers), while
+each thread reads its own timer: the row polls of stages 0, 3 and 5 fold the decision into their reduction over the
+row; the barrier's spin, a scalar atomic that one thread makes, carries that thread's decision in its operand
+(GIVE_UP).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ N_COUNTERS = STALL + 4
 # STALL_NS when polling is unbounded; a bound is at least STALL_MIN_NS (the argument stays a 64-bit integer)
 NO_STALL_NS = 2**62
 STALL_MIN_NS = 2**31
+# The flag value a barrier spin writes into its own slot when it gives up: the scalar atomic of the spin is made by
+# one thread and its result broadcast to the program (through shared memory, with CTA barriers in the loop), so the
+# thread's own deadline check rides in the atomic's operand and every thread sees the same result, and leaves the
+# loop together, one read later. No call number reaches it; the slot keeps it, and the communicator is dead anyway.
+GIVE_UP: tl.constexpr = tl.constexpr(2**31 - 1)
 
 
 @triton.jit
@@ -69,8 +76,11 @@ def pick(r: tl.constexpr, P0, P1, P2, P3, P4, P5, P6, P7):
 
 
 @triton.jit
-def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl.constexpr, WORLD: tl.constexpr):
-    """Meet program `slot % 1024` of every peer; ep = EPOCH[slot] + 1, loaded by the caller at its start."""
+def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl.constexpr, WORLD: tl.constexpr, watch):
+    """Meet program `slot % 1024` of every peer; ep = EPOCH[slot] + 1, loaded by the caller at its start.
+    watch = (stall record, deadline, stage, call number): a spin still waiting past the deadline gives up (GIVE_UP)
+    and reports the stall with that call number."""
+    STALL_REC, deadline, STAGE, calls = watch
     tl.debug_barrier()
     for r in tl.static_range(WORLD):
         if r != RANK:
@@ -81,7 +91,10 @@ def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl
         if r != RANK:
             seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
             while seen < ep:
-                seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+                give_up = tl.where(clock_ns() > deadline, GIVE_UP, 0)
+                seen = tl.atomic_max(mine + slot * WORLD + r, give_up, sem="acquire", scope="sys")
+            if seen == GIVE_UP:
+                report_stall(STALL_REC, STAGE, calls)
     tl.store(EPOCH + slot, ep)
     tl.debug_barrier()
 
