@@ -90,9 +90,12 @@ def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl
     for r in tl.static_range(WORLD):
         if r != RANK:
             seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+            give_up = 0
             while seen < ep:
-                give_up = tl.where(clock_ns() > deadline, GIVE_UP, 0)
                 seen = tl.atomic_max(mine + slot * WORLD + r, give_up, sem="acquire", scope="sys")
+                # for the next round: a flag already there costs no timer read, and a spin's round starts with the
+                # atomic, not behind the timer
+                give_up = tl.where(clock_ns() > deadline, GIVE_UP, 0)
             if seen == GIVE_UP:
                 report_stall(STALL_REC, STAGE, calls)
     tl.store(EPOCH + slot, ep)
