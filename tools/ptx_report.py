@@ -54,7 +54,7 @@ def default_reports() -> list[Report]:
         bwd_rows(1024, 16, 8, False, 0),
         bwd_decode(32, 128, 4),
         allreduce(0, 2, 1, 16, True),
-        allreduce(1, 2, 1, 8, True),
+        allreduce(2, 2, 1, 16, True),
         allreduce(2, 4, 2, 16, True),
         allreduce(5, 4, 1, 16, False),
     ]

@@ -458,7 +458,6 @@ def _allreduce_source(stage: int, world: int, block_m: int, num_warps: int, resi
     """(kernel, signature, constexprs) of a fused all-reduce stage for `rank` of `world` at H = 8192."""
     fn = {
         0: ar_kernels.push_one_stage_kernel,
-        1: ar_kernels.one_stage_kernel,
         2: ar_kernels.two_stage_kernel,
         3: ar_kernels.lamport_one_stage_kernel,
         5: ar_kernels.lamport_two_stage_kernel,

@@ -2,7 +2,7 @@
 as a process that never returns.
 
 - A rank that makes a call its peers never make gives up polling after the communicator's stall_timeout_s, and the
-  next call (or check_stall) raises CollectiveStall naming the stage (every fused stage: 0, 1, 2, 3 and 5).
+  next call (or check_stall) raises CollectiveStall naming the stage (every fused stage: 0, 2, 3 and 5).
 - The benchmark's call sequence (benchmarks/triton/allreduce.py: every fused stage, not 4, at every swept shape at T =
   1, 8, 32, warm-up calls on the capture side stream, a CUDA graph of 10 calls replayed, the PDL pin before the
   replays), repeated; then a random sequence of calls (stage, T, residual, launch shape, eager / side stream / graph,
@@ -63,7 +63,7 @@ def stall_worker(rank, world, dist, dog):
 
     dev = torch.device("cuda", rank)
     x = torch.randn(4, H, device=dev).to(torch.bfloat16)
-    for stage in (ar.LAMPORT2, ar.LAMPORT, ar.PUSH, ar.PULL, ar.TWO_STAGE):
+    for stage in (ar.LAMPORT2, ar.LAMPORT, ar.PUSH, ar.TWO_STAGE):
         comm = ar.AllReduceRMSNormFP8(hidden_size=H, max_tokens=64, device=dev, stall_timeout_s=3.0)
         dog.at(f"stage {stage}: a call on every rank")
         comm(x, stage=stage)
@@ -108,7 +108,7 @@ def sequence_worker(rank, world, dist, dog):
     for rnd in range(rounds):  # the benchmark's sequence (no residual), its warm-up, capture, pin and replays
         for t in (1, 8, 32):
             x = torch.randn(t, H, generator=torch.Generator().manual_seed(t + 7 * rank)).to(dev, torch.bfloat16)
-            for stage in (ar.PUSH, ar.PULL, ar.TWO_STAGE, ar.LAMPORT, ar.LAMPORT2):
+            for stage in (ar.PUSH, ar.TWO_STAGE, ar.LAMPORT, ar.LAMPORT2):
                 for shape in sweep_shapes(sweep, world, t, stage):
                     what = f"round {rnd} T={t} stage {stage} shape {shape}"
                     dog.at(what)
@@ -129,7 +129,7 @@ def sequence_worker(rank, world, dist, dog):
     calls = int(os.environ.get("LIVENESS_CALLS", "200"))
     side = torch.cuda.Stream(dev)
     for k in range(calls):
-        stage = rng.choice([None, ar.PUSH, ar.PULL, ar.TWO_STAGE, ar.LAMPORT, ar.LAMPORT2])
+        stage = rng.choice([None, ar.PUSH, ar.TWO_STAGE, ar.LAMPORT, ar.LAMPORT2])
         t = rng.choice([1, 2, 7, 8, 32, 33, 64, 128, 300, 512])
         if stage == ar.PUSH:
             t = min(t, ar.PUSH_MAX_TOKENS)

@@ -155,8 +155,6 @@ SIM_CASES = {
     # id: (stage, world, tokens, hidden, residual)
     "push_w2_residual": (0, 2, 5, 96, True),
     "push_w3": (0, 3, 4, 64, False),
-    "one_stage_w2": (1, 2, 5, 96, False),
-    "one_stage_w4_residual": (1, 4, 6, 64, True),
     "two_stage_w2_residual": (2, 2, 7, 96, True),
     "two_stage_w3_uneven": (2, 3, 7, 80, False),
     "two_stage_w8_fewer_rows_than_ranks": (2, 8, 5, 48, True),
@@ -190,12 +188,11 @@ def test_all_stages_agree_bitwise():
         x[3] = 0  # a zero row: scale 0, outputs 0
     v, _, _ = norm64(sum(x.double() for x in xs), w, epsilon=1e-5)
     ub = float(v.abs().amax(-1).median())
-    one = simulate(1, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    two = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    one = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     push = simulate(0, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     lamport = simulate(3, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
     lamport2 = simulate(5, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[0]  # rank 0 receives row 3 from rank 1
-    for other in (two, push, lamport, lamport2):
+    for other in (push, lamport, lamport2):
         assert torch.equal(one.y.view(torch.uint8), other.y.view(torch.uint8)) and torch.equal(one.scale, other.scale)
     check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
     assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
@@ -209,17 +206,17 @@ def test_all_stages_agree_bitwise():
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
 def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(stage, with_res):
     """Stages 3 and 5 mark empty words with 0x8000 (-0.0) and send words inverted, so a -0.0 partial (and every other
-    value) arrives as it was: the same bits as the pulled stage 1. Every word a receiver read is empty again after the
+    value) arrives as it was: the same bits as the pulled stage 2. Every word a receiver read is empty again after the
     call, which the buffers' next use needs."""
     xs, w, res = partials(4, 6, 64, seed=14, device=DEV)
     res = res if with_res else None
     for x in xs:
         x[0, :8] = -0.0  # -0.0 on every rank: the words that look most like the empty mark
     xs[1][1, 8:16] = -0.0
-    xs[2][4, 3] = float("nan")  # a NaN partial: the same outputs as stage 1
+    xs[2][4, 3] = float("nan")  # a NaN partial: the same outputs as stage 2
     bufs = []
     outs = simulate(stage, 4, xs, w, res, epsilon=1e-6, bufs_out=bufs)
-    pulled = simulate(1, 4, xs, w, res, epsilon=1e-6)
+    pulled = simulate(2, 4, xs, w, res, epsilon=1e-6)
     for r, o in enumerate(outs):
         assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}"
         assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
@@ -249,7 +246,7 @@ def extreme_partials(world, h, seed):
 
 @pytest.mark.parametrize("eps", [1e-6, 0.0], ids=["eps_1e-6", "eps_0"])
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("stage", [0, 1, 2, 3, 5], ids=lambda s: f"stage{s}")
+@pytest.mark.parametrize("stage", [0, 2, 3, 5], ids=lambda s: f"stage{s}")
 def test_extreme_rows_equal_the_float64_definition(stage, with_res, eps):
     """Rows whose fp32 sum of squares overflows, subnormal rows, rows whose squares underflow, an infinity, a NaN and
     a zero row: every stage gives the float64 y = h * rsqrt(mean(h^2) + eps) * w, its scale and codes (NaN scale and
@@ -258,10 +255,10 @@ def test_extreme_rows_equal_the_float64_definition(stage, with_res, eps):
     res = res if with_res else None
     outs = simulate(stage, 2, xs, w, res, epsilon=eps)
     exp = expected(xs, w, res, epsilon=eps, weight_offset=0.0, scale_ub=math.inf)
-    pulled = simulate(1, 2, xs, w, res, epsilon=eps)
+    pulled = simulate(2, 2, xs, w, res, epsilon=eps)
     for r, o in enumerate(outs):
         check(o, exp, context=f"stage {stage} rank {r}")
-        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}: stage 1 differs"
+        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}: stage 2 differs"
         assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
     scale = outs[0].scale
     assert bool(torch.isfinite(scale[:5]).all()) and bool((scale[1:5] > 0).all()), "the finite rows keep their scale"
@@ -289,7 +286,7 @@ def test_sum_of_partials_beyond_fp32_is_infinite():
     for x in xs:
         x[1, 5] = 3.0e38  # 6e38 > fp32 max in the sum
     exp = expected(xs, w, None, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf)
-    for stage in (0, 1, 2, 3, 5):
+    for stage in (0, 2, 3, 5):
         out = simulate(stage, 2, xs, w, None, epsilon=1e-6)[0]
         assert bool(out.scale[1].isnan()) and bool(out.y[1].float().isnan().all()), f"stage {stage}"
         keep = torch.tensor([True, False, True])
@@ -305,7 +302,7 @@ def test_fused_matches_reference_path_interpreted():
     from programs.triton.forward import rmsnorm_fwd
 
     xs, w, res = partials(2, 5, 96, seed=13, device=DEV)
-    fused = simulate(1, 2, xs, w, res, epsilon=1e-6)[0]
+    fused = simulate(2, 2, xs, w, res, epsilon=1e-6)[0]
     ref = rmsnorm_fwd(xs[0].float() + xs[1].float(), w, epsilon=1e-6, residual=res, dtype=E4M3, scale_mode="row")
     assert torch.equal(fused.residual_out, ref.residual_out)
     assert_close(fused.y.float(), ref.y.double(), E4M3, context="fused vs reference fp8")
@@ -330,26 +327,24 @@ def test_stage_choice_follows_the_dispatch_table():
     assert ar.choose_stage(2048, h, isz, 4, residual=True, reuse_x=True) == ar.NCCL
     assert ar.choose_stage(2048, h, isz, 4, residual=True) == ar.TWO_STAGE
     assert ar.choose_stage(2048, h, isz, 4, reuse_x=True) == ar.TWO_STAGE, "reuse_x alone changes nothing"
-    assert ar.choose_stage(32, h, isz, 4) == ar.LAMPORT2 and ar.choose_stage(32, h, isz, 4, residual=True) == ar.LAMPORT
+    assert ar.choose_stage(64, h, isz, 4) == ar.LAMPORT2 and ar.choose_stage(64, h, isz, 4, residual=True) == ar.LAMPORT
     assert ar.dispatch_rows(3) is ar.DISPATCH[4] and ar.dispatch_rows(8) is ar.DISPATCH[4]
-    assert ar.choose_stage(1, h, isz, 2) == ar.PUSH and ar.choose_stage(32, h, isz, 2) == ar.PUSH
-    assert ar.choose_stage(8192, h, isz, 2, residual=True) == ar.PULL, (
-        "2 ranks with a residual: one stage measured faster"
-    )
-    # stages 0 and 3 carry 16-bit words: fp32 activations or an odd hidden size go to stage 1 instead
+    assert ar.choose_stage(1, h, isz, 2) == ar.PUSH and ar.choose_stage(32, h, isz, 2) == ar.LAMPORT
+    assert ar.choose_stage(8192, h, isz, 2, residual=True) == ar.TWO_STAGE
+    # stages 0, 3 and 5 carry 16-bit words: fp32 activations or an odd hidden size go to stage 2 instead
     for world in (2, 4):
-        small = [t for t in (1, 8, 16, 32, 64, 128) if ar.choose_stage(t, h, isz, world) in (ar.PUSH, ar.LAMPORT)]
+        small = [t for t in (1, 8, 16, 32, 64, 128) if ar.choose_stage(t, h, isz, world) != ar.TWO_STAGE]
         assert small, "some small payload is pushed"
         for t in small:
-            assert ar.choose_stage(t, h // 2, 4, world) == ar.PULL, "fp32 activations cannot be packed"
-            assert ar.choose_stage(t, 8191, isz, world) == ar.PULL, "odd hidden size cannot be packed"
+            assert ar.choose_stage(t, h // 2, 4, world) == ar.TWO_STAGE, "fp32 activations cannot be packed"
+            assert ar.choose_stage(t, 8191, isz, world) == ar.TWO_STAGE, "odd hidden size cannot be packed"
 
 
 @pytest.mark.parametrize("world", [2, 3, 4, 8], ids=lambda w: f"{w}_ranks")
 def test_dispatched_stage_fits_its_buffers_at_every_size(world):
     """For every T a workspace takes (T = 1024 and its neighbours included), the dispatched stage's buffers hold the
     rows its kernel writes: stage 0 and 3 all T rows, stage 5 its all-gather rows and ceil(T / W) rows of every
-    source in its reduce-scatter, stages 1 and 2 one half of the input buffer (meta tensors: sizes, no memory)."""
+    source in its reduce-scatter, stage 2 one half of the input buffer (meta tensors: sizes, no memory)."""
     h, isz = 8192, 2
     for max_tokens in (1, 37, 1030, 4096):
         raw = torch.empty(ar.workspace_bytes(max_tokens, h, isz, world), dtype=torch.uint8, device="meta")
@@ -364,10 +359,10 @@ def test_dispatched_stage_fits_its_buffers_at_every_size(world):
                 elif stage in (ar.PUSH, ar.LAMPORT):
                     assert t <= held[stage], (max_tokens, t, stage)
                 else:
-                    assert stage in (ar.PULL, ar.TWO_STAGE) and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
+                    assert stage == ar.TWO_STAGE and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
     # bufs hold 4096 rows: the pushed stages fall back down the table once T passes their buffers
-    assert ar.fitting_stage(ar.PUSH, 8, bufs, h, False) == ar.PULL, "stage 0 needs x as int32 words"
-    assert ar.fitting_stage(ar.PUSH, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == ar.PULL
+    assert ar.fitting_stage(ar.PUSH, 8, bufs, h, False) == ar.LAMPORT, "stage 0 needs x as int32 words"
+    assert ar.fitting_stage(ar.PUSH, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == ar.LAMPORT
     assert ar.fitting_stage(ar.LAMPORT, ar.LAMPORT_MAX_TOKENS, bufs, h, True) == ar.LAMPORT
     assert ar.fitting_stage(ar.LAMPORT2, ar.LAMPORT2_MAX_TOKENS, bufs, h, True) == ar.LAMPORT2
     assert ar.fitting_stage(ar.LAMPORT2, ar.LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == ar.TWO_STAGE
@@ -514,10 +509,9 @@ NCCL_CASES = [  # (stage, tokens (call k takes tokens[k % len]), calls)
     (3, (1, 37, 128, 5, 300), 10),
     (5, (1, 37, 128, 5, 512), 10),
     (None, 64, 8),
-    (1, 33, 8),
     (2, 33, 8),
     (2, 3, 8),
-    (1, 300, 6),
+    (2, 300, 6),
     (2, 1027, 4),
     (4, 256, 6),
     (4, 37, 4),
@@ -603,13 +597,13 @@ def nccl_worker(rank, world, dist):
         )
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
     xs, w, res = extreme_partials(world, h, seed=31)
-    for stage in (0, 1, 2, 3, 5, None):
+    for stage in (0, 2, 3, 5, None):
         for r_ in (None, res):
             out = comm(xs[rank], w, epsilon=1e-6, residual=r_, stage=stage)
             context = f"extreme rows, stage {stage}, residual {r_ is not None}"
             check(out, expected(xs, w, r_, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf), context=context)
             same_bits_on_every_rank(out, dist, world, context)
-    print(f"rank {rank}: extreme rows equal to float64 in stages 0, 1, 2, 3, 5 and the dispatched one", flush=True)
+    print(f"rank {rank}: extreme rows equal to float64 in stages 0, 2, 3, 5 and the dispatched one", flush=True)
 
 
 def nccl_sums(x, dist, world, in_place):

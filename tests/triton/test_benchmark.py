@@ -208,8 +208,8 @@ def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
     sweep = [(1, 8), (1, 16), (2, 16), (4, 32)]
     assert b.sweep_shapes(sweep, 2, 4096, dispatch.NCCL) == [None]
     assert b.sweep_shapes(sweep, 2, 4096, dispatch.PUSH) == [(1, 8), (1, 16)]  # one row a program
-    assert b.sweep_shapes(sweep, 2, 264, 1) == [(1, 8), (1, 16), (2, 16)]  # stage 1: all T rows, 2 x 132 <= 264
-    assert b.sweep_shapes(sweep, 2, 264, 2) == [(1, 8), (1, 16)]  # stage 2: T / world rows a rank
+    assert b.sweep_shapes(sweep, 2, 528, dispatch.TWO_STAGE) == [(1, 8), (1, 16), (2, 16)]  # 264 rows a rank
+    assert b.sweep_shapes(sweep, 2, 264, dispatch.TWO_STAGE) == [(1, 8), (1, 16)]  # T / world rows a rank
 
 
 def test_allreduce_bench_table_names_the_best_stage_and_the_dispatched_ratio():

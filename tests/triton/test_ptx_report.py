@@ -188,11 +188,11 @@ def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     push2, push8, lamport, lamport2, barrier = _compiled_json(
         "print(json.dumps([p.allreduce(0, 2, 1, 16, True).atomics, p.allreduce(0, 8, 1, 16, False).atomics, "
         "p.allreduce(3, 4, 1, 16, True).atomics, p.allreduce(5, 4, 1, 16, True).atomics, "
-        "p.allreduce(1, 3, 1, 8, False).atomics]))"
+        "p.allreduce(2, 3, 1, 16, False).atomics]))"
     )
     assert push2 == 0 and push8 == 0, f"stage 0 compiled with {push2} / {push8} atomic instructions"
     assert lamport == 0 and lamport2 == 0, f"stages 3 / 5 compiled with {lamport} / {lamport2} atomic instructions"
-    assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
+    assert barrier > 0, "the pulled kernel's barrier must use atomics (release / acquire at system scope)"
 
 
 def test_lamport_kernels_empty_a_word_only_after_every_thread_read_it():

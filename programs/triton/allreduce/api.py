@@ -23,8 +23,6 @@ Paths (`stage`, default from `choose_stage`, which reads the measured table DISP
      two 16-bit activations plus a 4-byte flag (the call number); receivers poll their own memory for the flag: no
      barrier and no atomics (a fixed grid of PUSH_PROGRAMS programs, each counting its calls). Twice the bytes on
      NVLink, the least latency: for a few rows.
-  1  one stage, pulled: every rank reads all peers' rows over NVLink and computes every row (T*H*(W-1) elements read
-     from peers per rank): for small payloads on 2 ranks, where latency rules.
   2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
      quantize the owned rows, all-gather the FP8 rows and scales from their owners (with a residual: residual_out
      alone, which every rank normalizes itself).
@@ -35,7 +33,7 @@ Paths (`stage`, default from `choose_stage`, which reads the measured table DISP
      of FP8 rows and scales; with a residual reduce-scatter + all-gather, then the fused norm (its sums are NCCL's,
      rounded to the activation dtype). With reuse_x=True (the caller's x is dead after the call, as a row-parallel
      layer's output is) and a residual: NCCL's all_reduce in place on x, then the fused norm, which is the unfused
-     path itself: the dispatch takes it where no fused stage beats that path (4 ranks, a residual, 513-2048 rows).
+     path itself: the dispatch takes it where no fused stage beats that path (4 ranks, a residual, 1025-2048 rows).
      torch's all_reduce works only in place, so without reuse_x it would cost a copy of x, and the dispatch takes
      stage 2 there instead.
   5  two stages pushed with the flags in the data (TensorRT-LLM's two-shot with Lamport buffers): rows pushed to their
@@ -69,7 +67,6 @@ from programs.triton.allreduce.dispatch import (
     LAMPORT2,
     MAX_WORLD,
     NCCL,
-    PULL,
     PUSH,
     ROW,
     STAGE_NAMES,
@@ -106,7 +103,6 @@ __all__ = [  # the API, and what tests and benchmarks reach through this module
     "LAMPORT_MAX_TOKENS",
     "MAX_WORLD",
     "NCCL",
-    "PULL",
     "PUSH",
     "PUSH_MAX_TOKENS",
     "PUSH_PIECE",
@@ -188,7 +184,7 @@ class AllReduceRMSNormFP8:
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles.
 
-    stall_timeout_s (None: unbounded): a launch of a fused stage (0, 1, 2, 3, 5) whose polling still waits this long
+    stall_timeout_s (None: unbounded): a launch of a fused stage (0, 2, 3, 5) whose polling still waits this long
     after its start gives up and records the stall in pinned host memory; the next call (or check_stall(), which
     CUDA-graph replays need, as they skip the host) raises CollectiveStall naming the stage, the call and the program.
     The bound is at least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same call (a
@@ -359,10 +355,9 @@ class AllReduceRMSNormFP8:
         """Raise CollectiveStall if a launch so far gave up polling (a plain read of pinned host memory, no sync)."""
         if self._stall_seen is None and self._stall_words[0]:
             stage, call, program = (int(v) for v in self._stall_words[:3])
-            counted = "stages 1 and 2" if stage - 1 in (PULL, TWO_STAGE) else "that stage"  # they share a counter
             self._stall_seen = (
                 f"rank {self.rank}: fused all-reduce stage {stage - 1} gave up polling after "
-                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of {counted} on this communicator (program "
+                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of that stage on this communicator (program "
                 f"{program}): a peer did not send its rows (a rank left out of a collective call, or a stall)"
             )
         if self._stall_seen is not None:

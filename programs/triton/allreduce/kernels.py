@@ -2,7 +2,7 @@
 the launcher and tests share. Where each part lives:
   sync.py      the cross-rank barrier, its flags and epochs, the counter layout
   row_math.py  the row math after the sum (residual, RMSNorm, FP8) that every stage shares, bit for bit
-  pulled.py    stages 1 and 2 (rows pulled over NVLink between barriers)
+  pulled.py    stage 2 (rows pulled over NVLink between barriers)
   pushed.py    stage 0 (rows pushed as 8-byte flag words)
   lamport.py   stages 3 and 5 (rows pushed with the flags in the data)
 """
@@ -13,7 +13,7 @@ from programs.triton.allreduce.lamport import (
     lamport_one_stage_kernel,
     lamport_two_stage_kernel,
 )
-from programs.triton.allreduce.pulled import one_stage_kernel, two_stage_kernel
+from programs.triton.allreduce.pulled import two_stage_kernel
 from programs.triton.allreduce.pushed import push_one_stage_kernel
 from programs.triton.allreduce.sync import (
     LAMPORT2_CALLS,
@@ -47,7 +47,6 @@ __all__ = [
     "STALL_MIN_NS",
     "lamport_one_stage_kernel",
     "lamport_two_stage_kernel",
-    "one_stage_kernel",
     "push_one_stage_kernel",
     "two_stage_kernel",
 ]

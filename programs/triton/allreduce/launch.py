@@ -1,4 +1,4 @@
-"""Kernel launches of the fused all-reduce stages 0-3 and 5: launch shapes, grids and argument lists."""
+"""Kernel launches of the fused all-reduce stages 0, 2, 3 and 5: launch shapes, grids and argument lists."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from programs.triton.launch import sm_count
 from tt_rmsnorm.errors import RuleError
 
 
-def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
-    """(block_m, num_warps, grid) of stages 1 and 2. Measured at H=8192 (the sweeps of benchmarks/triton/allreduce.py):
-    one row per program below 512 rows a rank, with 8 warps in stage 1 (its best shape at every T from 1 to 512 on 2
-    x H200) and 16 in stage 2; from 512 rows 2 rows x 16 warps (best at T = 2048 and 8192 in both stages on 2 x H200,
-    and stage 2's best at T = 2048 (512 rows a rank) and 8192 on 4 x H100; 4 rows x 32 warps spill registers,
+def launch_config(rows: int, hidden: int, device) -> tuple[int, int, int]:
+    """(block_m, num_warps, grid) of stage 2 for `rows` rows a rank. Measured at H=8192 (the sweeps of
+    benchmarks/triton/allreduce.py): one row per program x 16 warps below 512 rows a rank; from 512 rows 2 rows x 16
+    warps (best at T = 2048 and 8192 on 2 x H200, and at T = 2048 (512 rows a rank) and 8192 on 2 and 4 x H100;
+    4 rows x 32 warps spill registers,
     ptx_report). The grid is one program per SM whatever T: all programs of a launch are resident together (the
     barriers need that) and every program counts every call (pulled.py: the buffer half is the program's own barrier
     epoch)."""
@@ -29,7 +29,7 @@ def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int,
     n_sm = sm_count(device)
     block_m = 1 if rows < 512 else 2
     block_m = max(1, min(block_m, 32768 // block_h))
-    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 and stage == 2 else 1))
+    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 else 1))
     return block_m, num_warps, min(n_sm, kernels.MAX_PROGRAMS)
 
 
@@ -121,8 +121,8 @@ def launch(
     stall: torch.Tensor | None = None,
     stall_ns: int = kernels.NO_STALL_NS,
 ) -> None:
-    """One kernel launch of fused stage 0-3 or 5 for `rank`, given every rank's buffers (already validated). sync=False
-    and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
+    """One kernel launch of fused stage 0, 2, 3 or 5 for `rank`, given every rank's buffers (already validated).
+    sync=False and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
     lamport_programs: the grids of stages 0 and 3 (capped at the SM count), which must stay the same for every call of
     that stage on these buffers. stall, stall_ns: where a poll that gave up is recorded (4 int32 words the device can
     write; None: the counters' stall record) and after how many ns of a launch polls give up (sync.py)."""
@@ -143,26 +143,23 @@ def launch(
         programs = push_programs if stage == PUSH else lamport_programs
         _launch_pushed(stage, c, epoch, config[1] if config is not None else None, programs, watch)
     else:
-        _launch_pulled(stage, c, epoch, config, watch)
+        _launch_pulled(c, epoch, config, watch)
 
 
-def _launch_pulled(stage: int, c: _Call, epoch: torch.Tensor, config: tuple[int, int] | None, watch: tuple) -> None:
+def _launch_pulled(c: _Call, epoch: torch.Tensor, config: tuple[int, int] | None, watch: tuple) -> None:
     """Stages 1 and 2: one program per SM, block_m rows a program (launch_config, or `config`)."""
     t, h = c.x.shape
     tw = math.ceil(t / c.world)
-    block_m, num_warps, grid = launch_config(stage, t if stage == 1 else tw, h, c.x.device)
+    block_m, num_warps, grid = launch_config(tw, h, c.x.device)
     if config is not None:
         block_m, num_warps = config
     head = (*c.head(c.x), *c.eight([b.inp for b in c.bufs]))
     flags = (*c.eight([b.flags for b in c.bufs]), epoch, *watch)
     tmax = c.bufs[0].inp.shape[0] // 2
     meta = dict(c.meta(num_warps), BLOCK_M=block_m)
-    if stage == 1:
-        kernels.one_stage_kernel[(grid,)](*head, *flags, t, tmax, h, *c.norm_args(), **meta)
-    else:
-        q_views = [b.q.view(c.y.dtype) for b in c.bufs]
-        scratch = (*c.eight(q_views), *c.eight([b.s for b in c.bufs]), *c.eight([b.o for b in c.bufs]))
-        kernels.two_stage_kernel[(grid,)](*head, *scratch, *flags, t, tw, tmax, h, *c.norm_args(), **meta)
+    q_views = [b.q.view(c.y.dtype) for b in c.bufs]
+    scratch = (*c.eight(q_views), *c.eight([b.s for b in c.bufs]), *c.eight([b.o for b in c.bufs]))
+    kernels.two_stage_kernel[(grid,)](*head, *scratch, *flags, t, tw, tmax, h, *c.norm_args(), **meta)
 
 
 def _launch_pushed(

@@ -119,5 +119,5 @@ def sweep_shapes(sweep, world: int, t: int, stage: int) -> list:
         return [None]
     if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
         return [s for s in sweep if s[0] == 1]
-    rows = t if stage == 1 else math.ceil(t / world)
+    rows = math.ceil(t / world)  # stage 2: the rows a rank owns
     return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]

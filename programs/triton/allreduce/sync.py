@@ -1,14 +1,14 @@
 """Cross-rank synchronisation of the fused all-reduce kernels: the per-program barrier, its flags and epochs, the
 counter layout every stage keeps in device memory, and the peer-pointer pick.
 
-Barrier (`cross_rank_barrier`, at each phase boundary of stages 1 and 2): program b of rank i
+Barrier (`cross_rank_barrier`, at each phase boundary of stage 2): program b of rank i
   1. waits for its own threads' stores to be issued (CTA barrier),
   2. raises flag[slot, i] in every peer's symmetric flag array to its epoch (atomic max, release, system scope),
   3. spins until flag[slot, j] in its own flag array reached the epoch for every peer j (acquire, system scope),
   4. stores the epoch and lets its threads go on (CTA barrier).
 The epoch is a per-(rank, slot) counter in ordinary device memory: it counts this program's uses of the slot. Every
 rank makes the same sequence of calls with the same grid, so the counters of program b agree on all ranks, and the
-start-barrier epochs of all programs agree with each other (each counts the stage-1 and stage-2 calls); nothing is
+start-barrier epochs of all programs agree with each other (each counts the stage-2 calls); nothing is
 reset, the flags only grow, and CUDA-graph replays stay correct (no host-side state).
 
 Program b of a rank meets only program b of the other ranks: the barriers are per program, never grid-wide. Every

@@ -80,14 +80,14 @@ def check_call(
             "stage.push",
             "stage 0 needs 16-bit activations, an even hidden size and rows at even element offsets",
             (x.dtype, hidden, x2.stride(0), x2.storage_offset()),
-            "stage=None or stage=1",
+            "stage=None or stage=3",
         )
     if stage in (LAMPORT, LAMPORT2) and not push_capable(hidden, x.dtype.itemsize):
         raise RuleError(
             "stage.push",
             f"stage {stage} needs 16-bit activations and an even hidden size",
             (x.dtype, hidden),
-            "stage=None or stage=1",
+            "stage=None or stage=2",
         )
     for st, cap in ((PUSH, PUSH_MAX_TOKENS), (LAMPORT, LAMPORT_MAX_TOKENS), (LAMPORT2, LAMPORT2_MAX_TOKENS)):
         if stage == st and x2.shape[0] > min(max_tokens, cap):

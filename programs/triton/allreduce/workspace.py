@@ -9,15 +9,15 @@ from dataclasses import dataclass
 import torch
 
 from programs.triton.allreduce import kernels
-from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PULL, PUSH, TWO_STAGE, push_capable
+from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PUSH, TWO_STAGE, push_capable
 
 # Stage 0 (rows pushed as flag words): its receive buffers hold PUSH_MAX_TOKENS rows. Stage 3 (rows pushed as they are,
 # -0.0 marking an empty word): LAMPORT_MAX_TOKENS rows.
 PUSH_MAX_TOKENS = 128
 LAMPORT_MAX_TOKENS = 512
 # Stage 5's all-gather buffers hold LAMPORT2_MAX_TOKENS rows, its reduce-scatter buffers 1/W of them: the rows its
-# calls were run to on 2 x H100 (eager, side stream and graph replays, with and without a residual). The dispatch
-# serves stage 5 up to 512 rows on 4 ranks (dispatch.DISPATCH); a larger call there takes stage 2 (fitting_stage).
+# calls were run to on 2 and 4 x H100 (eager, side stream and graph replays, with and without a residual). The
+# dispatch serves stage 5 up to 1024 rows (dispatch.DISPATCH); a larger call takes stage 2 (fitting_stage).
 LAMPORT2_MAX_TOKENS = 2048
 # Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
 # programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
@@ -124,10 +124,10 @@ def rows_held(bufs: list[RankBuffers], hidden: int) -> dict[int, int]:
 
 def fitting_stage(stage: int, tokens: int, bufs: list[RankBuffers], hidden: int, int32_ok: bool) -> int:
     """The dispatched stage, or the next one down the table whose buffers hold `tokens` rows: stage 0 (also needing
-    x as int32 words) -> 1, stage 3 -> 5 -> 2."""
+    x as int32 words) -> 3 -> 5 -> 2."""
     held = rows_held(bufs, hidden)
     if stage == PUSH and not (tokens <= held[PUSH] and int32_ok):
-        stage = PULL
+        stage = LAMPORT
     if stage == LAMPORT and tokens > held[LAMPORT]:
         stage = LAMPORT2
     if stage == LAMPORT2 and tokens > held[LAMPORT2]:
