@@ -2,13 +2,13 @@
 as a process that never returns.
 
 - A rank that makes a call its peers never make gives up polling after the communicator's stall_timeout_s, and the
-  next call (or check_stall) raises CollectiveStall naming the stage (every fused stage: 0, 2, 3 and 5).
-- The benchmark's call sequence (benchmarks/triton/allreduce.py: every fused stage, not 4, at every swept shape at T =
+  next call (or check_stall) raises CollectiveStall naming the strategy (every fused strategy).
+- The benchmark's call sequence (benchmarks/triton/allreduce.py: every fused strategy at every swept shape at T =
   1, 8, 32, warm-up calls on the capture side stream, a CUDA graph of 10 calls replayed, the PDL pin before the
-  replays), repeated; then a random sequence of calls (stage, T, residual, launch shape, eager / side stream / graph,
-  host delays). Every checked output is held bitwise to an eager call of the same stage and shape on the same inputs (a
-  call that took a stale or foreign word differs) and across ranks. Stages differ in their reduction order, so they are
-  not held to each other here (tests/triton/test_allreduce_rmsnorm.py holds every stage to float64).
+  replays), repeated; then a random sequence of calls (strategy, T, residual, launch shape, eager / side stream / graph,
+  host delays). Every checked output is held bitwise to an eager call of the same strategy and shape on the same inputs
+  (a call that took a stale or foreign word differs) and across ranks. Strategies differ in their reduction order, so
+  they are not held to each other here (tests/triton/test_allreduce_rmsnorm.py holds every strategy to float64).
 Each rank runs under a watchdog that prints the call it is in and exits the process when a call makes no progress.
 LIVENESS_ROUNDS and LIVENESS_CALLS (environment) lengthen the sequences.
 """
@@ -58,28 +58,28 @@ def test_fused_liveness(world, mode, monkeypatch):
 
 
 def stall_worker(rank, world, dist, dog):
-    """Rank 0 makes one call alone, per stage: it must give up within the bound and the next call must raise."""
+    """Rank 0 makes one call alone, per strategy: it must give up within the bound and the next call must raise."""
     import programs.triton.allreduce.api as ar
 
     dev = torch.device("cuda", rank)
     x = torch.randn(4, H, device=dev).to(torch.bfloat16)
-    for stage in (ar.LAMPORT2, ar.LAMPORT, ar.PUSH, ar.TWO_STAGE):
+    for strategy in (s for s in ar.Strategy if s != ar.Strategy.NCCL):
         comm = ar.AllReduceRMSNormFP8(hidden_size=H, max_tokens=64, device=dev, stall_timeout_s=3.0)
-        dog.at(f"stage {stage}: a call on every rank")
-        comm(x, stage=stage)
+        dog.at(f"{strategy.value}: a call on every rank")
+        comm(x, strategy=strategy)
         torch.cuda.synchronize()
         dist.barrier()
         if rank == 0:
-            dog.at(f"stage {stage}: a call on rank 0 alone, which must give up")
+            dog.at(f"{strategy.value}: a call on rank 0 alone, which must give up")
             start = time.monotonic()
-            comm(x, stage=stage)
+            comm(x, strategy=strategy)
             torch.cuda.synchronize()
             waited = time.monotonic() - start
-            with pytest.raises(ar.CollectiveStall, match=f"stage {stage} gave up"):
-                comm(x, stage=stage)
+            with pytest.raises(ar.CollectiveStall, match=f"strategy {strategy.value} gave up"):
+                comm(x, strategy=strategy)
             assert 2.0 < waited < 30.0, waited
-            print(f"stage {stage}: rank 0 gave up after {waited:.1f} s", flush=True)
-        dog.at(f"stage {stage}: barrier after the stall")
+            print(f"{strategy.value}: rank 0 gave up after {waited:.1f} s", flush=True)
+        dog.at(f"{strategy.value}: barrier after the stall")
         dist.barrier()
 
 
@@ -96,7 +96,7 @@ def sequence_worker(rank, world, dist, dog):
     checked = 0
 
     def agree(out, ref, what):
-        """out bitwise equal to ref (an eager call of the same stage and shape) and to every rank's out."""
+        """out bitwise equal to ref (an eager call of the same strategy and shape) and to every rank's out."""
         mine = torch.cat([out.y.view(torch.uint8).flatten(), out.scale.view(torch.uint8)])
         assert torch.equal(out.y.view(torch.uint8), ref.y.view(torch.uint8)), f"{what}: codes differ from an eager call"
         assert torch.equal(out.scale.view(torch.int32), ref.scale.view(torch.int32)), f"{what}: scales differ"
@@ -108,20 +108,20 @@ def sequence_worker(rank, world, dist, dog):
     for rnd in range(rounds):  # the benchmark's sequence (no residual), its warm-up, capture, pin and replays
         for t in (1, 8, 32):
             x = torch.randn(t, H, generator=torch.Generator().manual_seed(t + 7 * rank)).to(dev, torch.bfloat16)
-            for stage in (ar.PUSH, ar.TWO_STAGE, ar.LAMPORT, ar.LAMPORT2):
-                for shape in sweep_shapes(sweep, world, t, stage):
-                    what = f"round {rnd} T={t} stage {stage} shape {shape}"
+            for strategy in (s for s in ar.Strategy if s != ar.Strategy.NCCL):
+                for shape in sweep_shapes(sweep, world, t, strategy):
+                    what = f"round {rnd} T={t} {strategy.value} shape {shape}"
                     dog.at(what)
                     dist.barrier()
                     outs = []
 
-                    def call(stage=stage, shape=shape, x=x, outs=outs):
-                        outs.append(comm(x, w, epsilon=1e-6, dtype=FP8, stage=stage, config=shape))
+                    def call(s=strategy, shape=shape, x=x, outs=outs):
+                        outs.append(comm(x, w, epsilon=1e-6, dtype=FP8, strategy=s, config=shape))
 
                     graph_time_us(call, None, 10, 3, pin)
                     torch.cuda.synchronize()
                     comm.check_stall()
-                    ref = comm(x, w, epsilon=1e-6, dtype=FP8, stage=stage, config=shape)
+                    ref = comm(x, w, epsilon=1e-6, dtype=FP8, strategy=strategy, config=shape)
                     agree(outs[-1], ref, what)
                     checked += 1
     rng = random.Random(11)  # the same sequence on every rank; host delays from a per-rank generator
@@ -129,22 +129,22 @@ def sequence_worker(rank, world, dist, dog):
     calls = int(os.environ.get("LIVENESS_CALLS", "200"))
     side = torch.cuda.Stream(dev)
     for k in range(calls):
-        stage = rng.choice([None, ar.PUSH, ar.TWO_STAGE, ar.LAMPORT, ar.LAMPORT2])
+        strategy = rng.choice([None, *(s for s in ar.Strategy if s != ar.Strategy.NCCL)])
         t = rng.choice([1, 2, 7, 8, 32, 33, 64, 128, 300, 512])
-        if stage == ar.PUSH:
+        if strategy == ar.Strategy.ONE_SHOT_FLAGS:
             t = min(t, ar.PUSH_MAX_TOKENS)
         warps = rng.choice([8, 16])
         res_on = rng.random() < 0.3
         how = rng.choice(["eager", "side", "graph"])
-        what = f"random call {k}: stage {stage} T={t} residual={res_on} warps {warps} {how}"
+        what = f"random call {k}: {strategy} T={t} residual={res_on} warps {warps} {how}"
         dog.at(what)
         g = torch.Generator().manual_seed(1000 + k)
         x = torch.randn(t, H, generator=torch.Generator().manual_seed(k + 7 * rank)).to(dev, torch.bfloat16)
         res = torch.randn(t, H, generator=g).to(dev, torch.bfloat16) if res_on else None
-        config = None if stage is None else (1, warps)
+        config = None if strategy is None else (1, warps)
 
-        def one(x=x, res=res, stage=stage, config=config):
-            return comm(x, w, epsilon=1e-6, residual=res, dtype=FP8, stage=stage, config=config)
+        def one(x=x, res=res, s=strategy, config=config):
+            return comm(x, w, epsilon=1e-6, residual=res, dtype=FP8, strategy=s, config=config)
 
         if delay.random() < 0.25:
             time.sleep(delay.random() * 0.01)

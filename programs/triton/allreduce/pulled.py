@@ -1,8 +1,8 @@
-"""Stage 2 of the fused all-reduce: every rank publishes its partial rows in its symmetric input buffer and the owners
-pull them over NVLink, with cross-rank barriers (sync.py) between the phases.
+"""Two-shot pulled, a strategy of the fused all-reduce: every rank publishes its partial rows in its symmetric input
+buffer and the owners pull them over NVLink, with cross-rank barriers (sync.py) between the phases.
 
-Stage 2 launches the same grid in every call: G = the SM count, whatever T, so all programs are resident at once and
-every program takes part in every call (programs without rows only meet their peers).
+Two-shot pulled launches the same grid in every call: G = the SM count, whatever T, so all programs are resident at once
+and every program takes part in every call (programs without rows only meet their peers).
 
 Phases (PHASES bit mask; all set on the GPU, with SYNC): A publish the rows other ranks own -> start barrier -> B sum
 + normalize + quantize the owned rows and post them (FP8 rows and scales, or with a residual residual_out alone) in
@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from programs.triton.allreduce.row_math import adopt_residual_out, finish_rows, residual_rows, weight_factor
-from programs.triton.allreduce.sync import clock_ns, cross_rank_barrier, pick
+from programs.triton.allreduce.sync import STALLED_PULLED, clock_ns, cross_rank_barrier, pick
 
 
 @triton.jit
@@ -73,7 +73,7 @@ def publish_rows(X, stride_x, mine, rows, mask, half, H, cols):
 
 
 @triton.jit
-def two_stage_kernel(
+def two_shot_pulled_kernel(
     X,
     stride_x,
     R,
@@ -160,7 +160,7 @@ def two_stage_kernel(
     deadline = STALL_NS
     if SYNC:
         deadline = clock_ns() + STALL_NS
-    watch = (STALL_REC, deadline, 2, ep - 1)  # ep - 1: this program's earlier calls
+    watch = (STALL_REC, deadline, STALLED_PULLED, ep - 1)  # ep - 1: this program's earlier calls
     nq = (inv_h, eps, scale_ub, fp8_max)
     out = (Y, stride_y, SC, RO, stride_ro)
     if PHASES & 1:  # publish the rows the other ranks own
