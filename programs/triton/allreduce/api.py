@@ -16,6 +16,7 @@ and the row follows the +-inf rule where the float64 sum would be finite.
 
     comm = AllReduceRMSNormFP8(group, hidden_size=H, max_tokens=T_max)       # once: symmetric workspace, rendezvous
     out  = comm(x, weight, epsilon=1e-6, residual=r)                          # per call; CUDA-graph capturable
+    comm.close()                                                              # collective: the workspace released
     out  = reference_allreduce_rmsnorm_fp8(x, weight, group, epsilon=1e-6, residual=r)   # any backend, CPU too
 
 Strategies (`strategy`, a Strategy or its name; default from `choose_strategy`, which reads the measured table
@@ -306,6 +307,8 @@ class AllReduceRMSNormFP8:
             device=self.device,
         )
         self.check_stall()
+        if self.bufs is None:
+            raise RuleError("communicator.closed", "this communicator was closed", self.rank, "a new communicator")
         t = x2.shape[0]
         if strategy is None:
             strategy = choose_strategy(
@@ -362,6 +365,16 @@ class AllReduceRMSNormFP8:
             )
         if self._stall_seen is not None:
             raise CollectiveStall(self._stall_seen)
+
+    def close(self) -> None:
+        """Collective (every rank of the group): release the symmetric workspace; later calls are refused. A peer may
+        still be reading this rank's buffers for a call this rank has finished (no call ends with a barrier), so each
+        rank waits for its own device's work and then for every rank before any buffer goes."""
+        if self.bufs is None:
+            return
+        torch.cuda.synchronize(self.device)
+        dist.barrier(group=self.group)
+        self.bufs = self._handle = self._raw = None
 
     def push_rows(self) -> int:
         """Rows one_shot_flags' receive buffers hold."""
