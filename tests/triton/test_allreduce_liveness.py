@@ -145,21 +145,22 @@ def benchmark_sequence(rank, world, dist, dog, verify, rounds):
                 dist.barrier()
                 outs = []
 
-                def reset(a=a, x=xs[rank]):
-                    a.copy_(x)
+                if shape is None and strategy is None:  # the baseline, in place on its own copy of x
+                    b = xs[rank].clone()
 
-                if shape is None and strategy is None:  # the baseline, in place on its copy of x
+                    def reset(b=b, x=xs[rank]):
+                        b.copy_(x)
 
-                    def call(a=a, w=w):
-                        dist.all_reduce(a)
-                        rmsnorm_fwd(a, w, epsilon=1e-6, dtype=FP8)
+                    def call(b=b, w=w):
+                        dist.all_reduce(b)
+                        rmsnorm_fwd(b, w, epsilon=1e-6, dtype=FP8)
 
-                    graph_time_us(call, reset, 10, 3, pin)  # a replay all-reduces a 10 times: one call checked
+                    graph_time_us(call, reset, 10, 3, pin)  # a replay all-reduces b 10 times: one call checked
                     torch.cuda.synchronize()
                     reset()
-                    dist.all_reduce(a)
-                    out = rmsnorm_fwd(a, w, epsilon=1e-6, dtype=FP8)
-                    verify(comm, None, out, xs, w, None, 1e-6, what, sums=a.clone())
+                    dist.all_reduce(b)
+                    out = rmsnorm_fwd(b, w, epsilon=1e-6, dtype=FP8)
+                    verify(comm, None, out, xs, w, None, 1e-6, what, sums=b)
                     continue
                 s_, shape_ = (None, None) if shape == "dispatched" else (strategy, shape)
 
@@ -207,7 +208,7 @@ def random_sequence(rank, world, dist, dog, verify, calls):
             comm.close()
             comm = new_comm(rng.choice([2048, 2048, 1030, 300, 64]))
             made += 1
-        issued, graphs = [], []
+        issued, graphs, k0 = [], [], k
         for _ in range(rng.randint(1, 6)):
             strategy = rng.choice([None, *ar.Strategy])
             t = log_uniform(rng, min(comm.max_tokens, caps.get(strategy, comm.max_tokens)))
@@ -254,6 +255,8 @@ def random_sequence(rank, world, dist, dog, verify, calls):
             k += 1
         torch.cuda.synchronize()
         comm.check_stall()
+        if k // 500 != k0 // 500:
+            print(f"rank {rank}: {k} random calls", flush=True)
         for strategy, out, xs, w, res, eps, what in issued:
             dog.at(f"verifying {what}")
             verify(comm, strategy, out, xs, w, res, eps, what)

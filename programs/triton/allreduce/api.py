@@ -43,7 +43,7 @@ owners, who normalize them, then all-gather of the results.
                     norm (its sums are NCCL's, rounded to the activation dtype). With reuse_x=True (the caller's x is
                     dead after the call, as a row-parallel layer's output is) and a residual: NCCL's all_reduce in
                     place on x, then the fused norm, which is the unfused path itself: the dispatch takes it where no
-                    fused strategy beats that path (4 ranks, a residual, 1025-2048 rows). torch's all_reduce works only
+                    fused strategy beats that path (4 ranks, a residual, 1025-4096 rows). torch's all_reduce works only
                     in place, so without reuse_x it would cost a copy of x, and the dispatch takes two_shot_pulled
                     there instead.
 

@@ -72,10 +72,11 @@ _DISPATCH_4 = (
     # 123.2, two-shot Lamport 124.6, NCCL 127.4 against 122.2; T = 2048 NCCL 216.6 against two-shot pulled 230.7 and
     # 220.3: NCCL in place (that path itself) where reuse_x allows, else two-shot pulled
     (1024 * ROW, _S.TWO_SHOT_LAMPORT, _S.NCCL),
-    # T = 2048 two-shot pulled 175.0 against two-shot Lamport 190.3 and NCCL 206.9 (1.13x)
-    (2048 * ROW, _S.TWO_SHOT_PULLED, _S.NCCL),
-    # T = 4096 two-shot pulled 310.8 (1.17x; with a residual NCCL 412.4 against 413.9 and 412.3), T = 8192 584.8
-    # against NCCL 588.4 (1.18x; with a residual 750.0 against 773.6, 1.04x)
+    # T = 2048 two-shot pulled 175.0 against two-shot Lamport 190.3 and NCCL 206.9 (1.13x); T = 4096 two-shot
+    # pulled 310.8 against NCCL 339.3 (1.17x). With a residual at T = 4096 NCCL in place 412.4 / 408.5 against
+    # two-shot pulled 413.9 / 413.9 and 412.3 / 402.3 (two runs)
+    (4096 * ROW, _S.TWO_SHOT_PULLED, _S.NCCL),
+    # T = 8192 two-shot pulled 584.8 against NCCL 588.4 (1.18x; with a residual 750.0 against 773.6, 1.04x)
     (None, _S.TWO_SHOT_PULLED, _S.TWO_SHOT_PULLED),
 )
 # 3 ranks and 5-8 ranks take the 4-rank rows (not measured: 8-GPU machines were not available)
