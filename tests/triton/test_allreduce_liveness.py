@@ -237,8 +237,8 @@ def random_sequence(rank, world, dist, dog, verify, calls):
                 torch.cuda.current_stream().wait_stream(side)
                 issued.append((strategy, out, xs, w, res, eps, what))
             else:
+                side.wait_stream(torch.cuda.current_stream())  # x0 was drawn on the current stream
                 with torch.cuda.stream(side):
-                    side.wait_stream(torch.cuda.current_stream())
                     warm = one(x0.clone())  # outside the capture (a first call compiles)
                 torch.cuda.current_stream().wait_stream(side)
                 torch.cuda.synchronize()
