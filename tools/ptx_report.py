@@ -53,10 +53,10 @@ def default_reports() -> list[Report]:
         bwd_rows(b.STREAM_ROWS_N, 32, 1, True, 1),
         bwd_rows(1024, 16, 8, False, 0),
         bwd_decode(32, 128, 4),
-        allreduce(0, 2, 1, 16, True),
-        allreduce(1, 2, 1, 8, True),
-        allreduce(2, 4, 2, 16, True),
-        allreduce(5, 4, 1, 16, False),
+        allreduce("one_shot_flags", 2, 1, 16, True),
+        allreduce("two_shot_pulled", 2, 1, 16, True),
+        allreduce("two_shot_pulled", 4, 2, 16, True),
+        allreduce("two_shot_lamport", 4, 1, 16, False),
     ]
 
 

@@ -4,24 +4,23 @@
 
 World size comes from the launcher. Every method is timed as CUDA-graph replays of `--calls` back-to-back calls
 (median over `--reps` replays, the slowest rank's median); NCCL inputs are re-copied between replays, untimed, since
-all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every stage of
-allreduce/api.py (0-3 and 5 fused, 4 NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
-it serves, the fused ones with the best launch shape of a small sweep; "best stage" is the fastest of them and its
+all_reduce works in place. bf16 partials, FP8 e4m3 output with per-row scales. Every strategy of
+allreduce/api.py (the fused ones, and nccl: NCCL reduce-scatter/all-gather around the fused norm) is timed at every T
+its buffers hold, the fused ones with the best launch shape of a small sweep; "best" is the fastest of them and its
 ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce.dispatch.DISPATCH come from it); then the
-call as users make it (dispatched stage, default shape, reuse_x=True: x is dead after the call, as the baseline's
-is, and stage 4 with a residual all-reduces in place on the baseline's copy). KiB/rank is the payload T * H * 2 of
-every rank.
+call as users make it (the dispatched strategy, default shape, reuse_x=True: x is dead after the call, as the
+baseline's is, and nccl with a residual all-reduces in place on the baseline's copy), against NCCL + fused norm and
+against the best strategy of the same row. KiB/rank is the payload T * H * 2 of every rank.
 Where PDL runs, every timed replay starts in one launch state (programs/triton/timing.py's pin_launch_state).
 The timing, the launch shapes tried, the tables and the watchdog are programs/triton/allreduce/measurement.py.
 A rank that makes no progress for --stall-s seconds prints where it is (a start-up step, or the timed method: T,
-stage, launch shape) and keeps printing it, so a hang names its step instead of leaving a silent table. One timed
+strategy, launch shape) and keeps printing it, so a hang names its step instead of leaving a silent table. One timed
 method takes seconds at most, its first compiles included.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,17 +36,13 @@ if STDLIB:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
 from programs.triton.allreduce.api import (  # noqa: E402
-    LAMPORT,
-    LAMPORT2,
     LAMPORT2_MAX_TOKENS,
     LAMPORT_MAX_TOKENS,
-    NCCL,
-    PUSH,
     PUSH_MAX_TOKENS,
     PUSH_PROGRAMS,
-    STAGE_NAMES,
     AllReduceRMSNormFP8,
-    choose_stage,
+    Strategy,
+    choose_strategy,
 )
 from programs.triton.allreduce.measurement import Watchdog, graph_time_us, render, shape_str, sweep_shapes  # noqa: E402
 from programs.triton.forward import rmsnorm_fwd  # noqa: E402
@@ -104,7 +99,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--push-programs",
         default=str(PUSH_PROGRAMS),
-        help="stage 0 grids tried (each on its own workspace: a workspace keeps one stage-0 grid)",
+        help="one_shot_flags grids tried (each on its own workspace: a workspace keeps one such grid)",
     )
     ap.add_argument("--torch-baseline", action="store_true", help="also time NCCL + torch norm/FP8 (unfused)")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
@@ -114,7 +109,7 @@ def parse_args(argv=None):
 
 @dataclass
 class Bench:
-    """One rank's run: the options, its device, the workspaces (one a stage-0 grid), the pinned launch state and
+    """One rank's run: the options, its device, the workspaces (one a one_shot_flags grid), the pinned launch state and
     the watchdog that names a step making no progress."""
 
     args: argparse.Namespace
@@ -169,38 +164,45 @@ class Bench:
             if self.args.torch_baseline
             else None
         )
-        for stage in STAGE_NAMES:
-            r[f"s{stage}"], r[f"s{stage}_shape"] = math.nan, None
-            if t > {PUSH: PUSH_MAX_TOKENS, LAMPORT: LAMPORT_MAX_TOKENS, LAMPORT2: LAMPORT2_MAX_TOKENS}.get(stage, t):
+        r["times"] = {}
+        flags = Strategy.ONE_SHOT_FLAGS
+        caps = {flags: PUSH_MAX_TOKENS, Strategy.ONE_SHOT_LAMPORT: LAMPORT_MAX_TOKENS}
+        caps[Strategy.TWO_SHOT_LAMPORT] = LAMPORT2_MAX_TOKENS
+        for strategy in Strategy:
+            if t > caps.get(strategy, t):
                 continue
             best = None
-            shapes = [None] if with_res else sweep_shapes(self.sweep, self.world, t, stage)
-            # stage 4 with a residual all-reduces in place (reuse_x), on the baseline's copy of x, re-copied untimed
-            inplace = stage == NCCL and with_res
-            for grid, c in self.push_comms.items() if stage == PUSH else [(None, self.comm)]:
+            shapes = [None] if with_res else sweep_shapes(self.sweep, self.world, t, strategy)
+            # nccl with a residual all-reduces in place (reuse_x), on the baseline's copy of x, re-copied untimed
+            inplace = strategy == Strategy.NCCL and with_res
+            for grid, c in self.push_comms.items() if strategy == flags else [(None, self.comm)]:
                 for shape in shapes:
                     us = self.timed(
-                        lambda c=c, stage=stage, shape=shape, src=a if inplace else x, ip=inplace: c(
-                            src, w, epsilon=EPS, residual=res, dtype=FP8, stage=stage, config=shape, reuse_x=ip
+                        lambda c=c, s=strategy, shape=shape, src=a if inplace else x, ip=inplace: c(
+                            src, w, epsilon=EPS, residual=res, dtype=FP8, strategy=s, config=shape, reuse_x=ip
                         ),
                         reset if inplace else None,
-                        label=f"{at} stage {stage} shape {shape_str(shape)} grid {grid or 'default'}",
+                        label=f"{at} {strategy.value} shape {shape_str(shape)} grid {grid or 'default'}",
                     )
                     if best is None or us < best[0]:
                         best = (us, shape_str(shape) + ("" if grid is None else f", {grid} programs"))
-            r[f"s{stage}"], r[f"s{stage}_shape"] = best
-        # dispatched, default shape, x reusable as the baseline's is (re-copied untimed where the stage writes it)
-        r["auto"] = choose_stage(t, h, 2, self.world, residual=with_res, reuse_x=True)
-        inplace = r["auto"] == NCCL and with_res
+            r["times"][strategy] = best
+        # dispatched, default shape, x reusable as the baseline's is (re-copied untimed where the strategy writes it)
+        r["auto"] = choose_strategy(t, h, 2, self.world, residual=with_res, reuse_x=True)
+        inplace = r["auto"] == Strategy.NCCL and with_res
         r["fused"] = self.timed(
             lambda: self.comm(a if inplace else x, w, epsilon=EPS, residual=res, dtype=FP8, reuse_x=True),
             reset if inplace else None,
-            label=f"{at} dispatched stage {r['auto']}",
+            label=f"{at} dispatched {r['auto'].value}",
         )
         if self.rank == 0:
             logger.info(
                 f"T={t} res={with_res}: "
-                + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+                + ", ".join(
+                    f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "times"
+                )
+                + "; "
+                + ", ".join(f"{s.value}={us:.1f} ({shape})" for s, (us, shape) in r["times"].items())
             )
         return r
 

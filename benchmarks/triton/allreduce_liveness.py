@@ -1,10 +1,10 @@
-"""Liveness of the fused all-reduce's pushed stages on W GPUs: each (stage, T, residual, warps) case runs as the
+"""Liveness of the fused all-reduce's strategies on W GPUs: each (strategy, T, residual, warps) case runs as the
 benchmark runs it (eager calls on the default stream, then on the capture side stream, then a CUDA graph of `--calls`
 calls replayed `--reps` times), under a watchdog that names the case and ends the process (exit 3) when it makes no
-progress; every case's last output is held bitwise to stage 2's at the same warps (the
-warps set the order of the row's reductions, so other shapes may round a row's last bit differently).
+progress; every case's last output is held bitwise to two_shot_pulled's at the same warps (the warps set the order of
+the row's reductions, so other shapes may round a row's last bit differently).
 
-    torchrun --nproc-per-node 2 -m benchmarks.triton.allreduce_liveness --stages 5 --tokens 1 --warps 8,16
+    torchrun --nproc-per-node 2 -m benchmarks.triton.allreduce_liveness --strategies two_shot_lamport --tokens 1
 
 Prints one line a case (rank 0): the median us a call of the replays (this rank's).
 """
@@ -19,7 +19,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from programs.triton.allreduce.api import TWO_STAGE, AllReduceRMSNormFP8
+from programs.triton.allreduce.api import AllReduceRMSNormFP8, Strategy
 from programs.triton.allreduce.measurement import graph_time_us
 from programs.triton.timing import on_capture_stream
 
@@ -28,7 +28,7 @@ FP8 = torch.float8_e4m3fn
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stages", default="3,5")
+    ap.add_argument("--strategies", default="one_shot_lamport,two_shot_lamport", help="names, comma-separated")
     ap.add_argument("--tokens", default="1,8,32")
     ap.add_argument("--residual", default="0", help="0, 1 or 0,1: without and/or with a residual")
     ap.add_argument("--warps", default="8,16")
@@ -73,18 +73,18 @@ def main():
     w = (1 + 0.1 * torch.randn(h, device=dev)).to(torch.bfloat16)
     lines = []
     for rnd in range(args.rounds):
-        for stage in (int(s) for s in args.stages.split(",")):
+        for strategy in (Strategy(s) for s in args.strategies.split(",")):
             for t in tokens:
                 for res_on in (int(r) for r in args.residual.split(",")):
                     for warps in (int(v) for v in args.warps.split(",")):
-                        label = f"round {rnd} stage {stage} T={t} residual={bool(res_on)} 1x{warps}"
+                        label = f"round {rnd} {strategy.value} T={t} residual={bool(res_on)} 1x{warps}"
                         g = torch.Generator(device=dev).manual_seed(1000 + t + 7 * rank)
                         x = torch.randn(t, h, generator=g, device=dev).to(torch.bfloat16)
                         gr = torch.Generator(device=dev).manual_seed(6)
                         res = torch.randn(t, h, generator=gr, device=dev).to(torch.bfloat16) if res_on else None
 
-                        def call(stage=stage, warps=warps, x=x, res=res):
-                            return comm(x, w, epsilon=1e-6, residual=res, dtype=FP8, stage=stage, config=(1, warps))
+                        def call(s=strategy, warps=warps, x=x, res=res):
+                            return comm(x, w, epsilon=1e-6, residual=res, dtype=FP8, strategy=s, config=(1, warps))
 
                         dist.barrier()
                         timer = stall_exit(rank, label, args.stall_s)
@@ -95,13 +95,14 @@ def main():
                                 out = call()
                         torch.cuda.synchronize()
                         us = graph_time_us(call, None, args.calls, args.reps) if args.reps else float("nan")
-                        ref = comm(x, w, epsilon=1e-6, residual=res, dtype=FP8, stage=TWO_STAGE, config=(1, warps))
+                        pulled = Strategy.TWO_SHOT_PULLED
+                        ref = comm(x, w, epsilon=1e-6, residual=res, dtype=FP8, strategy=pulled, config=(1, warps))
                         torch.cuda.synchronize()
                         timer.cancel()
                         same = torch.equal(out.y.view(torch.uint8), ref.y.view(torch.uint8)) and torch.equal(
                             out.scale.view(torch.int32), ref.scale.view(torch.int32)
                         )
-                        lines.append(f"{label}: {us:.2f} us{'' if same else '  MISMATCH against stage 2'}")
+                        lines.append(f"{label}: {us:.2f} us{'' if same else '  MISMATCH against two_shot_pulled'}")
                         if rank == 0:
                             print(lines[-1], flush=True)
     dist.barrier()

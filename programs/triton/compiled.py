@@ -5,8 +5,8 @@ copies. tools/ptx_report.py prints these facts for the launch shapes the port us
 Why it exists: the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
 shared-memory stores per thread where the bf16 variant held 2 (a layout conversion Triton generated); and the
 pipelined split kernels spilled at some launch shapes. Both show here in seconds, with no device time. The fused
-all-reduce kernels are compiled with their GPU-only synchronization (the interpreter tests skip it), and stage 0's
-claim of no atomics is counted.
+all-reduce kernels are compiled with their GPU-only synchronization (the interpreter tests skip it), and the pushed
+strategies' claim of no atomics is counted.
 Needs Triton's NVIDIA backend (its bundled ptxas); TRITON_INTERPRET must be unset (the kernels are compiled).
 """
 
@@ -415,11 +415,11 @@ def bwd_decode(m: int, cols: int, num_warps: int) -> Report:
     return compile_report(f"bwd decode M={m} cols={cols} warps={num_warps}", fn, sig, consts, num_warps)
 
 
-def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
+def allreduce(strategy: str, world: int, block_m: int, num_warps: int, residual: bool) -> Report:
     """A fused all-reduce kernel as the GPU runs it (SYNC: barriers, flag polling), rank 0 of `world`, H=8192."""
-    fn, sig, consts = _allreduce_source(stage, world, block_m, num_warps, residual)
+    fn, sig, consts = _allreduce_source(strategy, world, block_m, num_warps, residual)
     return compile_report(
-        f"allreduce stage {stage} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
+        f"allreduce {strategy} world={world} {block_m}x{num_warps}{' residual' if residual else ''}",
         fn,
         sig,
         consts,
@@ -431,11 +431,12 @@ def allreduce(stage: int, world: int, block_m: int, num_warps: int, residual: bo
 _MARKS = ("-2147450880", "-2147483648")
 
 
-def lamport_empties(stage: int, world: int, num_warps: int, residual: bool) -> tuple[int, int]:
+def lamport_empties(strategy: str, world: int, num_warps: int, residual: bool) -> tuple[int, int]:
     """(stores of the empty mark, those of them with no CTA barrier since the last volatile load) in the PTX of
-    stage 3 or 5, rank 1 of `world` at H = 8192. A mark store reached with no barrier after the polls could empty a
-    word that another thread of the program, holding a copy of it, has not read yet (lamport.lamport_take)."""
-    fn, sig, consts = _allreduce_source(stage, world, 1, num_warps, residual, rank=1)
+    one_shot_lamport or two_shot_lamport, rank 1 of `world` at H = 8192. A mark store reached with no barrier after
+    the polls could empty a word that another thread of the program, holding a copy of it, has not read yet
+    (lamport.lamport_take)."""
+    fn, sig, consts = _allreduce_source(strategy, world, 1, num_warps, residual, rank=1)
     ptx = _compile(fn, sig, consts, num_warps).asm["ptx"]
     marks, stores, unguarded, polled = set(), 0, 0, False
     for ln in ptx.splitlines():
@@ -454,16 +455,15 @@ def lamport_empties(stage: int, world: int, num_warps: int, residual: bool) -> t
     return stores, unguarded
 
 
-def _allreduce_source(stage: int, world: int, block_m: int, num_warps: int, residual: bool, rank: int = 0):
-    """(kernel, signature, constexprs) of a fused all-reduce stage for `rank` of `world` at H = 8192."""
+def _allreduce_source(strategy: str, world: int, block_m: int, num_warps: int, residual: bool, rank: int = 0):
+    """(kernel, signature, constexprs) of a fused all-reduce strategy (by name) for `rank` of `world` at H = 8192."""
     fn = {
-        0: ar_kernels.push_one_stage_kernel,
-        1: ar_kernels.one_stage_kernel,
-        2: ar_kernels.two_stage_kernel,
-        3: ar_kernels.lamport_one_stage_kernel,
-        5: ar_kernels.lamport_two_stage_kernel,
-    }[stage]
-    lamport = stage in (3, 5)
+        "one_shot_flags": ar_kernels.one_shot_flags_kernel,
+        "two_shot_pulled": ar_kernels.two_shot_pulled_kernel,
+        "one_shot_lamport": ar_kernels.one_shot_lamport_kernel,
+        "two_shot_lamport": ar_kernels.two_shot_lamport_kernel,
+    }[strategy]
+    lamport = "lamport" in strategy
     ptrs = {
         "X": "*bf16",
         "X16": "*i16",
@@ -496,7 +496,7 @@ def _allreduce_source(stage: int, world: int, block_m: int, num_warps: int, resi
         Y_SUB=0.0,
     )
     piece = num_warps * 256 if lamport else 1024
-    consts.update(dict(PIECE=piece, XDT=tl.bfloat16) if stage in (0, 3, 5) else dict(BLOCK_M=block_m))
+    consts.update(dict(BLOCK_M=block_m) if strategy == "two_shot_pulled" else dict(PIECE=piece, XDT=tl.bfloat16))
     for name in list(sig):  # the unused peers' pointers are None
         if name[0] in "BGIQSOF" and name[1:].isdigit() and int(name[1:]) >= world:
             sig[name], consts[name] = "constexpr", None

@@ -23,42 +23,30 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from programs.triton.allreduce import api as ar  # noqa: E402
+from tests.triton.allreduce_checks import (  # noqa: E402
+    check,
+    expected,
+    nccl_sums,
+    partials,
+    same_bits_on_every_rank,
+    takes_nccl,
+)
 from tests.triton.ranks import run_ranks, serve_rank  # noqa: E402
-from tests.triton.ref64 import fp8_expected, norm64  # noqa: E402
+from tests.triton.ref64 import norm64  # noqa: E402
 from tt_rmsnorm.accuracy import assert_close  # noqa: E402
 from tt_rmsnorm.errors import RuleError  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
+S = ar.Strategy
+FUSED = [s for s in S if s != S.NCCL]
+
+
+def name(strategy) -> str:
+    """A call's strategy as the messages name it (None: the dispatched one)."""
+    return "dispatched" if strategy is None else strategy.value
+
+
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the phase-by-phase simulation runs on a GPU too
-
-
-def partials(world, t, h, seed, dtype=torch.bfloat16, device="cpu", spread=True):
-    """Every rank's partial [t, h] (any rank can draw all of them), a weight and a residual, from one seed."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    # rows of very different magnitude, so the per-row scales differ
-    rowscale = torch.logspace(-2, 2, t, device=device)[:, None] if spread and t > 1 else 1.0
-    xs = [(torch.randn(t, h, generator=g, device=device) * rowscale).to(dtype) for _ in range(world)]
-    w = torch.randn(h, generator=g, device=device).to(dtype)
-    res = (torch.randn(t, h, generator=g, device=device) * rowscale).to(dtype)
-    return xs, w, res
-
-
-def expected(xs, w, res, *, epsilon, weight_offset, scale_ub, dtype=E4M3, sums=None):
-    """(float64 quantized values and scales of the exact sum of the partials, residual_out bits). residual_out is
-    defined bit for bit: the fp32 sum in rank order plus the residual in fp32, rounded once to the residual's dtype.
-    sums: the sums as the transport delivered them, in place of the exact sum (stage 4: NCCL's bf16 sums, rounded
-    at each of its steps in its own order: nccl_sums)."""
-    total = sum(x.double() for x in xs) if sums is None else sums.double()
-    v, _, _ = norm64(total, w, epsilon=epsilon, weight_offset=weight_offset, residual=res)
-    q, s = fp8_expected(v, dtype, "row", scale_ub)
-    ro = ro64 = None
-    if res is not None:
-        acc = xs[0].float()
-        for x in xs[1:]:
-            acc = acc + x.float()
-        ro = (acc + res.float()).to(res.dtype)
-        ro64 = total + res.double()
-    return q, s, ro, ro64
 
 
 def median_ub(xs, w, res, *, epsilon, weight_offset):
@@ -67,30 +55,12 @@ def median_ub(xs, w, res, *, epsilon, weight_offset):
     return float(v.abs().amax(-1).median())
 
 
-def check(out, exp, dtype=E4M3, context="", bf16_sums=False):
-    """bf16_sums: the stage-4 path, whose sums NCCL rounds to bf16: scales and residual_out are held to the bf16
-    policy (residual_out against the float64 sum) instead of fp32 / bit equality with the fp32 rank-order sum."""
-    q, s, ro, _ = exp
-    assert out.y.dtype == dtype and out.scale.dtype == torch.float32
-    assert_close(out.y.float(), q, dtype, context=f"{context} fp8 values")
-    assert_close(out.scale, s, torch.bfloat16 if bf16_sums else torch.float32, context=f"{context} row scales")
-    assert (out.residual_out is None) == (ro is None)
-    if ro is not None and bf16_sums:
-        assert_close(out.residual_out, exp[3], torch.bfloat16, context=f"{context} residual_out")
-    elif ro is not None:
-        bad = (out.residual_out != ro) & ~(out.residual_out.isnan() & ro.isnan())  # any NaN is the NaN
-        assert not bool(bad.any()), (
-            f"{context}: residual_out differs from the fp32 rank-order sum + residual in "
-            f"{int(bad.sum())} of {bad.numel()} elements, rows {bad.any(-1).nonzero().flatten()[:8].tolist()}"
-        )
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # the fused kernels under the interpreter, every rank played in turn by this process
 
 
 def simulate(
-    stage,
+    strategy,
     world,
     xs,
     w,
@@ -132,7 +102,7 @@ def simulate(
         for r in range(world):
             o = outs[r]
             ar.launch(
-                stage,
+                strategy,
                 r,
                 bufs,
                 epoch,
@@ -152,50 +122,49 @@ def simulate(
 
 
 SIM_CASES = {
-    # id: (stage, world, tokens, hidden, residual)
-    "push_w2_residual": (0, 2, 5, 96, True),
-    "push_w3": (0, 3, 4, 64, False),
-    "one_stage_w2": (1, 2, 5, 96, False),
-    "one_stage_w4_residual": (1, 4, 6, 64, True),
-    "two_stage_w2_residual": (2, 2, 7, 96, True),
-    "two_stage_w3_uneven": (2, 3, 7, 80, False),
-    "two_stage_w8_fewer_rows_than_ranks": (2, 8, 5, 48, True),
-    "lamport_w2_residual": (3, 2, 5, 96, True),
-    "lamport_w4": (3, 4, 6, 64, False),
-    "lamport_two_stage_w2_residual": (5, 2, 5, 96, True),
-    "lamport_two_stage_w3_uneven": (5, 3, 7, 80, False),
-    "lamport_two_stage_w4_residual": (5, 4, 9, 64, True),
-    "lamport_two_stage_w8_fewer_rows_than_ranks": (5, 8, 5, 48, False),
+    # id: (strategy, world, tokens, hidden, residual)
+    "push_w2_residual": (S.ONE_SHOT_FLAGS, 2, 5, 96, True),
+    "push_w3": (S.ONE_SHOT_FLAGS, 3, 4, 64, False),
+    "two_shot_pulled_w2_residual": (S.TWO_SHOT_PULLED, 2, 7, 96, True),
+    "two_shot_pulled_w3_uneven": (S.TWO_SHOT_PULLED, 3, 7, 80, False),
+    "two_shot_pulled_w8_fewer_rows_than_ranks": (S.TWO_SHOT_PULLED, 8, 5, 48, True),
+    "lamport_w2_residual": (S.ONE_SHOT_LAMPORT, 2, 5, 96, True),
+    "lamport_w4": (S.ONE_SHOT_LAMPORT, 4, 6, 64, False),
+    "two_shot_lamport_w2_residual": (S.TWO_SHOT_LAMPORT, 2, 5, 96, True),
+    "two_shot_lamport_w3_uneven": (S.TWO_SHOT_LAMPORT, 3, 7, 80, False),
+    "two_shot_lamport_w4_residual": (S.TWO_SHOT_LAMPORT, 4, 9, 64, True),
+    "two_shot_lamport_w8_fewer_rows_than_ranks": (S.TWO_SHOT_LAMPORT, 8, 5, 48, False),
 }
 
 
 @pytest.mark.parametrize("case", list(SIM_CASES))
 def test_fused_kernels_interpreted(case):
-    stage, world, t, h, with_res = SIM_CASES[case]
+    strategy, world, t, h, with_res = SIM_CASES[case]
     xs, w, res = partials(world, t, h, seed=11, device=DEV)
     res = res if with_res else None
-    outs = simulate(stage, world, xs, w, res, epsilon=1e-6, weight_offset=0.5, max_tokens=t + 3)
+    outs = simulate(strategy, world, xs, w, res, epsilon=1e-6, weight_offset=0.5, max_tokens=t + 3)
     exp = expected(xs, w, res, epsilon=1e-6, weight_offset=0.5, scale_ub=math.inf)
     for r, o in enumerate(outs):
         check(o, exp, context=f"rank {r}")
-        # every rank holds the same bits (rank-order sums; two-stage rows are copied from their owner)
+        # every rank holds the same bits (rank-order sums; two-shot rows are copied from their owner)
         assert torch.equal(o.y.view(torch.uint8), outs[0].y.view(torch.uint8)), f"rank {r} fp8 bits differ from rank 0"
         assert torch.equal(o.scale, outs[0].scale)
 
 
-def test_all_stages_agree_bitwise():
+def test_all_strategies_agree_bitwise():
     """Same row math in every path: identical bits, also with scale_ub clamping some rows and an all-zero row."""
     xs, w, res = partials(2, 6, 64, seed=12, device=DEV)
     for x in xs:
         x[3] = 0  # a zero row: scale 0, outputs 0
     v, _, _ = norm64(sum(x.double() for x in xs), w, epsilon=1e-5)
     ub = float(v.abs().amax(-1).median())
-    one = simulate(1, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    two = simulate(2, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    push = simulate(0, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    lamport = simulate(3, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
-    lamport2 = simulate(5, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[0]  # rank 0 receives row 3 from rank 1
-    for other in (two, push, lamport, lamport2):
+    one = simulate(S.TWO_SHOT_PULLED, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    push = simulate(S.ONE_SHOT_FLAGS, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    lamport = simulate(S.ONE_SHOT_LAMPORT, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[1]
+    lamport2 = simulate(S.TWO_SHOT_LAMPORT, 2, xs, w, None, epsilon=1e-5, scale_ub=ub)[
+        0
+    ]  # rank 0 receives row 3 from rank 1
+    for other in (push, lamport, lamport2):
         assert torch.equal(one.y.view(torch.uint8), other.y.view(torch.uint8)) and torch.equal(one.scale, other.scale)
     check(one, expected(xs, w, None, epsilon=1e-5, weight_offset=0.0, scale_ub=ub))
     assert one.scale[3].item() == 0.0 and bool((one.y[3].float() == 0).all()), "a zero row gets scale 0 and zeros"
@@ -205,21 +174,21 @@ def test_all_stages_agree_bitwise():
     )
 
 
-@pytest.mark.parametrize("stage", [3, 5], ids=["one_stage", "two_stage"])
+@pytest.mark.parametrize("strategy", [S.ONE_SHOT_LAMPORT, S.TWO_SHOT_LAMPORT], ids=lambda s: s.value)
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
-def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(stage, with_res):
-    """Stages 3 and 5 mark empty words with 0x8000 (-0.0) and send words inverted, so a -0.0 partial (and every other
-    value) arrives as it was: the same bits as the pulled stage 1. Every word a receiver read is empty again after the
-    call, which the buffers' next use needs."""
+def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(strategy, with_res):
+    """The Lamport strategies mark empty words with 0x8000 (-0.0) and send words inverted, so a -0.0 partial (and every
+    other value) arrives as it was: the same bits as two-shot pulled. Every word a receiver read is empty again after
+    the call, which the buffers' next use needs."""
     xs, w, res = partials(4, 6, 64, seed=14, device=DEV)
     res = res if with_res else None
     for x in xs:
         x[0, :8] = -0.0  # -0.0 on every rank: the words that look most like the empty mark
     xs[1][1, 8:16] = -0.0
-    xs[2][4, 3] = float("nan")  # a NaN partial: the same outputs as stage 1
+    xs[2][4, 3] = float("nan")  # a NaN partial: the same outputs as two-shot pulled
     bufs = []
-    outs = simulate(stage, 4, xs, w, res, epsilon=1e-6, bufs_out=bufs)
-    pulled = simulate(1, 4, xs, w, res, epsilon=1e-6)
+    outs = simulate(strategy, 4, xs, w, res, epsilon=1e-6, bufs_out=bufs)
+    pulled = simulate(S.TWO_SHOT_PULLED, 4, xs, w, res, epsilon=1e-6)
     for r, o in enumerate(outs):
         assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}"
         assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
@@ -249,19 +218,19 @@ def extreme_partials(world, h, seed):
 
 @pytest.mark.parametrize("eps", [1e-6, 0.0], ids=["eps_1e-6", "eps_0"])
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("stage", [0, 1, 2, 3, 5], ids=lambda s: f"stage{s}")
-def test_extreme_rows_equal_the_float64_definition(stage, with_res, eps):
+@pytest.mark.parametrize("strategy", FUSED, ids=lambda s: s.value)
+def test_extreme_rows_equal_the_float64_definition(strategy, with_res, eps):
     """Rows whose fp32 sum of squares overflows, subnormal rows, rows whose squares underflow, an infinity, a NaN and
-    a zero row: every stage gives the float64 y = h * rsqrt(mean(h^2) + eps) * w, its scale and codes (NaN scale and
-    codes where y holds a NaN), and all stages the same bits."""
+    a zero row: every strategy gives the float64 y = h * rsqrt(mean(h^2) + eps) * w, its scale and codes (NaN scale and
+    codes where y holds a NaN), and all strategies the same bits."""
     xs, w, res = extreme_partials(2, 64, seed=21)
     res = res if with_res else None
-    outs = simulate(stage, 2, xs, w, res, epsilon=eps)
+    outs = simulate(strategy, 2, xs, w, res, epsilon=eps)
     exp = expected(xs, w, res, epsilon=eps, weight_offset=0.0, scale_ub=math.inf)
-    pulled = simulate(1, 2, xs, w, res, epsilon=eps)
+    pulled = simulate(S.TWO_SHOT_PULLED, 2, xs, w, res, epsilon=eps)
     for r, o in enumerate(outs):
-        check(o, exp, context=f"stage {stage} rank {r}")
-        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}: stage 1 differs"
+        check(o, exp, context=f"{strategy.value} rank {r}")
+        assert torch.equal(o.y.view(torch.uint8), pulled[r].y.view(torch.uint8)), f"rank {r}: two-shot pulled differs"
         assert torch.equal(o.scale.view(torch.int32), pulled[r].scale.view(torch.int32))
     scale = outs[0].scale
     assert bool(torch.isfinite(scale[:5]).all()) and bool((scale[1:5] > 0).all()), "the finite rows keep their scale"
@@ -272,7 +241,7 @@ def test_extreme_rows_equal_the_float64_definition(stage, with_res, eps):
 @pytest.mark.parametrize("with_res", [False, True], ids=["plain", "residual"])
 def test_reference_path_extreme_rows_equal_the_float64_definition(with_res):
     """The reference path (fp32 all_reduce, then rmsnorm_fwd) on the rows of EXTREME_ROWS, eps > 0: the same
-    definition as the fused stages."""
+    definition as the fused strategies."""
     from programs.triton.forward import rmsnorm_fwd
 
     xs, w, res = extreme_partials(2, 64, seed=21)
@@ -284,19 +253,20 @@ def test_reference_path_extreme_rows_equal_the_float64_definition(with_res):
 
 def test_sum_of_partials_beyond_fp32_is_infinite():
     """The all-reduce sums in fp32: partials whose sum leaves the fp32 range give +-inf in that element, and the row
-    then follows the infinity rule (NaN scale and codes), where the float64 sum would be finite. Every stage agrees."""
+    then follows the infinity rule (NaN scale and codes), where the float64 sum would be finite. Every strategy
+    agrees."""
     xs, w, _ = partials(2, 3, 64, seed=22, device=DEV, spread=False)
     for x in xs:
         x[1, 5] = 3.0e38  # 6e38 > fp32 max in the sum
     exp = expected(xs, w, None, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf)
-    for stage in (0, 1, 2, 3, 5):
-        out = simulate(stage, 2, xs, w, None, epsilon=1e-6)[0]
-        assert bool(out.scale[1].isnan()) and bool(out.y[1].float().isnan().all()), f"stage {stage}"
+    for strategy in FUSED:
+        out = simulate(strategy, 2, xs, w, None, epsilon=1e-6)[0]
+        assert bool(out.scale[1].isnan()) and bool(out.y[1].float().isnan().all()), strategy.value
         keep = torch.tensor([True, False, True])
         check(
             ar.RMSNormOutput(out.y[keep], None, None, out.scale[keep]),
             (exp[0][keep], exp[1][keep], None, None),
-            context=f"stage {stage} finite rows",
+            context=f"{strategy.value} finite rows",
         )
 
 
@@ -305,51 +275,58 @@ def test_fused_matches_reference_path_interpreted():
     from programs.triton.forward import rmsnorm_fwd
 
     xs, w, res = partials(2, 5, 96, seed=13, device=DEV)
-    fused = simulate(1, 2, xs, w, res, epsilon=1e-6)[0]
+    fused = simulate(S.TWO_SHOT_PULLED, 2, xs, w, res, epsilon=1e-6)[0]
     ref = rmsnorm_fwd(xs[0].float() + xs[1].float(), w, epsilon=1e-6, residual=res, dtype=E4M3, scale_mode="row")
     assert torch.equal(fused.residual_out, ref.residual_out)
     assert_close(fused.y.float(), ref.y.double(), E4M3, context="fused vs reference fp8")
     assert_close(fused.scale, ref.scale.double(), torch.float32, context="fused vs reference scales")
 
 
-def test_stage_choice_follows_the_dispatch_table():
+def test_strategy_choice_follows_the_dispatch_table():
     h, isz = 8192, 2
     for world in (2, 3, 4, 8):
         table = ar.dispatch_rows(world)
         assert table[-1][0] is None, "the last row takes every larger payload"
         assert [b for b, _, _ in table[:-1]] == sorted(b for b, _, _ in table[:-1])
         lo = 0
-        for bound, stage, stage_res in table:
+        for bound, strategy, strategy_res in table:
             for tokens in {lo // (h * isz) + 1, (bound or 16 * lo) // (h * isz)}:
-                assert ar.choose_stage(tokens, h, isz, world) == stage, (world, tokens)
-                assert ar.choose_stage(tokens, h, isz, world, residual=True, reuse_x=True) == stage_res, (world, tokens)
-                # stage 4 with a residual all-reduces in place: a call whose x must stay takes stage 2
-                plain_res = ar.TWO_STAGE if stage_res == ar.NCCL else stage_res
-                assert ar.choose_stage(tokens, h, isz, world, residual=True) == plain_res, (world, tokens)
+                assert ar.choose_strategy(tokens, h, isz, world) == strategy, (world, tokens)
+                assert ar.choose_strategy(tokens, h, isz, world, residual=True, reuse_x=True) == strategy_res, (
+                    world,
+                    tokens,
+                )
+                # nccl with a residual all-reduces in place: a call whose x must stay takes two-shot pulled
+                plain_res = S.TWO_SHOT_PULLED if strategy_res == S.NCCL else strategy_res
+                assert ar.choose_strategy(tokens, h, isz, world, residual=True) == plain_res, (world, tokens)
             lo = bound or lo
-    assert ar.choose_stage(2048, h, isz, 4, residual=True, reuse_x=True) == ar.NCCL
-    assert ar.choose_stage(2048, h, isz, 4, residual=True) == ar.TWO_STAGE
-    assert ar.choose_stage(2048, h, isz, 4, reuse_x=True) == ar.TWO_STAGE, "reuse_x alone changes nothing"
-    assert ar.choose_stage(32, h, isz, 4) == ar.LAMPORT2 and ar.choose_stage(32, h, isz, 4, residual=True) == ar.LAMPORT
-    assert ar.dispatch_rows(3) is ar.DISPATCH[4] and ar.dispatch_rows(8) is ar.DISPATCH[4]
-    assert ar.choose_stage(1, h, isz, 2) == ar.PUSH and ar.choose_stage(32, h, isz, 2) == ar.PUSH
-    assert ar.choose_stage(8192, h, isz, 2, residual=True) == ar.PULL, (
-        "2 ranks with a residual: one stage measured faster"
+    assert ar.choose_strategy(2048, h, isz, 4, residual=True, reuse_x=True) == S.NCCL
+    assert ar.choose_strategy(2048, h, isz, 4, residual=True) == S.TWO_SHOT_PULLED
+    assert ar.choose_strategy(2048, h, isz, 4, reuse_x=True) == S.TWO_SHOT_PULLED, "reuse_x alone changes nothing"
+    assert (
+        ar.choose_strategy(64, h, isz, 4) == S.TWO_SHOT_LAMPORT
+        and ar.choose_strategy(64, h, isz, 4, residual=True) == S.ONE_SHOT_LAMPORT
     )
-    # stages 0 and 3 carry 16-bit words: fp32 activations or an odd hidden size go to stage 1 instead
+    assert ar.dispatch_rows(3) is ar.DISPATCH[4] and ar.dispatch_rows(8) is ar.DISPATCH[4]
+    assert (
+        ar.choose_strategy(1, h, isz, 2) == S.ONE_SHOT_FLAGS and ar.choose_strategy(32, h, isz, 2) == S.ONE_SHOT_LAMPORT
+    )
+    assert ar.choose_strategy(8192, h, isz, 2, residual=True) == S.TWO_SHOT_PULLED
+    # the pushed strategies carry 16-bit words: fp32 activations or an odd hidden size go to two-shot pulled
     for world in (2, 4):
-        small = [t for t in (1, 8, 16, 32, 64, 128) if ar.choose_stage(t, h, isz, world) in (ar.PUSH, ar.LAMPORT)]
+        small = [t for t in (1, 8, 16, 32, 64, 128) if ar.choose_strategy(t, h, isz, world) != S.TWO_SHOT_PULLED]
         assert small, "some small payload is pushed"
         for t in small:
-            assert ar.choose_stage(t, h // 2, 4, world) == ar.PULL, "fp32 activations cannot be packed"
-            assert ar.choose_stage(t, 8191, isz, world) == ar.PULL, "odd hidden size cannot be packed"
+            assert ar.choose_strategy(t, h // 2, 4, world) == S.TWO_SHOT_PULLED, "fp32 activations cannot be packed"
+            assert ar.choose_strategy(t, 8191, isz, world) == S.TWO_SHOT_PULLED, "odd hidden size cannot be packed"
 
 
 @pytest.mark.parametrize("world", [2, 3, 4, 8], ids=lambda w: f"{w}_ranks")
-def test_dispatched_stage_fits_its_buffers_at_every_size(world):
-    """For every T a workspace takes (T = 1024 and its neighbours included), the dispatched stage's buffers hold the
-    rows its kernel writes: stage 0 and 3 all T rows, stage 5 its all-gather rows and ceil(T / W) rows of every
-    source in its reduce-scatter, stages 1 and 2 one half of the input buffer (meta tensors: sizes, no memory)."""
+def test_dispatched_strategy_fits_its_buffers_at_every_size(world):
+    """For every T a workspace takes (T = 1024 and its neighbours included), the dispatched strategy's buffers hold
+    the rows its kernel writes: one-shot flags and one-shot Lamport all T rows, two-shot Lamport its all-gather rows
+    and ceil(T / W) rows of every source in its reduce-scatter, two-shot pulled one half of the input buffer (meta
+    tensors: sizes, no memory)."""
     h, isz = 8192, 2
     for max_tokens in (1, 37, 1030, 4096):
         raw = torch.empty(ar.workspace_bytes(max_tokens, h, isz, world), dtype=torch.uint8, device="meta")
@@ -358,22 +335,26 @@ def test_dispatched_stage_fits_its_buffers_at_every_size(world):
         sizes = {1, 2, 8, 9, 31, 32, 33, 64, 128, 129, 511, 512, 513, 1023, 1024, 1025, 1027, 2048, 2049, max_tokens}
         for t in sorted(x for x in sizes if x <= max_tokens):
             for res in (False, True):
-                stage = ar.fitting_stage(ar.choose_stage(t, h, isz, world, residual=res), t, bufs, h, True)
-                if stage == ar.LAMPORT2:
-                    assert t <= held[ar.LAMPORT2] and math.ceil(t / world) <= bufs[0].rs.numel() // (2 * world * h)
-                elif stage in (ar.PUSH, ar.LAMPORT):
-                    assert t <= held[stage], (max_tokens, t, stage)
+                strategy = ar.fitting_strategy(ar.choose_strategy(t, h, isz, world, residual=res), t, bufs, h, True)
+                if strategy == S.TWO_SHOT_LAMPORT:
+                    assert t <= held[S.TWO_SHOT_LAMPORT] and math.ceil(t / world) <= bufs[0].rs.numel() // (
+                        2 * world * h
+                    )
+                elif strategy in (S.ONE_SHOT_FLAGS, S.ONE_SHOT_LAMPORT):
+                    assert t <= held[strategy], (max_tokens, t, strategy)
                 else:
-                    assert stage in (ar.PULL, ar.TWO_STAGE) and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
-    # bufs hold 4096 rows: the pushed stages fall back down the table once T passes their buffers
-    assert ar.fitting_stage(ar.PUSH, 8, bufs, h, False) == ar.PULL, "stage 0 needs x as int32 words"
-    assert ar.fitting_stage(ar.PUSH, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == ar.PULL
-    assert ar.fitting_stage(ar.LAMPORT, ar.LAMPORT_MAX_TOKENS, bufs, h, True) == ar.LAMPORT
-    assert ar.fitting_stage(ar.LAMPORT2, ar.LAMPORT2_MAX_TOKENS, bufs, h, True) == ar.LAMPORT2
-    assert ar.fitting_stage(ar.LAMPORT2, ar.LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == ar.TWO_STAGE
-    assert ar.fitting_stage(ar.LAMPORT, max(ar.LAMPORT_MAX_TOKENS, ar.LAMPORT2_MAX_TOKENS) + 1, bufs, h, True) == (
-        ar.TWO_STAGE
+                    assert strategy == S.TWO_SHOT_PULLED and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
+    # bufs hold 4096 rows: the pushed strategies fall back down the chain once T passes their buffers
+    assert ar.fitting_strategy(S.ONE_SHOT_FLAGS, 8, bufs, h, False) == S.ONE_SHOT_LAMPORT, (
+        "one-shot flags needs x as int32 words"
     )
+    assert ar.fitting_strategy(S.ONE_SHOT_FLAGS, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == S.ONE_SHOT_LAMPORT
+    assert ar.fitting_strategy(S.ONE_SHOT_LAMPORT, ar.LAMPORT_MAX_TOKENS, bufs, h, True) == S.ONE_SHOT_LAMPORT
+    assert ar.fitting_strategy(S.TWO_SHOT_LAMPORT, ar.LAMPORT2_MAX_TOKENS, bufs, h, True) == S.TWO_SHOT_LAMPORT
+    assert ar.fitting_strategy(S.TWO_SHOT_LAMPORT, ar.LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == S.TWO_SHOT_PULLED
+    assert ar.fitting_strategy(
+        S.ONE_SHOT_LAMPORT, max(ar.LAMPORT_MAX_TOKENS, ar.LAMPORT2_MAX_TOKENS) + 1, bufs, h, True
+    ) == (S.TWO_SHOT_PULLED)
 
 
 RULES = {
@@ -386,10 +367,14 @@ RULES = {
     "weight_offset.no_weight": dict(weight=lambda: None, weight_offset=1.0),
     "dtype.fp8": dict(dtype=torch.bfloat16),
     "scale_ub.range": dict(scale_ub=0.0),
-    "stage.value": dict(stage=6),
-    "stage.push": dict(x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], stage=0),  # rows at odd offsets
-    "stage.push_tokens": dict(
-        x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16), stage=0, max_tokens=1000
+    "strategy.value": dict(strategy="one_shot_pulled"),
+    "strategy.push": dict(
+        x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], strategy=S.ONE_SHOT_FLAGS
+    ),  # rows at odd offsets
+    "strategy.push_tokens": dict(
+        x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16),
+        strategy=S.ONE_SHOT_FLAGS,
+        max_tokens=1000,
     ),
     "epsilon.range": dict(epsilon=-1.0),
 }
@@ -405,12 +390,13 @@ def test_bad_input_names_the_rule(rule):
         weight_offset=0.0,
         scale_ub=math.inf,
         dtype=E4M3,
-        stage=None,
+        strategy=None,
     )
     c.update(RULES[rule])
     args = {k: (v() if callable(v) else v) for k, v in c.items()}
     max_tokens = args.pop("max_tokens", 8)
     with pytest.raises(RuleError) as err:
+        args["strategy"] = ar.as_strategy(args["strategy"])  # the call's first step: a name becomes a Strategy
         ar.check_call(
             args.pop("x"),
             args.pop("weight"),
@@ -423,11 +409,12 @@ def test_bad_input_names_the_rule(rule):
     assert err.value.rule == rule and "Fix:" in str(err.value)
 
 
-def test_push_stage_takes_one_row_per_program():
+@pytest.mark.parametrize("strategy", ar.PUSHED, ids=lambda s: s.value)
+def test_pushed_strategies_take_one_row_per_program(strategy):
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
     with pytest.raises(RuleError) as err:
         ar.launch(
-            0,
+            strategy,
             0,
             [None, None],
             None,
@@ -453,11 +440,11 @@ def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
     from programs.triton.allreduce.measurement import Watchdog
 
     dog = Watchdog(rank=1, seconds=0.05)
-    dog.arm("T=1024 residual=False stage 2 shape 1x16 grid default")
+    dog.arm("T=1024 residual=False two_shot_pulled shape 1x16 grid default")
     time.sleep(0.3)
     dog.disarm()
     barked = capsys.readouterr().err
-    assert "rank 1: T=1024 residual=False stage 2 shape 1x16 grid default still running after 0 s" in barked
+    assert "rank 1: T=1024 residual=False two_shot_pulled shape 1x16 grid default still running after 0 s" in barked
     assert barked.count("still running") >= 2, "it keeps naming the step"
     time.sleep(0.15)
     assert capsys.readouterr().err == "", "disarmed: silent"
@@ -496,7 +483,7 @@ def gloo_worker(rank, world, dist):
         gathered = [torch.empty(t, h, dtype=torch.uint8) for _ in range(world)]
         dist.all_gather(gathered, out.y.view(torch.uint8).contiguous())
         assert all(torch.equal(g, gathered[0]) for g in gathered), "ranks disagree"
-        if res is not None:  # stage 4 with reuse_x: the in-place all_reduce's sums on x, then the fused norm
+        if res is not None:  # nccl with reuse_x: the in-place all_reduce's sums on x, then the fused norm
             x = xs[rank].clone()
             out = ar.nccl_allreduce_rmsnorm_fp8(
                 x, w, None, epsilon=1e-6, weight_offset=1.0, residual=res, scale_ub=ub, dtype=E4M3, reuse_x=True
@@ -504,36 +491,24 @@ def gloo_worker(rank, world, dist):
             sums = nccl_sums(xs[rank], dist, world, in_place=True)
             assert torch.equal(x, sums), "x holds the all-reduced sums"
             exp = expected(xs, w, res, epsilon=1e-6, weight_offset=1.0, scale_ub=ub, sums=sums)
-            check(out, exp, context=f"call {call}, stage 4 in place", bf16_sums=True)
+            check(out, exp, context=f"call {call}, nccl in place", bf16_sums=True)
 
 
-NCCL_CASES = [  # (stage, tokens (call k takes tokens[k % len]), calls)
-    (0, 1, 12),
-    (0, (1, 8, 3, 40, 2), 10),
-    (3, 1, 12),
-    (3, (1, 37, 128, 5, 300), 10),
-    (5, (1, 37, 128, 5, 512), 10),
+NCCL_CASES = [  # (strategy, tokens (call k takes tokens[k % len]), calls)
+    (S.ONE_SHOT_FLAGS, 1, 12),
+    (S.ONE_SHOT_FLAGS, (1, 8, 3, 40, 2), 10),
+    (S.ONE_SHOT_LAMPORT, 1, 12),
+    (S.ONE_SHOT_LAMPORT, (1, 37, 128, 5, 300), 10),
+    (S.TWO_SHOT_LAMPORT, (1, 37, 128, 5, 512), 10),
     (None, 64, 8),
-    (1, 33, 8),
-    (2, 33, 8),
-    (2, 3, 8),
-    (1, 300, 6),
-    (2, 1027, 4),
-    (4, 256, 6),
-    (4, 37, 4),
+    (S.TWO_SHOT_PULLED, 33, 8),
+    (S.TWO_SHOT_PULLED, 3, 8),
+    (S.TWO_SHOT_PULLED, 300, 6),
+    (S.TWO_SHOT_PULLED, 1027, 4),
+    (S.NCCL, 256, 6),
+    (S.NCCL, 37, 4),
     (None, 2048, 3),
 ]
-
-
-def same_bits_on_every_rank(out, dist, world, context):
-    """Every rank holds the same FP8 codes, scales and residual_out bits (one all_gather of their bytes)."""
-    parts = [out.y.view(torch.uint8).flatten(), out.scale.view(torch.uint8)]
-    if out.residual_out is not None:
-        parts.append(out.residual_out.contiguous().view(torch.uint8).flatten())
-    bits = torch.cat(parts)
-    gathered = [torch.empty_like(bits) for _ in range(world)]
-    dist.all_gather(gathered, bits)
-    assert all(torch.equal(g, gathered[0]) for g in gathered), f"{context}: ranks disagree"
 
 
 def nccl_worker(rank, world, dist):
@@ -541,14 +516,14 @@ def nccl_worker(rank, world, dist):
     so the other reaches the barriers first), then every result checked: against float64 by one rank (call i by rank
     i % world, so the host work does not grow with the world size) and against every other rank's bits, and, for
     repeated inputs, against itself. Then the extreme rows (overflowing, subnormal, inf, NaN, zero) through every
-    stage."""
+    strategy."""
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # the ranks share the host's cores
     dev = torch.device("cuda", rank)
     h = 8192
     comm = ar.AllReduceRMSNormFP8(hidden_size=h, max_tokens=4096, dtype=torch.bfloat16, device=dev)
     skew = torch.Generator().manual_seed(7 + rank)
     total = 0
-    for ci, (stage, t, calls) in enumerate(NCCL_CASES):
+    for ci, (strategy, t, calls) in enumerate(NCCL_CASES):
         ins = []
         for k in range(calls):
             tk = t[k % len(t)] if isinstance(t, tuple) else t
@@ -565,16 +540,16 @@ def nccl_worker(rank, world, dist):
             xs, w, res, eps, off, ub = ins[k]
             if torch.randint(0, 4, (1,), generator=skew).item() == 0:
                 torch.cuda._sleep(int(torch.randint(1000, 200000, (1,), generator=skew).item()))  # delay this rank
-            # x is dead after the call (reuse_x): stage 4 with a residual all-reduces the copy in place
+            # x is dead after the call (reuse_x): nccl with a residual all-reduces the copy in place
             x = xs[rank].clone()
             outs.append(
-                comm(x, w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub, stage=stage, reuse_x=True)
+                comm(x, w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub, strategy=strategy, reuse_x=True)
             )
         torch.cuda.synchronize()
         for i, (k, out) in enumerate(zip(order, outs, strict=True)):
             xs, w, res, eps, off, ub = ins[k]
-            context = f"stage {stage} T={t} call {k}"
-            bf16_sums = takes_nccl(comm, stage, xs, res)
+            context = f"{name(strategy)} T={t} call {k}"
+            bf16_sums = takes_nccl(comm, strategy, xs, res)
             sums = nccl_sums(xs[rank], dist, world, res is not None) if bf16_sums else None  # every rank takes part
             if i % world == rank:
                 exp = expected(xs, w, res, epsilon=eps, weight_offset=off, scale_ub=ub, sums=sums)
@@ -593,49 +568,23 @@ def nccl_worker(rank, world, dist):
         ref = ar.reference_allreduce_rmsnorm_fp8(xs[rank], w, epsilon=eps, weight_offset=off, residual=res, scale_ub=ub)
         same = (ref.y.view(torch.uint8) == first.y.view(torch.uint8)).float().mean().item()
         if not takes_nccl(
-            comm, stage, xs, res
-        ):  # stage 4 normalizes NCCL's bf16 sums, not the fp32 sums: held to float64 above instead
+            comm, strategy, xs, res
+        ):  # nccl normalizes NCCL's bf16 sums, not the fp32 sums: held to float64 above instead
             assert_close(first.y.float(), ref.y.double(), E4M3, context="fused vs reference path")
         print(
-            f"rank {rank}: stage {stage} T={t}: {len(order)} calls checked; "
+            f"rank {rank}: {name(strategy)} T={t}: {len(order)} calls checked; "
             f"fp8 bits equal to the reference path: {same:.5f}",
             flush=True,
         )
     print(f"rank {rank}: {total} back-to-back fused calls checked", flush=True)
     xs, w, res = extreme_partials(world, h, seed=31)
-    for stage in (0, 1, 2, 3, 5, None):
+    for strategy in (*FUSED, None):
         for r_ in (None, res):
-            out = comm(xs[rank], w, epsilon=1e-6, residual=r_, stage=stage)
-            context = f"extreme rows, stage {stage}, residual {r_ is not None}"
+            out = comm(xs[rank], w, epsilon=1e-6, residual=r_, strategy=strategy)
+            context = f"extreme rows, {name(strategy)}, residual {r_ is not None}"
             check(out, expected(xs, w, r_, epsilon=1e-6, weight_offset=0.0, scale_ub=math.inf), context=context)
             same_bits_on_every_rank(out, dist, world, context)
-    print(f"rank {rank}: extreme rows equal to float64 in stages 0, 1, 2, 3, 5 and the dispatched one", flush=True)
-
-
-def nccl_sums(x, dist, world, in_place):
-    """The sums stage 4 normalizes, made by the same NCCL calls on the same partial: reduce-scatter (+ all-gather),
-    or all_reduce where T is not a multiple of the world size or the call all-reduces in place (in_place: a residual
-    and reuse_x). From 3 ranks on NCCL rounds to bf16 at every step of its reduction, so they are not the exact sum
-    rounded once (4 x H100: 0.993 of the FP8 values within 1 ULP of that at T = 256)."""
-    t = x.shape[0]
-    if t % world or in_place:
-        total = x.clone()
-        dist.all_reduce(total)
-        return total
-    part = torch.empty(t // world, x.shape[1], dtype=x.dtype, device=x.device)
-    dist.reduce_scatter_tensor(part, x)
-    total = torch.empty_like(x)
-    dist.all_gather_into_tensor(total, part)
-    return total
-
-
-def takes_nccl(comm, stage, xs, res):
-    """Whether a call of these partials with this `stage` (None: dispatched, reuse_x as the worker passes it) takes
-    stage 4, whose sums are NCCL's."""
-    if stage is None:
-        t, residual = xs[0].shape[0], res is not None
-        stage = ar.choose_stage(t, comm.hidden, comm.dtype.itemsize, comm.world, residual=residual, reuse_x=True)
-    return stage == ar.NCCL
+    print(f"rank {rank}: extreme rows equal to float64 in every fused strategy and the dispatched one", flush=True)
 
 
 def work(rank, world, backend):

@@ -202,29 +202,29 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
 
 def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
-    from programs.triton.allreduce import dispatch
     from programs.triton.allreduce import measurement as b
+    from programs.triton.allreduce.dispatch import Strategy
 
     sweep = [(1, 8), (1, 16), (2, 16), (4, 32)]
-    assert b.sweep_shapes(sweep, 2, 4096, dispatch.NCCL) == [None]
-    assert b.sweep_shapes(sweep, 2, 4096, dispatch.PUSH) == [(1, 8), (1, 16)]  # one row a program
-    assert b.sweep_shapes(sweep, 2, 264, 1) == [(1, 8), (1, 16), (2, 16)]  # stage 1: all T rows, 2 x 132 <= 264
-    assert b.sweep_shapes(sweep, 2, 264, 2) == [(1, 8), (1, 16)]  # stage 2: T / world rows a rank
+    assert b.sweep_shapes(sweep, 2, 4096, Strategy.NCCL) == [None]
+    assert b.sweep_shapes(sweep, 2, 4096, Strategy.ONE_SHOT_FLAGS) == [(1, 8), (1, 16)]  # one row a program
+    assert b.sweep_shapes(sweep, 2, 528, Strategy.TWO_SHOT_PULLED) == [(1, 8), (1, 16), (2, 16)]  # 264 rows a rank
+    assert b.sweep_shapes(sweep, 2, 264, Strategy.TWO_SHOT_PULLED) == [(1, 8), (1, 16)]  # T / world rows a rank
 
 
-def test_allreduce_bench_table_names_the_best_stage_and_the_dispatched_ratio():
-    import math
-
+def test_allreduce_bench_table_names_the_best_strategy_and_the_dispatched_ratios():
     from programs.triton.allreduce import measurement as b
+    from programs.triton.allreduce.dispatch import Strategy
 
     row = {"T": 8, "per_rank_kib": 128.0, "nccl": 10.0, "nccl+fused": 12.0, "nccl+torch": None, "fused": 6.0}
-    row |= {f"s{k}": math.nan for k in b.STAGE_NAMES} | {f"s{k}_shape": None for k in b.STAGE_NAMES}
-    row |= {"s0": 5.0, "s0_shape": "1x16", "s3": 4.0, "s3_shape": "1x16", "auto": 0}
+    row |= {"times": {Strategy.ONE_SHOT_FLAGS: (5.0, "1x16"), Strategy.ONE_SHOT_LAMPORT: (4.0, "1x16")}}
+    row |= {"auto": Strategy.ONE_SHOT_FLAGS}
     title, head, rule, line = b.render([row], "## t", hidden=8192, torch_baseline=False)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert len(cells) == len(head.strip("|").split("|")) == rule.count("---:")
-    assert cells[-4:] == ["3 (3.00x)", "6.0 (stage 0)", "2.00x", f"{8 * 8192 * 2 / 6.0 / 1e3:.0f}"]
-    assert "-" in cells  # stages not timed at this T
+    best = "one_shot_lamport (3.00x)"
+    assert cells[-5:] == [best, "6.0 (one_shot_flags)", "2.00x", "0.67x", f"{8 * 8192 * 2 / 6.0 / 1e3:.0f}"]
+    assert "-" in cells  # strategies not timed at this T
 
 
 def test_tree_comparison_rotates_every_tree_through_every_place_and_reports_ratios_to_the_first(tmp_path):

@@ -183,26 +183,30 @@ def test_split_exchange_has_no_atomics_or_fences():
 
 def test_fused_allreduce_kernels_compile_with_their_gpu_synchronization():
     """The interpreter tests run without SYNC (no polling, no barriers); this compiles that code for sm_90a, and the
-    pushed stages 0, 3 and 5 must hold no atomics (their call counters are plain loads and stores, kernels.py) while
-    the barrier stages do."""
+    pushed strategies must hold no atomics (their call counters are plain loads and stores, kernels.py) while the
+    barrier one (two-shot pulled) does."""
     push2, push8, lamport, lamport2, barrier = _compiled_json(
-        "print(json.dumps([p.allreduce(0, 2, 1, 16, True).atomics, p.allreduce(0, 8, 1, 16, False).atomics, "
-        "p.allreduce(3, 4, 1, 16, True).atomics, p.allreduce(5, 4, 1, 16, True).atomics, "
-        "p.allreduce(1, 3, 1, 8, False).atomics]))"
+        "print(json.dumps([p.allreduce('one_shot_flags', 2, 1, 16, True).atomics, "
+        "p.allreduce('one_shot_flags', 8, 1, 16, False).atomics, "
+        "p.allreduce('one_shot_lamport', 4, 1, 16, True).atomics, "
+        "p.allreduce('two_shot_lamport', 4, 1, 16, True).atomics, "
+        "p.allreduce('two_shot_pulled', 3, 1, 16, False).atomics]))"
     )
-    assert push2 == 0 and push8 == 0, f"stage 0 compiled with {push2} / {push8} atomic instructions"
-    assert lamport == 0 and lamport2 == 0, f"stages 3 / 5 compiled with {lamport} / {lamport2} atomic instructions"
-    assert barrier > 0, "the one-stage kernel's barrier must use atomics (release / acquire at system scope)"
+    assert push2 == 0 and push8 == 0, f"one_shot_flags compiled with {push2} / {push8} atomic instructions"
+    assert lamport == 0 and lamport2 == 0, f"the Lamport kernels compiled with {lamport} / {lamport2} atomics"
+    assert barrier > 0, "the pulled kernel's barrier must use atomics (release / acquire at system scope)"
 
 
 def test_lamport_kernels_empty_a_word_only_after_every_thread_read_it():
-    """Stages 3 and 5 empty each polled word (lamport.lamport_take) after a CTA barrier: a word held by several threads
-    (stage 5's [1, 1] scale word is held by all of them) is polled by each thread alone, and without the barrier the
-    one thread that stores the mark emptied it while another was still polling, which then never saw it (the stage-5
-    stall, docs/allreduce.md). Every mark store must follow a barrier after the last volatile load."""
+    """The Lamport strategies empty each polled word (lamport.lamport_take) after a CTA barrier: a word held by several
+    threads (two-shot Lamport's [1, 1] scale word is held by all of them) is polled by each thread alone, and without
+    the barrier the one thread that stores the mark emptied it while another was still polling, which then never saw
+    it (the two-shot Lamport stall, docs/allreduce.md). Every mark store must follow a barrier after the last volatile
+    load."""
+    two, one = "two_shot_lamport", "one_shot_lamport"
     rows = _compiled_json(
-        "print(json.dumps([p.lamport_empties(s, w, nw, r) for s, w, nw, r in ((5, 2, 16, False), (5, 2, 8, False), "
-        "(5, 4, 16, True), (3, 2, 16, False))]))"
+        f"print(json.dumps([p.lamport_empties(s, w, nw, r) for s, w, nw, r in (('{two}', 2, 16, False), "
+        f"('{two}', 2, 8, False), ('{two}', 4, 16, True), ('{one}', 2, 16, False))]))"
     )
     for stores, unguarded in rows:
         assert stores > 0 and unguarded == 0, rows

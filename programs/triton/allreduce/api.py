@@ -16,32 +16,36 @@ and the row follows the +-inf rule where the float64 sum would be finite.
 
     comm = AllReduceRMSNormFP8(group, hidden_size=H, max_tokens=T_max)       # once: symmetric workspace, rendezvous
     out  = comm(x, weight, epsilon=1e-6, residual=r)                          # per call; CUDA-graph capturable
+    comm.close()                                                              # collective: the workspace released
     out  = reference_allreduce_rmsnorm_fp8(x, weight, group, epsilon=1e-6, residual=r)   # any backend, CPU too
 
-Paths (`stage`, default from `choose_stage`, which reads the measured table DISPATCH):
-  0  one stage, pushed as flag words: every rank writes its rows into every peer's receive buffer as 8-byte words of
-     two 16-bit activations plus a 4-byte flag (the call number); receivers poll their own memory for the flag: no
-     barrier and no atomics (a fixed grid of PUSH_PROGRAMS programs, each counting its calls). Twice the bytes on
-     NVLink, the least latency: for a few rows.
-  1  one stage, pulled: every rank reads all peers' rows over NVLink and computes every row (T*H*(W-1) elements read
-     from peers per rank): for small payloads on 2 ranks, where latency rules.
-  2  two stages in one kernel: reduce-scatter into row blocks (rank r owns rows [r*ceil(T/W), ...)), normalize and
-     quantize the owned rows, all-gather the FP8 rows and scales from their owners (with a residual: residual_out
-     alone, which every rank normalizes itself).
-  3  one stage, pushed with the flags in the data (TensorRT-LLM's Lamport one-shot): every 16-bit word is stored
-     (inverted) into every peer's receive buffer, where 0x8000 marks an empty word; receivers poll until no word of
-     the row is empty, then empty it again. Half of stage 0's bytes, one program per SM: tens of rows on 4 ranks.
-  4  NCCL as the transport (nccl_allreduce_rmsnorm_fp8): reduce-scatter, the fused norm on the owned rows, all-gather
-     of FP8 rows and scales; with a residual reduce-scatter + all-gather, then the fused norm (its sums are NCCL's,
-     rounded to the activation dtype). With reuse_x=True (the caller's x is dead after the call, as a row-parallel
-     layer's output is) and a residual: NCCL's all_reduce in place on x, then the fused norm, which is the unfused
-     path itself: the dispatch takes it where no fused stage beats that path (4 ranks, a residual, 513-2048 rows).
-     torch's all_reduce works only in place, so without reuse_x it would cost a copy of x, and the dispatch takes
-     stage 2 there instead.
-  5  two stages pushed with the flags in the data (TensorRT-LLM's two-shot with Lamport buffers): rows pushed to their
-     owners (reduce-scatter), normalized and quantized there, the FP8 rows and scales (with a residual: residual_out)
-     pushed to every peer (all-gather). (W-1)/W of stage 3's bytes in the first push, no barrier: from tens to
-     hundreds of rows on 4 ranks.
+Strategies (`strategy`, a Strategy or its name; default from `choose_strategy`, which reads the measured table
+DISPATCH). One shot: every rank gets every row and normalizes all of them; two shots: reduce-scatter to the rows'
+owners, who normalize them, then all-gather of the results.
+  one_shot_flags    pushed as flag words: every rank writes its rows into every peer's receive buffer as 8-byte words
+                    of two 16-bit activations plus a 4-byte flag (the call number); receivers poll their own memory for
+                    the flag: no barrier and no atomics (a fixed grid of PUSH_PROGRAMS programs, each counting its
+                    calls). Twice the bytes on NVLink, the least latency: for a row or a few.
+  one_shot_lamport  pushed with the flags in the data (TensorRT-LLM's Lamport one-shot): every 16-bit word is stored
+                    (inverted) into every peer's receive buffer, where 0x8000 marks an empty word; receivers poll until
+                    no word of the row is empty, then empty it again. Half of one_shot_flags' bytes, one program per
+                    SM: tens of rows.
+  two_shot_lamport  two shots pushed with the flags in the data (TensorRT-LLM's two-shot with Lamport buffers): rows
+                    pushed to their owners (reduce-scatter), normalized and quantized there, the FP8 rows and scales
+                    (with a residual: residual_out) pushed to every peer (all-gather). (W-1)/W of one_shot_lamport's
+                    bytes in the first push, no barrier: from tens to a thousand rows.
+  two_shot_pulled   two shots in one kernel between barriers: rank r owns rows [r*ceil(T/W), ...); every rank
+                    publishes its partial rows, the owners pull, sum, normalize and quantize them and post the FP8 rows
+                    and scales (with a residual: residual_out alone, which every rank normalizes itself), which the
+                    peers pull in turn. Thousands of rows.
+  nccl              NCCL as the transport (nccl_allreduce_rmsnorm_fp8): reduce-scatter, the fused norm on the owned
+                    rows, all-gather of FP8 rows and scales; with a residual reduce-scatter + all-gather, then the fused
+                    norm (its sums are NCCL's, rounded to the activation dtype). With reuse_x=True (the caller's x is
+                    dead after the call, as a row-parallel layer's output is) and a residual: NCCL's all_reduce in
+                    place on x, then the fused norm, which is the unfused path itself: the dispatch takes it where no
+                    fused strategy beats that path (4 ranks, a residual, 1025-4096 rows). torch's all_reduce works only
+                    in place, so without reuse_x it would cost a copy of x, and the dispatch takes two_shot_pulled
+                    there instead.
 
 Peer buffers come from PyTorch symmetric memory (torch.distributed._symmetric_memory: empty + rendezvous +
 get_buffer); NVLink multicast is never used (no multicast pointer, no multimem instructions). The kernels, their
@@ -65,21 +69,16 @@ from programs.triton import fp8 as fp8mod
 from programs.triton.allreduce import kernels
 from programs.triton.allreduce.dispatch import (
     DISPATCH,
-    LAMPORT,
-    LAMPORT2,
     MAX_WORLD,
-    NCCL,
-    PULL,
-    PUSH,
+    PUSHED,
     ROW,
-    STAGE_NAMES,
-    TWO_STAGE,
-    choose_stage,
+    Strategy,
+    choose_strategy,
     dispatch_rows,
     push_capable,
 )
-from programs.triton.allreduce.launch import lamport_warps, launch, launch_config, tl_dtype
-from programs.triton.allreduce.validation import check_call, int32_view_ok
+from programs.triton.allreduce.launch import STALLED_BY, lamport_warps, launch, launch_config, tl_dtype
+from programs.triton.allreduce.validation import as_strategy, check_call, int32_view_ok
 from programs.triton.allreduce.workspace import (
     LAMPORT2_MAX_TOKENS,
     LAMPORT_MAX_TOKENS,
@@ -88,7 +87,7 @@ from programs.triton.allreduce.workspace import (
     PUSH_PROGRAMS,
     RankBuffers,
     carve,
-    fitting_stage,
+    fitting_strategy,
     init_workspace,
     lamport_rows,
     rows_held,
@@ -100,29 +99,25 @@ from tt_rmsnorm.errors import RuleError
 
 __all__ = [  # the API, and what tests and benchmarks reach through this module
     "DISPATCH",
-    "LAMPORT",
-    "LAMPORT2",
     "LAMPORT2_MAX_TOKENS",
     "LAMPORT_MAX_TOKENS",
     "MAX_WORLD",
-    "NCCL",
-    "PULL",
-    "PUSH",
+    "PUSHED",
     "PUSH_MAX_TOKENS",
     "PUSH_PIECE",
     "PUSH_PROGRAMS",
     "ROW",
-    "STAGE_NAMES",
-    "TWO_STAGE",
     "AllReduceRMSNormFP8",
     "CollectiveStall",
     "RMSNormOutput",
     "RankBuffers",
+    "Strategy",
+    "as_strategy",
     "carve",
     "check_call",
-    "choose_stage",
+    "choose_strategy",
     "dispatch_rows",
-    "fitting_stage",
+    "fitting_strategy",
     "init_workspace",
     "int32_view_ok",
     "kernels",
@@ -188,11 +183,11 @@ class AllReduceRMSNormFP8:
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles.
 
-    stall_timeout_s (None: unbounded): a launch of stages 0, 3 or 5 whose polling still waits this long after its start
-    gives up and records the stall in pinned host memory; the next call (or check_stall(), which CUDA-graph replays
-    need, as they skip the host) raises CollectiveStall naming the stage, the call and the program. The bound is at
-    least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same call (a first call's
-    compile on a slower rank)."""
+    stall_timeout_s (None: unbounded): a launch of a fused strategy (all but nccl) whose polling still waits this long
+    after its start gives up and records the stall in pinned host memory; the next call (or check_stall(), which
+    CUDA-graph replays need, as they skip the host) raises CollectiveStall naming the strategy, the call and the
+    program. The bound is at least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same
+    call (a first call's compile on a slower rank)."""
 
     def __init__(
         self,
@@ -240,7 +235,7 @@ class AllReduceRMSNormFP8:
             if not 1 <= grid <= kernels.MAX_PROGRAMS:
                 raise RuleError(
                     f"{name}.range",
-                    f"stages 0 and 3 run 1..{kernels.MAX_PROGRAMS} programs",
+                    f"one_shot_flags and the Lamport strategies run 1..{kernels.MAX_PROGRAMS} programs",
                     grid,
                     f"{name}=None (the default)",
                 )
@@ -288,13 +283,15 @@ class AllReduceRMSNormFP8:
         residual: torch.Tensor | None = None,
         scale_ub: float = math.inf,
         dtype: torch.dtype = torch.float8_e4m3fn,
-        stage: int | None = None,
+        strategy: Strategy | str | None = None,
         config: tuple[int, int] | None = None,
         reuse_x: bool = False,
     ) -> RMSNormOutput:
         """The fused call on this rank's partial x [..., H]; collective (all ranks, same shapes and options).
-        reuse_x: x may be overwritten (its values after the call are unspecified), which lets stage 4 all-reduce in
-        place where that is the fastest path (see the stages above); x is never written otherwise."""
+        reuse_x: x may be overwritten (its values after the call are unspecified), which lets the nccl strategy
+        all-reduce in place where that is the fastest path (see the strategies above); x is never written
+        otherwise."""
+        strategy = as_strategy(strategy)
         x2 = check_call(
             x,
             weight,
@@ -303,20 +300,22 @@ class AllReduceRMSNormFP8:
             weight_offset=weight_offset,
             scale_ub=scale_ub,
             dtype=dtype,
-            stage=stage,
+            strategy=strategy,
             hidden=self.hidden,
             max_tokens=self.max_tokens,
             act_dtype=self.dtype,
             device=self.device,
         )
         self.check_stall()
+        if self.bufs is None:
+            raise RuleError("communicator.closed", "this communicator was closed", self.rank, "a new communicator")
         t = x2.shape[0]
-        if stage is None:
-            stage = choose_stage(
+        if strategy is None:
+            strategy = choose_strategy(
                 t, self.hidden, self.dtype.itemsize, self.world, residual=residual is not None, reuse_x=reuse_x
             )
-            stage = fitting_stage(stage, t, self.bufs, self.hidden, int32_view_ok(x2))
-        if stage == NCCL:
+            strategy = fitting_strategy(strategy, t, self.bufs, self.hidden, int32_view_ok(x2))
+        if strategy == Strategy.NCCL:
             out = nccl_allreduce_rmsnorm_fp8(
                 x2,
                 weight,
@@ -334,7 +333,7 @@ class AllReduceRMSNormFP8:
         scale = torch.empty(t, dtype=torch.float32, device=x.device)
         res_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None else None
         launch(
-            stage,
+            strategy,
             self.rank,
             self.bufs,
             self.epoch,
@@ -358,26 +357,36 @@ class AllReduceRMSNormFP8:
     def check_stall(self) -> None:
         """Raise CollectiveStall if a launch so far gave up polling (a plain read of pinned host memory, no sync)."""
         if self._stall_seen is None and self._stall_words[0]:
-            stage, call, program = (int(v) for v in self._stall_words[:3])
+            code, call, program = (int(v) for v in self._stall_words[:3])
             self._stall_seen = (
-                f"rank {self.rank}: fused all-reduce stage {stage - 1} gave up polling after "
-                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of that stage on this communicator (program "
+                f"rank {self.rank}: fused all-reduce strategy {STALLED_BY[code].value} gave up polling after "
+                f"{self.stall_ns / 1e9:.1f} s in its call #{call + 1} of that strategy on this communicator (program "
                 f"{program}): a peer did not send its rows (a rank left out of a collective call, or a stall)"
             )
         if self._stall_seen is not None:
             raise CollectiveStall(self._stall_seen)
 
+    def close(self) -> None:
+        """Collective (every rank of the group): release the symmetric workspace; later calls are refused. A peer may
+        still be reading this rank's buffers for a call this rank has finished (no call ends with a barrier), so each
+        rank waits for its own device's work and then for every rank before any buffer goes."""
+        if self.bufs is None:
+            return
+        torch.cuda.synchronize(self.device)
+        dist.barrier(group=self.group)
+        self.bufs = self._handle = self._raw = None
+
     def push_rows(self) -> int:
-        """Rows stage 0's receive buffers hold."""
-        return rows_held(self.bufs, self.hidden)[PUSH]
+        """Rows one_shot_flags' receive buffers hold."""
+        return rows_held(self.bufs, self.hidden)[Strategy.ONE_SHOT_FLAGS]
 
     def lamport_rows(self) -> int:
-        """Rows stage 3's receive buffers hold."""
-        return rows_held(self.bufs, self.hidden)[LAMPORT]
+        """Rows one_shot_lamport's receive buffers hold."""
+        return rows_held(self.bufs, self.hidden)[Strategy.ONE_SHOT_LAMPORT]
 
     def lamport2_rows(self) -> int:
-        """Rows stage 5's all-gather buffers hold."""
-        return rows_held(self.bufs, self.hidden)[LAMPORT2]
+        """Rows two_shot_lamport's all-gather buffers hold."""
+        return rows_held(self.bufs, self.hidden)[Strategy.TWO_SHOT_LAMPORT]
 
 
 def nccl_allreduce_rmsnorm_fp8(
@@ -392,14 +401,14 @@ def nccl_allreduce_rmsnorm_fp8(
     dtype: torch.dtype,
     reuse_x: bool = False,
 ) -> RMSNormOutput:
-    """Stage 4, NCCL as the transport (x: [T, H] rows, inputs already checked; x is written only where reuse_x
+    """The nccl strategy, NCCL as the transport (x: [T, H] rows, inputs already checked; x is written only where reuse_x
     allows it: with a residual, all_reduce in place on x, then rmsnorm_fwd on every row). Without a residual
     and with T a multiple of the world size: reduce-scatter the rows, normalize and quantize the owned T/W rows with
     rmsnorm_fwd, all-gather the FP8 rows and the scales: the norm runs on 1/W of the rows and the all-gather moves
     1 byte an element instead of 2. With a residual every rank needs the whole sum (residual_out): reduce-scatter +
     all-gather in the activation dtype (NCCL's all_reduce is in place only, this leaves x as it is), then rmsnorm_fwd
-    on every row. NCCL sums in the activation dtype in its own order, so this stage's numbers are those of NCCL
-    all_reduce + rmsnorm_fwd (sums rounded to bf16), not the fp32 rank-order sums of stages 0-3."""
+    on every row. NCCL sums in the activation dtype in its own order, so this strategy's numbers are those of NCCL
+    all_reduce + rmsnorm_fwd (sums rounded to bf16), not the fp32 rank-order sums of the fused strategies."""
     world = dist.get_world_size(group)
     t, h = x.shape
     norm = dict(epsilon=epsilon, weight_offset=weight_offset, dtype=dtype, scale_mode="row", scale_ub=scale_ub)

@@ -1,57 +1,87 @@
-"""Which fused all-reduce stage serves a call: the stage ids, the measured dispatch table per world size (each row
-with the numbers and the reason behind its bound) and choose_stage."""
+"""Which strategy of the fused all-reduce serves a call: the strategies, the measured dispatch table per world size
+(each row with the numbers and the reason behind its bound) and choose_strategy."""
 
 from __future__ import annotations
 
+import enum
+
 MAX_WORLD = 8
-PUSH, PULL, TWO_STAGE, LAMPORT, NCCL, LAMPORT2 = 0, 1, 2, 3, 4, 5  # the values of `stage`
-STAGE_NAMES = {
-    PUSH: "1-stage pushed, flag words",
-    PULL: "1-stage pulled",
-    TWO_STAGE: "2-stage pulled",
-    LAMPORT: "1-stage pushed, flags in the data",
-    NCCL: "NCCL reduce-scatter/all-gather + fused norm",
-    LAMPORT2: "2-stage pushed, flags in the data",
+
+
+class Strategy(enum.Enum):
+    """How a call moves the ranks' partial rows; the value is the name the command lines take. One shot: every rank
+    gets every row and normalizes all of them; two shots: reduce-scatter to the rows' owners, who normalize them, then
+    all-gather of the results."""
+
+    ONE_SHOT_FLAGS = "one_shot_flags"
+    ONE_SHOT_LAMPORT = "one_shot_lamport"
+    TWO_SHOT_LAMPORT = "two_shot_lamport"
+    TWO_SHOT_PULLED = "two_shot_pulled"
+    NCCL = "nccl"
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    Strategy.ONE_SHOT_FLAGS: "one shot, pushed as flag words",
+    Strategy.ONE_SHOT_LAMPORT: "one shot, pushed with the flags in the data",
+    Strategy.TWO_SHOT_LAMPORT: "two shots, pushed with the flags in the data",
+    Strategy.TWO_SHOT_PULLED: "two shots, pulled between barriers",
+    Strategy.NCCL: "NCCL reduce-scatter/all-gather + fused norm",
 }
+# the strategies that push 16-bit words (push_capable)
+PUSHED = (Strategy.ONE_SHOT_FLAGS, Strategy.ONE_SHOT_LAMPORT, Strategy.TWO_SHOT_LAMPORT)
 
 
-# The dispatch, per world size: rows (largest payload T * H * itemsize per rank, stage, stage with a residual), the
+# The dispatch, per world size: rows (largest payload T * H * itemsize per rank, strategy, strategy with a residual),
+# the
 # first row whose payload bound holds is taken. Bounds are in rows of H = 8192 bf16 (16 KiB), the shape every number
 # was measured at with benchmarks/triton/allreduce.py (slowest rank, CUDA-graph replays, ratios against NCCL
-# all_reduce + our fused norm/FP8 in the same run); a payload between two measured T goes to the smaller T's stage.
+# all_reduce + our fused norm/FP8 in the same run); a payload between two measured T goes to the smaller T's strategy.
+# The numbers: 2 and 4 x H100 (nvidia-h100-x4, NV18 between every pair), T = 1, 8, 32, 64, ..., 8192 with and without
+# a residual, best launch shape of 1x8, 1x16, 2x16 (a residual: the default shape), us. A second run of the same
+# command with this table (docs/allreduce.md, "Dispatch") kept the order at every bound but near-ties (within 0.5 us
+# at 4 ranks T = 32, and T = 64 with a residual), two-shot Lamport 100.9 against two-shot pulled 103.0 at 2 ranks
+# T = 2048 (the dispatched call 97.7) and one-shot flags with a residual at 4 ranks T = 1 (18.8 against 8.8 of
+# one-shot Lamport; the dispatched call 8.9).
 ROW = 8192 * 2
+_S = Strategy
 _DISPATCH_2 = (
-    # 2 x H100 and 2 x H200: stage 0 led stage 1 at T = 1..32 in every same-run pair on 2 x H100 (7.9-8.9 against
-    # 8.9-10.0 us at T = 32) and tied at T = 32 on 2 x H200 (8.6 / 8.5)
-    (32 * ROW, PUSH, PUSH),
-    # stage 1 up to 1 MiB per rank (T = 128: 12.4 against stage 2's 14.4 us, 2 x H200); stage 2 from T = 256 (a tie
-    # there, 21.0 / 20.7 us on 2 x H100), 1.55x at T = 8192. With a residual stage 1 led at every T up to 8192 (1.18x
-    # there) while stage 2 all-gathered FP8 + bf16 rows; stages 3 and 5 and the residual_out-only all-gather of stage
-    # 2 are not measured on 2 ranks
-    (254 * ROW, PULL, PULL),
-    (None, TWO_STAGE, PULL),
+    # T = 1: one-shot flags 5.3 against one-shot Lamport 5.5 (with a residual 5.9 / 6.1), 1.78-1.83x
+    (1 * ROW, _S.ONE_SHOT_FLAGS, _S.ONE_SHOT_FLAGS),
+    # one-shot Lamport to T = 128: T = 8 6.3 against one-shot flags 6.3 (with a residual 6.5 / 7.4), T = 32 7.1 / 8.5
+    # (8.7 / 9.2), T = 64 8.8 against two-shot Lamport 9.7 (9.8 / 13.1), T = 128 11.0 / 11.7 (12.6 / 16.3); 1.60-2.81x
+    (128 * ROW, _S.ONE_SHOT_LAMPORT, _S.ONE_SHOT_LAMPORT),
+    # two-shot Lamport to T = 1024: T = 256 15.1 against one-shot Lamport 18.2 (21.2 / 21.3), T = 512 23.7 against
+    # two-shot pulled 30.8 (33.1 / 39.8), T = 1024 47.2 / 51.3 (65.4 / 69.3); 1.54-2.47x
+    (1024 * ROW, _S.TWO_SHOT_LAMPORT, _S.TWO_SHOT_LAMPORT),
+    # two-shot pulled from T = 2048: 95.5 against two-shot Lamport 100.8 (126.0 / 131.1), 1.44-1.62x; T = 8192 359.0
+    # (462.0), 1.35-1.48x
+    (None, _S.TWO_SHOT_PULLED, _S.TWO_SHOT_PULLED),
 )
 _DISPATCH_4 = (
-    # 4 x H100 (NV18 between every pair), five runs. T = 1: stage 0 7.7-8.9 us against stage 3 7.9-9.5 (1.79-2.00x);
-    # T = 8: stage 0 9.8-10.6 against stage 3 9.3-11.2, a tie (1.38-1.85x); with a residual T = 1 1.71-2.11x, T = 8
-    # 1.40-1.48x
-    (8 * ROW, PUSH, PUSH),
-    # T = 32: stage 5 11.9-12.5 us against stage 3 12.7-14.1 (14.5 at its default shape: 1.26x), 1.44-1.67x; with a
-    # residual stage 3 13.1-15.3 against stage 5 14.4-16.8 (1.08-1.43x)
-    (32 * ROW, LAMPORT2, LAMPORT),
-    # stage 5 from T = 64: 13.3 us against stage 3 18.0 (1.67x), T = 128 17.2-19.4 against stage 3 25.6-27.9 and
-    # stage 2 33.3-35.2 (1.75-2.03x), T = 256 25.9 (1.72x), T = 512 46.8-51.4 against stage 2 63.5-69.0
-    # (1.39-1.40x); with a residual (it all-gathers residual_out) T = 64 1.32x, 128 1.41-1.54x, 256 1.34x, 512
-    # 1.18-1.24x. Stage 5 past 512 rows is not timed on 4 ranks
-    # since its stall was fixed (docs/allreduce.md)
-    (512 * ROW, LAMPORT2, LAMPORT2),
-    # stage 2 (2 rows x 16 warps from 512 rows a rank): T = 2048 170.2-173.9 us (1.12-1.14x). With a residual no
-    # fused stage beats NCCL all_reduce + the fused norm at T = 2048 (stage 2 223.8-232.8 against 223.0, 0.96-1.00x;
-    # stage 4 reduce-scatter + all-gather 265.2): stage 4 in place where reuse_x allows, else stage 2
-    (2048 * ROW, TWO_STAGE, NCCL),
-    # T = 8192 574.3-592.6 (1.15-1.20x; stage 4's reduce-scatter + all-gather 592.5-593.1); with a residual
-    # 736.9-759.9 (1.02-1.05x)
-    (None, TWO_STAGE, TWO_STAGE),
+    # T = 1: one-shot flags 7.8 against one-shot Lamport 8.1 (with a residual 8.5 / 9.1), 1.66-1.85x
+    (1 * ROW, _S.ONE_SHOT_FLAGS, _S.ONE_SHOT_FLAGS),
+    # T = 8: one-shot Lamport 9.4 against one-shot flags 10.4 (10.2 / 10.8), 1.53-1.54x; T = 32: 12.7 against two-shot
+    # Lamport 13.2 (13.5 / 14.8), 1.35-1.43x
+    (32 * ROW, _S.ONE_SHOT_LAMPORT, _S.ONE_SHOT_LAMPORT),
+    # T = 64: two-shot Lamport 14.1 against one-shot Lamport 17.7, 1.62x; with a residual 17.8 / 17.3, 1.25x
+    (64 * ROW, _S.TWO_SHOT_LAMPORT, _S.ONE_SHOT_LAMPORT),
+    # two-shot Lamport to T = 1024: T = 128 18.6 against one-shot Lamport 26.3 (22.9 / 27.8), T = 512 50.7 against
+    # two-shot pulled 68.1 (60.0 / 77.9), T = 1024 98.2 / 104.3; 1.14-1.77x (with a residual 1.21-1.39x to T = 512)
+    (512 * ROW, _S.TWO_SHOT_LAMPORT, _S.TWO_SHOT_LAMPORT),
+    # with a residual from T = 513 no fused strategy beats NCCL all_reduce + the fused norm: T = 1024 two-shot pulled
+    # 123.2, two-shot Lamport 124.6, NCCL 127.4 against 122.2; T = 2048 NCCL 216.6 against two-shot pulled 230.7 and
+    # 220.3: NCCL in place (that path itself) where reuse_x allows, else two-shot pulled
+    (1024 * ROW, _S.TWO_SHOT_LAMPORT, _S.NCCL),
+    # T = 2048 two-shot pulled 175.0 against two-shot Lamport 190.3 and NCCL 206.9 (1.13x); T = 4096 two-shot
+    # pulled 310.8 against NCCL 339.3 (1.17x). With a residual at T = 4096 NCCL in place 412.4 / 408.5 against
+    # two-shot pulled 413.9 / 413.9 and 412.3 / 402.3 (two runs)
+    (4096 * ROW, _S.TWO_SHOT_PULLED, _S.NCCL),
+    # T = 8192 two-shot pulled 584.8 against NCCL 588.4 (1.18x; with a residual 750.0 against 773.6, 1.04x)
+    (None, _S.TWO_SHOT_PULLED, _S.TWO_SHOT_PULLED),
 )
 # 3 ranks and 5-8 ranks take the 4-rank rows (not measured: 8-GPU machines were not available)
 DISPATCH = {2: _DISPATCH_2, 4: _DISPATCH_4}
@@ -61,24 +91,25 @@ def dispatch_rows(world: int) -> tuple:
     return DISPATCH[2] if world == 2 else DISPATCH[4]
 
 
-def choose_stage(
+def choose_strategy(
     tokens: int, hidden: int, itemsize: int, world: int, *, residual: bool = False, reuse_x: bool = False
-) -> int:
-    """The measured stage (DISPATCH) for a call of [tokens, hidden] elements of `itemsize` bytes over `world` ranks.
-    Stages 0 and 3 carry 16-bit words: other activations (or an odd hidden size) take stage 1 there. Stage 4 with a
-    residual is the in-place all_reduce: without reuse_x the call takes stage 2."""
+) -> Strategy:
+    """The measured strategy (DISPATCH) for a call of [tokens, hidden] elements of `itemsize` bytes over `world`
+    ranks. The pushed strategies carry 16-bit words: other activations (or an odd hidden size) take two-shot pulled
+    there. NCCL with a residual is the in-place all_reduce: without reuse_x the call takes two-shot pulled."""
     payload = tokens * hidden * itemsize
-    for bound, stage, stage_res in dispatch_rows(world):
+    for bound, plain, with_res in dispatch_rows(world):
         if bound is None or payload <= bound:
-            chosen = stage_res if residual else stage
+            chosen = with_res if residual else plain
             break
-    if chosen == NCCL and residual and not reuse_x:
-        return TWO_STAGE
-    if chosen in (PUSH, LAMPORT, LAMPORT2) and not push_capable(hidden, itemsize):
-        return PULL
+    if chosen == Strategy.NCCL and residual and not reuse_x:
+        return Strategy.TWO_SHOT_PULLED
+    if chosen in PUSHED and not push_capable(hidden, itemsize):
+        return Strategy.TWO_SHOT_PULLED
     return chosen
 
 
 def push_capable(hidden: int, itemsize: int) -> bool:
-    """Stage 0 packs two 16-bit activations per 8-byte word (with a 4-byte flag): 16-bit dtypes, even hidden size."""
+    """The pushed strategies carry 16-bit words (one-shot flags: two a 8-byte word with a 4-byte flag): 16-bit dtypes,
+    even hidden size."""
     return itemsize == 2 and hidden % 2 == 0

@@ -1,20 +1,20 @@
-"""The Triton kernels of the fused all-reduce + residual + RMSNorm + per-row FP8, one name per stage, and the constants
-the launcher and tests share. Where each part lives:
+"""The Triton kernels of the fused all-reduce + residual + RMSNorm + per-row FP8, one name per strategy, and the
+constants the launcher and tests share. Where each part lives:
   sync.py      the cross-rank barrier, its flags and epochs, the counter layout
-  row_math.py  the row math after the sum (residual, RMSNorm, FP8) that every stage shares, bit for bit
-  pulled.py    stages 1 and 2 (rows pulled over NVLink between barriers)
-  pushed.py    stage 0 (rows pushed as 8-byte flag words)
-  lamport.py   stages 3 and 5 (rows pushed with the flags in the data)
+  row_math.py  the row math after the sum (residual, RMSNorm, FP8) that every strategy shares, bit for bit
+  pulled.py    two-shot pulled (rows pulled over NVLink between barriers)
+  pushed.py    one-shot flags (rows pushed as 8-byte flag words)
+  lamport.py   one-shot and two-shot Lamport (rows pushed with the flags in the data)
 """
 
 from programs.triton.allreduce.lamport import (
     LAMPORT_EMPTY,
     LAMPORT_EMPTY32,
-    lamport_one_stage_kernel,
-    lamport_two_stage_kernel,
+    one_shot_lamport_kernel,
+    two_shot_lamport_kernel,
 )
-from programs.triton.allreduce.pulled import one_stage_kernel, two_stage_kernel
-from programs.triton.allreduce.pushed import push_one_stage_kernel
+from programs.triton.allreduce.pulled import two_shot_pulled_kernel
+from programs.triton.allreduce.pushed import one_shot_flags_kernel
 from programs.triton.allreduce.sync import (
     LAMPORT2_CALLS,
     LAMPORT_CALLS,
@@ -28,6 +28,10 @@ from programs.triton.allreduce.sync import (
     PUSH_CALLS,
     STALL,
     STALL_MIN_NS,
+    STALLED_FLAGS,
+    STALLED_LAMPORT,
+    STALLED_LAMPORT2,
+    STALLED_PULLED,
 )
 
 __all__ = [
@@ -45,9 +49,12 @@ __all__ = [
     "PUSH_CALLS",
     "STALL",
     "STALL_MIN_NS",
-    "lamport_one_stage_kernel",
-    "lamport_two_stage_kernel",
-    "one_stage_kernel",
-    "push_one_stage_kernel",
-    "two_stage_kernel",
+    "STALLED_FLAGS",
+    "STALLED_LAMPORT",
+    "STALLED_LAMPORT2",
+    "STALLED_PULLED",
+    "one_shot_flags_kernel",
+    "one_shot_lamport_kernel",
+    "two_shot_lamport_kernel",
+    "two_shot_pulled_kernel",
 ]

@@ -1,13 +1,14 @@
-"""Stages 3 and 5 of the fused all-reduce: rows pushed with the flags in the data (TensorRT-LLM's Lamport one-shot and
-two-shot), no barrier and no atomics.
+"""One-shot and two-shot Lamport, strategies of the fused all-reduce: rows pushed with the flags in the data
+(TensorRT-LLM's Lamport one-shot and two-shot), no barrier and no atomics.
 
 Every 16-bit word is sent inverted (~d, `lamport_word`) into the receiver's buffer, which holds LAMPORT_EMPTY (0x8000)
 in every word it is not holding data in, so a word that is not empty is data of this call. The one word whose inverse
-is the mark, the NaN 0x7FFF, is sent as the NaN 0x7FFE, so no other bit of any value changes. Stage 5's scale words
-(fp32 >= +0.0 or NaN) use 0x80000000 (-0.0), which no scale is. A 16-bit store lands whole, so a receiver re-reads
-its own (local) buffer until no word of the row is empty; after reading it writes the empty mark back (local stores),
-so the buffer is empty again for its next use. Each program counts its calls (CALLS[pid], plain load and store) and
-takes the buffer half from the parity; the grid is the same G programs in every call of a stage on a workspace.
+is the mark, the NaN 0x7FFF, is sent as the NaN 0x7FFE, so no other bit of any value changes. Two-shot Lamport's
+scale words (fp32 >= +0.0 or NaN) use 0x80000000 (-0.0), which no scale is. A 16-bit store lands whole, so a receiver
+re-reads its own (local) buffer until no word of the row is empty; after reading it writes the empty mark back (local
+stores), so the buffer is empty again for its next use. Each program counts its calls (CALLS[pid], plain load and
+store) and takes the buffer half from the parity; the grid is the same G programs in every call of a strategy on a
+workspace.
 
 Kernel bodies stay whole: their phases share the rows held in registers and the call's counters, and the row math
 they repeat lives in row_math.py.
@@ -26,7 +27,14 @@ from programs.triton.allreduce.row_math import (
     residual_rows,
     weight_factor,
 )
-from programs.triton.allreduce.sync import clock_ns, pick, report_stall, waiting
+from programs.triton.allreduce.sync import (
+    STALLED_LAMPORT,
+    STALLED_LAMPORT2,
+    clock_ns,
+    pick,
+    report_stall,
+    waiting,
+)
 
 LAMPORT_EMPTY = -32768
 LAMPORT_EMPTY32 = -(2**31)
@@ -52,16 +60,16 @@ def lamport_poll(src, mask, EMPTY: tl.constexpr, SYNC: tl.constexpr, watch):
     """Words at src (volatile loads of this GPU's memory) once none where mask holds is EMPTY (SYNC: re-read until
     then, or until the launch's deadline, when the stall is reported (sync.report_stall) and what was read is
     returned; without SYNC, the interpreter's phases, read once). Masked-off words read as -1, the word of a 0 (the
-    normalization sums every column). watch = (stall record, deadline, stage, call number)."""
+    normalization sums every column). watch = (stall record, deadline, STALLED code, call number)."""
     d = tl.load(src, mask=mask, other=-1, volatile=True)
     if SYNC:
-        STALL_REC, deadline, STAGE, calls = watch
+        STALL_REC, deadline, KERNEL, calls = watch
         state = waiting((d == EMPTY) & mask, deadline)
         while state == 1:
             d = tl.load(src, mask=mask, other=-1, volatile=True)
             state = waiting((d == EMPTY) & mask, deadline)
         if state > 1:
-            report_stall(STALL_REC, STAGE, calls)
+            report_stall(STALL_REC, KERNEL, calls)
     return d
 
 
@@ -114,7 +122,7 @@ def lamport_sum(
 
 
 @triton.jit
-def lamport_one_stage_kernel(
+def one_shot_lamport_kernel(
     X16,
     stride_x16,
     R,
@@ -157,8 +165,8 @@ def lamport_one_stage_kernel(
     Y_MIN_NORMAL: tl.constexpr,
     Y_SUB: tl.constexpr,
 ):
-    """One stage: every rank stores its 16-bit rows (as lamport_word sends them) into every peer's receive buffer;
-    half of stage 0's NVLink bytes. Buffers B_r[half, src, row, H] are double-buffered by call parity: half p is
+    """One shot: every rank stores its 16-bit rows (as lamport_word sends them) into every peer's receive buffer;
+    half of one-shot flags' NVLink bytes. Buffers B_r[half, src, row, H] are double-buffered by call parity: half p is
     written again in call c + 2, which a peer starts only after it received this rank's rows of call c + 1, pushed
     after this rank's call c (and its emptying of half p) ended. The rows' words are pushed in pieces of PIECE words
     by all G programs; row r is received by program r % G, which loads the weight, its own row and the residual
@@ -170,7 +178,7 @@ def lamport_one_stage_kernel(
     deadline = STALL_NS
     if SYNC:
         deadline = clock_ns() + STALL_NS
-    watch = (STALL_REC, deadline, 3, calls)
+    watch = (STALL_REC, deadline, STALLED_LAMPORT, calls)
     if PHASES & 1:  # push this rank's rows to every peer, piece by piece
         per_row = tl.cdiv(H, PIECE)
         for piece in range(pid, T * per_row, nprog):
@@ -201,7 +209,7 @@ def lamport_one_stage_kernel(
 
 
 @triton.jit
-def lamport_two_stage_kernel(
+def two_shot_lamport_kernel(
     X16,
     stride_x16,
     R,
@@ -262,7 +270,7 @@ def lamport_two_stage_kernel(
     Y_MIN_NORMAL: tl.constexpr,
     Y_SUB: tl.constexpr,
 ):
-    """Two stages (reduce-scatter + all-gather with the norm between, every word sent as lamport_one_stage_kernel
+    """Two shots (reduce-scatter + all-gather with the norm between, every word sent as one_shot_lamport_kernel
     sends it). Rank r owns rows [r*TW, min(T, (r+1)*TW)).
       A  push every row this rank does not own into its owner's reduce-scatter buffer B_owner[half, src, local row].
       B  for each owned row: poll the peers' rows in its own B (then empty them), sum in rank order with its own row,
@@ -270,11 +278,12 @@ def lamport_two_stage_kernel(
          FP8 row as pairs of bytes and its scale in S[half, row] (0x80000000 marks an empty scale word), or, with a
          residual, residual_out alone, which the peers normalize themselves (the owner's bits).
       C  for each row another rank owns: poll G (and S) for it, empty them, write the local outputs.
-    Per rank it sends (W-1)/W*T*H*2 bytes in A and (W-1)/W*T*H*(1 or 2) in B, where stage 3 sends (W-1)*T*H*2.
+    Per rank it sends (W-1)/W*T*H*2 bytes in A and (W-1)/W*T*H*(1 or 2) in B, where one-shot Lamport sends
+    (W-1)*T*H*2.
     Program p takes the owned rows p, p+G, ... in B and the rows p, p+G, ... that others own in C. Reuse follows
-    stage 3's argument: a peer writes half p again in call c + 2 only after its call c + 1 ended, which needed this
-    rank's pushes of call c + 1 (every rank's call needs every rank's reduce-scatter rows through the owner of row 0),
-    so this rank's call c, with its reads and emptying of half p, had ended."""
+    one-shot Lamport's argument: a peer writes half p again in call c + 2 only after its call c + 1 ended, which
+    needed this rank's pushes of call c + 1 (every rank's call needs every rank's reduce-scatter rows through the owner
+    of row 0), so this rank's call c, with its reads and emptying of half p, had ended."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     calls = tl.load(CALLS + pid)
@@ -282,7 +291,7 @@ def lamport_two_stage_kernel(
     deadline = STALL_NS
     if SYNC:
         deadline = clock_ns() + STALL_NS
-    watch = (STALL_REC, deadline, 5, calls)
+    watch = (STALL_REC, deadline, STALLED_LAMPORT2, calls)
     if PHASES & 1:  # reduce-scatter: push the rows other ranks own to their owners
         per_row = tl.cdiv(H, PIECE)
         for piece in range(pid, T * per_row, nprog):

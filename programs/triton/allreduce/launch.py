@@ -1,4 +1,4 @@
-"""Kernel launches of the fused all-reduce stages 0-3 and 5: launch shapes, grids and argument lists."""
+"""Kernel launches of the fused all-reduce strategies (all but NCCL): launch shapes, grids and argument lists."""
 
 from __future__ import annotations
 
@@ -11,17 +11,25 @@ import triton
 from programs.triton import fp8 as fp8mod
 from programs.triton import interpreter
 from programs.triton.allreduce import kernels
-from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, MAX_WORLD, PUSH
+from programs.triton.allreduce.dispatch import MAX_WORLD, PUSHED, Strategy
 from programs.triton.allreduce.workspace import PUSH_PIECE, PUSH_PROGRAMS, RankBuffers, lamport_rows
 from programs.triton.launch import sm_count
 from tt_rmsnorm.errors import RuleError
 
+# The strategy a stall record names (sync.py: its first word)
+STALLED_BY = {
+    kernels.STALLED_FLAGS.value: Strategy.ONE_SHOT_FLAGS,
+    kernels.STALLED_PULLED.value: Strategy.TWO_SHOT_PULLED,
+    kernels.STALLED_LAMPORT.value: Strategy.ONE_SHOT_LAMPORT,
+    kernels.STALLED_LAMPORT2.value: Strategy.TWO_SHOT_LAMPORT,
+}
 
-def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int, int]:
-    """(block_m, num_warps, grid) of stages 1 and 2. Measured at H=8192 (the sweeps of benchmarks/triton/allreduce.py):
-    one row per program below 512 rows a rank, with 8 warps in stage 1 (its best shape at every T from 1 to 512 on 2
-    x H200) and 16 in stage 2; from 512 rows 2 rows x 16 warps (best at T = 2048 and 8192 in both stages on 2 x H200,
-    and stage 2's best at T = 2048 (512 rows a rank) and 8192 on 4 x H100; 4 rows x 32 warps spill registers,
+
+def launch_config(rows: int, hidden: int, device) -> tuple[int, int, int]:
+    """(block_m, num_warps, grid) of two-shot pulled for `rows` rows a rank. Measured at H=8192 (the sweeps of
+    benchmarks/triton/allreduce.py): one row per program x 16 warps below 512 rows a rank; from 512 rows 2 rows x 16
+    warps (best at T = 2048 and 8192 on 2 x H200, and at T = 2048 (512 rows a rank) and 8192 on 2 and 4 x H100;
+    4 rows x 32 warps spill registers,
     ptx_report). The grid is one program per SM whatever T: all programs of a launch are resident together (the
     barriers need that) and every program counts every call (pulled.py: the buffer half is the program's own barrier
     epoch)."""
@@ -29,13 +37,13 @@ def launch_config(stage: int, rows: int, hidden: int, device) -> tuple[int, int,
     n_sm = sm_count(device)
     block_m = 1 if rows < 512 else 2
     block_m = max(1, min(block_m, 32768 // block_h))
-    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 and stage == 2 else 1))
+    num_warps = min(32, max(4, block_m * block_h // 1024) * (2 if block_m == 1 else 1))
     return block_m, num_warps, min(n_sm, kernels.MAX_PROGRAMS)
 
 
 @dataclass
 class _Call:
-    """One rank's tensors and scalars of a call, as every stage's kernel takes them."""
+    """One rank's tensors and scalars of a call, as every strategy's kernel takes them."""
 
     rank: int
     bufs: list[RankBuffers]
@@ -99,7 +107,7 @@ class _Call:
 
 
 def launch(
-    stage: int,
+    strategy: Strategy,
     rank: int,
     bufs: list[RankBuffers],
     epoch: torch.Tensor,
@@ -121,66 +129,64 @@ def launch(
     stall: torch.Tensor | None = None,
     stall_ns: int = kernels.NO_STALL_NS,
 ) -> None:
-    """One kernel launch of fused stage 0-3 or 5 for `rank`, given every rank's buffers (already validated). sync=False
-    and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
-    lamport_programs: the grids of stages 0 and 3 (capped at the SM count), which must stay the same for every call of
-    that stage on these buffers. stall, stall_ns: where stages 0, 3 and 5 record a poll that gave up (4 int32 words the
-    device can write; None: the counters' stall record) and after how many ns of a launch they give up (sync.py)."""
+    """One kernel launch of a fused strategy (not NCCL) for `rank`, given every rank's buffers (already validated).
+    sync=False and a subset of phases let one process play all ranks in turn (the interpreter tests). push_programs,
+    lamport_programs: the grids of one-shot flags and the Lamport strategies (capped at the SM count), which must stay
+    the same for every call of that strategy on these buffers. stall, stall_ns: where a poll that gave up is recorded
+    (4 int32 words the device can write; None: the counters' stall record) and after how many ns of a launch polls
+    give up (sync.py)."""
     if x.shape[0] == 0:
         return
     interpreter.use_exact_casts(x.device)  # exact bf16 casts where the kernels are interpreted
-    if stage in (PUSH, LAMPORT, LAMPORT2) and config is not None and config[0] != 1:
+    if strategy in PUSHED and config is not None and config[0] != 1:
         raise RuleError(
             "config.push_rows",
-            f"stage {stage} takes one row per program: config must be (1, num_warps)",
+            f"{strategy.value} takes one row per program: config must be (1, num_warps)",
             config,
             "config=(1, 16) or config=None",
         )
     c = _Call(rank, bufs, x, weight, residual, y, scale, residual_out, epsilon, weight_offset, scale_ub, sync, phases)
-    if stage in (PUSH, LAMPORT, LAMPORT2):
-        programs = push_programs if stage == PUSH else lamport_programs
-        rec = stall if stall is not None else epoch[kernels.STALL :]
-        watch = (rec, max(int(stall_ns), kernels.STALL_MIN_NS))
-        _launch_pushed(stage, c, epoch, config[1] if config is not None else None, programs, watch)
+    rec = stall if stall is not None else epoch[kernels.STALL :]
+    watch = (rec, max(int(stall_ns), kernels.STALL_MIN_NS))
+    if strategy in PUSHED:
+        programs = push_programs if strategy == Strategy.ONE_SHOT_FLAGS else lamport_programs
+        _launch_pushed(strategy, c, epoch, config[1] if config is not None else None, programs, watch)
     else:
-        _launch_pulled(stage, c, epoch, config)
+        _launch_pulled(c, epoch, config, watch)
 
 
-def _launch_pulled(stage: int, c: _Call, epoch: torch.Tensor, config: tuple[int, int] | None) -> None:
-    """Stages 1 and 2: one program per SM, block_m rows a program (launch_config, or `config`)."""
+def _launch_pulled(c: _Call, epoch: torch.Tensor, config: tuple[int, int] | None, watch: tuple) -> None:
+    """Two-shot pulled: one program per SM, block_m rows a program (launch_config, or `config`)."""
     t, h = c.x.shape
     tw = math.ceil(t / c.world)
-    block_m, num_warps, grid = launch_config(stage, t if stage == 1 else tw, h, c.x.device)
+    block_m, num_warps, grid = launch_config(tw, h, c.x.device)
     if config is not None:
         block_m, num_warps = config
     head = (*c.head(c.x), *c.eight([b.inp for b in c.bufs]))
-    flags = (*c.eight([b.flags for b in c.bufs]), epoch)
+    flags = (*c.eight([b.flags for b in c.bufs]), epoch, *watch)
     tmax = c.bufs[0].inp.shape[0] // 2
     meta = dict(c.meta(num_warps), BLOCK_M=block_m)
-    if stage == 1:
-        kernels.one_stage_kernel[(grid,)](*head, *flags, t, tmax, h, *c.norm_args(), **meta)
-    else:
-        q_views = [b.q.view(c.y.dtype) for b in c.bufs]
-        scratch = (*c.eight(q_views), *c.eight([b.s for b in c.bufs]), *c.eight([b.o for b in c.bufs]))
-        kernels.two_stage_kernel[(grid,)](*head, *scratch, *flags, t, tw, tmax, h, *c.norm_args(), **meta)
+    q_views = [b.q.view(c.y.dtype) for b in c.bufs]
+    scratch = (*c.eight(q_views), *c.eight([b.s for b in c.bufs]), *c.eight([b.o for b in c.bufs]))
+    kernels.two_shot_pulled_kernel[(grid,)](*head, *scratch, *flags, t, tw, tmax, h, *c.norm_args(), **meta)
 
 
 def _launch_pushed(
-    stage: int, c: _Call, epoch: torch.Tensor, num_warps: int | None, programs: int, watch: tuple
+    strategy: Strategy, c: _Call, epoch: torch.Tensor, num_warps: int | None, programs: int, watch: tuple
 ) -> None:
-    """Stages 0, 3 and 5: one program per row, a fixed grid of `programs` (capped at the SM count)."""
+    """The pushed strategies: one program per row, a fixed grid of `programs` (capped at the SM count)."""
     t, h = c.x.shape
     bufs, world = c.bufs, c.world
     block_h = triton.next_power_of_2(h)
-    if stage == PUSH:
-        kernel = kernels.push_one_stage_kernel
+    if strategy == Strategy.ONE_SHOT_FLAGS:
+        kernel = kernels.one_shot_flags_kernel
         xv = c.x.view(torch.int32)  # two activations per int32 (check_call verified that this view exists)
         tll = bufs[0].recv.numel() // (2 * world * (h // 2))
         middle = (*c.eight([b.recv for b in bufs]), epoch[kernels.PUSH_CALLS :], *watch, t, tll, h, h // 2)
         num_warps = num_warps or min(32, max(4, block_h // 512))
         piece = max(16, min(PUSH_PIECE, block_h // 8))
-    elif stage == LAMPORT:
-        kernel = kernels.lamport_one_stage_kernel
+    elif strategy == Strategy.ONE_SHOT_LAMPORT:
+        kernel = kernels.one_shot_lamport_kernel
         xv = c.x.view(torch.int16)
         middle = (
             *c.eight([b.lamport for b in bufs]),
@@ -191,7 +197,7 @@ def _launch_pushed(
             h,
         )
     else:
-        kernel = kernels.lamport_two_stage_kernel
+        kernel = kernels.two_shot_lamport_kernel
         xv = c.x.view(torch.int16)
         tl2 = bufs[0].ag.numel() // (2 * h)
         middle = (
@@ -206,7 +212,7 @@ def _launch_pushed(
             tl2,
             h,
         )
-    if stage != PUSH:
+    if strategy != Strategy.ONE_SHOT_FLAGS:
         num_warps = num_warps or lamport_warps(h)
         piece = min(block_h, num_warps * 32 * 8)  # 8 words (16 bytes) a thread per store
     meta = dict(c.meta(num_warps), PIECE=piece, XDT=tl_dtype(c.x.dtype))
@@ -214,7 +220,8 @@ def _launch_pushed(
 
 
 def lamport_warps(hidden: int) -> int:
-    """Stage 3's default warps: the whole row in registers at 16 fp32 values a thread (16 warps at H = 8192)."""
+    """The Lamport strategies' default warps: the whole row in registers at 16 fp32 values a thread (16 warps at
+    H = 8192)."""
     return min(32, max(4, triton.next_power_of_2(hidden) // 512))
 
 

@@ -1,5 +1,5 @@
-"""How the all-reduce stages are measured on GPUs (benchmarks/triton/allreduce.py runs it; the rows of
-dispatch.DISPATCH come from its tables): CUDA-graph timing on one rank, the launch shapes a stage is tried at, the
+"""How the all-reduce strategies are measured on GPUs (benchmarks/triton/allreduce.py runs it; the rows of
+dispatch.DISPATCH come from its tables): CUDA-graph timing on one rank, the launch shapes a strategy is tried at, the
 table of every method against NCCL all_reduce + the fused norm, and a watchdog that names a step making no progress.
 """
 
@@ -12,7 +12,7 @@ import threading
 
 import torch
 
-from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, NCCL, PUSH, STAGE_NAMES
+from programs.triton.allreduce.dispatch import PUSHED, Strategy
 from programs.triton.timing import on_capture_stream
 
 
@@ -91,33 +91,33 @@ def shape_str(shape) -> str:
 
 
 def render(rows, title: str, hidden: int, torch_baseline: bool) -> list[str]:
-    """One table: a row a T, every method's time, the best stage and the dispatched call against NCCL + fused norm."""
+    """One table: a row a T, every method's time, the best strategy and the dispatched call against NCCL + fused norm
+    and against the best strategy. A row holds "times": {Strategy: (us, shape)} for the strategies timed at its T,
+    "auto": the dispatched Strategy and "fused": its us."""
     head = ["T", "KiB/rank", "NCCL AR", "AR + fused norm/FP8"]
     head += ["AR + torch norm/FP8"] if torch_baseline else []
-    head += [f"stage {k}: {v} (best shape)" for k, v in STAGE_NAMES.items()]
-    head += ["best stage", "fused: dispatched stage, default shape", "vs AR+fused", "algbw GB/s"]
+    head += [f"{s.value} (best shape)" for s in Strategy]
+    head += ["best", "dispatched, default shape", "vs AR+fused", "vs best", "algbw GB/s"]
     out = [title, "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for r in rows:
         cells = [str(r["T"]), f"{r['per_rank_kib']:.0f}", f"{r['nccl']:.1f}", f"{r['nccl+fused']:.1f}"]
         cells += [f"{r['nccl+torch']:.1f}"] if torch_baseline else []
-        for k in STAGE_NAMES:
-            us = r[f"s{k}"]
-            cells.append("-" if math.isnan(us) else f"{us:.1f} ({r[f's{k}_shape']})")
-        timed_stages = {k: r[f"s{k}"] for k in STAGE_NAMES if not math.isnan(r[f"s{k}"])}
-        best = min(timed_stages, key=timed_stages.get)
-        cells += [f"{best} ({r['nccl+fused'] / timed_stages[best]:.2f}x)"]
-        cells += [f"{r['fused']:.1f} (stage {r['auto']})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
-        cells += [f"{r['T'] * hidden * 2 / r['fused'] / 1e3:.0f}"]
+        times = r["times"]
+        cells += [f"{times[s][0]:.1f} ({times[s][1]})" if s in times else "-" for s in Strategy]
+        best = min(times, key=lambda s: times[s][0])
+        cells += [f"{best.value} ({r['nccl+fused'] / times[best][0]:.2f}x)"]
+        cells += [f"{r['fused']:.1f} ({r['auto'].value})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
+        cells += [f"{times[best][0] / r['fused']:.2f}x", f"{r['T'] * hidden * 2 / r['fused'] / 1e3:.0f}"]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
 
-def sweep_shapes(sweep, world: int, t: int, stage: int) -> list:
-    """The launch shapes a stage is timed at for T = t: the default only for stage 4 (NCCL's), one row a program for
-    the pushed and Lamport stages, and block_m > 1 only where every SM gets a block."""
-    if stage == NCCL:
+def sweep_shapes(sweep, world: int, t: int, strategy: Strategy) -> list:
+    """The launch shapes a strategy is timed at for T = t: the default only for nccl, one row a program for the pushed
+    strategies, and block_m > 1 only where every SM gets a block."""
+    if strategy == Strategy.NCCL:
         return [None]
-    if stage in (PUSH, LAMPORT, LAMPORT2):  # one row per program
+    if strategy in PUSHED:  # one row per program
         return [s for s in sweep if s[0] == 1]
-    rows = t if stage == 1 else math.ceil(t / world)
+    rows = math.ceil(t / world)  # two-shot pulled: the rows a rank owns
     return [s for s in sweep if s[0] == 1 or rows >= s[0] * 132]

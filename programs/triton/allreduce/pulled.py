@@ -1,16 +1,13 @@
-"""Stages 1 and 2 of the fused all-reduce: every rank publishes its partial rows in its symmetric input buffer and the
-readers pull them over NVLink, with cross-rank barriers (sync.py) between the phases.
+"""Two-shot pulled, a strategy of the fused all-reduce: every rank publishes its partial rows in its symmetric input
+buffer and the owners pull them over NVLink, with cross-rank barriers (sync.py) between the phases.
 
-Stages 1 and 2 launch the same grid in every call: G = the SM count, whatever T, so all programs are resident at once
+Two-shot pulled launches the same grid in every call: G = the SM count, whatever T, so all programs are resident at once
 and every program takes part in every call (programs without rows only meet their peers).
 
-Phases (PHASES bit mask; all set on the GPU, with SYNC):
-  one stage: A publish this rank's rows into its symmetric input -> start barrier -> B read every rank's rows, sum in
-             fp32 in rank order, residual, RMSNorm, FP8, write the local outputs.
-  two stage: A publish the rows other ranks own -> start barrier -> B sum + normalize + quantize the owned rows and
-             post them (FP8 rows and scales, or with a residual residual_out alone) in this rank's symmetric scratch
-             -> middle barrier -> C copy the peers' owned rows from their scratch into the local outputs (with a
-             residual: copy residual_out and normalize it, the owner's bits).
+Phases (PHASES bit mask; all set on the GPU, with SYNC): A publish the rows other ranks own -> start barrier -> B sum
++ normalize + quantize the owned rows and post them (FP8 rows and scales, or with a residual residual_out alone) in
+this rank's symmetric scratch -> middle barrier -> C copy the peers' owned rows from their scratch into the local
+outputs (with a residual: copy residual_out and normalize it, the owner's bits).
 Start barrier: no rank reads a peer row before the peer wrote it (the start barrier of call k orders program b's
 writes of call k before the peers' program b reads of call k). Middle barrier: the same for the owners' results.
 Reuse, without an end barrier and without atomics across programs: the symmetric buffers are double-buffered. Call k
@@ -32,7 +29,7 @@ import triton
 import triton.language as tl
 
 from programs.triton.allreduce.row_math import adopt_residual_out, finish_rows, residual_rows, weight_factor
-from programs.triton.allreduce.sync import cross_rank_barrier, pick
+from programs.triton.allreduce.sync import STALLED_PULLED, clock_ns, cross_rank_barrier, pick
 
 
 @triton.jit
@@ -76,87 +73,7 @@ def publish_rows(X, stride_x, mine, rows, mask, half, H, cols):
 
 
 @triton.jit
-def one_stage_kernel(
-    X,
-    stride_x,
-    R,
-    stride_r,
-    RO,
-    stride_ro,
-    Y,
-    stride_y,
-    SC,
-    W,
-    I0,
-    I1,
-    I2,
-    I3,
-    I4,
-    I5,
-    I6,
-    I7,
-    F0,
-    F1,
-    F2,
-    F3,
-    F4,
-    F5,
-    F6,
-    F7,
-    EPOCH,
-    T,
-    TMAX,
-    H,
-    inv_h,
-    eps,
-    w_off: tl.constexpr,
-    scale_ub,
-    fp8_max,
-    RANK: tl.constexpr,
-    WORLD: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    HAS_W: tl.constexpr,
-    HAS_RES: tl.constexpr,
-    SYNC: tl.constexpr,
-    PHASES: tl.constexpr,
-    Y_DROP: tl.constexpr,
-    Y_MIN_NORMAL: tl.constexpr,
-    Y_SUB: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_H)[None, :]
-    col_ok = cols < H
-    n_blocks = tl.cdiv(T, BLOCK_M)
-    ep = tl.load(EPOCH + pid) + 1
-    half = (ep & 1).to(tl.int64) * TMAX
-    if PHASES & 1:
-        mine = pick(RANK, I0, I1, I2, I3, I4, I5, I6, I7)
-        for blk in range(pid, n_blocks, nprog):
-            rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
-            publish_rows(X, stride_x, mine, rows, (rows < T) & col_ok, half, H, cols)
-    wf = weight_factor(W, cols, col_ok, w_off, HAS_W)  # in flight while the barrier waits
-    if SYNC:
-        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
-    if PHASES & 2:
-        nq = (inv_h, eps, scale_ub, fp8_max)
-        out = (Y, stride_y, SC, RO, stride_ro)
-        fl: tl.constexpr = (HAS_W, HAS_RES, Y_DROP, Y_MIN_NORMAL, Y_SUB)
-        for blk in range(pid, n_blocks, nprog):
-            rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
-            mask = (rows < T) & col_ok
-            rows64 = rows.to(tl.int64)
-            res = residual_rows(R, stride_r, rows64, cols, mask, HAS_RES)
-            h = sum_partials(
-                X, stride_x, I0, I1, I2, I3, I4, I5, I6, I7, rows64, half, H, cols, mask, RANK, WORLD, BLOCK_M, BLOCK_H
-            )
-            r1 = blk * BLOCK_M + tl.arange(0, BLOCK_M)
-            finish_rows(h, res, wf, (rows64, cols, mask, r1, r1 < T), out, nq, fl, True)
-
-
-@triton.jit
-def two_stage_kernel(
+def two_shot_pulled_kernel(
     X,
     stride_x,
     R,
@@ -208,6 +125,8 @@ def two_stage_kernel(
     F6,
     F7,
     EPOCH,
+    STALL_REC,
+    STALL_NS,
     T,
     TW,
     TMAX,
@@ -238,6 +157,10 @@ def two_stage_kernel(
     ep = tl.load(EPOCH + pid) + 1
     ep_mid = tl.load(EPOCH + 1024 + pid) + 1
     half = (ep & 1).to(tl.int64) * TMAX
+    deadline = STALL_NS
+    if SYNC:
+        deadline = clock_ns() + STALL_NS
+    watch = (STALL_REC, deadline, STALLED_PULLED, ep - 1)  # ep - 1: this program's earlier calls
     nq = (inv_h, eps, scale_ub, fp8_max)
     out = (Y, stride_y, SC, RO, stride_ro)
     if PHASES & 1:  # publish the rows the other ranks own
@@ -250,7 +173,7 @@ def two_stage_kernel(
                     publish_rows(X, stride_x, mine, rows, (local < TW) & (rows < T) & col_ok, half, H, cols)
     wf = weight_factor(W, cols, col_ok, w_off, HAS_W)
     if SYNC:
-        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD)
+        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, pid, ep, RANK, WORLD, watch)
     if PHASES & 2:  # reduce-scatter + normalize + quantize the owned rows, post them for the peers
         fl: tl.constexpr = (HAS_W, HAS_RES, Y_DROP, Y_MIN_NORMAL, Y_SUB)
         q_mine = pick(RANK, Q0, Q1, Q2, Q3, Q4, Q5, Q6, Q7)
@@ -275,7 +198,7 @@ def two_stage_kernel(
                 tl.store(q_mine + (rows64 + half) * H + cols, q, mask=mask)
                 tl.store(s_mine + half + r1, scale, mask=ok1)
     if SYNC:
-        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, ep_mid, RANK, WORLD)
+        cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, 1024 + pid, ep_mid, RANK, WORLD, watch)
     if PHASES & 4:  # all-gather the rows the peers own
         plain: tl.constexpr = (HAS_W, False, Y_DROP, Y_MIN_NORMAL, Y_SUB)
         for blk in range(pid, n_blocks, nprog):

@@ -1,5 +1,5 @@
-"""Stage 0 of the fused all-reduce: rows pushed into the peers' receive buffers as 8-byte flag words (NCCL's LL idea),
-no barrier and no atomics.
+"""One-shot flags, a strategy of the fused all-reduce: rows pushed into the peers' receive buffers as 8-byte flag words
+(NCCL's LL idea), no barrier and no atomics.
 
 Every 8-byte word a rank pushes into a peer's receive buffer carries 4 bytes of data (two 16-bit activations) and 4
 bytes of flag = the call number + 1. An aligned 8-byte store lands whole, so a receiver that sees its call's flag in a
@@ -7,13 +7,13 @@ word also sees that word's data: it re-reads its own (local) receive buffer unti
 flag, with no fence and no separate signal. The flag is matched exactly, so stale words of an older call in the same
 half are never taken.
 
-The grid is the same G programs in every stage-0 call of a workspace, whatever T, so each program counts the calls
-itself (CALLS[pid]: a plain load at the start, a plain store at the end): every program of every rank holds the same
-number, and no program waits on another program of its own rank. The rows' words are pushed in pieces of PIECE words
-spread over all G programs (more SMs issue the NVLink stores); row r is then received and normalized by program
-r % G, which loads its own row, the weight and the residual before it polls. The receive buffer B_r[half, src, row,
-H/2] is double-buffered by call parity: a rank rewrites half p in call c + 2 only after it received every peer's words
-of call c + 1, so every peer had finished call c.
+The grid is the same G programs in every one-shot flags call of a workspace, whatever T, so each program counts the
+calls itself (CALLS[pid]: a plain load at the start, a plain store at the end): every program of every rank holds the
+same number, and no program waits on another program of its own rank. The rows' words are pushed in pieces of PIECE
+words spread over all G programs (more SMs issue the NVLink stores); row r is then received and normalized by program r
+% G, which loads its own row, the weight and the residual before it polls. The receive buffer B_r[half, src, row, H/2]
+is double-buffered by call parity: a rank rewrites half p in call c + 2 only after it received every peer's words of
+call c + 1, so every peer had finished call c.
 
 Kernel bodies stay whole: their phases share the rows held in registers and the call's counters, and the row math
 they repeat lives in row_math.py.
@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from programs.triton.allreduce.row_math import finish_rows, one_row, piece_of_row, residual_rows, weight_factor
-from programs.triton.allreduce.sync import clock_ns, pick, report_stall, waiting
+from programs.triton.allreduce.sync import STALLED_FLAGS, clock_ns, pick, report_stall, waiting
 
 
 @triton.jit
@@ -37,7 +37,7 @@ def unpack_pair(d, XDT: tl.constexpr):
 
 
 @triton.jit
-def push_one_stage_kernel(
+def one_shot_flags_kernel(
     X32,
     stride_x32,
     R,
@@ -129,7 +129,7 @@ def push_one_stage_kernel(
                             wv = tl.load(src, mask=ok2, other=0, volatile=True)
                             state = waiting((ok2 & ((wv >> 32).to(tl.int32) != flag))[None, :], deadline)
                         if state > 1:
-                            report_stall(STALL_REC, 0, calls)
+                            report_stall(STALL_REC, STALLED_FLAGS, calls)
                     d = wv.to(tl.int32)
                 lo, hi = unpack_pair(d, XDT)
                 even += lo

@@ -1,7 +1,7 @@
-"""The row math every fused all-reduce stage shares once a row's fp32 sum is in registers: residual, RMSNorm, per-row
+"""The row math every fused all-reduce strategy shares once a row's fp32 sum is in registers: residual, RMSNorm, per-row
 FP8 scale and codes, and the stores of the local outputs.
 
-Every stage calls `finish_rows` on the same sums with the same arguments, so all stages and all ranks produce the
+Every strategy calls `finish_rows` on the same sums with the same arguments, so all strategies and all ranks produce the
 same bits. The kernels bundle the arguments that never change within a launch:
   nq = (inv_h, eps, scale_ub, fp8_max)                  runtime scalars
   fl = (HAS_W, HAS_RES, Y_DROP, Y_MIN_NORMAL, Y_SUB)     constexprs (fp8.downcast_consts gives the last three)
@@ -98,7 +98,7 @@ def norm_quant(h, res, wf, mask, nq, RO_DTYPE: tl.constexpr, Y_DTYPE: tl.constex
 def finish_rows(h, res, wf, at, out, nq, fl: tl.constexpr, STORE_RO: tl.constexpr):
     """norm_quant of the sums h, then the local outputs. at = (rows64, cols, mask, sc_rows, sc_ok): the rows'
     elements and their scale slots; out = (Y, stride_y, SC, RO, stride_ro). Writes the FP8 rows, the scales and, with
-    a residual (and STORE_RO), residual_out; returns (q, scale, ro) for stages that post them."""
+    a residual (and STORE_RO), residual_out; returns (q, scale, ro) for strategies that post them."""
     rows64, cols, mask, sc_rows, sc_ok = at
     Y, stride_y, SC, RO, stride_ro = out
     q, scale, ro = norm_quant(h, res, wf, mask, nq, RO.dtype.element_ty, Y.dtype.element_ty, fl)
@@ -121,7 +121,7 @@ def adopt_residual_out(o, wf, at, out, nq, fl: tl.constexpr):
 
 @triton.jit
 def one_row(row, col_ok, T):
-    """(rows64 [1, 1], mask [1, BLOCK_H], sc_rows [1], sc_ok [1]) of row `row` for the one-row-a-program stages."""
+    """(rows64 [1, 1], mask [1, BLOCK_H], sc_rows [1], sc_ok [1]) of row `row` for the one-row-a-program strategies."""
     rows64 = tl.cast(row, tl.int64) + tl.zeros([1, 1], dtype=tl.int64)
     sc_rows = row + tl.arange(0, 1)
     return rows64, col_ok & (rows64 < T), sc_rows, sc_rows < T

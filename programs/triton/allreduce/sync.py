@@ -1,14 +1,14 @@
 """Cross-rank synchronisation of the fused all-reduce kernels: the per-program barrier, its flags and epochs, the
-counter layout every stage keeps in device memory, and the peer-pointer pick.
+counter layout every strategy keeps in device memory, and the peer-pointer pick.
 
-Barrier (`cross_rank_barrier`, at each phase boundary of stages 1 and 2): program b of rank i
+Barrier (`cross_rank_barrier`, at each phase boundary of two-shot pulled): program b of rank i
   1. waits for its own threads' stores to be issued (CTA barrier),
   2. raises flag[slot, i] in every peer's symmetric flag array to its epoch (atomic max, release, system scope),
   3. spins until flag[slot, j] in its own flag array reached the epoch for every peer j (acquire, system scope),
   4. stores the epoch and lets its threads go on (CTA barrier).
 The epoch is a per-(rank, slot) counter in ordinary device memory: it counts this program's uses of the slot. Every
 rank makes the same sequence of calls with the same grid, so the counters of program b agree on all ranks, and the
-start-barrier epochs of all programs agree with each other (each counts the stage-1 and stage-2 calls); nothing is
+start-barrier epochs of all programs agree with each other (each counts the two-shot pulled calls); nothing is
 reset, the flags only grow, and CUDA-graph replays stay correct (no host-side state).
 
 Program b of a rank meets only program b of the other ranks: the barriers are per program, never grid-wide. Every
@@ -16,15 +16,17 @@ program of a launch spins on its peers, so all of them must be resident at once:
 per SM, and no other kernel may hold SMs meanwhile.
 
 Counters (one int32 array per rank, N_COUNTERS long): the start-barrier epoch of program b at b, the middle-barrier
-epoch at MAX_PROGRAMS + b (the kernels write that literal, 1024), then the per-program call counters of stage 0 from
-PUSH_CALLS, stage 3 from LAMPORT_CALLS and stage 5 from LAMPORT2_CALLS (the launcher passes those slices), and a
-stall record at STALL.
+epoch at MAX_PROGRAMS + b (the kernels write that literal, 1024), then the per-program call counters of one-shot flags
+from PUSH_CALLS, one-shot Lamport from LAMPORT_CALLS and two-shot Lamport from LAMPORT2_CALLS (the launcher passes those
+slices), and a stall record at STALL.
 
-Bounded polling (stages 0, 3 and 5): a launch takes deadline = globaltimer + STALL_NS at its start, and a poll that
-still waits past it gives up: it records [stage + 1, the program's call number, the program] (report_stall) in the
-stall record, host memory the API reads on its next call, and returns what it read; the launch then ends, each
-later poll giving up at once. The decision to give up is folded into the poll's reduction over the row, so every
-thread of a program leaves the loop together (the loops hold CTA barriers).
+Bounded polling (every fused strategy): a launch takes deadline = globaltimer + STALL_NS at its start, and a poll that
+still waits past it gives up: it records [the kernel's STALLED code, the program's call number, the program]
+(report_stall) in the stall record, host memory the API reads on its next call, and returns what it read; the launch
+then ends, each later poll giving up at once. Every thread of a program must leave a poll loop together (the loops hold
+CTA barriers), while each thread reads its own timer: the row polls of the pushed strategies fold the decision into
+their reduction over the row; the barrier's spin, a scalar atomic that one thread makes, carries that thread's decision
+in its operand (GIVE_UP).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import triton
 import triton.language as tl
 
 PHASE_A, PHASE_B, PHASE_C = 1, 2, 4
-N_SLOTS = 2  # barrier slots per program: start, middle (two stages)
+N_SLOTS = 2  # barrier slots per program: start, middle (two shots)
 MAX_PROGRAMS = (
     1024  # flag slots per barrier (the kernels write it as the literal 1024); grids are capped at the SM count
 )
@@ -45,6 +47,16 @@ N_COUNTERS = STALL + 4
 # STALL_NS when polling is unbounded; a bound is at least STALL_MIN_NS (the argument stays a 64-bit integer)
 NO_STALL_NS = 2**62
 STALL_MIN_NS = 2**31
+# The flag value a barrier spin writes into its own slot when it gives up: the scalar atomic of the spin is made by
+# one thread and its result broadcast to the program (through shared memory, with CTA barriers in the loop), so the
+# thread's own deadline check rides in the atomic's operand and every thread sees the same result, and leaves the
+# loop together, one read later. No call number reaches it; the slot keeps it, and the communicator is dead anyway.
+GIVE_UP: tl.constexpr = tl.constexpr(2**31 - 1)
+# A stall record's first word: the kernel whose poll gave up (0: none)
+STALLED_FLAGS: tl.constexpr = tl.constexpr(1)
+STALLED_PULLED: tl.constexpr = tl.constexpr(2)
+STALLED_LAMPORT: tl.constexpr = tl.constexpr(3)
+STALLED_LAMPORT2: tl.constexpr = tl.constexpr(4)
 
 
 @triton.jit
@@ -69,8 +81,11 @@ def pick(r: tl.constexpr, P0, P1, P2, P3, P4, P5, P6, P7):
 
 
 @triton.jit
-def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl.constexpr, WORLD: tl.constexpr):
-    """Meet program `slot % 1024` of every peer; ep = EPOCH[slot] + 1, loaded by the caller at its start."""
+def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl.constexpr, WORLD: tl.constexpr, watch):
+    """Meet program `slot % 1024` of every peer; ep = EPOCH[slot] + 1, loaded by the caller at its start.
+    watch = (stall record, deadline, STALLED code, call number): a spin still waiting past the deadline gives up
+    (GIVE_UP) and reports the stall with that call number."""
+    STALL_REC, deadline, KERNEL, calls = watch
     tl.debug_barrier()
     for r in tl.static_range(WORLD):
         if r != RANK:
@@ -80,8 +95,14 @@ def cross_rank_barrier(F0, F1, F2, F3, F4, F5, F6, F7, EPOCH, slot, ep, RANK: tl
     for r in tl.static_range(WORLD):
         if r != RANK:
             seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+            give_up = 0
             while seen < ep:
-                seen = tl.atomic_max(mine + slot * WORLD + r, 0, sem="acquire", scope="sys")
+                seen = tl.atomic_max(mine + slot * WORLD + r, give_up, sem="acquire", scope="sys")
+                # for the next round: a flag already there costs no timer read, and a spin's round starts with the
+                # atomic, not behind the timer
+                give_up = tl.where(clock_ns() > deadline, GIVE_UP, 0)
+            if seen == GIVE_UP:
+                report_stall(STALL_REC, KERNEL, calls)
     tl.store(EPOCH + slot, ep)
     tl.debug_barrier()
 
@@ -101,8 +122,9 @@ def waiting(missing, deadline):
 
 
 @triton.jit
-def report_stall(STALL_REC, stage: tl.constexpr, calls):
-    """Record a poll that gave up: [stage + 1, this program's call number of that stage, the program]."""
+def report_stall(STALL_REC, kernel: tl.constexpr, calls):
+    """Record a poll that gave up: [the kernel's STALLED code, this program's call number of that kernel, the
+    program]."""
     tl.store(STALL_REC + 1, calls)
     tl.store(STALL_REC + 2, tl.program_id(0))
-    tl.store(STALL_REC, stage + 1)
+    tl.store(STALL_REC, kernel)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 
 from programs.triton import fp8 as fp8mod
-from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PUSH, STAGE_NAMES, push_capable
+from programs.triton.allreduce.dispatch import PUSHED, Strategy, push_capable
 from programs.triton.allreduce.workspace import LAMPORT2_MAX_TOKENS, LAMPORT_MAX_TOKENS, PUSH_MAX_TOKENS
 from programs.triton.checks import as_rows, check_activation, check_epsilon, check_vector
 from tt_rmsnorm.errors import RuleError
 
 
 def check_call(
-    x, weight, *, residual, epsilon, weight_offset, scale_ub, dtype, stage, hidden, max_tokens, act_dtype, device
+    x, weight, *, residual, epsilon, weight_offset, scale_ub, dtype, strategy, hidden, max_tokens, act_dtype, device
 ) -> torch.Tensor:
     """Every input rule of a fused call, before any device work; returns x as [T, H] rows."""
     check_activation(x)
@@ -71,30 +71,42 @@ def check_call(
     fp8mod.fp8_format(dtype)
     if not (scale_ub > 0):
         raise RuleError("scale_ub.range", "scale_ub must be > 0 (inf: no bound)", scale_ub, "scale_ub=math.inf")
-    if stage not in (None, *STAGE_NAMES):
+    flags = Strategy.ONE_SHOT_FLAGS
+    if strategy == flags and not (push_capable(hidden, x.dtype.itemsize) and int32_view_ok(x2)):
         raise RuleError(
-            "stage.value", f"stage must be None (measured choice) or one of {sorted(STAGE_NAMES)}", stage, "stage=None"
-        )
-    if stage == PUSH and not (push_capable(hidden, x.dtype.itemsize) and int32_view_ok(x2)):
-        raise RuleError(
-            "stage.push",
-            "stage 0 needs 16-bit activations, an even hidden size and rows at even element offsets",
+            "strategy.push",
+            f"{flags.value} needs 16-bit activations, an even hidden size and rows at even element offsets",
             (x.dtype, hidden, x2.stride(0), x2.storage_offset()),
-            "stage=None or stage=1",
+            "strategy=None or strategy='one_shot_lamport'",
         )
-    if stage in (LAMPORT, LAMPORT2) and not push_capable(hidden, x.dtype.itemsize):
+    if strategy in PUSHED and not push_capable(hidden, x.dtype.itemsize):
         raise RuleError(
-            "stage.push",
-            f"stage {stage} needs 16-bit activations and an even hidden size",
+            "strategy.push",
+            f"{strategy.value} needs 16-bit activations and an even hidden size",
             (x.dtype, hidden),
-            "stage=None or stage=1",
+            "strategy=None or strategy='two_shot_pulled'",
         )
-    for st, cap in ((PUSH, PUSH_MAX_TOKENS), (LAMPORT, LAMPORT_MAX_TOKENS), (LAMPORT2, LAMPORT2_MAX_TOKENS)):
-        if stage == st and x2.shape[0] > min(max_tokens, cap):
-            raise RuleError(
-                "stage.push_tokens", f"stage {st} takes at most {min(max_tokens, cap)} rows", x2.shape[0], "stage=None"
-            )
+    caps = {flags: PUSH_MAX_TOKENS, Strategy.ONE_SHOT_LAMPORT: LAMPORT_MAX_TOKENS}
+    caps[Strategy.TWO_SHOT_LAMPORT] = LAMPORT2_MAX_TOKENS
+    if strategy in caps and x2.shape[0] > min(max_tokens, caps[strategy]):
+        cap = min(max_tokens, caps[strategy])
+        raise RuleError(
+            "strategy.push_tokens", f"{strategy.value} takes at most {cap} rows", x2.shape[0], "strategy=None"
+        )
     return x2
+
+
+def as_strategy(strategy) -> Strategy | None:
+    """A call's `strategy` argument: None (the measured choice), a Strategy or its name ("one_shot_lamport")."""
+    if strategy is None or isinstance(strategy, Strategy):
+        return strategy
+    try:
+        return Strategy(strategy)
+    except ValueError:
+        names = [s.value for s in Strategy]
+        raise RuleError(
+            "strategy.value", f"strategy must be None (measured choice) or one of {names}", strategy, "strategy=None"
+        ) from None
 
 
 def int32_view_ok(x2: torch.Tensor) -> bool:

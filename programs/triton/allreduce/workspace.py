@@ -9,19 +9,19 @@ from dataclasses import dataclass
 import torch
 
 from programs.triton.allreduce import kernels
-from programs.triton.allreduce.dispatch import LAMPORT, LAMPORT2, PULL, PUSH, TWO_STAGE, push_capable
+from programs.triton.allreduce.dispatch import Strategy, push_capable
 
-# Stage 0 (rows pushed as flag words): its receive buffers hold PUSH_MAX_TOKENS rows. Stage 3 (rows pushed as they are,
-# -0.0 marking an empty word): LAMPORT_MAX_TOKENS rows.
+# One-shot flags: its receive buffers hold PUSH_MAX_TOKENS rows. One-shot Lamport (rows pushed as they are, -0.0
+# marking an empty word): LAMPORT_MAX_TOKENS rows.
 PUSH_MAX_TOKENS = 128
 LAMPORT_MAX_TOKENS = 512
-# Stage 5's all-gather buffers hold LAMPORT2_MAX_TOKENS rows, its reduce-scatter buffers 1/W of them: the rows its
-# calls were run to on 2 x H100 (eager, side stream and graph replays, with and without a residual). The dispatch
-# serves stage 5 up to 512 rows on 4 ranks (dispatch.DISPATCH); a larger call there takes stage 2 (fitting_stage).
+# Two-shot Lamport's all-gather buffers hold LAMPORT2_MAX_TOKENS rows, its reduce-scatter buffers 1/W of them: the
+# rows its calls were run to on 2 and 4 x H100 (eager, side stream and graph replays, with and without a residual).
+# The dispatch serves it up to 1024 rows (dispatch.DISPATCH); a larger call takes two-shot pulled (fitting_strategy).
 LAMPORT2_MAX_TOKENS = 2048
-# Stage 0 runs the same grid in every call of a workspace (its per-program call counters need that): at most this many
-# programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and program
-# r % grid normalizes row r. Stage 3 likewise, with one program per SM (up to MAX_PROGRAMS).
+# One-shot flags runs the same grid in every call of a workspace (its per-program call counters need that): at most
+# this many programs push the rows' words in pieces of at most PUSH_PIECE words (a row in at least 4 pieces), and
+# program r % grid normalizes row r. One-shot Lamport likewise, with one program per SM (up to MAX_PROGRAMS).
 PUSH_PROGRAMS = 32
 PUSH_PIECE = 1024
 _ALIGN = 256
@@ -32,15 +32,18 @@ class RankBuffers:
     """One rank's symmetric workspace as typed views (seen from the local GPU: a peer's are NVLink mappings)."""
 
     inp: torch.Tensor  # [2 * T_max, H] x dtype: the published partial rows (two halves, alternate calls)
-    q: torch.Tensor  # [2 * T_max, H] uint8: two-stage FP8 rows of the owner
-    s: torch.Tensor  # [2 * T_max] float32: two-stage scales of the owner
-    o: torch.Tensor  # [2 * T_max, H] x dtype: two-stage residual_out rows of the owner
+    q: torch.Tensor  # [2 * T_max, H] uint8: two-shot pulled: FP8 rows of the owner
+    s: torch.Tensor  # [2 * T_max] float32: two-shot pulled: scales of the owner
+    o: torch.Tensor  # [2 * T_max, H] x dtype: two-shot pulled: residual_out rows of the owner
     flags: torch.Tensor  # [N_SLOTS * 1024 * W] int32: barrier flags, written by the peers
-    recv: torch.Tensor  # [2 * W * min(T_max, PUSH_MAX_TOKENS) * H/2] int64: stage 0 words pushed by the peers
-    lamport: torch.Tensor  # [2 * W * min(T_max, LAMPORT_MAX_TOKENS) * H] int16: stage 3 rows pushed by the peers
-    rs: torch.Tensor  # [2 * W * ceil(TL / W) * H] int16, TL = min(T_max, LAMPORT2_MAX_TOKENS): stage 5 reduce-scatter
-    ag: torch.Tensor  # [2 * TL * H] int16: stage 5 all-gather rows (FP8 byte pairs or residual_out)
-    ag_scale: torch.Tensor  # [2 * TL] int32: stage 5 all-gather scales
+    recv: torch.Tensor  # [2 * W * min(T_max, PUSH_MAX_TOKENS) * H/2] int64: one-shot flags words pushed by the peers
+    lamport: (
+        torch.Tensor
+    )  # [2 * W * min(T_max, LAMPORT_MAX_TOKENS) * H] int16: one-shot Lamport rows pushed by the peers
+    rs: torch.Tensor  # [2 * W * ceil(TL / W) * H] int16, TL = min(T_max, LAMPORT2_MAX_TOKENS): two-shot Lamport
+    # reduce-scatter
+    ag: torch.Tensor  # [2 * TL * H] int16: two-shot Lamport all-gather rows (FP8 byte pairs or residual_out)
+    ag_scale: torch.Tensor  # [2 * TL] int32: two-shot Lamport all-gather scales
 
 
 def workspace_bytes(max_tokens: int, hidden: int, itemsize: int, world: int) -> int:
@@ -97,7 +100,7 @@ def carve(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, w
 
 
 def init_workspace(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch.dtype, world: int) -> RankBuffers:
-    """A rank's workspace as it must be before its first call: flags and counters zero, stage 3's buffer empty."""
+    """A rank's workspace as it must be before its first call: flags and counters zero, the Lamport buffers empty."""
     raw.zero_()
     bufs = carve(raw, max_tokens, hidden, dtype, world)
     for words in (bufs.lamport, bufs.rs, bufs.ag):
@@ -107,29 +110,31 @@ def init_workspace(raw: torch.Tensor, max_tokens: int, hidden: int, dtype: torch
 
 
 def lamport_rows(bufs: list[RankBuffers], hidden: int) -> int:
-    """Rows stage 3's receive buffers hold."""
+    """Rows one-shot Lamport's receive buffers hold."""
     return bufs[0].lamport.numel() // (2 * len(bufs) * hidden)
 
 
 def rows_held(bufs: list[RankBuffers], hidden: int) -> dict[int, int]:
-    """Rows a call may have for each pushed stage on these buffers (stage 5: its all-gather rows; its reduce-scatter
+    """Rows a call may have for each pushed strategy on these buffers (two-shot Lamport: its all-gather rows; its
+    reduce-scatter
     holds ceil(rows / W) of every source, which is all a call of that many rows sends an owner)."""
     world = len(bufs)
     return {
-        PUSH: bufs[0].recv.numel() // (2 * world * (hidden // 2)) if bufs[0].recv.numel() else 0,
-        LAMPORT: lamport_rows(bufs, hidden),
-        LAMPORT2: bufs[0].ag.numel() // (2 * hidden),
+        Strategy.ONE_SHOT_FLAGS: bufs[0].recv.numel() // (2 * world * (hidden // 2)) if bufs[0].recv.numel() else 0,
+        Strategy.ONE_SHOT_LAMPORT: lamport_rows(bufs, hidden),
+        Strategy.TWO_SHOT_LAMPORT: bufs[0].ag.numel() // (2 * hidden),
     }
 
 
-def fitting_stage(stage: int, tokens: int, bufs: list[RankBuffers], hidden: int, int32_ok: bool) -> int:
-    """The dispatched stage, or the next one down the table whose buffers hold `tokens` rows: stage 0 (also needing
-    x as int32 words) -> 1, stage 3 -> 5 -> 2."""
+def fitting_strategy(strategy: Strategy, tokens: int, bufs: list[RankBuffers], hidden: int, int32_ok: bool) -> Strategy:
+    """The dispatched strategy, or the next one down this chain whose buffers hold `tokens` rows: one-shot flags (also
+    needing x as int32 words) -> one-shot Lamport -> two-shot Lamport -> two-shot pulled."""
     held = rows_held(bufs, hidden)
-    if stage == PUSH and not (tokens <= held[PUSH] and int32_ok):
-        stage = PULL
-    if stage == LAMPORT and tokens > held[LAMPORT]:
-        stage = LAMPORT2
-    if stage == LAMPORT2 and tokens > held[LAMPORT2]:
-        stage = TWO_STAGE
-    return stage
+    s = Strategy
+    if strategy == s.ONE_SHOT_FLAGS and not (tokens <= held[s.ONE_SHOT_FLAGS] and int32_ok):
+        strategy = s.ONE_SHOT_LAMPORT
+    if strategy == s.ONE_SHOT_LAMPORT and tokens > held[s.ONE_SHOT_LAMPORT]:
+        strategy = s.TWO_SHOT_LAMPORT
+    if strategy == s.TWO_SHOT_LAMPORT and tokens > held[s.TWO_SHOT_LAMPORT]:
+        strategy = s.TWO_SHOT_PULLED
+    return strategy
