@@ -95,9 +95,9 @@ def decode_configs(mesh, width):
     return layouts.sharded_memory_config(shape, g), layouts.sharded_program_config(shape, g, compute_kernel_config=ck)
 
 
-def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloat16"):
-    """One decoder norm as tt_transformers builds and calls it; the input arrives fractured over the mesh columns, in
-    `activation_dtype`."""
+def decoder_layer(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloat16", tt_ccl=None):
+    """One decoder norm as tt_transformers builds it, and an input for `mode` that arrives fractured over the mesh
+    columns, in `activation_dtype`: (DistributedNorm, x, the model CCL object)."""
     import torch
     import ttnn
 
@@ -107,7 +107,7 @@ def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloa
     axis = 1 if tg else None
     distributed_modes = distributed_modes or (("decode", "prefill") if tg else ("prefill",))
     args = ModelArgs(mesh, distributed_modes)
-    tt_ccl = ModelCCL(mesh)
+    tt_ccl = tt_ccl or ModelCCL(mesh)
     n = mesh.get_num_devices() if not tg else 4
     out_mc, pc = decode_configs(mesh, DIM // n if "decode" in distributed_modes else DIM)
     sd = {"layers.0.attention_norm.weight": torch.randn(DIM)}
@@ -129,6 +129,13 @@ def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloa
     x = tt_rmsnorm.shard_activation(
         torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=axis, dtype=getattr(ttnn, activation_dtype)
     )
+    return layer, x, tt_ccl
+
+
+def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloat16"):
+    """One decoder norm as tt_transformers builds and calls it, twice; the input arrives fractured over the mesh
+    columns, in `activation_dtype`. Returns what the layer gives back each time and the model CCL object's calls."""
+    layer, x, tt_ccl = decoder_layer(mesh, mode, tg, distributed_modes, activation_dtype)
     first = facts(layer(x, mode))
     second = facts(layer(x, mode))  # planned once: the second call runs the same plan
     return first, second, tt_ccl.calls
