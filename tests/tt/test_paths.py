@@ -134,6 +134,17 @@ def test_choose_names_every_path():
     assert set(paths.PATHS) == {"classic", "async", "fused", "local"}
 
 
+def test_a_path_name_is_read_by_value():
+    """A path named by a string built at run time (a config file, a CLI flag) is the same path as the literal."""
+    auto = "".join(["au", "to"])
+    name, reason = paths.choose((1, 1, 128, 1024), 8, ccl=True, has_weight=True, path=auto)
+    assert (name, reason) == paths.choose((1, 1, 128, 1024), 8, ccl=True, has_weight=True)
+    assert paths.choose((1, 1, 128, 1024), 8, ccl=True, has_weight=True, path="".join(["cla", "ssic"])) == (
+        "classic",
+        "asked for",
+    )
+
+
 @pytest.mark.parametrize(
     "key, layer, prefix, expect",
     [
