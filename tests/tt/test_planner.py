@@ -146,3 +146,10 @@ def test_planning_without_resources_carries_buffer_descriptions_and_no_ccl():
     assert fused.gathered is None and fused.fused_stats is not None
     classic = _plan()
     assert classic.gathered is None and classic.fused_stats is None
+
+
+@pytest.mark.parametrize("name, buffer", [("async", "gathered"), ("fused", "fused_stats")])
+def test_a_path_named_at_run_time_gets_its_persistent_buffer(name, buffer):
+    """A path name read from a config file is a different str object than the literal: the buffers go by value."""
+    plan = _plan(ccl=True, path="".join(list(name)))
+    assert plan.name == name and getattr(plan, buffer) is not None
