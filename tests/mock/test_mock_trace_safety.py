@@ -143,23 +143,27 @@ def _compat(mesh, mode, kind):
     return (lambda: layer(x, mode)), tt_ccl
 
 
-SCENARIOS = {
-    "function-async-prefill": ("t3k", _function, ("prefill", "package")),
-    "function-async-prefill-residual": ("t3k", _function, ("prefill", "package", True)),
-    "function-fused-decode-residual": ("t3k", _function, ("decode", "package", True)),
-    "function-two-plans-one-buffer": ("t3k", _function, ("prefill", "package", False, True)),
-    "function-galaxy-fused-decode": ("galaxy", _function, ("decode", "package")),
-    "function-model-ccl-async-prefill": ("t3k", _function, ("prefill", "model")),
-    "function-model-ccl-fused-decode": ("t3k", _function, ("decode", "model")),
-    "module-prefill-gathered": ("t3k", _module, ("prefill", "package", True)),
-    "module-decode-gathered": ("t3k", _module, ("decode", "package", True, True)),
-    "module-own-ccl-prefill": ("t3k", _module, ("prefill", None, False, True)),
-    "module-model-ccl-prefill-gathered": ("t3k", _module, ("prefill", "model", True)),
-    "module-replicated-prefill": ("t3k", _module_replicated, ("prefill",)),
-    "compat-prefill": ("t3k", _compat, ("prefill", "model")),
-    "compat-decode": ("t3k", _compat, ("decode", "model")),
-    "compat-own-ccl-prefill": ("t3k", _compat, ("prefill", None)),
-    "compat-galaxy-decode": ("galaxy", _compat, ("decode", "model")),
+SCENARIOS = {  # scenario: (system, builder, its arguments)
+    "function-async-prefill": ("t3k", _function, {"mode": "prefill", "kind": "package"}),
+    "function-async-prefill-residual": ("t3k", _function, {"mode": "prefill", "kind": "package", "residual": True}),
+    "function-fused-decode-residual": ("t3k", _function, {"mode": "decode", "kind": "package", "residual": True}),
+    "function-two-plans-one-buffer": ("t3k", _function, {"mode": "prefill", "kind": "package", "both": True}),
+    "function-galaxy-fused-decode": ("galaxy", _function, {"mode": "decode", "kind": "package"}),
+    "function-model-ccl-async-prefill": ("t3k", _function, {"mode": "prefill", "kind": "model"}),
+    "function-model-ccl-fused-decode": ("t3k", _function, {"mode": "decode", "kind": "model"}),
+    "module-prefill-gathered": ("t3k", _module, {"mode": "prefill", "kind": "package", "gather_output": True}),
+    "module-decode-gathered": (
+        "t3k",
+        _module,
+        {"mode": "decode", "kind": "package", "gather_output": True, "residual": True},
+    ),
+    "module-own-ccl-prefill": ("t3k", _module, {"mode": "prefill", "kind": None, "residual": True}),
+    "module-model-ccl-prefill-gathered": ("t3k", _module, {"mode": "prefill", "kind": "model", "gather_output": True}),
+    "module-replicated-prefill": ("t3k", _module_replicated, {"mode": "prefill"}),
+    "compat-prefill": ("t3k", _compat, {"mode": "prefill", "kind": "model"}),
+    "compat-decode": ("t3k", _compat, {"mode": "decode", "kind": "model"}),
+    "compat-own-ccl-prefill": ("t3k", _compat, {"mode": "prefill", "kind": None}),
+    "compat-galaxy-decode": ("galaxy", _compat, {"mode": "decode", "kind": "model"}),
 }
 
 
@@ -184,7 +188,7 @@ def _run(mesh, scenario):
 
     _, build, args = SCENARIOS[scenario]
     with recording() as built:
-        step, ccl = build(mesh, *args)
+        step, ccl = build(mesh, **args)
     model = ccl if ccl is not None and hasattr(ccl, CYCLING[0]) else None
     handed = _handing_out(model) if model is not None else None
     model_semaphores = None
