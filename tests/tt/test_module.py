@@ -59,9 +59,11 @@ def test_input_widths_are_checked_per_mode_and_remembered_per_spec():
     with pytest.raises(RuleError) as err:
         widths.check(_Input("c", 8192), distributed=True)
     assert err.value.rule == "module.input_width" and "width 8192" in str(err.value) and "1024 wide" in str(err.value)
+    assert "shard the activation" in err.value.fix
     with pytest.raises(RuleError) as err:
         widths.check(_Input("d", 1024), distributed=False)
     assert "width 1024" in str(err.value) and "8192 wide" in str(err.value)
+    assert "gather the fractured activation" in err.value.fix
     with pytest.raises(RuleError):  # a spec seen in one mode is judged again in the other
         widths.check(_Input("a", 1024), distributed=False)
     # a spec that passed is not read again: its shape is not looked at
