@@ -184,12 +184,13 @@ def _replicated_both_modes(mesh):
     for mode, tokens in (("decode", 32), ("prefill", 128), ("decode", 32), ("prefill", 128)):
         x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, dim), mesh, cluster_axis=0)
         shapes.append(tuple(ttnn.get_device_tensors(norm(x, mode))[0].shape))
-    return shapes, len(norm._local_norm._plans)
+    return shapes, [plan.call.epsilon for _, plan in norm._local_norm._plans]
 
 
 def test_a_replicated_norm_keeps_a_plan_per_signature():
-    shapes, plans = workers.run_isolated("t3k", _replicated_both_modes)
-    assert shapes == [(1, 1, 32, 4096), (1, 1, 128, 4096)] * 2 and plans == 2
+    shapes, epsilons = workers.run_isolated("t3k", _replicated_both_modes)
+    assert shapes == [(1, 1, 32, 4096), (1, 1, 128, 4096)] * 2
+    assert epsilons == [1e-5, 1e-5]  # two plans, with tt-metal's default epsilon where none is given
 
 
 def _one_device_on_the_axis(mesh, mode, weight_dtype):
