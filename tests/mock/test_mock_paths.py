@@ -376,3 +376,67 @@ def _output_dtype(mesh, dtype):
 def test_every_path_writes_the_output_dtype_asked_for(dtype):
     got = workers.run_isolated("t3k", _output_dtype, dtype)
     assert got == dict.fromkeys(("classic", "async", "fused"), "FLOAT32" if dtype else "BFLOAT16")
+
+
+def _weight_reaches(mesh, with_weight):
+    """Which op receives which tensor as its weight, on every path of a T3000 (local: the one-device axis 0)."""
+    import torch
+
+    import tt_rmsnorm
+    from tt_rmsnorm.testing.recorder import recording
+
+    ccl, plan, x, _, w = _setup(mesh, "t3k", 128)
+    w = w if with_weight else None
+    decode = tt_rmsnorm.shard_activation(
+        torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=_setup(mesh, "t3k", 32)[1].norm.input_memory_config
+    )
+    full = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, 4096), mesh, cluster_axis=0)
+    w_full = tt_rmsnorm.prepare_weight(torch.randn(4096), mesh, cluster_axis=0) if with_weight else None
+    runs = [("classic", x, w, None), ("async", x, w, None), ("local", full, w_full, 0)]
+    if with_weight:  # fused_rms_minimal takes a weight always
+        runs.append(("fused", decode, w, None))
+    got = {}
+    for path, t, weight, axis in runs:
+        call = dict(epsilon=1e-5, path=path, ccl=ccl if axis is None else None, cluster_axis=axis)
+        tt_rmsnorm.distributed_rms_norm(t, weight, mesh, **call)
+        with recording() as rec:
+            tt_rmsnorm.distributed_rms_norm(t, weight, mesh, **call)
+        got[path] = [(c.op, c.tensors["weight"] == id(weight)) for c in rec.calls if "weight" in c.tensors]
+    return got
+
+
+@pytest.mark.parametrize("with_weight", [True, False], ids=["weight", "no_weight"])
+def test_the_weight_reaches_the_op_that_applies_it(with_weight):
+    got = workers.run_isolated("t3k", _weight_reaches, with_weight)
+    expect = {
+        "classic": [("rms_norm_post_all_gather", True)],
+        "async": [("rms_norm_post_all_gather", True)],
+        "local": [("rms_norm", True)],
+        "fused": [("fused_rms_minimal", True)],
+    }
+    assert got == (expect if with_weight else {p: [] for p in ("classic", "async", "local")})
+
+
+def _output_placed(mesh, sharded):
+    """classic and async with the output asked for in L1 interleaved, from the interleaved or the sharded layout."""
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm.testing.recorder import recording
+
+    ccl, _, x, _, w = _setup(mesh, "t3k", 32 if sharded else 128)
+    got = {}
+    for path in ("classic", "async"):
+        call = dict(epsilon=1e-5, path=path, ccl=ccl, sharded=sharded, memory_config=ttnn.L1_MEMORY_CONFIG)
+        tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+        with recording() as rec:
+            y = tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+        got[path] = (y.memory_config() == ttnn.L1_MEMORY_CONFIG, rec.ops.count("to_memory_config"))
+    return got
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["interleaved", "sharded"])
+def test_the_output_lands_in_the_memory_config_asked_for(sharded):
+    got = workers.run_isolated("t3k", _output_placed, sharded)
+    # interleaved: the post writes the target itself; sharded: x moves to L1 shards and the output moves to the target
+    assert got == dict.fromkeys(("classic", "async"), (True, 2 if sharded else 0))
