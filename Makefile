@@ -37,9 +37,9 @@ conformance: $(STAMP)
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
 
-# Mutation testing, one module or all (MODULE=accuracy|reference|rules|l1_budget|layouts|topology|triton), SAMPLE mutants each drawn
-# with SEED (SAMPLE=0: every mutant; a full rules run is hours on two cores). Prints the score per module and the
-# survivors (tools/mutation/README.md).
+# Mutation testing, one module or all (MODULE=accuracy|reference|rules|l1_budget|layouts|topology|triton|paths|planner|
+# ccl|module), SAMPLE mutants each drawn with SEED (SAMPLE=0: every mutant; a full rules run is hours on two cores).
+# Prints the score per module and the survivors (tools/mutation/README.md).
 MODULE ?=
 SAMPLE ?= 60
 SEED ?= 0

@@ -16,7 +16,7 @@ import torch
 import ttnn
 
 from tt_rmsnorm import distributed, topology
-from tt_rmsnorm.ccl import CCLResources
+from tt_rmsnorm.ccl import CCLResources, resources_for
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PlanCache
 from tt_rmsnorm.planning import layouts, paths, planner
@@ -283,7 +283,9 @@ class DistributedRMSNorm(PlannedModule):
     forward(x, mode="decode" | "prefill", residual=None) returns the output, or `(output, residual)` with a residual,
     x + residual written into `residual` in place (`tt_rmsnorm.distributed_rms_norm`'s residual contract).
     `output_memory_config` (per mode, or one for both) places the output for the next matmul; `gather_output=True`
-    all-gathers a distributed output along the axis so every device holds all of `dim`.
+    all-gathers a distributed output along the axis so every device holds all of `dim`. `ccl`: a `CCLResources` of the
+    mesh and axis, or the model's own CCL object (tt-metal's TT_CCL), whose cycled semaphores both gathers then use;
+    None creates the module's own resources.
 
     A call is planned and checked once per signature (the mode, the policy's answer, x's and the residual's specs);
     later calls with that signature make only their ttnn calls. Setting an attribute of the module plans again; a
@@ -306,7 +308,7 @@ class DistributedRMSNorm(PlannedModule):
         add_unit_offset: bool = False,
         is_distributed=None,
         cluster_axis=None,
-        ccl: CCLResources | None = None,
+        ccl=None,
         compute_kernel_config=None,
         output_memory_config=None,
         gather_output: bool = False,
@@ -331,7 +333,8 @@ class DistributedRMSNorm(PlannedModule):
         self.weight_distributed = None
         if self.num_devices > 1:
             self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
-        self.ccl = ccl
+        # a model's CCL object (tt-metal's TT_CCL) is adopted here, so that the output gather cycles its handles too
+        self.ccl = resources_for(ccl, mesh_device, self.cluster_axis)
         if self.ccl is None and self.num_devices > 1:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
         self._local_norm = LocalNorm(mesh_device)

@@ -56,5 +56,9 @@ class PlanCache:
         for key in [k for k in self._buckets if keep is None or not keep(k)]:
             del self._buckets[key]
 
+    def values(self) -> list:
+        """Every cached value, oldest key first."""
+        return [entry[-1] for bucket in self._buckets.values() for entry in bucket]
+
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets.values())

@@ -170,6 +170,29 @@ def test_is_distributed_policy_picks_the_weight_and_path(mode, width, local_plan
     assert shape == (1, 1, 32 if mode == "decode" else 128, width) and plans == local_plans
 
 
+def _replicated_both_modes(mesh):
+    """A never-distributed norm called in decode and prefill, twice each: one plan per signature, each output the
+    shape of its own input."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
+    dim = 4096
+    norm = tt_rmsnorm.DistributedRMSNorm(mesh, dim, {"norm.weight": torch.randn(dim)}, "norm", is_distributed=False)
+    shapes = []
+    for mode, tokens in (("decode", 32), ("prefill", 128), ("decode", 32), ("prefill", 128)):
+        x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, dim), mesh, cluster_axis=0)
+        shapes.append(tuple(ttnn.get_device_tensors(norm(x, mode))[0].shape))
+    return shapes, [plan.call.epsilon for plan in norm._local_norm.plans.values()]
+
+
+def test_a_replicated_norm_keeps_a_plan_per_signature():
+    shapes, epsilons = workers.run_isolated("t3k", _replicated_both_modes)
+    assert shapes == [(1, 1, 32, 4096), (1, 1, 128, 4096)] * 2
+    assert epsilons == [1e-5, 1e-5]  # two plans, with tt-metal's default epsilon where none is given
+
+
 def _one_device_on_the_axis(mesh, mode, weight_dtype):
     """Llama-70B's H = 8192 with one device on the gather axis: a T3000 1x8 gathering over axis 0."""
     import torch

@@ -151,6 +151,9 @@ def test_each_path_runs_its_ttnn_ops(system, path, tokens, ops, residual):
     assert calls == [c for c in ops if c != "to_memory_config"], got["calls"]
     if residual and path in ("classic", "async") and tokens == 128 or residual and path == "local":
         assert got["calls"][0] == "add", got["calls"]  # the interleaved post and rms_norm normalize their input
+    # a decode residual moved to L1 holds the sum in the moved copy: copied back into the caller's residual, last
+    copied_back = residual and path == "fused"
+    assert ("copy" in got["calls"]) == copied_back and (got["calls"][-1] == "copy") == copied_back, got["calls"]
     mesh = mock_cluster.MESH_SHAPES[system]
     local = (HIDDEN if system != "n150" else 4096) // mesh[1]
     assert [s for s, _ in got["out"]] == [(1, 1, tokens, local)] * (mesh[0] * mesh[1])
@@ -185,6 +188,38 @@ def _sharded_residual(mesh, system, path):
         "summed_is_residual": _address(summed) == _address(r),
         "x_kept": _address(x) != _address(r),
     }
+
+
+def _dram_input_on_the_sharded_layout(mesh, path, residual):
+    """Decode with x (and the residual) in DRAM, asked onto the sharded layout: moved to L1, normalized there, the
+    output moved back to x's DRAM; with a residual the sharded pre writes the sum over the moved residual, and the sum
+    is copied back into the caller's residual."""
+    import ttnn
+
+    import tt_rmsnorm
+
+    ccl, _, x, r, w = _setup(mesh, "t3k", 32)
+    call = dict(epsilon=1e-5, residual=r if residual else None, path=path, ccl=ccl, sharded=True)
+    tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+    with _Recorder(ttnn) as rec:
+        out = tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+    y, summed = out if residual else (out, r)
+    return rec.calls, y.memory_config() == x.memory_config(), _address(summed) == _address(r)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("path", ["classic", "async"])
+def test_a_dram_input_on_the_sharded_layout_moves_there_and_back(path, residual):
+    calls, output_in_dram, summed_is_residual = workers.run_isolated(
+        "t3k", _dram_input_on_the_sharded_layout, path, residual
+    )
+    gather = "all_gather" if path == "classic" else "all_gather_async"
+    norm = ["rms_norm_pre_all_gather", gather, "rms_norm_post_all_gather", "to_memory_config"]
+    if residual:  # residual and x to L1, the norm, the sum back to DRAM and into the residual
+        assert calls == ["to_memory_config", "to_memory_config", *norm, "to_memory_config", "copy"]
+    else:
+        assert calls == ["to_memory_config", *norm]
+    assert output_in_dram and summed_is_residual
 
 
 @pytest.mark.parametrize("system, path", [("t3k", "classic"), ("t3k", "async"), ("t3k", "fused"), ("galaxy", "fused")])
@@ -316,3 +351,92 @@ def _fused_into_next_matmul_config(mesh):
 def test_fused_writes_the_next_matmuls_memory_config():
     calls, placed = workers.run_isolated("t3k", _fused_into_next_matmul_config)
     assert calls == ["fused_rms_minimal"] and placed
+
+
+def _output_dtype(mesh, dtype):
+    """Each path of T3000 asked for an output dtype (None: x's)."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
+    ccl, plan, x, _, w = _setup(mesh, "t3k", 128)
+    decode = tt_rmsnorm.shard_activation(
+        torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=_setup(mesh, "t3k", 32)[1].norm.input_memory_config
+    )
+    out = getattr(ttnn, dtype) if dtype else None
+    got = {}
+    for path, t in (("classic", x), ("async", x), ("fused", decode)):
+        y = tt_rmsnorm.distributed_rms_norm(t, w, mesh, epsilon=1e-5, path=path, ccl=ccl, dtype=out)
+        got[path] = str(ttnn.get_device_tensors(y)[0].dtype).rsplit(".", 1)[-1]
+    return got
+
+
+@pytest.mark.parametrize("dtype", [None, "float32"])
+def test_every_path_writes_the_output_dtype_asked_for(dtype):
+    got = workers.run_isolated("t3k", _output_dtype, dtype)
+    assert got == dict.fromkeys(("classic", "async", "fused"), "FLOAT32" if dtype else "BFLOAT16")
+
+
+def _weight_reaches(mesh, with_weight):
+    """Which op receives which tensor as its weight, on every path of a T3000 (local: the one-device axis 0)."""
+    import torch
+
+    import tt_rmsnorm
+    from tt_rmsnorm.testing.recorder import recording
+
+    ccl, plan, x, _, w = _setup(mesh, "t3k", 128)
+    w = w if with_weight else None
+    decode = tt_rmsnorm.shard_activation(
+        torch.randn(1, 1, 32, HIDDEN), mesh, memory_config=_setup(mesh, "t3k", 32)[1].norm.input_memory_config
+    )
+    full = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, 4096), mesh, cluster_axis=0)
+    w_full = tt_rmsnorm.prepare_weight(torch.randn(4096), mesh, cluster_axis=0) if with_weight else None
+    runs = [("classic", x, w, None), ("async", x, w, None), ("local", full, w_full, 0)]
+    if with_weight:  # fused_rms_minimal takes a weight always
+        runs.append(("fused", decode, w, None))
+    got = {}
+    for path, t, weight, axis in runs:
+        call = dict(epsilon=1e-5, path=path, ccl=ccl if axis is None else None, cluster_axis=axis)
+        tt_rmsnorm.distributed_rms_norm(t, weight, mesh, **call)
+        with recording() as rec:
+            tt_rmsnorm.distributed_rms_norm(t, weight, mesh, **call)
+        got[path] = [(c.op, c.tensors["weight"] == id(weight)) for c in rec.calls if "weight" in c.tensors]
+    return got
+
+
+@pytest.mark.parametrize("with_weight", [True, False], ids=["weight", "no_weight"])
+def test_the_weight_reaches_the_op_that_applies_it(with_weight):
+    got = workers.run_isolated("t3k", _weight_reaches, with_weight)
+    expect = {
+        "classic": [("rms_norm_post_all_gather", True)],
+        "async": [("rms_norm_post_all_gather", True)],
+        "local": [("rms_norm", True)],
+        "fused": [("fused_rms_minimal", True)],
+    }
+    assert got == (expect if with_weight else {p: [] for p in ("classic", "async", "local")})
+
+
+def _output_placed(mesh, sharded):
+    """classic and async with the output asked for in L1 interleaved, from the interleaved or the sharded layout."""
+    import ttnn
+
+    import tt_rmsnorm
+    from tt_rmsnorm.testing.recorder import recording
+
+    ccl, _, x, _, w = _setup(mesh, "t3k", 32 if sharded else 128)
+    got = {}
+    for path in ("classic", "async"):
+        call = dict(epsilon=1e-5, path=path, ccl=ccl, sharded=sharded, memory_config=ttnn.L1_MEMORY_CONFIG)
+        tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+        with recording() as rec:
+            y = tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
+        got[path] = (y.memory_config() == ttnn.L1_MEMORY_CONFIG, rec.ops.count("to_memory_config"))
+    return got
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["interleaved", "sharded"])
+def test_the_output_lands_in_the_memory_config_asked_for(sharded):
+    got = workers.run_isolated("t3k", _output_placed, sharded)
+    # interleaved: the post writes the target itself; sharded: x moves to L1 shards and the output moves to the target
+    assert got == dict.fromkeys(("classic", "async"), (True, 2 if sharded else 0))

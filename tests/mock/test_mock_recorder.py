@@ -1,6 +1,7 @@
 """The recorder of ttnn calls (`tt_rmsnorm.testing.recorder`) on a mock T3000: the ops in order by their own names,
-semaphore handles and persistent buffers by identity, allocations with what they made, a call that raises still
-recorded, ttnn's own nested calls folded into the outer one, and ttnn's entry points restored after the block."""
+semaphore handles, persistent buffers and tensor arguments by identity, allocations with what they made, a call that
+raises still recorded, ttnn's own nested calls folded into the outer one, and ttnn's entry points restored after the
+block."""
 
 import pytest
 
@@ -42,6 +43,9 @@ def _record(mesh):
         "x_upload_seen": len(uploads) == 1 and uploads[0].made == id(x),
         "restored": (ttnn.rms_norm, ttnn.experimental.all_gather_async, ttnn.from_torch) == originals,
         "semaphores_created": len(created),
+        "post_tensors": sorted(rec.calls_of("rms_norm_post_all_gather")[0].tensors),
+        "post_weight": rec.calls_of("rms_norm_post_all_gather")[0].tensors["weight"] == id(w),
+        "pre_input": rec.calls_of("rms_norm_pre_all_gather")[0].tensors == {"input_tensor": id(x)},
         "uploads": [c.name for c in made.allocations if c.name != "create_global_semaphore"],
     }
 
@@ -55,4 +59,6 @@ def test_the_recorder_lists_ops_handles_buffers_and_allocations():
     assert got["gather_arguments"] == ["barrier_semaphore", "multi_device_global_semaphore"]
     assert got["semaphores_created"] == 2 * (2 + 1 + 1)  # two sets of (2 gather, barrier, fused)
     assert got["uploads"] == ["from_torch", "as_tensor"]  # as_tensor's own from_torch is part of it
+    # tensor arguments by ttnn's names: the post's input, the gathered stats and the weight
+    assert got["post_tensors"] == ["input_tensor", "stats", "weight"] and got["post_weight"] and got["pre_input"]
     assert got["restored"]

@@ -111,13 +111,19 @@ def test_plan_runs_every_rule_of_its_ops():
 
 
 @pytest.mark.parametrize(
-    "mesh_shape, system, links",
-    [(N300, "N300", 1), (T3K, "T3000", 1), (GALAXY, "Galaxy", 1), ((2, 2), "2x2 mesh", 1)],
+    "mesh_shape, system, links, available",
+    [
+        (N300, "N300", 1, (1, 1)),
+        (T3K, "T3000", 1, (1, 1)),
+        (GALAXY, "Galaxy", 1, (4, 3)),  # 4 links down a column, 3 along a row
+        ((2, 2), "2x2 mesh", 1, (1, 1)),
+    ],
     ids=["n300", "t3k", "galaxy", "unknown"],
 )
-def test_link_choice_per_system(mesh_shape, system, links):
+def test_link_choice_per_system(mesh_shape, system, links, available):
     choice = ccl.link_choice(mesh_shape)
     assert (choice.system, choice.num_links, choice.topology) == (system, links, ttnn.Topology.Linear)
+    assert choice.available == available and choice.num_links <= min(choice.available)
     assert choice.reason
 
 
@@ -132,6 +138,17 @@ def test_config_key_follows_mutation():
 
 def test_choose_names_every_path():
     assert set(paths.PATHS) == {"classic", "async", "fused", "local"}
+
+
+def test_a_path_name_is_read_by_value():
+    """A path named by a string built at run time (a config file, a CLI flag) is the same path as the literal."""
+    auto = "".join(["au", "to"])
+    name, reason = paths.choose((1, 1, 128, 1024), 8, ccl=True, has_weight=True, path=auto)
+    assert (name, reason) == paths.choose((1, 1, 128, 1024), 8, ccl=True, has_weight=True)
+    assert paths.choose((1, 1, 128, 1024), 8, ccl=True, has_weight=True, path="".join(["cla", "ssic"])) == (
+        "classic",
+        "asked for",
+    )
 
 
 @pytest.mark.parametrize(

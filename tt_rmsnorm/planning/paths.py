@@ -19,7 +19,6 @@ calls, with their arguments bound at planning time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import ttnn
@@ -369,7 +368,7 @@ def choose(
         return "local", "one device on the gather axis: plain rms_norm, no stats gather"
     if ccl is None:
         return "classic", "no CCL resources given: async and fused need semaphores created before the call"
-    if one_tile_row(local_shape) and has_weight and math.prod(local_shape[:-2]) == 1:
+    if one_tile_row(local_shape) and has_weight:  # one tile row: padded height 32 and batch 1
         if in_l1:
             return "fused", "decode (one tile row): pre, gather and post in one program"
         return "async", "decode input in DRAM: the interleaved layout runs it where it is (fused takes L1 shards)"

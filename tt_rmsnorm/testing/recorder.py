@@ -56,25 +56,34 @@ ALLOCATIONS = (
     "full",
 )
 
-# Arguments that hand an op a buffer it writes in place of allocating one: the persistent buffers of the traced gathers.
-PERSISTENT_ARGUMENTS = ("persistent_output_tensor", "persistent_output_buffer", "stats")
+# Arguments that hand an op a buffer it writes in place of allocating one: the persistent buffers of the traced gathers,
+# by op (the post's `stats` is an input it reads, the fused op's a buffer it gathers into).
+PERSISTENT_ARGUMENTS = {
+    "all_gather_async": ("persistent_output_tensor", "persistent_output_buffer"),
+    "fused_rms_minimal": ("persistent_output_tensor", "stats"),
+}
 
-# Positional parameters of the ops that take a semaphore positionally (ttnn's own names).
+# Positional parameters of the norm ops, by ttnn's own names (any other op's positional arguments are `arg0`, ...).
 POSITIONAL_NAMES = {
     "fused_rms_minimal": ("input_tensor", "program_config", "cluster_axis", "mesh_device", "global_semaphore"),
+    "rms_norm": ("input_tensor",),
+    "rms_norm_pre_all_gather": ("input_tensor",),
+    "rms_norm_post_all_gather": ("input_tensor", "stats"),
 }
 
 
 @dataclass(frozen=True)
 class Call:
     """One recorded ttnn call. `semaphores`: the global semaphore handles by argument name (a list argument gives
-    several); `buffers`: the persistent buffers by argument name; `made`: the identity of what an allocation
-    returned (None for an op)."""
+    several); `buffers`: the persistent buffers by argument name; `tensors`: every ttnn tensor argument by name
+    (`weight`, `residual_input_tensor`, ...; positional ones `arg0`, `arg1`, ... unless ttnn's name is known);
+    `made`: the identity of what an allocation returned (None for an op)."""
 
     name: str  # as called on ttnn: "rms_norm", "experimental.all_gather_async"
     semaphores: dict[str, tuple[int, ...]] = field(default_factory=dict)
     buffers: dict[str, int] = field(default_factory=dict)
     made: int | None = None
+    tensors: dict[str, int] = field(default_factory=dict)
 
     @property
     def op(self) -> str:
@@ -120,18 +129,24 @@ class Recording:
 
     def _record(self, name: str, args, kwargs) -> int:
         """Records a call as it starts (a call that raises is still seen); returns its index."""
+        import ttnn
+
         semaphore_type = _semaphore_type()
         positional = POSITIONAL_NAMES.get(name.rsplit(".", 1)[-1], ())
         named = {(positional[i] if i < len(positional) else f"arg{i}"): a for i, a in enumerate(args)}
         named.update(kwargs)
-        semaphores, buffers = {}, {}
+        persistent = PERSISTENT_ARGUMENTS.get(name.rsplit(".", 1)[-1], ())
+        semaphores, buffers, tensors = {}, {}, {}
         for arg, value in named.items():
             handles = value if isinstance(value, list | tuple) else [value]
             if handles and all(isinstance(h, semaphore_type) for h in handles):
                 semaphores[arg] = tuple(self.identity(h) for h in handles)
-            elif arg in PERSISTENT_ARGUMENTS and value is not None:
+                continue
+            if isinstance(value, ttnn.Tensor):
+                tensors[arg] = self.identity(value)
+            if arg in persistent and value is not None:
                 buffers[arg] = self.identity(value)
-        self.calls.append(Call(name, semaphores, buffers))
+        self.calls.append(Call(name, semaphores, buffers, tensors=tensors))
         return len(self.calls) - 1
 
     def _wrap(self, name: str, fn):

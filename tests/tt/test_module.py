@@ -1,0 +1,65 @@
+"""The parts of `DistributedRMSNorm` that need no device: the weight from a state_dict, the memory config of a gathered
+output, whether a ROW_MAJOR weight fits the interleaved rms_norm, and the width check of its inputs (remembered per
+spec, a bounded number of specs)."""
+
+import pytest
+import torch
+import ttnn
+
+from tt_rmsnorm import module
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planning import layouts
+
+
+def test_the_weight_is_read_by_name_as_float_and_must_have_dim_elements():
+    sd = {"layers.0.ffn_norm.weight": torch.arange(64, dtype=torch.bfloat16).reshape(2, 32)}
+    w = module.state_dict_weight(sd, "layers.0.ffn_norm.weight", 64)
+    assert w.dtype == torch.float32 and w.shape == (64,) and torch.equal(w, torch.arange(64, dtype=torch.float32))
+    with pytest.raises(RuleError) as err:
+        module.state_dict_weight(sd, "layers.1.ffn_norm.weight", 64)
+    assert err.value.rule == "module.weight_key" and "layers.1.ffn_norm.weight" in str(err.value)
+    with pytest.raises(RuleError) as err:
+        module.state_dict_weight(sd, "layers.0.ffn_norm.weight", 128)
+    assert err.value.rule == "module.weight_size" and "64" in str(err.value)
+
+
+def _sharded(layout, width=128, orientation=ttnn.ShardOrientation.ROW_MAJOR, buffer=ttnn.BufferType.L1):
+    grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(0, 0), ttnn.CoreCoord(7, 3))})
+    return ttnn.MemoryConfig(layout, buffer, ttnn.ShardSpec(grid, [32, width], orientation))
+
+
+def test_a_gathered_width_sharded_output_keeps_its_cores_with_wider_shards():
+    mc = _sharded(ttnn.TensorMemoryLayout.WIDTH_SHARDED, orientation=ttnn.ShardOrientation.COL_MAJOR)
+    wide = module.gathered_memory_config(mc, 8)
+    assert wide.memory_layout == mc.memory_layout and wide.buffer_type == mc.buffer_type
+    assert wide.shard_spec.grid == mc.shard_spec.grid and wide.shard_spec.orientation == mc.shard_spec.orientation
+    assert list(wide.shard_spec.shape) == [32, 128 * 8]
+    height = _sharded(ttnn.TensorMemoryLayout.HEIGHT_SHARDED)
+    assert module.gathered_memory_config(height, 8) is height
+    assert module.gathered_memory_config(ttnn.DRAM_MEMORY_CONFIG, 8) is ttnn.DRAM_MEMORY_CONFIG
+
+
+def test_a_row_major_weight_fits_the_interleaved_norm_up_to_a_core_of_l1():
+    ck = layouts.compute_kernel_config()
+    assert module.row_major_fits(4096, ttnn.bfloat16, ck)
+    assert not module.row_major_fits(8192, ttnn.bfloat16, ck)  # 1,772,896 B of L1 with the ROW_MAJOR weight
+
+
+class _Input:
+    """What the width rule reads of a ttnn tensor: its shape."""
+
+    def __init__(self, width):
+        self.shape = (1, 1, 32, width)
+
+
+def test_input_widths_are_checked_per_mode():
+    module.check_input_width(_Input(1024), 8192, 8, distributed=True)
+    module.check_input_width(_Input(8192), 8192, 8, distributed=False)
+    with pytest.raises(RuleError) as err:
+        module.check_input_width(_Input(8192), 8192, 8, distributed=True)
+    assert err.value.rule == "module.input_width" and "width 8192" in str(err.value) and "1024 wide" in str(err.value)
+    assert "shard the activation" in err.value.fix
+    with pytest.raises(RuleError) as err:
+        module.check_input_width(_Input(1024), 8192, 8, distributed=False)
+    assert "width 1024" in str(err.value) and "8192 wide" in str(err.value)
+    assert "gather the fractured activation" in err.value.fix
