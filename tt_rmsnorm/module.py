@@ -166,6 +166,13 @@ class WeightLoader:
 
 def check_input_width(x, dim: int, num_devices: int, distributed: bool) -> None:
     """The widths a norm takes: `dim` replicated, `dim / n` where distributed."""
+    if not isinstance(x, ttnn.Tensor):
+        raise RuleError(
+            "input.ttnn_tensor",
+            "x must be a ttnn mesh tensor",
+            type(x).__name__,
+            "tt_rmsnorm.shard_activation(x, mesh_device)",
+        )
     width = dim // num_devices if distributed else dim
     seen = tuple(x.shape)[-1]
     if seen != width:

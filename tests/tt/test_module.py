@@ -45,11 +45,15 @@ def test_a_row_major_weight_fits_the_interleaved_norm_up_to_a_core_of_l1():
     assert not module.row_major_fits(8192, ttnn.bfloat16, ck)  # 1,772,896 B of L1 with the ROW_MAJOR weight
 
 
-class _Input:
+class _Input(ttnn.Tensor):
     """What the width rule reads of a ttnn tensor: its shape."""
 
     def __init__(self, width):
-        self.shape = (1, 1, 32, width)
+        self._shape = (1, 1, 32, width)
+
+    @property
+    def shape(self):
+        return self._shape
 
 
 def test_input_widths_are_checked_per_mode():
@@ -63,3 +67,6 @@ def test_input_widths_are_checked_per_mode():
         module.check_input_width(_Input(1024), 8192, 8, distributed=False)
     assert "width 1024" in str(err.value) and "8192 wide" in str(err.value)
     assert "gather the fractured activation" in err.value.fix
+    with pytest.raises(RuleError) as err:
+        module.check_input_width([[1.0] * 8192], 8192, 8, distributed=False)
+    assert err.value.rule == "input.ttnn_tensor" and "list" in str(err.value)
