@@ -289,3 +289,21 @@ def test_a_planned_module_call_checks_a_new_signature_and_plans_again_after_an_a
     rule, before, after, epsilons = workers.run_isolated("t3k", _planned_then_changed)
     assert rule == "module.input_width"
     assert (before, after) == (1, 2) and epsilons == [1e-5, 1e-3]
+
+
+def _residual_after_none(mesh):
+    """A module called without a residual, then with one of the same x: the second call is another signature."""
+    import torch
+
+    import tt_rmsnorm
+
+    norm = tt_rmsnorm.DistributedRMSNorm(mesh, DIM, _state_dict(), "ffn_norm", layer_num=1)
+    x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM), mesh)
+    h = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM), mesh)
+    first = norm(x, "prefill")
+    second = norm(x, "prefill", residual=h)
+    return isinstance(first, tuple), isinstance(second, tuple) and second[1] is h
+
+
+def test_a_call_with_a_residual_after_one_without_runs_the_residual_plan():
+    assert workers.run_isolated("t3k", _residual_after_none) == (False, True)

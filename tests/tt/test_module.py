@@ -43,6 +43,9 @@ def test_a_row_major_weight_fits_the_interleaved_norm_up_to_a_core_of_l1():
     ck = layouts.compute_kernel_config()
     assert module.row_major_fits(4096, ttnn.bfloat16, ck)
     assert not module.row_major_fits(8192, ttnn.bfloat16, ck)  # 1,772,896 B of L1 with the ROW_MAJOR weight
+    with pytest.raises(RuleError) as err:  # another rule is the caller's to see, not a verdict on the fit
+        module.row_major_fits(100, ttnn.bfloat16, ck)
+    assert err.value.rule == "weight.row_major_shape"
 
 
 class _Input(ttnn.Tensor):
@@ -70,3 +73,77 @@ def test_input_widths_are_checked_per_mode():
     with pytest.raises(RuleError) as err:
         module.check_input_width([[1.0] * 8192], 8192, 8, distributed=False)
     assert err.value.rule == "input.ttnn_tensor" and "list" in str(err.value)
+
+
+class _Tensor(ttnn.Tensor):
+    """What a module's planned calls read of a ttnn tensor: its spec and storage, each read a fresh object equal to
+    the last (as ttnn returns them)."""
+
+    def __init__(self, spec, storage="DEVICE"):
+        self._spec, self._storage = spec, storage
+
+    @property
+    def spec(self):
+        return tuple(self._spec)
+
+    def storage_type(self):
+        return "".join(self._storage)
+
+
+class _Counting(module.PlannedModule):
+    """A module whose plan for a signature is numbered: the count says how often it planned."""
+
+    def __init__(self):
+        self.made = []  # appended to, not set: setting an attribute forgets the planned calls
+
+    @property
+    def count(self):
+        return len(self.made)
+
+    def plan(self, tag):
+        self.made.append(tag)
+        return f"run{self.count}", tag
+
+
+def test_a_planned_module_plans_once_per_signature_and_finds_the_earlier_ones():
+    m = _Counting()
+    x, y = _Tensor(["x"]), _Tensor(["y"])
+    assert m.planned(("decode", True), x, None, m.plan, "w") == ("run1", "w")
+    assert m.planned(("decode", True), _Tensor(["x"]), None, m.plan, "w") == ("run1", "w")  # an equal spec
+    assert m.planned(("prefill", True), x, None, m.plan, "w") == ("run2", "w")  # another key
+    assert m.planned(("decode", True), x, None, m.plan, "w") == ("run1", "w")  # found again, not planned
+    assert m.planned(("decode", True), y, None, m.plan, "w") == ("run3", "w")  # another spec
+    assert m.planned(("decode", True), _Tensor(["y"], "HOST"), None, m.plan, "w") == ("run4", "w")  # storage
+    assert m.planned(("a",), x, None, m.plan, "w") == ("run5", "w")  # keys that order before and after
+    assert m.planned(("z",), x, None, m.plan, "w") == ("run6", "w")
+    assert m.count == 6
+
+
+def test_the_residual_is_part_of_the_signature():
+    m, x = _Counting(), _Tensor(["x"])
+    assert m.planned("k", x, None, m.plan, 0) == ("run1", 0)
+    assert m.planned("k", x, _Tensor(["r"]), m.plan, 0) == ("run2", 0)
+    assert m.planned("k", x, _Tensor(["r"]), m.plan, 0) == ("run2", 0)  # the last call, its residual equal
+    assert m.planned("k", x, _Tensor(["s"]), m.plan, 0) == ("run3", 0)
+    assert m.planned("k", x, None, m.plan, 0) == ("run1", 0)
+    assert m.count == 3
+
+
+def test_the_last_call_matches_only_its_own_signature_without_a_residual():
+    m, x = _Counting(), _Tensor(["x"])
+    assert module.last_call(m._last, "k", x) is None  # nothing planned yet
+    m.planned("k", x, None, m.plan, "w")
+    assert module.last_call(m._last, "k", _Tensor(["x"])) == ("run1", "w")
+    assert module.last_call(m._last, "other", x) is None
+    assert module.last_call(m._last, "k", _Tensor(["y"])) is None
+    assert module.last_call(m._last, "k", _Tensor(["x"], "HOST")) is None
+    assert module.last_call(m._last, "k", ["not a tensor"]) is None
+    m.planned("k", x, _Tensor(["r"]), m.plan, "w")  # the last call now had a residual
+    assert module.last_call(m._last, "k", x) is None
+
+
+def test_setting_an_attribute_forgets_the_planned_calls():
+    m, x = _Counting(), _Tensor(["x"])
+    m.planned("k", x, None, m.plan, "w")
+    m.eps = 1e-3
+    assert m.planned("k", x, None, m.plan, "w") == ("run2", "w") and m.count == 2
