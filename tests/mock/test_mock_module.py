@@ -302,8 +302,15 @@ def _residual_after_none(mesh):
     h = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM), mesh)
     first = norm(x, "prefill")
     second = norm(x, "prefill", residual=h)
-    return isinstance(first, tuple), isinstance(second, tuple) and second[1] is h
+    short = tt_rmsnorm.shard_activation(torch.randn(1, 1, 64, DIM), mesh)
+    norm(x, "prefill")
+    try:  # the residual's rules are checked: the last residual-free call is not reused for it
+        norm(x, "prefill", residual=short)
+        rule = None
+    except tt_rmsnorm.RuleError as e:
+        rule = e.rule
+    return isinstance(first, tuple), isinstance(second, tuple) and second[1] is h, rule
 
 
 def test_a_call_with_a_residual_after_one_without_runs_the_residual_plan():
-    assert workers.run_isolated("t3k", _residual_after_none) == (False, True)
+    assert workers.run_isolated("t3k", _residual_after_none) == (False, True, "residual.shape")
