@@ -191,7 +191,7 @@ def check_input_width(x, dim: int, num_devices: int, distributed: bool) -> None:
 
 
 class LocalNorm:
-    """rms_norm of full-width (replicated) activations on every device, planned and checked once per signature."""
+    """The checked plans of rms_norm of full-width (replicated) activations on every device, one per signature."""
 
     def __init__(self, mesh_device):
         self.mesh_device = mesh_device
@@ -226,16 +226,14 @@ class LocalNorm:
         self.plans.remember(key, x, weight, residual, plan)
         return plan
 
-    def __call__(self, x, weight, residual=None, **kw):
-        return self.plan(x, weight, residual, **kw).run(x, weight, residual)
-
 
 def last_call(last, key, x):
-    """A module's last planned call `(run, w)` where a call without a residual has its signature (key, x's spec and
-    storage), else None: the check a forward makes before `PlannedModule.planned`, without building its arguments."""
-    if last is not None and last[0] == key and last[3] is None and isinstance(x, ttnn.Tensor):
+    """A module's last planned call `(run, w)` where this call, without a residual, has its signature (key, x's spec
+    and storage), else None: the check a forward makes before `PlannedModule.planned`, without building its
+    arguments."""
+    if last is not None and last[0] == key and isinstance(x, ttnn.Tensor):
         if last[1] == x.spec and last[2] == x.storage_type():
-            return last[4], last[5]
+            return last[3], last[4]
     return None
 
 
@@ -244,11 +242,11 @@ class PlannedModule:
     passed: a known signature runs its ttnn calls and nothing else. Setting any attribute of the module forgets them
     (a planned call binds the module's weights and configs as they were when it was planned).
 
-    A planned call is `(run, w)`, called as `run(x, w, residual)`. The last signature a module saw is compared first,
-    without a lookup: a decoder calls each of its norms with one signature per mode, and the few tenths of a
-    microsecond a lookup costs are a few percent of the host time of a one-chip rms_norm."""
+    A planned call is `(run, w)`, called as `run(x, w, residual)`. The last call without a residual is compared
+    first (`last_call`), without a lookup: a decoder calls each of its norms with one signature per mode, and the few
+    tenths of a microsecond a lookup costs are a few percent of the host time of a one-chip rms_norm."""
 
-    _last = None  # (key, x's spec, x's storage, the residual's signature, run, w): the last call, planned
+    _last = None  # (key, x's spec, x's storage, run, w) of the last call, where it had no residual
 
     def __setattr__(self, name, value):
         object.__setattr__(self, name, value)
@@ -260,15 +258,6 @@ class PlannedModule:
     def planned(self, key, x, residual, plan, *args):
         """The call planned for (key, x's and the residual's specs); `plan(*args)` makes it for a new signature."""
         try:
-            last = self._last
-            if (
-                last is not None
-                and last[0] == key
-                and last[1] == x.spec
-                and last[2] == x.storage_type()
-                and (last[3] is None if residual is None else last[3] == (residual.spec, residual.storage_type()))
-            ):
-                return last[4], last[5]
             calls = self.__dict__.get("_planned")
             if calls is None:
                 calls = self.__dict__["_planned"] = PlanCache()
@@ -276,8 +265,7 @@ class PlannedModule:
             if call is None:
                 call = plan(*args)
                 calls.remember(key, x, None, residual, call)
-            r = None if residual is None else (residual.spec, residual.storage_type())
-            self.__dict__["_last"] = (key, x.spec, x.storage_type(), r, *call)
+            self.__dict__["_last"] = None if residual is not None else (key, x.spec, x.storage_type(), *call)
             return call
         except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable key: checked in full
             return plan(*args)

@@ -18,10 +18,6 @@ BY_ID = {s.id: s for s in SCENARIOS}
 
 def _module(mesh, s):
     """The scenario's module and its input (and residual), as tt-metal's decoder builds and feeds them."""
-    import torch
-    import ttnn
-
-    import tt_rmsnorm
     from tt_rmsnorm.testing import tt_metal_stand_ins as stand_ins
 
     tg = s.system == "galaxy"
@@ -29,29 +25,10 @@ def _module(mesh, s):
         layer, _, _, _ = stand_ins.decoder_norm_module(mesh, tg, weight_dtype=s.weight_dtype)
         x = stand_ins.decoder_input(mesh, s.mode, tg, activation_dtype=s.activation_dtype)
         return (lambda x, res: layer(x, s.mode)), x, None
-    from tt_rmsnorm.compat import RMSNorm
-    from tt_rmsnorm.compat.llama_galaxy import DistributedNorm
-
-    args = stand_ins.ModelArgs(mesh, ("decode", "prefill"))
-    norm = RMSNorm(
-        mesh,
-        stand_ins.DIM,
-        {"layers.0.ffn_norm.weight": torch.randn(stand_ins.DIM)},
-        "ffn_norm",
-        state_dict_prefix="layers.0.",
-        is_distributed=args.is_distributed_norm,
-    )
-    layer = DistributedNorm(norm, args, TG=True, tt_ccl=stand_ins.ModelCCL(mesh))
-    mc = layer.gather_in_mem_cfg if s.mode == "decode" else None
+    layer = stand_ins.galaxy_norm_module(mesh, stand_ins.ModelCCL(mesh), "ffn_norm")
 
     def activation():
-        return tt_rmsnorm.shard_activation(
-            torch.randn(1, 1, s.tokens, stand_ins.DIM),
-            mesh,
-            cluster_axis=1,
-            dtype=getattr(ttnn, s.activation_dtype),
-            memory_config=mc,
-        )
+        return stand_ins.galaxy_input(mesh, s.mode, layer, s.activation_dtype)
 
     return (lambda x, res: layer(x, res, s.mode)), activation(), activation() if s.residual else None
 

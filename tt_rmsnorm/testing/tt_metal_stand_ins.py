@@ -150,41 +150,54 @@ def decoder_norm(mesh, mode, tg, distributed_modes=None, activation_dtype="bfloa
     return first, second, tt_ccl.calls
 
 
-def galaxy_decoder_norm(mesh, mode, with_residual, activation_dtype="bfloat16"):
-    """The Llama-70B Galaxy decoder's norm (llama3_70b_galaxy's DistributedNorm around tt-metal's RMSNorm, TG) through
-    `tt_rmsnorm.compat.llama_galaxy`, called as its decoder calls it: `norm(x, res, mode)`, decode activations already
-    on the decoder's width-sharded grid, prefill in DRAM. Returns the facts of the output and of the second element
-    of the pair, and whether that element is the caller's residual itself."""
+def galaxy_norm_module(mesh, tt_ccl, key="attention_norm"):
+    """The Llama-70B Galaxy decoder's norm as its decoder builds it (llama3_70b_galaxy's DistributedNorm around
+    tt-metal's RMSNorm, TG), through `tt_rmsnorm.compat.llama_galaxy`, with the model's CCL object."""
     import torch
     import ttnn
 
-    import tt_rmsnorm
     from tt_rmsnorm.compat import RMSNorm
     from tt_rmsnorm.compat.llama_galaxy import DistributedNorm
 
     args = ModelArgs(mesh, ("decode", "prefill"))
-    tt_ccl = ModelCCL(mesh)
     norm = RMSNorm(
         device=mesh,
         dim=DIM,
-        state_dict={"layers.0.attention_norm.weight": torch.randn(DIM)},
-        weight_key="attention_norm",
+        state_dict={f"layers.0.{key}.weight": torch.randn(DIM)},
+        weight_key=key,
         state_dict_prefix="layers.0.",
         weight_dtype=ttnn.bfloat16,
         is_distributed=args.is_distributed_norm,
     )
-    layer = DistributedNorm(norm, args, TG=True, tt_ccl=tt_ccl, ccl_topology=ttnn.Topology.Linear)
+    return DistributedNorm(norm, args, TG=True, tt_ccl=tt_ccl, ccl_topology=ttnn.Topology.Linear)
+
+
+def galaxy_input(mesh, mode, layer, activation_dtype="bfloat16"):
+    """An activation of the Galaxy decoder: fractured over the mesh columns, decode already on the norm's width-sharded
+    grid, prefill in DRAM."""
+    import torch
+    import ttnn
+
+    import tt_rmsnorm
+
     tokens = 32 if mode == "decode" else 128
-    mc = layer.gather_in_mem_cfg if mode == "decode" else None
-    dtype = getattr(ttnn, activation_dtype)
+    return tt_rmsnorm.shard_activation(
+        torch.randn(1, 1, tokens, DIM),
+        mesh,
+        cluster_axis=1,
+        dtype=getattr(ttnn, activation_dtype),
+        memory_config=layer.gather_in_mem_cfg if mode == "decode" else None,
+    )
 
-    def activation():
-        return tt_rmsnorm.shard_activation(
-            torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=1, dtype=dtype, memory_config=mc
-        )
 
-    x = activation()
-    res = activation() if with_residual else None
+def galaxy_decoder_norm(mesh, mode, with_residual):
+    """The Galaxy decoder's norm called as its decoder calls it: `norm(x, res, mode)`. Returns the facts of the output
+    and of the second element of the pair, whether that element is the caller's residual itself, whether a second
+    call gives the same facts, and the model CCL object's calls."""
+    tt_ccl = ModelCCL(mesh)
+    layer = galaxy_norm_module(mesh, tt_ccl)
+    x = galaxy_input(mesh, mode, layer)
+    res = galaxy_input(mesh, mode, layer) if with_residual else None
     out, back = layer(x, res, mode)
     again, _ = layer(x, res, mode)  # planned once: the second call runs the same plan
     return facts(out), None if back is None else facts(back), back is res, facts(again) == facts(out), tt_ccl.calls
@@ -196,12 +209,8 @@ def decoder_layer(mesh, mode, system):
     decoder's `attention_norm(x, None, mode)` then `ff_norm(attn_out, h, mode)` with the residual stream h updated in
     place. The layer runs once to plan, then once recorded. Returns (facts of the attention norm's output, facts of
     the ff norm's output, the ops the recorded layer issued, the allocations it made)."""
-    import torch
     import ttnn
 
-    import tt_rmsnorm
-    from tt_rmsnorm.compat import RMSNorm
-    from tt_rmsnorm.compat.llama_galaxy import DistributedNorm as GalaxyNorm
     from tt_rmsnorm.testing import recorder
 
     tg = system == "galaxy"
@@ -217,21 +226,9 @@ def decoder_layer(mesh, mode, system):
             return attn_in, ff_norm(h, mode)
 
     else:
-        args, tt_ccl = ModelArgs(mesh, ("decode", "prefill")), ModelCCL(mesh)
-
-        def norm(key):
-            sd = {f"layers.0.{key}.weight": torch.randn(DIM)}
-            inner = RMSNorm(mesh, DIM, sd, key, state_dict_prefix="layers.0.", is_distributed=args.is_distributed_norm)
-            return GalaxyNorm(inner, args, TG=True, tt_ccl=tt_ccl, ccl_topology=ttnn.Topology.Linear)
-
-        attention_norm, ff_norm = norm("attention_norm"), norm("ffn_norm")
-        mc = attention_norm.gather_in_mem_cfg if mode == "decode" else None
-        tokens = 32 if mode == "decode" else 128
-
-        def activation():
-            return tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, DIM), mesh, cluster_axis=1, memory_config=mc)
-
-        x, attn_out = activation(), activation()
+        tt_ccl = ModelCCL(mesh)
+        attention_norm, ff_norm = galaxy_norm_module(mesh, tt_ccl), galaxy_norm_module(mesh, tt_ccl, "ffn_norm")
+        x, attn_out = galaxy_input(mesh, mode, attention_norm), galaxy_input(mesh, mode, attention_norm)
 
         def layer():
             attn_in, _ = attention_norm(x, None, mode)

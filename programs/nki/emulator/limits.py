@@ -31,9 +31,7 @@ TENSOR_TENSOR = (
     "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/generated/nki.isa.tensor_tensor.html"
 )
 NC_MATMUL = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.nc_matmul.html"
-NL_MATMUL = (
-    "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.25.0/general/nki/api/generated/nki.language.matmul.html"
-)
+NL_MATMUL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.matmul.html"
 BN_STATS = _API + "nki.isa.bn_stats.html"
 BN_AGGR = _API + "nki.isa.bn_aggr.html"
 NKI_TENSOR = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/deep-dives/nki-aps.html"

@@ -36,13 +36,12 @@ PUSHED = (Strategy.ONE_SHOT_FLAGS, Strategy.ONE_SHOT_LAMPORT, Strategy.TWO_SHOT_
 
 
 # The dispatch, per world size: rows (largest payload T * H * itemsize per rank, strategy, strategy with a residual),
-# the
-# first row whose payload bound holds is taken. Bounds are in rows of H = 8192 bf16 (16 KiB), the shape every number
+# the first row whose payload bound holds is taken. Bounds are in rows of H = 8192 bf16 (16 KiB), the shape every number
 # was measured at with benchmarks/triton/allreduce.py (slowest rank, CUDA-graph replays, ratios against NCCL
 # all_reduce + our fused norm/FP8 in the same run); a payload between two measured T goes to the smaller T's strategy.
 # The numbers: 2 and 4 x H100 (nvidia-h100-x4, NV18 between every pair), T = 1, 8, 32, 64, ..., 8192 with and without
-# a residual, best launch shape of 1x8, 1x16, 2x16 (a residual: the default shape), us. A second run of the same
-# command with this table (docs/allreduce.md, "Dispatch") kept the order at every bound but near-ties (within 0.5 us
+# a residual, best launch shape of 1x8, 1x16, 2x16 (a residual: the default shape), us. The same command
+# repeated with this table (docs/allreduce.md, "Dispatch") keeps the order at every bound but near-ties (within 0.5 us
 # at 4 ranks T = 32, and T = 64 with a residual), two-shot Lamport 100.9 against two-shot pulled 103.0 at 2 ranks
 # T = 2048 (the dispatched call 97.7) and one-shot flags with a residual at 4 ranks T = 1 (18.8 against 8.8 of
 # one-shot Lamport; the dispatched call 8.9).
