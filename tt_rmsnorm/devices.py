@@ -10,8 +10,8 @@ import torch
 import ttnn
 
 from tt_rmsnorm.ccl import forget_adopted
-from tt_rmsnorm.distributed import forget_plans
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.plan_cache import forget_plans
 from tt_rmsnorm.rules.common import GAMMA_DTYPES
 from tt_rmsnorm.tiles import TILE
 from tt_rmsnorm.topology import check_local_width, mapper, resolve_cluster_axis

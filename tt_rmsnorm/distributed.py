@@ -1,9 +1,9 @@
 """Distributed RMSNorm over a mesh as one call.
 
-`distributed_rms_norm` checks and plans once per call signature: everything a rule reads (tensor specs and storage,
-mesh, axis, path, configs, output dtype and memory config, epsilon, CCL resources) forms a key; a new key is planned
-and checked in full (`tt_rmsnorm.planning.planner`) before any device work, a known key goes straight to the plan's
-ttnn calls. `plan_distributed_rms_norm` answers the same question for a shape, without a device.
+`distributed_rms_norm` checks and plans once per call signature (`tt_rmsnorm.signature`: the mesh, every keyword, the
+CCL object, x's and the residual's specs, the weight): a new signature is planned and checked in full
+(`tt_rmsnorm.planning.planner`) before any device work and cached (`tt_rmsnorm.plan_cache`), a known one goes straight
+to the plan's ttnn calls. `plan_distributed_rms_norm` answers the same question for a shape, without a device.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from loguru import logger
 
 from tt_rmsnorm.ccl import resources_for
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.plan_cache import PlanCache
+from tt_rmsnorm.plan_cache import PLANS
 from tt_rmsnorm.planning import paths, planner
+from tt_rmsnorm.signature import Signature, signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 from tt_rmsnorm.topology import resolve_cluster_axis
@@ -62,20 +63,6 @@ def plan_distributed_rms_norm(
         ccl=ccl,
         **kw,
     )
-
-
-# Plans by call signature. The key holds the mesh and the CCL resources themselves, so neither can be collected and its
-# id reused while a plan refers to it; `close_mesh` drops the mesh's plans.
-_PLANS = PlanCache()
-# The last call without a residual: (key, x's spec, x's storage, w, plan).
-_LAST = [None]
-
-
-def forget_plans(mesh_device=None) -> None:
-    """Drop the cached plans of `mesh_device` (of every mesh when None)."""
-    _PLANS.forget(None if mesh_device is None else (lambda key: key[0] is not mesh_device))
-    if _LAST[0] is not None and (mesh_device is None or _LAST[0][0][0] is mesh_device):
-        _LAST[0] = None
 
 
 def distributed_rms_norm(
@@ -138,74 +125,24 @@ def planned_call(
     path: str = "auto",
     ccl=None,
 ) -> paths.PathPlan:
-    """The checked plan `distributed_rms_norm` runs for these arguments: from the cache when the signature was
-    planned before, else planned and checked in full before any device work, then cached. The last call without a
-    residual is compared first, without a lookup: a decoder's norms repeat one signature."""
-    try:
-        key = _call_key(
-            mesh_device,
-            epsilon,
-            cluster_axis,
-            path,
-            sharded,
-            dtype,
-            memory_config,
-            compute_kernel_config,
-            program_config,
-            ccl,
-        )
-        last = _LAST[0]
-        if (
-            residual is None
-            and last is not None
-            and last[0] == key
-            and last[3] is w
-            and last[1] == x.spec
-            and last[2] == x.storage_type()
-        ):
-            return last[4]
-        plan = _PLANS.find(key, x, w, residual)
-    except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable argument: check (and fail) in full
-        key = plan = None
-    if plan is None:
-        plan = _plan(
-            x,
-            w,
-            residual,
-            mesh_device,
-            epsilon,
-            cluster_axis,
-            memory_config,
-            compute_kernel_config,
-            program_config,
-            dtype,
-            sharded,
-            path,
-            ccl,
-        )
-        if key is not None:
-            _PLANS.remember(key, x, w, residual, plan)
-    if key is not None and residual is None:
-        _LAST[0] = (key, x.spec, x.storage_type(), w, plan)
-    return plan
-
-
-def _call_key(
-    mesh_device, epsilon, cluster_axis, path, sharded, dtype, memory_config, compute_kernel_config, program_config, ccl
-):
-    """The hashable part of a call's signature; the configs by the fields the rules read (they hash by identity and
-    are mutable)."""
-    return (
-        mesh_device,
-        epsilon,
-        cluster_axis,
-        path,
-        sharded,
-        dtype,
-        memory_config,
-        None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
-        None if program_config is None else planner.config_key(program_config),
+    """The checked plan `distributed_rms_norm` runs for these arguments: the cached plan of their signature
+    (`tt_rmsnorm.signature`), else planned and checked in full before any device work, then cached."""
+    called = signature(
+        mesh_device=mesh_device,
+        x=x,
+        weight=w,
+        residual=residual,
+        epsilon=epsilon,
+        cluster_axis=cluster_axis,
+        memory_config=memory_config,
+        compute_kernel_config=compute_kernel_config,
+        program_config=program_config,
+        dtype=dtype,
+        sharded=sharded,
+        path=path,
+        ccl=ccl,
     )
+    return PLANS.planned(called, plan_signature, x, residual)
 
 
 # (rule, message, fix) for x, w and residual when they are not ttnn tensors.
@@ -224,24 +161,54 @@ _TENSOR_ARGS = (
 )
 
 
-def _plan(
-    x,
-    w,
-    residual,
-    mesh_device,
-    epsilon,
-    cluster_axis,
-    memory_config,
-    compute_kernel_config,
-    program_config,
-    dtype,
-    sharded,
-    path,
-    ccl,
-) -> paths.PathPlan:
-    for t, required, (rule, message, fix) in zip((x, w, residual), (True, False, False), _TENSOR_ARGS, strict=True):
+def check_tensors(x, weight=None, residual=None) -> None:
+    """x a ttnn tensor, the weight and the residual ttnn tensors or None."""
+    tensors = (x, weight, residual)
+    for t, required, (rule, message, fix) in zip(tensors, (True, False, False), _TENSOR_ARGS, strict=True):
         if (required or t is not None) and not isinstance(t, ttnn.Tensor):
             raise RuleError(rule, message, type(t).__name__, fix)
+
+
+def plan_signature(signature: Signature, x, residual) -> paths.PathPlan:
+    """The checked plan of a call of `distributed_rms_norm` with this signature and these tensors, made before any
+    device work."""
+    w = signature.weight
+    check_tensors(x, w, residual)
+    return plan_described(
+        signature.mesh_device,
+        describe(x),
+        describe(w),
+        describe(residual),
+        epsilon=signature.epsilon,
+        cluster_axis=signature.cluster_axis,
+        memory_config=signature.memory_config,
+        compute_kernel_config=signature.compute_kernel_config,
+        program_config=signature.program_config,
+        dtype=signature.dtype,
+        sharded=signature.sharded,
+        path=signature.path,
+        ccl=signature.ccl,
+    )
+
+
+def plan_described(
+    mesh_device,
+    x: TensorDesc,
+    weight: TensorDesc | None,
+    residual: TensorDesc | None,
+    *,
+    epsilon,
+    cluster_axis=None,
+    memory_config=None,
+    compute_kernel_config=None,
+    program_config=None,
+    dtype=None,
+    sharded=None,
+    path="auto",
+    ccl=None,
+) -> paths.PathPlan:
+    """The checked plan of the distributed norm of tensors as described, on `mesh_device`: what a module plans for a
+    tensor it will make (a gathered or moved input) before it makes it."""
     mesh_shape = tuple(mesh_device.shape)
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
     ccl = resources_for(ccl, mesh_device, cluster_axis)
@@ -262,9 +229,9 @@ def _plan(
         mesh_shape=mesh_shape,
     )
     plan = planner.plan_call(
-        describe(x),
-        describe(w),
-        describe(residual),
+        x,
+        weight,
+        residual,
         mesh_device=mesh_device,
         compute_grid=(grid.x, grid.y),
         num_devices=n,
@@ -277,3 +244,32 @@ def _plan(
     )
     logger.debug(f"distributed_rms_norm: mesh {mesh_shape} axis {axis} n={n}; {plan.describe()}")
     return plan
+
+
+def plan_replicated(
+    mesh_device,
+    x: TensorDesc,
+    weight: TensorDesc | None,
+    residual: TensorDesc | None = None,
+    *,
+    epsilon,
+    memory_config=None,
+    program_config=None,
+    compute_kernel_config=None,
+) -> paths.PathPlan:
+    """The checked plan of rms_norm of full-width (replicated) activations on every device of the mesh: a module's
+    mode that is not distributed."""
+    grid = mesh_device.compute_with_storage_grid_size()
+    call = paths.Call(epsilon=epsilon, memory_config=memory_config, mesh_shape=tuple(mesh_device.shape))
+    return planner.plan_call(
+        x,
+        weight,
+        residual,
+        mesh_device=mesh_device,
+        compute_grid=(grid.x, grid.y),
+        num_devices=1,
+        call=call,
+        path="local",
+        program_config=planner.copy_config(program_config),
+        compute_kernel_config=planner.copy_config(compute_kernel_config),
+    )

@@ -9,19 +9,23 @@ ttnn calls and allocates no semaphore or buffer.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import ttnn
 
-from tt_rmsnorm import distributed, topology
+from tt_rmsnorm import distributed as distributed_calls
+from tt_rmsnorm import topology
 from tt_rmsnorm.ccl import CCLResources, resources_for
+from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.plan_cache import PlanCache
-from tt_rmsnorm.planning import layouts, paths, planner
-from tt_rmsnorm.rules import op_checks
+from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.planning import layouts, paths
+from tt_rmsnorm.rules import ccl_checks, op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
+from tt_rmsnorm.signature import Signature, signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
@@ -165,8 +169,8 @@ class WeightLoader:
 
 
 def check_input_width(x, dim: int, num_devices: int, distributed: bool) -> None:
-    """The widths a norm takes: `dim` replicated, `dim / n` where distributed."""
-    if not isinstance(x, ttnn.Tensor):
+    """The widths a norm takes: `dim` replicated, `dim / n` where distributed (x a ttnn tensor or its description)."""
+    if not isinstance(x, ttnn.Tensor | TensorDesc):
         raise RuleError(
             "input.ttnn_tensor",
             "x must be a ttnn mesh tensor",
@@ -190,85 +194,47 @@ def check_input_width(x, dim: int, num_devices: int, distributed: bool) -> None:
         )
 
 
-class LocalNorm:
-    """The checked plans of rms_norm of full-width (replicated) activations on every device, one per signature."""
+class BoundCall(NamedTuple):
+    """A module's planned call: `run(x, weight, residual)` makes its ttnn calls, `weight` is the weight it binds,
+    `plan` the norm's checked path plan and `output` describes what the call returns (the output tensor), for a module
+    that plans what it does with it."""
 
-    def __init__(self, mesh_device):
-        self.mesh_device = mesh_device
-        self.plans = PlanCache()
-
-    def plan(
-        self, x, weight, residual=None, *, epsilon, memory_config=None, program_config=None, compute_kernel_config=None
-    ) -> paths.PathPlan:
-        key = (
-            epsilon,
-            memory_config,
-            None if program_config is None else planner.config_key(program_config),
-            None if compute_kernel_config is None else planner.config_key(compute_kernel_config),
-        )
-        plan = self.plans.find(key, x, weight, residual)
-        if plan is not None:
-            return plan
-        grid = self.mesh_device.compute_with_storage_grid_size()
-        call = paths.Call(epsilon=epsilon, memory_config=memory_config, mesh_shape=tuple(self.mesh_device.shape))
-        plan = planner.plan_call(
-            describe(x),
-            describe(weight),
-            describe(residual),
-            mesh_device=self.mesh_device,
-            compute_grid=(grid.x, grid.y),
-            num_devices=1,
-            call=call,
-            path="local",
-            program_config=planner.copy_config(program_config),
-            compute_kernel_config=planner.copy_config(compute_kernel_config),
-        )
-        self.plans.remember(key, x, weight, residual, plan)
-        return plan
-
-
-def last_call(last, key, x):
-    """A module's last planned call `(run, w)` where this call, without a residual, has its signature (key, x's spec
-    and storage), else None: the check a forward makes before `PlannedModule.planned`, without building its
-    arguments."""
-    if last is not None and last[0] == key and isinstance(x, ttnn.Tensor):
-        if last[1] == x.spec and last[2] == x.storage_type():
-            return last[3], last[4]
-    return None
+    run: Callable
+    weight: object
+    plan: paths.PathPlan
+    output: TensorDesc
 
 
 class PlannedModule:
-    """A module whose calls are planned once per signature, each bound to its plan and weight once its rules have
-    passed: a known signature runs its ttnn calls and nothing else. Setting any attribute of the module forgets them
-    (a planned call binds the module's weights and configs as they were when it was planned).
+    """A module whose calls are planned once per signature in the package's one plan cache (`tt_rmsnorm.plan_cache`),
+    each bound to its plan and weight once its rules have passed (`BoundCall`): a known signature runs its ttnn calls
+    and nothing else. A subclass's `plan(mesh_device=..., **fields)` makes the call of a new signature; its forward
+    asks `planned(mesh_device=..., x=..., mode=..., ...)` with the signature's fields.
 
-    A planned call is `(run, w)`, called as `run(x, w, residual)`. The last call without a residual is compared
-    first (`last_call`), without a lookup: a decoder calls each of its norms with one signature per mode, and the few
-    tenths of a microsecond a lookup costs are a few percent of the host time of a one-chip rms_norm."""
+    The signature names the module by identity, with the other modules whose attributes its plans read
+    (`bound_modules`): setting any attribute of one of them forgets those plans (a planned call binds the weights and
+    configs as they were when it was planned)."""
 
-    _last = None  # (key, x's spec, x's storage, run, w) of the last call, where it had no residual
+    def bound_modules(self) -> tuple:
+        """The modules whose attributes this module's plans bind: itself."""
+        return (self,)
 
     def __setattr__(self, name, value):
         object.__setattr__(self, name, value)
-        self.__dict__.pop("_last", None)
-        calls = self.__dict__.get("_planned")
-        if calls is not None:
-            calls.forget()
+        if self.__dict__.get("_has_plans"):
+            object.__setattr__(self, "_has_plans", False)
+            PLANS.forget(self)
 
-    def planned(self, key, x, residual, plan, *args):
-        """The call planned for (key, x's and the residual's specs); `plan(*args)` makes it for a new signature."""
-        try:
-            calls = self.__dict__.get("_planned")
-            if calls is None:
-                calls = self.__dict__["_planned"] = PlanCache()
-            call = calls.find(key, x, None, residual)
-            if call is None:
-                call = plan(*args)
-                calls.remember(key, x, None, residual, call)
-            self.__dict__["_last"] = None if residual is not None else (key, x.spec, x.storage_type(), *call)
-            return call
-        except (AttributeError, TypeError):  # not ttnn tensors, or an unhashable key: checked in full
-            return plan(*args)
+    def plan_new(self, signature: Signature, x, residual) -> BoundCall:
+        """The call of a new signature (`plan`), the modules it reads marked as holding plans."""
+        call = self.plan(signature, x, residual)
+        for m in self.bound_modules():
+            if isinstance(m, PlannedModule):
+                object.__setattr__(m, "_has_plans", True)
+        return call
+
+    def plan(self, signature: Signature, x, residual) -> BoundCall:
+        raise NotImplementedError
 
 
 class DistributedRMSNorm(PlannedModule):
@@ -332,54 +298,50 @@ class DistributedRMSNorm(PlannedModule):
         self.ccl = resources_for(ccl, mesh_device, self.cluster_axis)
         if self.ccl is None and self.num_devices > 1:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
-        self._local_norm = LocalNorm(mesh_device)
 
     def _output_memory_config(self, mode: str):
         mc = self.output_memory_config
         return mc.get(mode) if isinstance(mc, dict) else mc
 
     def forward(self, x, mode: str = "decode", residual=None):
-        key = (mode, self.is_distributed(mode))  # the policy is asked every call, as tt-metal's modules ask it
-        hit = None if residual is not None else last_call(self._last, key, x)
-        run, w = hit or self.planned(key, x, residual, self._plan, x, mode, residual)
-        return run(x, w, residual)
+        called = signature(
+            mesh_device=self.mesh_device,
+            modules=self.bound_modules(),
+            x=x,
+            residual=residual,
+            mode=mode,
+            distributed=self.is_distributed(mode),  # asked every call, as tt-metal's modules ask it
+        )
+        call = PLANS.planned(called, self.plan_new, x, residual)
+        return call.run(x, call.weight, residual)
 
     __call__ = forward
 
-    def _plan(self, x, mode, residual):
-        """The call for this signature, its rules checked: the distributed norm (and the output gather), or the
+    def plan(self, signature: Signature, x, residual) -> BoundCall:
+        """The call of this signature, its rules checked: the distributed norm (and the output gather), or the
         replicated rms_norm."""
+        mesh_device, mode, distributed = signature.mesh_device, signature.mode, signature.distributed
         if mode not in MODES:
             raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
-        if not self.is_distributed(mode):
-            check_input_width(x, self.dim, self.num_devices, distributed=False)
+        check_input_width(x, self.dim, self.num_devices, distributed=bool(distributed))
+        distributed_calls.check_tensors(x, None, residual)
+        if not distributed:
             w = self.weight if x.is_sharded() else self._weight_interleaved()
-            plan = self._local_norm.plan(
-                x,
-                w,
-                residual,
+            plan = distributed_calls.plan_replicated(
+                mesh_device,
+                describe(x),
+                describe(w),
+                describe(residual),
                 epsilon=self.eps,
                 memory_config=self._output_memory_config(mode),
                 compute_kernel_config=self.compute_kernel_config,
             )
-            return plan.run, w
-        check_input_width(x, self.dim, self.num_devices, distributed=True)
+            return BoundCall(plan.run, w, plan, plan.output_desc(describe(x)))
         w = self.weight_distributed
-        gathered_mc = None
-        if self.gather_output:
-            # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
-            out_mc = self._output_memory_config(mode) or x.memory_config()
-            gathered_mc = gathered_memory_config(out_mc, self.num_devices)
-            self.ccl.check_gather(
-                replace(describe(x), memory_config=out_mc),
-                gathered_mc,
-                cluster_axis=self.cluster_axis,
-                num_links=self.ccl.links.num_links,
-            )
-        plan = distributed.planned_call(
+        plan = distributed_calls.planned_call(
             x,
             w,
-            self.mesh_device,
+            mesh_device,
             epsilon=self.eps,
             cluster_axis=self.cluster_axis,
             residual=residual,
@@ -387,15 +349,25 @@ class DistributedRMSNorm(PlannedModule):
             compute_kernel_config=self.compute_kernel_config,
             ccl=self.ccl,
         )
-        if self.gather_output:
-            return (lambda x, w, residual: self._gathered(plan.run(x, w, residual), gathered_mc)), w
-        return plan.run, w
+        output = plan.output_desc(describe(x))
+        if not self.gather_output:
+            return BoundCall(plan.run, w, plan, output)
+        # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
+        gathered_mc = gathered_memory_config(output.memory_config, self.num_devices)
+        self.ccl.check_gather(output, gathered_mc, cluster_axis=self.cluster_axis, num_links=self.ccl.links.num_links)
+        gathered = ccl_checks.gathered_desc(output, 3, self.num_devices, gathered_mc)
+        run = plan.run
+
+        def gathered_run(x, w, residual):
+            return self._gathered(run(x, w, residual), gathered_mc)
+
+        return BoundCall(gathered_run, w, plan, gathered)
 
     def _gathered(self, out, memory_config):
         """All-gather the output slices along the axis (trace-safe: the CCL resources' cycled semaphores)."""
         y, summed = out if isinstance(out, tuple) else (out, None)
         semaphores, barrier = self.ccl.next_gather()
-        y = ttnn.experimental.all_gather_async(
+        y = route()(ttnn.experimental.all_gather_async)(
             y,
             dim=3,
             cluster_axis=self.cluster_axis,

@@ -1,64 +1,88 @@
-"""Planned calls by signature: what a call was checked for, so that the next call with the same signature goes
-straight to its ttnn calls.
+"""The plans of every call by signature (`tt_rmsnorm.signature`): one cache for `distributed_rms_norm`, the modules and
+the compat classes, so a call with a known signature goes straight to its ttnn calls.
 
-A signature is a hashable key (the call's arguments that hash: mesh, axis, path, mode, ...) and the tensors: x's
-spec and storage, the weight, the residual's spec and storage. ttnn's specs compare by content but hash by identity,
-so the key picks a bucket and the specs are compared within it. A weight is matched by identity first (a module
-passes the same weight every call) and by spec and storage otherwise; the cache holds the weight it was planned with,
-so its identity cannot be reused by another tensor while the entry lives. Reading a tensor's spec and comparing it
-costs a fraction of a microsecond; its shape, several (ttnn builds a Shape per read), so no shape is read here.
+The cache is bounded (the least recently used signature goes first) and compares the last signature it answered
+before any lookup: a loop over one call repeats one signature. `close_mesh` drops a mesh's plans; setting an attribute
+of a module drops the plans that bind it (`tt_rmsnorm.module.PlannedModule`).
 """
 
 from __future__ import annotations
 
+from tt_rmsnorm.signature import Signature
 
-def _signature(t):
-    return None if t is None else (t.spec, t.storage_type())
+# A decoder holds two norms a layer, each planned once per mode and input spec: 80 layers take 320 signatures.
+MAX_SIGNATURES = 1024
 
 
 class PlanCache:
-    """Values (plans, or a module's bound calls) by call signature, `max_keys` keys of at most `max_per_key` tensor
-    signatures each; the oldest goes first."""
+    """Plans (or a module's bound calls) by `Signature`, `max_signatures` of them, least recently used first out."""
 
-    def __init__(self, max_keys: int = 256, max_per_key: int = 64):
-        self.max_keys, self.max_per_key = max_keys, max_per_key
-        self._buckets: dict = {}
+    def __init__(self, max_signatures: int = MAX_SIGNATURES):
+        self.max_signatures = max_signatures
+        self._plans: dict[Signature, object] = {}
+        self._last: Signature | None = None
+        self._last_plan = None
 
-    def find(self, key, x, w=None, residual=None):
-        """The value planned for this signature, or None. Raises AttributeError or TypeError when x, w or the
-        residual is not a ttnn tensor, or the key does not hash: the caller then checks the call in full."""
-        bucket = self._buckets.get(key)
-        if bucket is None:
+    def get(self, signature: Signature):
+        """The plan of `signature`, or None (also for a signature that does not hash: it is never cached)."""
+        if signature == self._last:
+            return self._last_plan
+        try:
+            plan = self._plans.pop(signature, None)
+        except TypeError:
             return None
-        spec = x.spec
-        for x_spec, storage, w_seen, w_signature, r_signature, value in bucket:
-            if (
-                x_spec == spec
-                and storage == x.storage_type()
-                and (w is w_seen or w_signature == _signature(w))
-                and r_signature == _signature(residual)
-            ):
-                return value
-        return None
+        if plan is None:
+            return None
+        self._plans[signature] = plan  # most recently used last
+        self._last, self._last_plan = signature, plan
+        return plan
 
-    def remember(self, key, x, w, residual, value) -> None:
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            if len(self._buckets) >= self.max_keys:
-                del self._buckets[next(iter(self._buckets))]
-            bucket = self._buckets[key] = []
-        if len(bucket) >= self.max_per_key:
-            bucket.pop(0)
-        bucket.append((x.spec, x.storage_type(), w, _signature(w), _signature(residual), value))
+    def put(self, signature: Signature, plan) -> None:
+        """Cache `plan` for `signature` (not where a value of the signature does not hash)."""
+        try:
+            hash(signature)
+        except TypeError:
+            return
+        self._plans.pop(signature, None)
+        while len(self._plans) >= self.max_signatures:
+            del self._plans[next(iter(self._plans))]
+        self._plans[signature] = plan
+        self._last, self._last_plan = signature, plan
 
-    def forget(self, keep=None) -> None:
-        """Drop every entry whose key `keep(key)` does not keep (all of them when `keep` is None)."""
-        for key in [k for k in self._buckets if keep is None or not keep(k)]:
-            del self._buckets[key]
+    def planned(self, signature: Signature, plan, *tensors):
+        """The plan of `signature`; for a new one `plan(signature, *tensors)` makes and checks it (the call's tensors:
+        the signature holds only their specs), and it is cached."""
+        found = self.get(signature)
+        if found is None:
+            found = plan(signature, *tensors)
+            self.put(signature, found)
+        return found
 
-    def values(self) -> list:
-        """Every cached value, oldest key first."""
-        return [entry[-1] for bucket in self._buckets.values() for entry in bucket]
+    def forget(self, obj=None) -> None:
+        """Drop every plan whose signature holds `obj` (a mesh, a module, a CCL object, a weight); all when None."""
+        for signature in [s for s in self._plans if obj is None or s.holds(obj)]:
+            del self._plans[signature]
+        if self._last is not None and (obj is None or self._last.holds(obj)):
+            self._last = self._last_plan = None
+
+    def plans(self) -> list:
+        """Every cached plan, least recently used first."""
+        return list(self._plans.values())
+
+    def signatures(self) -> list[Signature]:
+        return list(self._plans)
+
+    def items(self) -> list[tuple[Signature, object]]:
+        """(signature, plan) pairs, least recently used first."""
+        return list(self._plans.items())
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._buckets.values())
+        return len(self._plans)
+
+
+PLANS = PlanCache()
+
+
+def forget_plans(obj=None) -> None:
+    """Drop the cached plans that hold `obj` (a mesh: `close_mesh` calls it), or every plan when None."""
+    PLANS.forget(obj)

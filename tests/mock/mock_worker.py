@@ -62,9 +62,9 @@ def free_l1(mesh) -> None:
     """Start a call from an empty L1, as the rules assume. Other tests in this worker leave L1 buffers behind: the
     plans `distributed_rms_norm` caches hold their CCL semaphores and persistent buffers, and ttnn's program cache
     holds the all_gather's semaphores, placed wherever L1 was free when the program was made."""
-    from tt_rmsnorm import distributed
+    from tt_rmsnorm.plan_cache import forget_plans
 
-    distributed.forget_plans()
+    forget_plans()
     gc.collect()
     if any(b.buffer_type == ttnn.BufferType.L1 for b in ttnn._ttnn.reports.get_buffers([mesh])):
         mesh.clear_program_cache()

@@ -131,3 +131,54 @@ def test_galaxy_decoder_norm_gives_the_pair_back(mode, with_residual):
     else:
         assert back is None
     assert calls["ag"] and set(calls["ag"]) == {1}  # the model CCL's axis-1 semaphores serve the stats gather
+
+
+def _refused_before_any_op(mesh, case):
+    """A call whose input or residual cannot be moved where the norm reads it: (the rule, the ops and allocations the
+    refused call made). Every op the compat module issues, moves included, is checked before the first runs."""
+    import torch
+
+    import tt_rmsnorm
+    from tt_rmsnorm.testing.recorder import recording
+
+    def activation(rows, axis):  # a DRAM activation two tile rows high: the decode grid's shards hold one
+        return tt_rmsnorm.shard_activation(torch.randn(1, 1, rows, DIM), mesh, cluster_axis=axis)
+
+    if case == "tt_transformers_t3k":
+        layer, _, _, _ = stand_ins.decoder_norm_module(mesh, False, distributed_modes=("decode", "prefill"))
+        x = activation(64, None)
+
+        def call():
+            return layer(x, "decode")
+
+    elif case == "tt_transformers_tg":
+        layer, _, _, _ = stand_ins.decoder_norm_module(mesh, True)
+        x = activation(64, 1)
+
+        def call():
+            return layer(x, "decode")
+
+    else:  # the Galaxy decoder's norm: x moves to the decode grid, its residual cannot
+        layer = stand_ins.galaxy_norm_module(mesh, stand_ins.ModelCCL(mesh))
+        x, res = activation(32, 1), activation(64, 1)
+
+        def call():
+            return layer(x, res, "decode")
+
+    with recording() as rec:
+        try:
+            call()
+            rule = None
+        except tt_rmsnorm.RuleError as e:
+            rule = e.rule
+    return rule, rec.ops, [c.name for c in rec.allocations]
+
+
+@pytest.mark.parametrize(
+    "system, case",
+    [("t3k", "tt_transformers_t3k"), ("galaxy", "tt_transformers_tg"), ("galaxy", "galaxy_decoder_residual")],
+    ids=["t3k-distributed-decode-move", "galaxy-tg-decode-move", "galaxy-decoder-residual-move"],
+)
+def test_a_refused_compat_call_issues_no_ttnn_op(system, case):
+    rule, ops, allocations = workers.run_isolated(system, _refused_before_any_op, case, timeout=600)
+    assert rule == "memory_config.shard_fits" and ops == [] and allocations == [], (rule, ops, allocations)

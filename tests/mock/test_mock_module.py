@@ -157,9 +157,12 @@ def _replicated(mesh, mode):
         if mode == "decode"
         else ttnn.ShardTensor2dMesh(mesh, mesh_shape=tuple(mesh.shape), dims=(None, 3)),
     )
+    from tt_rmsnorm.plan_cache import PLANS
+
     y = norm(x, mode)
     norm(x, mode)
-    return tuple(ttnn.get_device_tensors(y)[0].shape), len(norm._local_norm.plans)
+    local = [call for s, call in PLANS.items() if norm in s.modules and call.plan.name == "local"]
+    return tuple(ttnn.get_device_tensors(y)[0].shape), len(local)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +187,9 @@ def _replicated_both_modes(mesh):
     for mode, tokens in (("decode", 32), ("prefill", 128), ("decode", 32), ("prefill", 128)):
         x = tt_rmsnorm.shard_activation(torch.randn(1, 1, tokens, dim), mesh, cluster_axis=0)
         shapes.append(tuple(ttnn.get_device_tensors(norm(x, mode))[0].shape))
-    return shapes, [plan.call.epsilon for plan in norm._local_norm.plans.values()]
+    from tt_rmsnorm.plan_cache import PLANS
+
+    return shapes, [call.plan.call.epsilon for s, call in PLANS.items() if norm in s.modules]
 
 
 def test_a_replicated_norm_keeps_a_plan_per_signature():
@@ -265,14 +270,18 @@ def _planned_then_changed(mesh):
     import torch
 
     import tt_rmsnorm
-    from tt_rmsnorm import distributed
     from tt_rmsnorm.errors import RuleError
+    from tt_rmsnorm.plan_cache import PLANS
+
+    def counts():  # (the function's plans, the module's own planned calls)
+        signatures = PLANS.signatures()
+        return sum(not s.modules for s in signatures), sum(norm in s.modules for s in signatures)
 
     norm = tt_rmsnorm.DistributedRMSNorm(mesh, DIM, _state_dict(), "ffn_norm", layer_num=1)
     x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM), mesh)
     norm(x, "prefill")
     norm(x, "prefill")
-    plans = len(distributed._PLANS)
+    before = counts()
     wide = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM * 8), mesh)
     try:
         norm(wide, "prefill")
@@ -280,15 +289,16 @@ def _planned_then_changed(mesh):
     except RuleError as e:
         rule = e.rule
     norm.eps = 1e-3  # an attribute the planned call bound: the next call plans with the new one
+    forgotten = counts()
     norm(x, "prefill")
-    epsilons = sorted(key[1] for key in distributed._PLANS._buckets)
-    return rule, plans, len(distributed._PLANS), epsilons
+    epsilons = sorted(s.epsilon for s in PLANS.signatures() if not s.modules)
+    return rule, before, forgotten, counts(), epsilons
 
 
 def test_a_planned_module_call_checks_a_new_signature_and_plans_again_after_an_attribute_is_set():
-    rule, before, after, epsilons = workers.run_isolated("t3k", _planned_then_changed)
+    rule, before, forgotten, after, epsilons = workers.run_isolated("t3k", _planned_then_changed)
     assert rule == "module.input_width"
-    assert (before, after) == (1, 2) and epsilons == [1e-5, 1e-3]
+    assert before == (1, 1) and forgotten == (1, 0) and after == (2, 1) and epsilons == [1e-5, 1e-3]
 
 
 def _residual_after_none(mesh):

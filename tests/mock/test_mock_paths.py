@@ -293,13 +293,13 @@ def _planned_call_allocates_nothing(mesh, system, tokens, path):
     import ttnn
 
     import tt_rmsnorm
-    from tt_rmsnorm import distributed
+    from tt_rmsnorm.plan_cache import PLANS
 
     ccl, _, x, r, w = _setup(mesh, system, tokens)
     axis = AXIS[system]
     call = dict(epsilon=1e-5, cluster_axis=axis, residual=r, ccl=ccl, path=path)
     tt_rmsnorm.distributed_rms_norm(x, w, mesh, **call)
-    plans = len(distributed._PLANS)
+    plans = len(PLANS)
     saved = {
         n: getattr(ttnn, n) for n in ("create_global_semaphore", "from_torch", "as_tensor", "allocate_tensor_on_device")
     }
@@ -315,7 +315,7 @@ def _planned_call_allocates_nothing(mesh, system, tokens, path):
     finally:
         for name, fn in saved.items():
             setattr(ttnn, name, fn)
-    return plans, len(distributed._PLANS), ccl.describe()
+    return plans, len(PLANS), ccl.describe()
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,9 @@ import ttnn
 
 from tt_rmsnorm import module
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.plan_cache import PLANS
 from tt_rmsnorm.planning import layouts
+from tt_rmsnorm.signature import signature
 
 
 def test_the_weight_is_read_by_name_as_float_and_must_have_dim_elements():
@@ -91,59 +93,83 @@ class _Tensor(ttnn.Tensor):
 
 
 class _Counting(module.PlannedModule):
-    """A module whose plan for a signature is numbered: the count says how often it planned."""
+    """A module whose plan for a signature is numbered: `made` lists the signatures' fields it planned."""
 
-    def __init__(self):
+    def __init__(self, reads=()):
+        self.mesh_device = object()
+        self.reads = reads
         self.made = []  # appended to, not set: setting an attribute forgets the planned calls
 
-    @property
-    def count(self):
-        return len(self.made)
+    def bound_modules(self):
+        return (self, *self.reads)
 
-    def plan(self, tag):
-        self.made.append(tag)
-        return f"run{self.count}", tag
+    def plan(self, signature, x, residual):
+        self.made.append(signature)
+        return module.BoundCall(f"run{len(self.made)}", "w", None, None)
+
+    def forward(self, x, mode="decode", residual=None):
+        called = signature(
+            mesh_device=self.mesh_device, modules=self.bound_modules(), x=x, residual=residual, mode=mode
+        )
+        return PLANS.planned(called, self.plan_new, x, residual).run
+
+    __call__ = forward
+
+
+@pytest.fixture(autouse=True)
+def _empty_plan_cache():
+    PLANS.forget()
+    yield
+    PLANS.forget()
 
 
 def test_a_planned_module_plans_once_per_signature_and_finds_the_earlier_ones():
     m = _Counting()
     x, y = _Tensor(["x"]), _Tensor(["y"])
-    assert m.planned(("decode", True), x, None, m.plan, "w") == ("run1", "w")
-    assert m.planned(("decode", True), _Tensor(["x"]), None, m.plan, "w") == ("run1", "w")  # an equal spec
-    assert m.planned(("prefill", True), x, None, m.plan, "w") == ("run2", "w")  # another key
-    assert m.planned(("decode", True), x, None, m.plan, "w") == ("run1", "w")  # found again, not planned
-    assert m.planned(("decode", True), y, None, m.plan, "w") == ("run3", "w")  # another spec
-    assert m.planned(("decode", True), _Tensor(["y"], "HOST"), None, m.plan, "w") == ("run4", "w")  # storage
-    assert m.planned(("a",), x, None, m.plan, "w") == ("run5", "w")  # keys that order before and after
-    assert m.planned(("z",), x, None, m.plan, "w") == ("run6", "w")
-    assert m.count == 6
+    assert m(x) == "run1"
+    assert m(_Tensor(["x"])) == "run1"  # an equal spec
+    assert m(x, "prefill") == "run2"  # another mode
+    assert m(x) == "run1"  # found again, not planned
+    assert m(y) == "run3"  # another spec
+    assert m(_Tensor(["y"], "HOST")) == "run4"  # storage
+    assert _Counting()(x) == "run1"  # another module of the same calls plans its own
+    assert len(m.made) == 4
 
 
 def test_the_residual_is_part_of_the_signature():
     m, x = _Counting(), _Tensor(["x"])
-    assert m.planned("k", x, None, m.plan, 0) == ("run1", 0)
-    assert m.planned("k", x, _Tensor(["r"]), m.plan, 0) == ("run2", 0)
-    assert m.planned("k", x, _Tensor(["r"]), m.plan, 0) == ("run2", 0)  # the last call, its residual equal
-    assert m.planned("k", x, _Tensor(["s"]), m.plan, 0) == ("run3", 0)
-    assert m.planned("k", x, None, m.plan, 0) == ("run1", 0)
-    assert m.count == 3
+    assert m(x) == "run1"
+    assert m(x, residual=_Tensor(["r"])) == "run2"
+    assert m(x, residual=_Tensor(["r"])) == "run2"  # the last call, its residual equal
+    assert m(x, residual=_Tensor(["s"])) == "run3"
+    assert m(x) == "run1"
+    assert len(m.made) == 3
 
 
-def test_the_last_call_matches_only_its_own_signature_without_a_residual():
-    m, x = _Counting(), _Tensor(["x"])
-    assert module.last_call(m._last, "k", x) is None  # nothing planned yet
-    m.planned("k", x, None, m.plan, "w")
-    assert module.last_call(m._last, "k", _Tensor(["x"])) == ("run1", "w")
-    assert module.last_call(m._last, "other", x) is None
-    assert module.last_call(m._last, "k", _Tensor(["y"])) is None
-    assert module.last_call(m._last, "k", _Tensor(["x"], "HOST")) is None
-    assert module.last_call(m._last, "k", ["not a tensor"]) is None
-    m.planned("k", x, _Tensor(["r"]), m.plan, "w")  # the last call now had a residual
-    assert module.last_call(m._last, "k", x) is None
-
-
-def test_setting_an_attribute_forgets_the_planned_calls():
-    m, x = _Counting(), _Tensor(["x"])
-    m.planned("k", x, None, m.plan, "w")
+def test_setting_an_attribute_forgets_the_module_s_planned_calls_only():
+    m, other, x = _Counting(), _Counting(), _Tensor(["x"])
+    m(x), other(x)
     m.eps = 1e-3
-    assert m.planned("k", x, None, m.plan, "w") == ("run2", "w") and m.count == 2
+    assert m(x) == "run2" and len(m.made) == 2
+    assert other(x) == "run1" and len(other.made) == 1
+
+
+def test_setting_an_attribute_of_a_module_whose_attributes_a_plan_reads_forgets_that_plan():
+    norm = _Counting()
+    layer, x = _Counting(reads=(norm,)), _Tensor(["x"])
+    layer(x)
+    norm.eps = 1e-3  # the layer's plan bound the norm's attributes as they were
+    assert layer(x) == "run2"
+
+
+def test_a_module_s_plan_refuses_what_is_not_a_tensor_before_anything_is_cached():
+    class Refusing(_Counting):
+        def plan(self, signature, x, residual):
+            self.made.append(signature)
+            raise RuleError("input.ttnn_tensor", "x must be a ttnn mesh tensor", type(x).__name__, "a tensor")
+
+    m = Refusing()
+    for _ in range(2):
+        with pytest.raises(RuleError):
+            m([1.0])
+    assert len(m.made) == 2 and len(PLANS) == 0

@@ -5,7 +5,7 @@ import pytest
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import ccl, module
+from tt_rmsnorm import ccl, module, signature
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import paths, planner
 
@@ -129,11 +129,11 @@ def test_link_choice_per_system(mesh_shape, system, links, available):
 
 def test_config_key_follows_mutation():
     cfg = tt_rmsnorm.planning.layouts.compute_kernel_config(fp32_dest_acc_en=True)
-    before = planner.config_key(cfg)
+    before = signature.config_key(cfg)
     cfg.fp32_dest_acc_en = False
-    assert planner.config_key(cfg) != before
+    assert signature.config_key(cfg) != before
     copy = planner.copy_config(cfg)
-    assert copy is not cfg and planner.config_key(copy) == planner.config_key(cfg)
+    assert copy is not cfg and signature.config_key(copy) == signature.config_key(cfg)
 
 
 def test_choose_names_every_path():
@@ -197,7 +197,9 @@ def test_a_caller_sharded_input_stays_where_it_is_with_the_callers_program_confi
             input_memory_config=mc,
         )
         assert plan.norm.input_memory_config is None, path
-        assert plan.norm.program_config is pc or planner.config_key(plan.norm.program_config) == planner.config_key(pc)
+        assert plan.norm.program_config is pc or signature.config_key(plan.norm.program_config) == signature.config_key(
+            pc
+        )
 
 
 @pytest.mark.parametrize(

@@ -1,53 +1,106 @@
-"""tt_rmsnorm.plan_cache without a device: what a signature is made of and what the cache keeps."""
-
-import pytest
+"""tt_rmsnorm.plan_cache without a device: one plan per signature, the last signature answered first, bounded, and
+forgetting what holds a mesh, a module or a CCL object."""
 
 from tt_rmsnorm.plan_cache import PlanCache
+from tt_rmsnorm.signature import signature
 
 
-class _T:
-    """What the cache reads of a ttnn tensor: its spec and its storage."""
+class _Spec:
+    def __init__(self, content):
+        self.content = content
 
-    def __init__(self, spec, storage="DEVICE"):
-        self.spec, self._storage = spec, storage
+    def __eq__(self, other):
+        return isinstance(other, _Spec) and self.content == other.content
+
+    __hash__ = object.__hash__
+
+
+class _Tensor:
+    """What the cache's signatures read of a ttnn tensor: its spec (a new, equal object each read) and its storage."""
+
+    def __init__(self, content, storage="DEVICE"):
+        self.content, self.storage = content, storage
+
+    @property
+    def spec(self):
+        return _Spec(self.content)
 
     def storage_type(self):
-        return self._storage
+        return self.storage
 
 
-def test_a_value_is_found_by_key_spec_storage_weight_and_residual():
-    cache, w = PlanCache(), _T("w")
-    cache.remember("k", _T("x"), w, None, "plan")
-    assert cache.find("k", _T("x"), w, None) == "plan"
-    assert cache.find("k", _T("x"), _T("w"), None) == "plan"  # another weight of the same spec
-    assert cache.find("other", _T("x"), w, None) is None
-    assert cache.find("k", _T("y"), w, None) is None
-    assert cache.find("k", _T("x", "HOST"), w, None) is None
-    assert cache.find("k", _T("x"), _T("w2"), None) is None
-    assert cache.find("k", _T("x"), None, None) is None
-    assert cache.find("k", _T("x"), w, _T("r")) is None
+MESH, OTHER_MESH = object(), object()
 
 
-def test_the_oldest_goes_first_per_key_and_per_cache():
-    cache = PlanCache(max_keys=2, max_per_key=2)
-    for spec in ("a", "b", "c"):
-        cache.remember("k", _T(spec), None, None, spec)
-    assert [cache.find("k", _T(s)) for s in ("a", "b", "c")] == [None, "b", "c"]
-    cache.remember("k2", _T("a"), None, None, "k2a")
-    cache.remember("k3", _T("a"), None, None, "k3a")  # a third key pushes the first out
-    assert cache.find("k", _T("b")) is None and cache.values() == ["k2a", "k3a"] and len(cache) == 2
+def _sig(content="x", mesh=MESH, **fields):
+    return signature(mesh_device=mesh, x=_Tensor(content), **fields)
 
 
-def test_forget_keeps_what_it_is_told_to_keep():
+def test_a_plan_is_found_by_its_signature_first_as_the_last_call_then_by_lookup():
     cache = PlanCache()
-    cache.remember(("mesh1", 1), _T("a"), None, None, 1)
-    cache.remember(("mesh2", 1), _T("a"), None, None, 2)
-    cache.forget(lambda key: key[0] != "mesh1")
-    assert cache.values() == [2]
+    cache.put(_sig("a"), "plan a")
+    cache.put(_sig("b"), "plan b")
+    assert cache.get(_sig("b")) == "plan b"  # the last call
+    assert cache.get(_sig("a")) == "plan a"  # a lookup, which makes it the last call
+    assert cache.get(_sig("c")) is None and cache.get(_sig("a", mesh=OTHER_MESH)) is None
+    assert len(cache) == 2
+
+
+def test_the_least_recently_used_signature_goes_first():
+    cache = PlanCache(max_signatures=2)
+    cache.put(_sig("a"), "a")
+    cache.put(_sig("b"), "b")
+    assert cache.get(_sig("a")) == "a"  # a is now the most recently used
+    cache.put(_sig("c"), "c")
+    assert cache.get(_sig("b")) is None and cache.get(_sig("a")) == "a" and cache.get(_sig("c")) == "c"
+    assert len(cache) == 2 and cache.plans() == ["a", "c"]
+
+
+def test_forget_drops_what_holds_the_object_and_the_last_call_with_it():
+    module, ccl, weight = object(), object(), object()
+    cache = PlanCache()
+    cache.put(_sig("a", modules=(module,)), "module's")
+    cache.put(_sig("b", ccl=ccl), "with ccl")
+    cache.put(_sig("c", weight=weight), "with weight")
+    cache.put(_sig("d", mesh=OTHER_MESH), "other mesh")
+    cache.forget(module)
+    assert cache.get(_sig("a", modules=(module,))) is None and len(cache) == 3
+    cache.forget(ccl)
+    cache.forget(weight)
+    assert cache.plans() == ["other mesh"]
+    cache.forget(OTHER_MESH)  # the last call's plan goes with it
+    assert cache.get(_sig("d", mesh=OTHER_MESH)) is None and len(cache) == 0
+    cache.put(_sig("e"), "e")
     cache.forget()
-    assert len(cache) == 0
+    assert len(cache) == 0 and cache.get(_sig("e")) is None
 
 
-def test_a_key_that_does_not_hash_is_a_type_error_for_the_caller():
-    with pytest.raises(TypeError):
-        PlanCache().find(["unhashable"], _T("a"))
+def test_planned_plans_a_new_signature_once_and_hands_the_plan_the_call_s_tensors():
+    cache, made = PlanCache(), []
+
+    def plan(signature, x, residual):
+        made.append((signature.epsilon, x, residual))
+        return f"plan {len(made)}"
+
+    x = _Tensor("x")
+    assert cache.planned(_sig("x", epsilon=1e-5), plan, x, None) == "plan 1"
+    assert cache.planned(_sig("x", epsilon=1e-5), plan, _Tensor("x"), None) == "plan 1"
+    assert cache.planned(_sig("x", epsilon=1e-6), plan, x, None) == "plan 2"
+    assert made == [(1e-5, x, None), (1e-6, x, None)]
+
+
+def test_a_call_whose_signature_does_not_hash_is_planned_every_time_and_never_cached():
+    cache, made = PlanCache(), []
+
+    def plan(signature, x, residual):
+        made.append(signature)
+        return "plan"
+
+    for _ in range(2):
+        cache.planned(_sig("x", epsilon=[1e-5]), plan, None, None)  # a value that does not hash
+    assert len(made) == 2 and len(cache) == 0
+
+
+def test_what_is_not_a_ttnn_tensor_has_no_spec_in_its_signature_and_is_told_apart_from_a_tensor():
+    listed = signature(mesh_device=MESH, x=[1.0])
+    assert listed.x == (None, None) and listed != _sig("x")

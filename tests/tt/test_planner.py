@@ -6,6 +6,7 @@ import pytest
 import ttnn
 
 import tt_rmsnorm
+from tt_rmsnorm import signature
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts, planner
 
@@ -56,13 +57,13 @@ def test_a_config_copy_has_every_field_and_the_key_follows_each(index):
     cfg, others = _configs()[index]
     copy = planner.copy_config(cfg)
     assert copy is not cfg and type(copy) is type(cfg)
-    assert planner.config_key(copy) == planner.config_key(cfg)
+    assert signature.config_key(copy) == signature.config_key(cfg)
     for field, value in others.items():
-        before = planner.config_key(cfg)
+        before = signature.config_key(cfg)
         assert getattr(copy, field) == getattr(cfg, field), field
         setattr(cfg, field, value)
-        assert planner.config_key(cfg) != before, field  # the key sees the change
-        assert planner.config_key(planner.copy_config(cfg)) == planner.config_key(cfg), field
+        assert signature.config_key(cfg) != before, field  # the key sees the change
+        assert signature.config_key(planner.copy_config(cfg)) == signature.config_key(cfg), field
         assert getattr(copy, field) != value, field  # the copy keeps what was checked
 
 
@@ -73,14 +74,14 @@ def test_the_grid_of_a_sharded_program_config_is_copied_and_keyed():
     assert (g.x, g.y) == (8, 4)
     other = _sharded_pc()
     other.compute_with_storage_grid_size = ttnn.CoreCoord(4, 8)
-    assert planner.config_key(other) != planner.config_key(cfg)
+    assert signature.config_key(other) != signature.config_key(cfg)
 
 
 def test_configs_of_other_kinds_pass_as_they_are():
-    assert planner.copy_config(None) is None and planner.config_key(None) is None
+    assert planner.copy_config(None) is None and signature.config_key(None) is None
     other = object()
     assert planner.copy_config(other) is other
-    assert planner.config_key(other) == ("object", id(other))
+    assert signature.config_key(other) == ("object", id(other))
 
 
 def _plan(shape=SHAPE, **kw):

@@ -12,6 +12,10 @@ wording, which the rule tests match by rule id and fragment, not character by ch
 The report gives the score per module, killed / (drawn - equivalent), and every surviving mutant with its diff. A
 survivor listed in tools/mutation/equivalent.md (same file, same original and mutated line) counts as equivalent, with
 the reason given there.
+
+A module may also name `field_drops = "<function>.<attribute>"`: the tuple that function assigns to that attribute (a
+call signature's compared key) is mutated once per element, the element replaced by None, so that every field
+dropped from what a signature compares is a mutant of its own, drawn in full besides the sample.
 """
 
 from __future__ import annotations
@@ -157,6 +161,61 @@ def report(module: str, db: WorkDB, total: int, equivalent: dict) -> tuple[int, 
     return killed, survived, equiv
 
 
+def field_drop_mutants(source: str, target: str) -> list[tuple[str, str]]:
+    """(the dropped element's text, the mutated source) for each element of the tuple `target` ("function.attribute")
+    names: the tuple literal assigned to `<anything>.attribute` inside the module-level function."""
+    function, attribute = target.split(".")
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+
+    def offset(lineno, col):
+        return offsets[lineno - 1] + len(lines[lineno - 1].encode()[:col].decode())
+
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name == function):
+            continue
+        for stmt in ast.walk(node):
+            if (
+                isinstance(stmt, ast.Assign)
+                and isinstance(stmt.targets[0], ast.Attribute)
+                and stmt.targets[0].attr == attribute
+                and isinstance(stmt.value, ast.Tuple)
+            ):
+                mutants = []
+                for element in stmt.value.elts:
+                    start = offset(element.lineno, element.col_offset)
+                    end = offset(element.end_lineno, element.end_col_offset)
+                    mutants.append((source[start:end], source[:start] + "None" + source[end:]))
+                return mutants
+    raise ValueError(f"no tuple assigned to .{attribute} in {function}()")
+
+
+def run_field_drops(module: str, spec: dict, src: Path, env: dict, pytest: list[str]) -> tuple[int, int]:
+    """Runs every field-drop mutant of the module (`field_drops`); prints each survivor. Returns (killed, survived)."""
+    path = src / spec["paths"][0]
+    original = path.read_text()
+    killed = survived = 0
+    try:
+        for dropped, mutated in field_drop_mutants(original, spec["field_drops"]):
+            path.write_text(mutated)
+            try:
+                outcome = subprocess.run(pytest, cwd=src, env=env, capture_output=True, timeout=TIMEOUT_S)
+                failed = outcome.returncode != 0
+            except subprocess.TimeoutExpired:
+                failed = True
+            killed += failed
+            survived += not failed
+            if not failed:
+                print(f"  SURVIVED    field drop in {spec['field_drops']}: {dropped} -> None")
+    finally:
+        path.write_text(original)
+    print(f"{module}: field drops {killed} killed / {killed + survived} ({spec['field_drops']})")
+    return killed, survived
+
+
 def run_module(module: str, spec: dict, *, n: int, seed: int, root: Path = ROOT) -> tuple[int, int, int]:
     work = root / "build" / "mutation" / module
     src = work / "src"
@@ -185,7 +244,11 @@ def run_module(module: str, spec: dict, *, n: int, seed: int, root: Path = ROOT)
     subprocess.run([*cosmic, "exec", str(config), str(session)], cwd=src, env=env, check=True)
     print(f"{module}: {time.monotonic() - start:.0f} s")
     with use_db(str(session), WorkDB.Mode.open) as db:
-        return report(module, db, total, equivalents())
+        killed, survived, equiv = report(module, db, total, equivalents())
+    if "field_drops" in spec:
+        drops_killed, drops_survived = run_field_drops(module, spec, src, env, pytest)
+        killed, survived = killed + drops_killed, survived + drops_survived
+    return killed, survived, equiv
 
 
 def main(argv=None) -> None:

@@ -12,10 +12,19 @@ Not TG: the norm on the input where the norm reads it (the decoder's sharded con
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ttnn
 
-from tt_rmsnorm import ccl, distributed, module
+from tt_rmsnorm import ccl, module
+from tt_rmsnorm import distributed as distributed_calls
+from tt_rmsnorm.compat.tt_transformers import check_norm
+from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.rules import sharding
+from tt_rmsnorm.signature import signature
+from tt_rmsnorm.tensors import TensorDesc, describe
 
 _TG_AXIS = 1  # the Galaxy decoder's hidden dim is split over the mesh columns
 
@@ -30,6 +39,7 @@ class DistributedNorm(module.PlannedModule):
     """
 
     def __init__(self, norm, args, TG=False, tt_ccl=None, ccl_topology=None):  # noqa: N803 (tt-metal's name)
+        check_norm(norm)
         self.norm = norm
         self.args = args
         self.tt_ccl = tt_ccl
@@ -67,18 +77,33 @@ class DistributedNorm(module.PlannedModule):
             else ccl.CCLResources(mesh, cluster_axis=_TG_AXIS, topology=topology)
         )
 
+    def bound_modules(self) -> tuple:
+        """Itself and its norm: the norm's configs and weights are bound into the planned call."""
+        return (self, self.norm)
+
     def forward(self, x, res, mode):
-        key = (mode, self.args.is_distributed_norm(mode))
-        hit = None if res is not None else module.last_call(self._last, key, x)
-        run, w = hit or self.planned(key, x, res, self._plan, x, res, mode)
-        return run(x, w, res)
+        called = signature(
+            mesh_device=self.args.mesh_device,
+            modules=self.bound_modules(),
+            x=x,
+            residual=res,
+            mode=mode,
+            # asked every call, as tt-metal's DistributedNorm and RMSNorm ask them
+            distributed=(self.args.is_distributed_norm(mode), self.norm.distributed_in(mode)),
+        )
+        call = PLANS.planned(called, self.plan_new, x, res)
+        return call.run(x, call.weight, res)
 
     __call__ = forward
 
-    def _plan(self, x, res, mode):
+    def plan(self, signature, x, residual) -> module.BoundCall:
+        """The call for this signature, every op it issues (moves, the norm, the residual's copy back) checked before
+        any runs."""
+        distributed_calls.check_tensors(x, None, residual)
+        x, residual, mode, distributed = describe(x), describe(residual), signature.mode, signature.distributed
         if self.TG:
-            return self._tg(x, res, mode)
-        if res is not None:
+            return self._tg(x, residual, mode)
+        if residual is not None:
             raise RuleError(
                 "compat.residual",
                 "the Galaxy decoder's norm adds a residual on the TG (Galaxy) path only",
@@ -94,50 +119,60 @@ class DistributedNorm(module.PlannedModule):
             )
         decode = mode == "decode"
         input_mc = self.norm.sharded_output_config if decode else ttnn.DRAM_MEMORY_CONFIG
-        move = x.memory_config() != input_mc
-        norm = self.norm
+        move = x.memory_config != input_mc
+        if move:
+            sharding.check_move(x, input_mc)
+            x = replace(x, memory_config=input_mc)
+        norm_call = self.norm.plan_described(x, mode, distributed[1], decode, decode)
+        norm_run = norm_call.run
 
         def run(x, w, res):
             if move:
-                x = ttnn.to_memory_config(x, input_mc)
-            return norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
+                x = route()(ttnn.to_memory_config)(x, input_mc)
+            return norm_run(x, w, None)
 
-        return run, None
+        return module.BoundCall(run, norm_call.weight, norm_call.plan, norm_call.output)
 
-    def _tg(self, x, res, mode):
+    def _tg(self, x: TensorDesc, res: TensorDesc | None, mode) -> module.BoundCall:
         module.check_input_width(x, self.args.dim, self.args.mesh_device.shape[_TG_AXIS], distributed=True)
         decode = mode == "decode"
-        moves = decode and x.memory_config() != self.gather_in_mem_cfg
+        cfg = self.gather_in_mem_cfg
+        moves = decode and x.memory_config != cfg
         configs = {"program_config": self.ln_prg_cfg} if decode else {"compute_kernel_config": self.ln_cfg}
+        h, h_res = x, res
+        if moves:
+            sharding.check_move(x, cfg)
+            h = replace(x, memory_config=cfg)
+            if res is not None:
+                sharding.check_move(res, cfg)
+                h_res = replace(res, memory_config=cfg)
+                # the sum goes back into the caller's residual: the moved copy moved back (then of the residual's own
+                # spec) and copied over it
+                sharding.check_move(h_res, res.memory_config)
         w = self.norm.weight_distributed
-        planned = []  # the plan of the input's signature where the norm reads it, planned at the first call
+        plan = distributed_calls.plan_described(
+            self.args.mesh_device,
+            h,
+            describe(w),
+            h_res,
+            epsilon=self.norm.eps,
+            cluster_axis=_TG_AXIS,
+            ccl=self._ccl,
+            **configs,
+        )
+        plan_run = plan.run
+        res_mc = None if res is None else res.memory_config
 
         def run(x, w, res):
             if moves:
-                x = ttnn.to_memory_config(x, self.gather_in_mem_cfg)
+                via = route()
+                x = via(ttnn.to_memory_config)(x, cfg)
                 if res is not None:
-                    # the sum goes back into the caller's residual: a moved copy is summed, then copied back
-                    moved = ttnn.to_memory_config(res, self.gather_in_mem_cfg)
-                    out, moved = self._norm(planned, x, w, moved, configs)
-                    ttnn.copy(ttnn.to_memory_config(moved, res.memory_config()), res)
+                    moved = via(ttnn.to_memory_config)(res, cfg)
+                    out, moved = plan_run(x, w, moved)
+                    via(ttnn.copy)(via(ttnn.to_memory_config)(moved, res_mc), res)
                     return out, res
-            out = self._norm(planned, x, w, res, configs)
+            out = plan_run(x, w, res)
             return out if res is not None else (out, None)
 
-        return run, w
-
-    def _norm(self, planned, x, w, res, configs):
-        if not planned:
-            planned.append(
-                distributed.planned_call(
-                    x,
-                    w,
-                    self.args.mesh_device,
-                    epsilon=self.norm.eps,
-                    cluster_axis=_TG_AXIS,
-                    residual=res,
-                    ccl=self._ccl,
-                    **configs,
-                )
-            )
-        return planned[0].run(x, w, res)
+        return module.BoundCall(run, w, plan, plan.output_desc(h))

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import ttnn
 
-from tt_rmsnorm import ccl, distributed, module
+from tt_rmsnorm import ccl, module
+from tt_rmsnorm import distributed as distributed_calls
+from tt_rmsnorm.direct_calls import route
+from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.rules import sharding
+from tt_rmsnorm.signature import signature
+from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.topology import resolve_cluster_axis
 
 
@@ -87,29 +94,43 @@ class RMSNorm(module.PlannedModule):
                     if tt_ccl is not None
                     else ccl.CCLResources(device, cluster_axis=axis, topology=ccl_topology)
                 )
-        self._local = module.LocalNorm(device)
 
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
-        key = (mode, in_sharded, out_sharded, self._policy(mode))
-        run, w = module.last_call(self._last, key, x) or self.planned(
-            key, x, None, self._plan, x, mode, in_sharded, out_sharded
+        called = signature(
+            mesh_device=self.device,
+            modules=self.bound_modules(),
+            x=x,
+            mode=mode,
+            distributed=self.distributed_in(mode),
+            in_sharded=in_sharded,
+            out_sharded=out_sharded,
         )
-        return run(x, w, None)
+        call = PLANS.planned(called, self.plan_new, x, None)
+        return call.run(x, call.weight, None)
 
-    def _plan(self, x, mode, in_sharded, out_sharded):
-        """The call for this signature, its rules checked: tt-metal's program and output configs where the input and
-        output are sharded, the distributed norm or the replicated rms_norm, then `sharded_to_interleaved` where a
-        sharded input gives an interleaved output."""
+    __call__ = forward
+
+    def plan(self, signature, x, residual) -> module.BoundCall:
+        distributed_calls.check_tensors(x)
+        s = signature
+        return self.plan_described(describe(x), s.mode, s.distributed, s.in_sharded, s.out_sharded)
+
+    def plan_described(self, x: TensorDesc, mode, distributed, in_sharded, out_sharded) -> module.BoundCall:
+        """The call for an input as described, its rules checked: tt-metal's program and output configs where the
+        input and output are sharded, the distributed norm or the replicated rms_norm, then `sharded_to_interleaved`
+        where a sharded input gives an interleaved output. A module that makes the input (a gather, a move) plans it
+        here before it runs anything."""
         program_config = self.sharded_program_config if in_sharded else None
         memory_config = self.sharded_output_config if out_sharded else None
-        distributed_mode = self._policy(mode) and self.num_devices > 1
-        module.check_input_width(x, self.dim, self.num_devices, distributed=distributed_mode)
-        if distributed_mode:
+        distributed = bool(distributed) and self.num_devices > 1
+        module.check_input_width(x, self.dim, self.num_devices, distributed=distributed)
+        if distributed:
             w = self.weight_distributed
-            plan = distributed.planned_call(
-                x,
-                w,
+            plan = distributed_calls.plan_described(
                 self.device,
+                x,
+                describe(w),
+                None,
                 epsilon=self.eps,
                 cluster_axis=self.cluster_axis,
                 memory_config=memory_config,
@@ -118,17 +139,28 @@ class RMSNorm(module.PlannedModule):
                 ccl=self._ccl,
             )
         else:
-            w = self.weight if x.is_sharded() else self._weight_interleaved()
-            plan = self._local.plan(
+            w = self.weight if x.is_sharded else self._weight_interleaved()
+            plan = distributed_calls.plan_replicated(
+                self.device,
                 x,
-                w,
+                describe(w),
                 epsilon=self.eps,
                 memory_config=memory_config,
                 program_config=program_config,
                 compute_kernel_config=self.compute_kernel_config_hifi2,
             )
-        if in_sharded and not out_sharded:
-            return (lambda x, w, residual: ttnn.sharded_to_interleaved(plan.run(x, w, residual))), w
-        return plan.run, w
+        output = plan.output_desc(x)
+        if not (in_sharded and not out_sharded):
+            return module.BoundCall(plan.run, w, plan, output)
+        sharding.check_move(output, ttnn.DRAM_MEMORY_CONFIG)
+        run = plan.run
 
-    __call__ = forward
+        def to_interleaved(x, w, residual):
+            return route()(ttnn.sharded_to_interleaved)(run(x, w, residual))
+
+        return module.BoundCall(to_interleaved, w, plan, replace(output, memory_config=ttnn.DRAM_MEMORY_CONFIG))
+
+    def distributed_in(self, mode):
+        """The policy's answer for `mode` (tt-metal's `is_distributed(mode)`, None and False meaning never): the norm
+        is distributed where it is true and the mesh columns hold several devices."""
+        return self._policy(mode)

@@ -7,8 +7,28 @@ from dataclasses import replace
 
 import ttnn
 
-from tt_rmsnorm import ccl, distributed, module
-from tt_rmsnorm.tensors import describe
+from tt_rmsnorm import ccl, module
+from tt_rmsnorm import distributed as distributed_calls
+from tt_rmsnorm.compat.rmsnorm import RMSNorm
+from tt_rmsnorm.direct_calls import route
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.rules import ccl_checks, sharding
+from tt_rmsnorm.signature import signature
+from tt_rmsnorm.tensors import TensorDesc, describe
+
+
+def check_norm(norm) -> None:
+    """The norm a compat decoder module wraps is `tt_rmsnorm.compat.RMSNorm`: its ops are planned and checked with the
+    module's gathers and moves, before any of them runs."""
+    if not isinstance(norm, RMSNorm):
+        raise RuleError(
+            "compat.norm",
+            "the compat DistributedNorm plans its norm's ops with its own before any runs: the norm must be a "
+            "tt_rmsnorm.compat.RMSNorm",
+            type(norm).__name__,
+            "from tt_rmsnorm.compat import RMSNorm (tt-metal's constructor, keyword for keyword)",
+        )
 
 
 class DistributedNorm(module.PlannedModule):
@@ -22,6 +42,7 @@ class DistributedNorm(module.PlannedModule):
     """
 
     def __init__(self, norm, args, tt_ccl, TG=False, force_interleaved_norm=False):  # noqa: N803 (tt-metal's name)
+        check_norm(norm)
         self.norm = norm
         self.args = args
         self.tt_ccl = tt_ccl
@@ -56,11 +77,15 @@ class DistributedNorm(module.PlannedModule):
             )
             self._tg_ccl = ccl.resources_for(tt_ccl, mesh, 1)
 
-    def _gather(self, x, memory_config):
+    def bound_modules(self) -> tuple:
+        """Itself and its norm: the norm's configs and weights are bound into the planned call."""
+        return (self, self.norm)
+
+    def _gather(self, x, memory_config, via):
         """all_gather_async on dim 3 with the model CCL's cycled semaphores, as tt_transformers gathers (its rules are
-        checked when the call is planned: `_check_gather`)."""
+        checked when the call is planned: `_gathered`)."""
         semaphores, barrier = self._gather_ccl.next_gather()
-        return ttnn.experimental.all_gather_async(
+        return via(ttnn.experimental.all_gather_async)(
             x,
             persistent_output_buffer=None,
             dim=3,
@@ -74,80 +99,112 @@ class DistributedNorm(module.PlannedModule):
             num_buffers_per_channel=2,
         )
 
-    def _check_gather(self, x, memory_config) -> None:
-        """A gathered width whose shards do not fit the grid is a RuleError, not a TT_FATAL."""
+    def _gathered(self, x: TensorDesc, memory_config) -> TensorDesc:
+        """The gather of `x` into `memory_config`, its rules checked (a gathered width whose shards do not fit the grid
+        is a RuleError, not a TT_FATAL): what it returns."""
         self._gather_ccl.check_gather(x, memory_config, num_links=1)
+        return ccl_checks.gathered_desc(x, 3, self._gather_ccl.num_devices, memory_config)
 
     def forward(self, x, mode):
-        # the norm's output config is part of the signature: a decode call binds it
-        key = (mode, self.args.is_distributed_norm(mode), id(self.norm.sharded_output_config))
-        run, w = module.last_call(self._last, key, x) or self.planned(key, x, None, self._plan, x, mode)
-        return run(x, w, None)
+        called = signature(
+            mesh_device=self.args.mesh_device,
+            modules=self.bound_modules(),
+            x=x,
+            mode=mode,
+            # asked every call, as tt-metal's DistributedNorm and RMSNorm ask them
+            distributed=(self.args.is_distributed_norm(mode), self.norm.distributed_in(mode)),
+        )
+        call = PLANS.planned(called, self.plan_new, x, None)
+        return call.run(x, call.weight, None)
 
     __call__ = forward
 
-    def _plan(self, x, mode):
-        """The call for this signature, every gather's rules checked before it runs: the input gathered to full width
-        (a mode that is not distributed on a multichip mesh) or moved to where the norm reads it, the norm, and the
+    def plan(self, signature, x, residual) -> module.BoundCall:
+        """The call for this signature, every op's rules checked before any runs: the input gathered to full width (a
+        mode that is not distributed on a multichip mesh) or moved to where the norm reads it, the norm, and the
         output gathered (a distributed mode)."""
+        distributed_calls.check_tensors(x)
+        x, mode, distributed = describe(x), signature.mode, signature.distributed
         if self.TG:
             return self._tg(x, mode)
         norm, decode = self.norm, mode == "decode"
-        distributed_mode = self.args.is_distributed_norm(mode)
+        distributed_mode, norm_distributed = distributed
         gather_input = self.args.is_multichip and not distributed_mode
         if self.force_interleaved_norm:
             mc = ttnn.DRAM_MEMORY_CONFIG
             if gather_input:
-                self._check_gather(x, mc)
+                h = self._gathered(x, mc)
+            else:
+                sharding.check_move(x, mc)
+                h = replace(x, memory_config=mc)
+            norm_call = norm.plan_described(h, mode, norm_distributed, False, False)
             out_mc = norm.sharded_output_config if decode else None
+            if out_mc is not None:
+                sharding.check_move(norm_call.output, out_mc)
+            norm_run = norm_call.run
 
             def run(x, w, residual):
-                x = self._gather(x, mc) if gather_input else ttnn.to_memory_config(x, mc)
-                x = norm(x, mode=mode, in_sharded=False, out_sharded=False)
-                return x if out_mc is None else ttnn.to_memory_config(x, out_mc)
+                via = route()
+                x = self._gather(x, mc, via) if gather_input else via(ttnn.to_memory_config)(x, mc)
+                x = norm_run(x, w, None)
+                return x if out_mc is None else via(ttnn.to_memory_config)(x, out_mc)
 
-            return run, None
+            output = norm_call.output if out_mc is None else replace(norm_call.output, memory_config=out_mc)
+            return module.BoundCall(run, norm_call.weight, norm_call.plan, output)
         input_mc = norm.sharded_output_config if decode else ttnn.DRAM_MEMORY_CONFIG
-        move = not gather_input and x.memory_config() != input_mc
+        move = not gather_input and x.memory_config != input_mc
         if gather_input:
-            self._check_gather(x, input_mc)
+            h = self._gathered(x, input_mc)
+        elif move:
+            sharding.check_move(x, input_mc)
+            h = replace(x, memory_config=input_mc)
+        else:
+            h = x
+        norm_call = norm.plan_described(h, mode, norm_distributed, decode, decode)
         gather_output = distributed_mode and self.args.is_multichip
-        if gather_output:
-            # the norm's output has x's shape and dtype, in the norm's sharded output config for decode and x's
-            # (DRAM) memory config for prefill; it is gathered into the same config
-            self._check_gather(replace(describe(x), memory_config=input_mc), input_mc)
+        # the norm's output goes back into the input's config: gathered into it where the mode is distributed
+        output = self._gathered(norm_call.output, input_mc) if gather_output else norm_call.output
+        norm_run = norm_call.run
 
         def run(x, w, residual):
+            via = route()
             if gather_input:
-                x = self._gather(x, input_mc)
+                x = self._gather(x, input_mc, via)
             elif move:
-                x = ttnn.to_memory_config(x, input_mc)
-            x = norm(x, mode=mode, in_sharded=decode, out_sharded=decode)
-            return self._gather(x, input_mc) if gather_output else x
+                x = via(ttnn.to_memory_config)(x, input_mc)
+            x = norm_run(x, w, None)
+            return self._gather(x, input_mc, via) if gather_output else x
 
-        return run, None
+        return module.BoundCall(run, norm_call.weight, norm_call.plan, output)
 
-    def _tg(self, x, mode):
+    def _tg(self, x: TensorDesc, mode) -> module.BoundCall:
         """Both modes distributed over the mesh columns: decode on tt-metal's TG grid and program config, prefill
         interleaved with its TG compute config (HiFi2, no fp32 accumulation)."""
         module.check_input_width(x, self.args.dim, 4, distributed=True)
         if mode == "decode":
-            mc = self.gather_in_mem_cfg if x.memory_config() != self.gather_in_mem_cfg else None
+            mc = self.gather_in_mem_cfg if x.memory_config != self.gather_in_mem_cfg else None
             configs = {"program_config": self.ln_prg_cfg}
         else:
             mc, configs = None, {"compute_kernel_config": self.ln_cfg}
+        if mc is not None:
+            sharding.check_move(x, mc)
+            x = replace(x, memory_config=mc)
         w = self.norm.weight_distributed
-        planned = []  # the plan of the moved input's signature, planned at the first call
+        plan = distributed_calls.plan_described(
+            self.args.mesh_device,
+            x,
+            describe(w),
+            None,
+            epsilon=self.norm.eps,
+            cluster_axis=1,
+            ccl=self._tg_ccl,
+            **configs,
+        )
+        if mc is None:
+            return module.BoundCall(plan.run, w, plan, plan.output_desc(x))
+        plan_run = plan.run
 
         def run(x, w, residual):
-            if mc is not None:
-                x = ttnn.to_memory_config(x, mc)
-            if not planned:
-                planned.append(
-                    distributed.planned_call(
-                        x, w, self.args.mesh_device, epsilon=self.norm.eps, cluster_axis=1, ccl=self._tg_ccl, **configs
-                    )
-                )
-            return planned[0].run(x, w, None)
+            return plan_run(route()(ttnn.to_memory_config)(x, mc), w, None)
 
-        return run, w
+        return module.BoundCall(run, w, plan, plan.output_desc(x))

@@ -12,9 +12,10 @@ With a residual every path writes x + residual into the residual tensor, in plac
 over its input's shards, so the residual goes in as its input); the interleaved paths add with `ttnn.add` into the
 residual; where a path moves the tensors to L1 first, the sum is copied back into the caller's residual.
 
-A plan is built once per call signature (`tt_rmsnorm.distributed`): `check` runs every rule of every op it will call on
+A plan is built once per call signature (`tt_rmsnorm.signature`): `check` runs every rule of every op it will call on
 device-free descriptions of the tensors those ops will see, before any device work; `run` then makes only the ttnn
-calls, with their arguments bound at planning time.
+calls, with their arguments bound at planning time, each through the function ttnn's op wrapper calls where the
+wrapper would do nothing else (`tt_rmsnorm.direct_calls`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import ttnn
 
 from tt_rmsnorm import ccl
+from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning.layouts import NormPlan
 from tt_rmsnorm.rules import ccl_checks, op_checks, operands, sharding
@@ -31,9 +33,9 @@ from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import one_tile_row
 
 
-def add_into(x, residual):
+def add_into(x, residual, via):
     """x + residual written over `residual`: the residual contract of every path (the sum is the residual stream)."""
-    return ttnn.add(x, residual, output_tensor=residual)
+    return via(ttnn.add)(x, residual, output_tensor=residual)
 
 
 PATHS = ("classic", "async", "fused", "local")
@@ -106,6 +108,12 @@ class PathPlan:
             self.local_stats_desc(x), 3, self.call.num_devices, self.norm.stats_memory_config
         )
 
+    def output_desc(self, x: TensorDesc) -> TensorDesc:
+        """The output as the caller receives it: x's shape in the output dtype, where the path leaves it."""
+        where = (self.move_output, self.written_memory_config, self.call.memory_config, x.memory_config)
+        memory_config = next(mc for mc in where if mc is not None)
+        return replace(x, dtype=self.call.dtype or x.dtype, memory_config=memory_config, stats_kind=None)
+
     def semaphores(self):
         """(gather, barrier, fused) semaphore descriptions: the resources' own, or as `CCLResources` creates them."""
         return ccl.semaphore_descs(self.ccl, self.compute_grid)
@@ -171,27 +179,28 @@ class GatherPath(PathPlan):
     def run(self, x, w, residual):
         kw = self.kw
         to_l1 = kw["to_l1"]
+        via = route()
         if not self.sharded:  # the interleaved post normalizes its input: it must be given x + residual itself
-            h = x if residual is None else add_into(x, residual)
-            stats = ttnn.rms_norm_pre_all_gather(h, **kw["pre"])
+            h = x if residual is None else add_into(x, residual, via)
+            stats = via(ttnn.rms_norm_pre_all_gather)(h, **kw["pre"])
         elif residual is None:
-            h = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
-            stats = ttnn.rms_norm_pre_all_gather(h, **kw["pre"])
+            h = x if to_l1 is None else via(ttnn.to_memory_config)(x, to_l1)
+            stats = via(ttnn.rms_norm_pre_all_gather)(h, **kw["pre"])
         else:  # the sharded pre writes input + residual_input over its input's shards: the residual's, so x is kept
-            h = residual if to_l1 is None else ttnn.to_memory_config(residual, to_l1)
-            xs = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
-            stats = ttnn.rms_norm_pre_all_gather(h, residual_input_tensor=xs, **kw["pre"])
-        stats = self.gather(stats)
+            h = residual if to_l1 is None else via(ttnn.to_memory_config)(residual, to_l1)
+            xs = x if to_l1 is None else via(ttnn.to_memory_config)(x, to_l1)
+            stats = via(ttnn.rms_norm_pre_all_gather)(h, residual_input_tensor=xs, **kw["pre"])
+        stats = self.gather(stats, via)
         if w is None:
-            out = ttnn.rms_norm_post_all_gather(h, stats, **kw["post"])
+            out = via(ttnn.rms_norm_post_all_gather)(h, stats, **kw["post"])
         else:
-            out = ttnn.rms_norm_post_all_gather(h, stats, weight=w, **kw["post"])
+            out = via(ttnn.rms_norm_post_all_gather)(h, stats, weight=w, **kw["post"])
         if self.move_output is not None:
-            out = ttnn.to_memory_config(out, self.move_output)
+            out = via(ttnn.to_memory_config)(out, self.move_output)
         if residual is None:
             return out
         if self.sharded and to_l1 is not None:  # the sum was written over the moved copy: into the caller's residual
-            ttnn.copy(ttnn.to_memory_config(h, self.x_memory_config), residual)
+            via(ttnn.copy)(via(ttnn.to_memory_config)(h, self.x_memory_config), residual)
         return out, residual
 
 
@@ -212,8 +221,8 @@ class ClassicPath(GatherPath):
     def gather_kw(self) -> dict:
         return {"cluster_axis": self.call.cluster_axis, "memory_config": self.norm.stats_memory_config}
 
-    def gather(self, stats):
-        return ttnn.all_gather(stats, 3, **self.kw["gather"])
+    def gather(self, stats, via):
+        return via(ttnn.all_gather)(stats, 3, **self.kw["gather"])
 
 
 @dataclass(frozen=True)
@@ -247,9 +256,9 @@ class AsyncPath(GatherPath):
             "persistent_output_tensor": self.gathered,
         }
 
-    def gather(self, stats):
+    def gather(self, stats, via):
         semaphores, barrier = self.ccl.next_gather()
-        return ttnn.experimental.all_gather_async(
+        return via(ttnn.experimental.all_gather_async)(
             stats, multi_device_global_semaphore=semaphores, barrier_semaphore=barrier, **self.kw["gather"]
         )
 
@@ -284,9 +293,11 @@ class LocalPath(PathPlan):
         return kw
 
     def run(self, x, w, residual):
+        via = route()
         if residual is not None:
-            x = add_into(x, residual)
-        out = ttnn.rms_norm(x, **self.kw) if w is None else ttnn.rms_norm(x, weight=w, **self.kw)
+            x = add_into(x, residual, via)
+        rms_norm = via(ttnn.rms_norm)
+        out = rms_norm(x, **self.kw) if w is None else rms_norm(x, weight=w, **self.kw)
         return out if residual is None else (out, residual)
 
 
@@ -331,11 +342,12 @@ class FusedPath(PathPlan):
     def run(self, x, w, residual):
         norm = self.norm
         to_l1 = norm.input_memory_config
-        h = x if to_l1 is None else ttnn.to_memory_config(x, to_l1)
-        moved = residual if residual is None or to_l1 is None else ttnn.to_memory_config(residual, to_l1)
+        via = route()
+        h = x if to_l1 is None else via(ttnn.to_memory_config)(x, to_l1)
+        moved = residual if residual is None or to_l1 is None else via(ttnn.to_memory_config)(residual, to_l1)
         # no residual keyword at all without a residual: ttnn spends microseconds on an explicit None
         extra = {} if moved is None else {"residual_input_tensor": moved}
-        out = ttnn.fused_rms_minimal(
+        out = via(ttnn.fused_rms_minimal)(
             h,
             norm.program_config,
             self.call.cluster_axis,
@@ -346,11 +358,11 @@ class FusedPath(PathPlan):
             **self.kw,
         )
         if self.move_output is not None:
-            out = ttnn.to_memory_config(out, self.move_output)
+            out = via(ttnn.to_memory_config)(out, self.move_output)
         if residual is None:
             return out
         if to_l1 is not None:  # the sum was written over the moved copy: into the caller's residual
-            ttnn.copy(ttnn.to_memory_config(moved, self.x_memory_config), residual)
+            via(ttnn.copy)(via(ttnn.to_memory_config)(moved, self.x_memory_config), residual)
         return out, residual
 
 

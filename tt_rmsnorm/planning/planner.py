@@ -54,27 +54,6 @@ def copy_config(cfg):
     return cfg
 
 
-def config_key(cfg):
-    """The fields of a ttnn config that the rules read, as a hashable tuple (the configs hash by identity)."""
-    if cfg is None:
-        return None
-    if isinstance(cfg, ttnn.LayerNormShardedMultiCoreProgramConfig):
-        g = cfg.compute_with_storage_grid_size
-        return ("sharded", g.x, g.y, cfg.subblock_w, cfg.block_h, cfg.block_w, cfg.inplace, cfg.use_welford)
-    if isinstance(cfg, ttnn.LayerNormDefaultProgramConfig):
-        return ("default", cfg.legacy_reduction, cfg.use_welford)
-    if isinstance(cfg, ttnn.WormholeComputeKernelConfig):
-        return (
-            "compute",
-            cfg.math_fidelity,
-            cfg.math_approx_mode,
-            cfg.fp32_dest_acc_en,
-            cfg.packer_l1_acc,
-            cfg.dst_full_sync_en,
-        )
-    return ("object", id(cfg))
-
-
 def _layout(name: str, x: TensorDesc, sharded):
     """Whether the layout plan is sharded: the local path keeps x where it is, the fused path is sharded by contract."""
     if x.is_sharded and sharded is False:

@@ -16,6 +16,7 @@ import ttnn
 from tt_rmsnorm.rules.common import (
     ComputeFlags,
     bbox_extent,
+    check_on_device,
     compute_flags,
     enum_name,
     fail,
@@ -415,3 +416,10 @@ def check_rms_norm_output_shard(x: TensorDesc, memory_config):
             f"output shard {[oh, ow]} vs input shard {[sh, sw]}",
             "give the output shards at least the input's shard shape, or omit memory_config (the input's is used)",
         )
+
+
+def check_move(x: TensorDesc, memory_config) -> None:
+    """A move of `x` into `memory_config` (to_memory_config, sharded_to_interleaved): x on device, and a sharded target
+    whose shard spec fits x as ttnn's tensor-spec validation checks it when it makes the moved tensor."""
+    check_on_device(x, "input")
+    check_shard_fits(x.padded_shape, memory_config, "moved tensor", tiled=x.layout == ttnn.TILE_LAYOUT)

@@ -148,7 +148,7 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     configure(system)
     from tt_rmsnorm.ccl import forget_adopted  # imports ttnn: only after configure()
     from tt_rmsnorm.devices import close_mesh
-    from tt_rmsnorm.distributed import forget_plans
+    from tt_rmsnorm.plan_cache import forget_plans
 
     mesh, mesh_shape = None, None
     _send(wfd, {"ready": True, "pid": os.getpid()})
