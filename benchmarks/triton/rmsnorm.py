@@ -1,6 +1,7 @@
 """RMSNorm benchmark on CUDA: forward/backward GB/s, % of the copy bandwidth measured in the same run, ratios to peers.
 
     python3 -m benchmarks.triton.rmsnorm                 # single-GPU tables (cuda:0)
+    python3 -m benchmarks.triton.rmsnorm --tables fwd,residual --peers quack,flashinfer   # forward tables only
     python3 -m benchmarks.triton.rmsnorm --distributed   # two-phase distributed section on 2 GPUs (NCCL)
     python3 -m benchmarks.triton.rmsnorm --sweep         # launch-config sweep that fwd_config / bwd_config come from
     python3 -m benchmarks.triton.rmsnorm --sweep-long    # long-row launch shapes (split, looped, cols) side by side
@@ -18,8 +19,13 @@ plainly, as the peers are, and every timing starts in one launch state: graph re
 launch than after several plain ones, so a tiny eager PDL launch right before the timed replays (`pin_launch_state`)
 gives every contender the faster state. GB/s counts the fewest bytes: forward reads x and writes y; backward reads x
 and dy and writes dx. `copy` is the faster of dst.copy_(x) (same shape) and a flat copy of the same bytes per call,
-timed the same way. Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel and QuACK when
-importable. Progress goes to stderr, the tables to stdout.
+timed the same way. Peers: torch eager F.rms_norm, torch.compile of it (dynamic=False), Liger-Kernel, QuACK and
+FlashInfer when importable (benchmarks/triton/peers.py; FlashInfer launches as its default, with PDL where the device
+has it, and has no backward). The residual table times ours with residual= (read x and r, write y and x + r) beside
+QuACK's residual forward and FlashInfer's in-place fused_add_rmsnorm (the same bytes); its copy moves those bytes.
+Before any timing every contender's output on the first input set is held to the float64 reference by the project's
+tolerance policy (benchmarks/triton/reference.py): a failed check prints FAIL beside its time or ratio. Progress goes
+to stderr, the tables to stdout.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.triton import sweeps
-from benchmarks.triton.peers import load_peers
+from benchmarks.triton.peers import FORWARD_ONLY, NORMALIZES_FP32_SUM, describe, load_peers, load_residual_peers
+from benchmarks.triton.reference import SAMPLE_ROWS, check_forward, check_residual
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.launch import pdl_supported
@@ -49,6 +56,7 @@ from programs.triton.timing import (
     rotating,
     timed_rounds,
 )
+from tt_rmsnorm.accuracy import Report
 
 # 1024 x 262144 first: measured last, even a plain copy of its bytes ran slower (2.7 TB/s)
 SHAPES = [
@@ -64,8 +72,29 @@ SHAPES = [
 ]
 
 
+TABLES = ("fwd", "residual", "bwd")
+# peers that overwrite their inputs: timed on copies of them, so no other contender sees the changed values
+IN_PLACE = frozenset({"flashinfer"})
+
+
 def fmt_ratio(ours: float, other: float | None) -> str:
     return "n/a" if other is None else f"{other / ours:.2f}x"
+
+
+def _failed(checks: dict[str, Report | None], name: str) -> bool:
+    return checks.get(name) is not None and not checks[name].passed
+
+
+def _check(name: str, run: Callable[[], Report]) -> Report | None:
+    """A contender's float64 check, or None (logged) where it cannot run the shape: it is n/a in the tables too."""
+    try:
+        report = run()
+    except Exception as e:
+        log(f"  check {name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+        torch.cuda.synchronize()
+        return None
+    log(f"  check {name}: {report.summary()}")
+    return report
 
 
 @dataclass
@@ -76,6 +105,7 @@ class _Session:
     l2: int
     wanted: set[str]
     peers: dict[str, Callable]
+    res_peers: dict[str, Callable]
     compiled_fwd: Callable
     compiled_fb: Callable
     pdl: bool
@@ -88,13 +118,18 @@ class _Session:
         return {"eager", "compile", *self.peers}
 
 
-def _time_forward(s: _Session, m: int, n: int, g) -> tuple[int, dict, list, torch.Tensor]:
-    """(bytes a call, times by contender, the input sets, the weight) of the forward at m x n."""
+def _inputs(s: _Session, m: int, n: int, g) -> tuple[list, torch.Tensor]:
+    """(the input sets, the weight) at m x n: as many sets as the forward rotates over, which every table shares."""
+    sets, _ = n_sets(2 * m * n * (torch.finfo(DT).bits // 8), s.l2)
+    xs = [torch.randn(m, n, device=s.dev, generator=g).to(DT) for _ in range(sets)]
+    return xs, torch.randn(n, device=s.dev, generator=g).to(DT)
+
+
+def _time_forward(s: _Session, m: int, n: int, xs: list, w: torch.Tensor) -> tuple[int, dict, dict]:
+    """(bytes a call, times by contender, float64 checks by contender) of the forward at m x n."""
     elt = torch.finfo(DT).bits // 8
     fbytes = 2 * m * n * elt
     sets, calls = n_sets(fbytes, s.l2)
-    xs = [torch.randn(m, n, device=s.dev, generator=g).to(DT) for _ in range(sets)]
-    w = torch.randn(n, device=s.dev, generator=g).to(DT)
     dst = [torch.empty_like(x) for x in xs]
     flat = [torch.empty(2 * m * n, dtype=DT, device=s.dev) for _ in range(sets)]
     runs = {
@@ -110,12 +145,59 @@ def _time_forward(s: _Session, m: int, n: int, g) -> tuple[int, dict, list, torc
         runs[name] = lambda i, norm=norm: lambda: norm(xs[i], w)
     # FP8 row-scaled output (3 bytes/elem moved): reported for the record
     runs["ours_fp8"] = lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, dtype=torch.float8_e4m3fn)
-    if s.pdl:  # ours launched as every peer is: the kernels alone, no overlap between calls
+    if s.pdl:  # ours launched as the peers that have no PDL are: the kernels alone, no overlap between calls
         runs["ours_nopdl"] = lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, enable_pdl=False)
+    checks = {"ours": _check("ours", lambda: check_forward(rmsnorm_fwd(xs[0], w, epsilon=EPS).y, xs[0], w))}
+    for name, norm in s.peers.items():
+        checks[name] = _check(name, lambda norm=norm: check_forward(norm(xs[0], w), xs[0], w))
     t = timed_rounds(runs, sets, calls, s.reps, s.rounds, optional=s.optional, before=s.pin)
     t["copy"] = min(t["copy2d"], t["copyflat"])  # the faster copy of the same bytes is the ceiling
     log("  fwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in t.items() if v))
-    return fbytes, t, xs, w
+    return fbytes, t, checks
+
+
+def _time_residual(s: _Session, m: int, n: int, g, xs: list, w: torch.Tensor) -> tuple[int, dict, dict]:
+    """(bytes a call, times by contender, float64 checks by contender) of the forward with a residual at m x n:
+    read x and r, write y and x + r."""
+    elt = torch.finfo(DT).bits // 8
+    rbytes = 4 * m * n * elt
+    rsets, _ = n_sets(rbytes, s.l2)
+    rsets = min(rsets, len(xs))
+    rcalls = max(rsets, 8)
+    rs = [torch.randn(m, n, device=s.dev, generator=g).to(DT) for _ in range(rsets)]
+    # a copy of the same bytes: read 2*M*N elements, write 2*M*N elements
+    k = 2 * m * n
+    srcs = [torch.randn(k, device=s.dev, generator=g).to(DT) for _ in range(rsets)]
+    dsts = [torch.empty(k, dtype=DT, device=s.dev) for _ in range(rsets)]
+    runs = {
+        "copy": lambda i: lambda: dsts[i].copy_(srcs[i]),
+        "ours": lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, residual=rs[i]),
+    }
+    if s.pdl:
+        runs["ours_nopdl"] = lambda i: lambda: rmsnorm_fwd(xs[i], w, epsilon=EPS, residual=rs[i], enable_pdl=False)
+    for name, norm in s.res_peers.items():
+        if name in IN_PLACE:
+            own = [(xs[i].clone(), rs[i].clone()) for i in range(rsets)]
+            runs[name] = lambda i, norm=norm, own=own: lambda: norm(own[i][0], own[i][1], w)
+        else:
+            runs[name] = lambda i, norm=norm: lambda: norm(xs[i], rs[i], w)
+
+    def ours_check() -> Report:
+        out = rmsnorm_fwd(xs[0], w, epsilon=EPS, residual=rs[0])
+        return check_residual(out.y, out.residual_out, xs[0], rs[0], w, rounded=True)
+
+    checks = {"ours": _check("ours residual", ours_check)}
+    for name, norm in s.res_peers.items():
+        rounded = name not in NORMALIZES_FP32_SUM
+
+        def peer_check(norm=norm, rounded=rounded) -> Report:
+            y, h_out = norm(xs[0].clone(), rs[0].clone(), w)
+            return check_residual(y, h_out, xs[0], rs[0], w, rounded=rounded)
+
+        checks[name] = _check(f"{name} residual", peer_check)
+    t = timed_rounds(runs, rsets, rcalls, s.reps, s.rounds, optional=set(s.res_peers), before=s.pin)
+    log("  residual " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in t.items() if v))
+    return rbytes, t, checks
 
 
 def _time_backward(s: _Session, m: int, n: int, g, xs: list, w: torch.Tensor) -> tuple[int, dict]:
@@ -142,7 +224,8 @@ def _time_backward(s: _Session, m: int, n: int, g, xs: list, w: torch.Tensor) ->
     if "compile" in s.wanted:
         runs["compile"] = autograd_calls(s.compiled_fb, xs, w, dys)
     for name, norm in s.peers.items():
-        runs[name] = autograd_calls(norm, xs, w, dys)
+        if name not in FORWARD_ONLY:
+            runs[name] = autograd_calls(norm, xs, w, dys)
     tb = timed_rounds(runs, bsets, bcalls, s.reps, s.rounds, optional=s.optional, before=s.pin)
     log("  bwd " + " ".join(f"{k}={v * 1e6:.1f}us" for k, v in tb.items() if v))
     return bbytes, tb
@@ -155,56 +238,87 @@ def _print_table(title: str, rows: list, ours: str, names: list[str], fp8_col: b
         head.append("fp8-row us")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for m, n, nbytes, t in rows:
+    for m, n, nbytes, t, checks in rows:
         cells = [
             f"{m} x {n}",
             f"{nbytes / t['copy'] / 1e9:.0f}",
-            f"{t[ours] * 1e6:.1f}",
+            f"{t[ours] * 1e6:.1f}" + (" FAIL" if _failed(checks, "ours") else ""),
             f"{nbytes / t[ours] / 1e9:.0f}",
             f"{100 * t['copy'] / t[ours]:.0f}%",
         ]
-        cells += [fmt_ratio(t[ours], t.get(p)) for p in names]
+        cells += [fmt_ratio(t[ours], t.get(p)) + (" FAIL" if _failed(checks, p) else "") for p in names]
         if fp8_col:
             cells.append(f"{t['ours_fp8'] * 1e6:.1f}")
         print("| " + " | ".join(cells) + " |")
 
 
-def _print_single(s: _Session, fwd_rows: list, bwd_rows: list) -> None:
+def _print_single(s: _Session, fwd_rows: list, res_rows: list, bwd_rows: list) -> None:
+    import triton
+
     props = torch.cuda.get_device_properties(s.dev)
-    names = [p for p in ("eager", "compile") if p in s.wanted] + [p for p in ("liger", "quack") if p in s.peers]
+    peers = [p for p in ("liger", "quack", "flashinfer") if p in s.peers or p in s.res_peers]
+    names = [p for p in ("eager", "compile") if p in s.wanted] + [p for p in peers if p in s.peers]
     print(
-        f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {s.l2 >> 20} MiB; torch {torch.__version__}; bf16; "
-        "CUDA-graph replay, rotated inputs"
+        f"\n# {props.name}, {props.multi_processor_count} SMs, L2 {s.l2 >> 20} MiB; torch {torch.__version__}, "
+        f"Triton {triton.__version__}; bf16; CUDA-graph replay, rotated inputs"
     )
+    if peers:
+        print(f"# peers: {describe(peers, s.dev)}")
     if s.pdl:
         print(
-            "# ours launched with PDL (its default here, forward and backward): back-to-back calls overlap one's "
-            "launch with the other's tail; copy and peers launch plainly"
+            "# ours launched with PDL (its default here): back-to-back calls overlap one's launch with the other's "
+            "tail; copy, torch, Liger and QuACK launch plainly, FlashInfer with PDL (its default here)"
         )
         print(
             "# every timing starts right after one eager PDL launch (pin_launch_state): graph replays then run in the "
             "faster of two launch states seen on H100"
         )
-    tables = [("FORWARD (read x + write y)", fwd_rows, "ours", True)]
-    if s.pdl:
-        tables.append(
-            ("FORWARD, ours without PDL (enable_pdl=False: launched as the peers are)", fwd_rows, "ours_nopdl", False)
-        )
-    tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours", False))
-    if s.pdl:
-        tables.append(("BACKWARD, ours without PDL (enable_pdl=False)", bwd_rows, "ours_nopdl", False))
-    for title, rows, ours, fp8_col in tables:
-        _print_table(title, rows, ours, names, fp8_col)
-    print("\n(vs X = X's time / ours: > 1 means ours is faster; n/a = the peer cannot run the shape)")
+    tables = []
+    if fwd_rows:
+        tables.append(("FORWARD (read x + write y)", fwd_rows, "ours", names, True))
+        if s.pdl:
+            tables.append(("FORWARD, ours without PDL (enable_pdl=False)", fwd_rows, "ours_nopdl", names, False))
+    res_names = [p for p in peers if p in s.res_peers]
+    if res_rows:
+        title = "FORWARD WITH RESIDUAL (read x, r + write y, x + r; FlashInfer's fused_add_rmsnorm in place)"
+        tables.append((title, res_rows, "ours", res_names, False))
+        if s.pdl:
+            tables.append(("FORWARD WITH RESIDUAL, ours without PDL", res_rows, "ours_nopdl", res_names, False))
+    bwd_names = [p for p in names if p not in FORWARD_ONLY]
+    if bwd_rows:
+        tables.append(("BACKWARD (read x, dy + write dx; dgamma included in time)", bwd_rows, "ours", bwd_names, False))
+        if s.pdl:
+            tables.append(("BACKWARD, ours without PDL (enable_pdl=False)", bwd_rows, "ours_nopdl", bwd_names, False))
+    for title, rows, ours, table_names, fp8_col in tables:
+        _print_table(title, rows, ours, table_names, fp8_col)
+    print(
+        "\n(vs X = X's time / ours: > 1 means ours is faster; n/a = the peer cannot run the shape; FAIL = the output "
+        "failed its float64 check)"
+    )
     print("\n## times in us (same run)")
-    for title, rows in (("fwd", fwd_rows), ("bwd", bwd_rows)):
-        for m, n, _, t in rows:
+    for title, rows in (("fwd", fwd_rows), ("residual", res_rows), ("bwd", bwd_rows)):
+        for m, n, _, t, _ in rows:
             print(f"{title} {m}x{n}: " + ", ".join(f"{k} {v * 1e6:.2f}" for k, v in t.items() if v is not None))
+    print(
+        f"\n## float64 checks (tt_rmsnorm.accuracy, bf16 policy; at most {SAMPLE_ROWS} rows a shape; residual: "
+        f"ours against x + r rounded to bf16, {', '.join(sorted(NORMALIZES_FP32_SUM))} against the exact sum, as each "
+        "kernel normalizes)"
+    )
+    for title, rows in (("fwd", fwd_rows), ("residual", res_rows)):
+        for m, n, _, _, checks in rows:
+            cells = [
+                f"{k} " + ("n/a" if r is None else f"{r.headline()} {'PASS' if r.passed else 'FAIL'}")
+                for k, r in checks.items()
+            ]
+            print(f"{title} {m}x{n}: " + ", ".join(cells))
 
 
-def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rounds: int = 3) -> None:
+def bench_single(
+    reps: int, shapes: list[tuple[int, int]], wanted: set[str], rounds: int = 3, tables: tuple[str, ...] = TABLES
+) -> None:
     dev = torch.device("cuda:0")
-    peers = {k: v for k, v in load_peers(wanted).items() if k in wanted}
+    peers = load_peers(wanted) if "fwd" in tables or "bwd" in tables else {}
+    res_peers = load_residual_peers(wanted) if "residual" in tables else {}
     for knob in ("cache_size_limit", "recompile_limit"):  # one compiled graph per shape, 9 shapes
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 64)
@@ -212,18 +326,24 @@ def bench_single(reps: int, shapes: list[tuple[int, int]], wanted: set[str], rou
     compiled_fb = torch.compile(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS), dynamic=False)
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     pdl = pdl_supported(dev)
-    s = _Session(dev, l2, wanted, peers, compiled_fwd, compiled_fb, pdl, pin_launch_state(dev), reps, rounds)
-    fwd_rows, bwd_rows = [], []
+    s = _Session(dev, l2, wanted, peers, res_peers, compiled_fwd, compiled_fb, pdl, pin_launch_state(dev), reps, rounds)
+    fwd_rows, res_rows, bwd_rows = [], [], []
     for m, n in shapes:
         log(f"shape {m}x{n}")
         g = torch.Generator(device=dev).manual_seed(0)
-        fbytes, t, xs, w = _time_forward(s, m, n, g)
-        fwd_rows.append((m, n, fbytes, t))
-        bbytes, tb = _time_backward(s, m, n, g, xs, w)
-        bwd_rows.append((m, n, bbytes, tb))
+        xs, w = _inputs(s, m, n, g)
+        if "fwd" in tables:
+            fbytes, t, checks = _time_forward(s, m, n, xs, w)
+            fwd_rows.append((m, n, fbytes, t, checks))
+        if "residual" in tables:
+            rbytes, tr, rchecks = _time_residual(s, m, n, g, xs, w)
+            res_rows.append((m, n, rbytes, tr, rchecks))
+        if "bwd" in tables:
+            bbytes, tb = _time_backward(s, m, n, g, xs, w)
+            bwd_rows.append((m, n, bbytes, tb, {}))
         del xs
         torch.cuda.empty_cache()
-    _print_single(s, fwd_rows, bwd_rows)
+    _print_single(s, fwd_rows, res_rows, bwd_rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -352,10 +472,18 @@ def main() -> None:
         default=None,
         help="comma-separated MxN for the single-GPU tables (default: all of SHAPES) or the --sweep",
     )
-    ap.add_argument("--peers", default="eager,compile,liger,quack", help="comma-separated peers to time, or 'none'")
+    ap.add_argument(
+        "--peers", default="eager,compile,liger,quack,flashinfer", help="comma-separated peers to time, or 'none'"
+    )
+    ap.add_argument(
+        "--tables", default=",".join(TABLES), help=f"single-GPU tables to print, comma-separated among {TABLES}"
+    )
     a = ap.parse_args()
     shapes = SHAPES if a.shapes is None else [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")]
     wanted = set() if a.peers == "none" else set(a.peers.split(","))
+    tables = tuple(a.tables.split(","))
+    if not set(tables) <= set(TABLES):
+        raise SystemExit(f"--tables takes {TABLES}, got {a.tables}")
     if not torch.cuda.is_available():
         raise SystemExit("the benchmark needs a CUDA GPU")
     if a.sweep:
@@ -367,7 +495,7 @@ def main() -> None:
     if a.sweep_rows:
         sweeps.sweep_rows(a.reps)
     if a.single or not (a.sweep or a.sweep_long or a.sweep_split or a.sweep_rows or a.distributed):
-        bench_single(a.reps, shapes, wanted, a.rounds)
+        bench_single(a.reps, shapes, wanted, a.rounds, tables)
     if a.distributed:
         bench_distributed(a.reps, a.world)
 
