@@ -385,6 +385,19 @@ def _modules(mesh, system: str, mode: str, tokens: int, ccl, row) -> None:
         res = stand_ins.galaxy_input(mesh, mode, layer) if mode == "decode" else None
         raw = _tt_metal_galaxy_norm(layer, mode, x, res)
         row(mode, tokens, "compat.llama_galaxy.DistributedNorm", {"compat": lambda: layer(x, res, mode), "raw": raw})
+    elif n == 1:  # off the TG path the Galaxy decoder's norm runs on one chip: the input moved where the norm reads it
+        from tt_rmsnorm.compat import llama_galaxy
+
+        layer = llama_galaxy.DistributedNorm(rms, args)
+        x = stand_ins.decoder_input(mesh, mode, False, dim=hidden)
+        input_mc = rms.sharded_output_config if mode == "decode" else ttnn.DRAM_MEMORY_CONFIG
+        norm_raw = _tt_metal_rmsnorm(rms, mode, False, mode == "decode", mode == "decode", gather)
+
+        def galaxy_raw():
+            return norm_raw(ttnn.to_memory_config(x, input_mc))
+
+        fns = {"compat": lambda: layer(x, None, mode), "raw": galaxy_raw}
+        row(mode, tokens, "compat.llama_galaxy.DistributedNorm", fns)
 
 
 def _full_width(mesh, tokens, hidden):

@@ -13,7 +13,7 @@ makes it.
 from __future__ import annotations
 
 import ttnn
-from ttnn import decorators
+from ttnn import decorators, graph
 from ttnn.decorators import FastOperation
 
 # ttnn wraps the op call for trace allocation tracking when its environment asks for it (the wrapper then does work of
@@ -29,7 +29,7 @@ def passes_through() -> bool:
         and config.enable_fast_runtime_mode
         and not config.enable_comparison_mode
         and not config.enable_logging
-        and not ttnn.graph.is_python_io_recording_enabled()
+        and not graph.is_python_io_recording_enabled()
     )
 
 

@@ -15,7 +15,7 @@ from tt_rmsnorm.ccl import resources_for
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
 from tt_rmsnorm.planning import paths, planner
-from tt_rmsnorm.signature import Signature, signature
+from tt_rmsnorm.signature import Held, Signature, signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 from tt_rmsnorm.topology import resolve_cluster_axis
@@ -127,7 +127,7 @@ def planned_call(
 ) -> paths.PathPlan:
     """The checked plan `distributed_rms_norm` runs for these arguments: the cached plan of their signature
     (`tt_rmsnorm.signature`), else planned and checked in full before any device work, then cached."""
-    called = signature(
+    called, held = signature(
         mesh_device=mesh_device,
         x=x,
         weight=w,
@@ -142,7 +142,7 @@ def planned_call(
         path=path,
         ccl=ccl,
     )
-    return PLANS.planned(called, plan_signature, x, residual)
+    return PLANS.planned(called, held, plan_signature, x, residual)
 
 
 # (rule, message, fix) for x, w and residual when they are not ttnn tensors.
@@ -169,25 +169,25 @@ def check_tensors(x, weight=None, residual=None) -> None:
             raise RuleError(rule, message, type(t).__name__, fix)
 
 
-def plan_signature(signature: Signature, x, residual) -> paths.PathPlan:
-    """The checked plan of a call of `distributed_rms_norm` with this signature and these tensors, made before any
-    device work."""
-    w = signature.weight
+def plan_signature(signature: Signature, held: Held, x, residual) -> paths.PathPlan:
+    """The checked plan of a call of `distributed_rms_norm` with this signature, the objects it names and these
+    tensors, made before any device work."""
+    w = held.weight
     check_tensors(x, w, residual)
     return plan_described(
-        signature.mesh_device,
+        held.mesh_device,
         describe(x),
         describe(w),
         describe(residual),
         epsilon=signature.epsilon,
         cluster_axis=signature.cluster_axis,
         memory_config=signature.memory_config,
-        compute_kernel_config=signature.compute_kernel_config,
-        program_config=signature.program_config,
+        compute_kernel_config=held.compute_kernel_config,
+        program_config=held.program_config,
         dtype=signature.dtype,
         sharded=signature.sharded,
         path=signature.path,
-        ccl=signature.ccl,
+        ccl=held.ccl,
     )
 
 

@@ -25,7 +25,7 @@ from tt_rmsnorm.plan_cache import PLANS
 from tt_rmsnorm.planning import layouts, paths
 from tt_rmsnorm.rules import ccl_checks, op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
-from tt_rmsnorm.signature import Signature, signature
+from tt_rmsnorm.signature import Held, Signature, signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
@@ -225,7 +225,7 @@ class PlannedModule:
             object.__setattr__(self, "_has_plans", False)
             PLANS.forget(self)
 
-    def plan_new(self, signature: Signature, x, residual) -> BoundCall:
+    def plan_new(self, signature: Signature, held: Held, x, residual) -> BoundCall:
         """The call of a new signature (`plan`), the modules it reads marked as holding plans."""
         call = self.plan(signature, x, residual)
         for m in self.bound_modules():
@@ -304,7 +304,7 @@ class DistributedRMSNorm(PlannedModule):
         return mc.get(mode) if isinstance(mc, dict) else mc
 
     def forward(self, x, mode: str = "decode", residual=None):
-        called = signature(
+        called, held = signature(
             mesh_device=self.mesh_device,
             modules=self.bound_modules(),
             x=x,
@@ -312,7 +312,7 @@ class DistributedRMSNorm(PlannedModule):
             mode=mode,
             distributed=self.is_distributed(mode),  # asked every call, as tt-metal's modules ask it
         )
-        call = PLANS.planned(called, self.plan_new, x, residual)
+        call = PLANS.planned(called, held, self.plan_new, x, residual)
         return call.run(x, call.weight, residual)
 
     __call__ = forward
@@ -320,7 +320,7 @@ class DistributedRMSNorm(PlannedModule):
     def plan(self, signature: Signature, x, residual) -> BoundCall:
         """The call of this signature, its rules checked: the distributed norm (and the output gather), or the
         replicated rms_norm."""
-        mesh_device, mode, distributed = signature.mesh_device, signature.mode, signature.distributed
+        mesh_device, mode, distributed = self.mesh_device, signature.mode, signature.distributed
         if mode not in MODES:
             raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
         check_input_width(x, self.dim, self.num_devices, distributed=bool(distributed))

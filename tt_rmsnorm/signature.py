@@ -4,36 +4,32 @@ call that changes anything its plan reads is planned and checked again.
 A plan (the path, its configs, the checked rules, the ttnn arguments bound once and the persistent buffers) is made
 from a call's arguments and, for a module, from the module's own attributes. `Signature` holds all of them:
 
-- the mesh, the CCL object and the weight, by identity (the signature holds them, so no other object can take their
-  identity while it lives); the modules whose attributes a module's plan binds, by identity (setting an attribute of
-  one forgets its plans: `tt_rmsnorm.plan_cache`);
-- x and the residual by spec and storage (a spec compares by content and hashes by identity, so it is compared and
-  not hashed; reading it costs a fraction of a microsecond, a shape several);
+- the mesh, the CCL object and the weight by identity, and the modules whose attributes a module's plan binds
+  (setting an attribute of one forgets its plans: `tt_rmsnorm.plan_cache`): the signature holds their `id`s, and the
+  objects themselves go with it (`Held`) into the cache, so that no other object takes one of those ids while the
+  plan lives;
+- x and the residual by (spec, storage): a spec compares by content and hashes by identity, so these two fields are
+  compared and left out of the hash; reading a spec costs a fraction of a microsecond, a shape several;
 - every other keyword by value, a ttnn config by the fields the rules read (configs are mutable and hash by identity).
 
-A Signature is made by one function, `signature`, from the call's own parameters: each entry point passes its
-parameters under the field of the same name (`PARAMETER_FIELDS` maps the few that a caller names otherwise), so that
-a test can hold every entry point's parameters to the fields (`NOT_IN_SIGNATURE` lists, with the reason, those that
-cannot change a plan).
+A Signature is a tuple: comparing two, the check a repeated call makes, runs in C. It is made by one function,
+`signature`, from the call's own parameters: each entry point passes its parameters under the field of the same name
+(`PARAMETER_FIELDS` maps the few that a caller names otherwise), so that a test can hold every entry point's
+parameters to the fields (`NOT_IN_SIGNATURE` lists, with the reason, those that cannot change a plan).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import ttnn
 
-# How a field is compared: the object itself (`is`), a tensor by (spec, storage), a ttnn config by its fields; any
-# other field by value.
+# How a field is compared: the object's identity, a tensor by (spec, storage), a ttnn config by its fields; any other
+# field by value.
 IDENTITY = "identity"
 TENSOR = "tensor"
 CONFIG = "config"
 VALUE = "value"
-
-
-def _field(compare: str = VALUE, default=None):
-    return field(default=default, metadata={"compare": compare})
-
 
 # Parameter names of the entry points that differ from the field they fill: `w` (the function's weight), tt-metal's
 # `res` (the Galaxy decoder's residual), and a module's `self` (its modules).
@@ -45,7 +41,7 @@ NOT_IN_SIGNATURE: dict[str, str] = {}
 
 def config_key(cfg):
     """The fields of a ttnn config that the rules read, as a hashable tuple (the configs hash by identity and are
-    mutable); a config of another type by its identity (the signature holds it)."""
+    mutable); a config of another type by its identity (the signature's `Held` keeps the object)."""
     if cfg is None:
         return None
     if isinstance(cfg, ttnn.LayerNormShardedMultiCoreProgramConfig):
@@ -74,47 +70,79 @@ def tensor_signature(t):
     return (spec, None if spec is None else t.storage_type())
 
 
-@dataclass(init=False, eq=False, slots=True)
-class Signature:
-    """Everything a plan depends on. Equal signatures run one plan; `hash` reads every field but the tensor specs."""
+class Signature(NamedTuple):
+    """Everything a plan depends on, `COMPARE` saying how each field is compared. Equal signatures run one plan."""
 
-    mesh_device: object = _field(IDENTITY)
-    modules: tuple = _field(IDENTITY, ())  # each by identity: the modules whose attributes the plan binds
-    mode: object = _field()
-    distributed: object = _field()  # a module's `is_distributed(mode)`, asked every call
-    in_sharded: object = _field()
-    out_sharded: object = _field()
-    x: tuple = _field(TENSOR)
-    weight: object = _field(IDENTITY)
-    residual: tuple | None = _field(TENSOR)
-    epsilon: object = _field()
-    cluster_axis: object = _field()
-    memory_config: object = _field()
-    compute_kernel_config: object = _field(CONFIG)
-    program_config: object = _field(CONFIG)
-    dtype: object = _field()
-    sharded: object = _field()
-    path: object = _field()
-    ccl: object = _field(IDENTITY)
-    _key: tuple = field(default=(), repr=False, metadata={"compare": None})
-    _hash: int | None = field(default=None, repr=False, metadata={"compare": None})
-
-    def __eq__(self, other):
-        return type(other) is Signature and self._key == other._key
+    mesh_device: int
+    modules: tuple  # the modules whose attributes the plan binds
+    mode: object
+    distributed: object  # a module's `is_distributed(mode)`, asked every call
+    in_sharded: object
+    out_sharded: object
+    weight: int
+    epsilon: object
+    cluster_axis: object
+    memory_config: object
+    compute_kernel_config: object
+    program_config: object
+    dtype: object
+    sharded: object
+    path: object
+    ccl: int
+    x: tuple  # the tensors come last: their specs are compared, and left out of the hash
+    residual: tuple | None
 
     def __hash__(self):
-        """The hash of every field but the tensor specs (they hash by identity). Raises TypeError where a value field
-        does not hash: such a call is planned every time (`tt_rmsnorm.plan_cache`)."""
-        if self._hash is None:
-            self._hash = hash(self._key[:-2])
-        return self._hash
-
-    def holds(self, obj) -> bool:
-        """Whether the signature names `obj` by identity (its mesh, CCL object, weight or one of its modules)."""
-        return obj is self.mesh_device or obj is self.ccl or obj is self.weight or any(m is obj for m in self.modules)
+        """The hash of every field but the tensors'. Raises TypeError where a value field does not hash: such a call
+        is planned every time (`tt_rmsnorm.plan_cache`)."""
+        return hash(self[:-2])
 
 
-_new = object.__new__
+COMPARE = {
+    "mesh_device": IDENTITY,
+    "modules": IDENTITY,
+    "mode": VALUE,
+    "distributed": VALUE,
+    "in_sharded": VALUE,
+    "out_sharded": VALUE,
+    "weight": IDENTITY,
+    "epsilon": VALUE,
+    "cluster_axis": VALUE,
+    "memory_config": VALUE,
+    "compute_kernel_config": CONFIG,
+    "program_config": CONFIG,
+    "dtype": VALUE,
+    "sharded": VALUE,
+    "path": VALUE,
+    "ccl": IDENTITY,
+    "x": TENSOR,
+    "residual": TENSOR,
+}
+
+
+class Held(NamedTuple):
+    """The objects a signature names by identity or by a key (the configs), kept with its plan and handed to the
+    function that makes it: the cache forgets a plan by any of them."""
+
+    mesh_device: object
+    modules: tuple
+    weight: object
+    ccl: object
+    compute_kernel_config: object
+    program_config: object
+
+    def __contains__(self, obj) -> bool:
+        return (
+            obj is self.mesh_device
+            or obj is self.weight
+            or obj is self.ccl
+            or obj is self.compute_kernel_config
+            or obj is self.program_config
+            or any(m is obj for m in self.modules)
+        )
+
+
+_make = tuple.__new__
 
 
 def signature(
@@ -137,40 +165,19 @@ def signature(
     sharded=None,
     path=None,
     ccl=None,
-) -> Signature:
-    """The signature of a call of these arguments (x and the residual are the call's tensors): the one function that
-    makes a `Signature`, called by every entry point with its own parameters under the fields' names. A function, not
-    the class's constructor: Python binds keywords to a function without building a dict of them."""
-    made = _new(Signature)
-    made.mesh_device = mesh_device
-    made.modules = modules
-    made.mode = mode
-    made.distributed = distributed
-    made.in_sharded = in_sharded
-    made.out_sharded = out_sharded
-    made.x = x_signature = tensor_signature(x) or (None, None)
-    made.weight = weight
-    made.residual = r_signature = None if residual is None else tensor_signature(residual)
-    made.epsilon = epsilon
-    made.cluster_axis = cluster_axis
-    made.memory_config = memory_config
-    made.compute_kernel_config = compute_kernel_config
-    made.program_config = program_config
-    made.dtype = dtype
-    made.sharded = sharded
-    made.path = path
-    made.ccl = ccl
-    # the specs come last: they are compared, and left out of the hash
-    made._key = (
+) -> tuple[Signature, Held]:
+    """The signature of a call of these arguments (x and the residual are the call's tensors) and the objects it names
+    by identity: the one function that makes a `Signature`, called by every entry point with its own parameters under
+    the fields' names."""
+    spec = getattr(x, "spec", None)  # tensor_signature(x), written out: every call makes a signature
+    key = (
         id(mesh_device),
         tuple(map(id, modules)) if modules else (),
         mode,
         distributed,
         in_sharded,
         out_sharded,
-        x_signature[1],
         id(weight),
-        None if r_signature is None else r_signature[1],
         epsilon,
         cluster_axis,
         memory_config,
@@ -180,8 +187,8 @@ def signature(
         sharded,
         path,
         id(ccl),
-        x_signature[0],
-        None if r_signature is None else r_signature[0],
+        (spec, None if spec is None else x.storage_type()),
+        None if residual is None else tensor_signature(residual),
     )
-    made._hash = None
-    return made
+    held = (mesh_device, modules, weight, ccl, compute_kernel_config, program_config)
+    return _make(Signature, key), _make(Held, held)

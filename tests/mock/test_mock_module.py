@@ -161,7 +161,7 @@ def _replicated(mesh, mode):
 
     y = norm(x, mode)
     norm(x, mode)
-    local = [call for s, call in PLANS.items() if norm in s.modules and call.plan.name == "local"]
+    local = [call for _, held, call in PLANS.items() if norm in held.modules and call.plan.name == "local"]
     return tuple(ttnn.get_device_tensors(y)[0].shape), len(local)
 
 
@@ -189,7 +189,7 @@ def _replicated_both_modes(mesh):
         shapes.append(tuple(ttnn.get_device_tensors(norm(x, mode))[0].shape))
     from tt_rmsnorm.plan_cache import PLANS
 
-    return shapes, [call.plan.call.epsilon for s, call in PLANS.items() if norm in s.modules]
+    return shapes, [call.plan.call.epsilon for _, held, call in PLANS.items() if norm in held.modules]
 
 
 def test_a_replicated_norm_keeps_a_plan_per_signature():
@@ -274,8 +274,8 @@ def _planned_then_changed(mesh):
     from tt_rmsnorm.plan_cache import PLANS
 
     def counts():  # (the function's plans, the module's own planned calls)
-        signatures = PLANS.signatures()
-        return sum(not s.modules for s in signatures), sum(norm in s.modules for s in signatures)
+        helds = [held for _, held, _ in PLANS.items()]
+        return sum(not h.modules for h in helds), sum(norm in h.modules for h in helds)
 
     norm = tt_rmsnorm.DistributedRMSNorm(mesh, DIM, _state_dict(), "ffn_norm", layer_num=1)
     x = tt_rmsnorm.shard_activation(torch.randn(1, 1, 128, DIM), mesh)
@@ -291,7 +291,7 @@ def _planned_then_changed(mesh):
     norm.eps = 1e-3  # an attribute the planned call bound: the next call plans with the new one
     forgotten = counts()
     norm(x, "prefill")
-    epsilons = sorted(s.epsilon for s in PLANS.signatures() if not s.modules)
+    epsilons = sorted(s.epsilon for s, held, _ in PLANS.items() if not held.modules)
     return rule, before, forgotten, counts(), epsilons
 
 

@@ -108,10 +108,10 @@ class _Counting(module.PlannedModule):
         return module.BoundCall(f"run{len(self.made)}", "w", None, None)
 
     def forward(self, x, mode="decode", residual=None):
-        called = signature(
+        called, held = signature(
             mesh_device=self.mesh_device, modules=self.bound_modules(), x=x, residual=residual, mode=mode
         )
-        return PLANS.planned(called, self.plan_new, x, residual).run
+        return PLANS.planned(called, held, self.plan_new, x, residual).run
 
     __call__ = forward
 

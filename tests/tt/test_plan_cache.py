@@ -32,14 +32,19 @@ class _Tensor:
 MESH, OTHER_MESH = object(), object()
 
 
-def _sig(content="x", mesh=MESH, **fields):
+def _call(content="x", mesh=MESH, **fields):
+    """(signature, held objects) of a call."""
     return signature(mesh_device=mesh, x=_Tensor(content), **fields)
+
+
+def _sig(content="x", mesh=MESH, **fields):
+    return _call(content, mesh, **fields)[0]
 
 
 def test_a_plan_is_found_by_its_signature_first_as_the_last_call_then_by_lookup():
     cache = PlanCache()
-    cache.put(_sig("a"), "plan a")
-    cache.put(_sig("b"), "plan b")
+    cache.put(*_call("a"), "plan a")
+    cache.put(*_call("b"), "plan b")
     assert cache.get(_sig("b")) == "plan b"  # the last call
     assert cache.get(_sig("a")) == "plan a"  # a lookup, which makes it the last call
     assert cache.get(_sig("c")) is None and cache.get(_sig("a", mesh=OTHER_MESH)) is None
@@ -48,10 +53,10 @@ def test_a_plan_is_found_by_its_signature_first_as_the_last_call_then_by_lookup(
 
 def test_the_least_recently_used_signature_goes_first():
     cache = PlanCache(max_signatures=2)
-    cache.put(_sig("a"), "a")
-    cache.put(_sig("b"), "b")
+    cache.put(*_call("a"), "a")
+    cache.put(*_call("b"), "b")
     assert cache.get(_sig("a")) == "a"  # a is now the most recently used
-    cache.put(_sig("c"), "c")
+    cache.put(*_call("c"), "c")
     assert cache.get(_sig("b")) is None and cache.get(_sig("a")) == "a" and cache.get(_sig("c")) == "c"
     assert len(cache) == 2 and cache.plans() == ["a", "c"]
 
@@ -59,10 +64,10 @@ def test_the_least_recently_used_signature_goes_first():
 def test_forget_drops_what_holds_the_object_and_the_last_call_with_it():
     module, ccl, weight = object(), object(), object()
     cache = PlanCache()
-    cache.put(_sig("a", modules=(module,)), "module's")
-    cache.put(_sig("b", ccl=ccl), "with ccl")
-    cache.put(_sig("c", weight=weight), "with weight")
-    cache.put(_sig("d", mesh=OTHER_MESH), "other mesh")
+    cache.put(*_call("a", modules=(module,)), "module's")
+    cache.put(*_call("b", ccl=ccl), "with ccl")
+    cache.put(*_call("c", weight=weight), "with weight")
+    cache.put(*_call("d", mesh=OTHER_MESH), "other mesh")
     cache.forget(module)
     assert cache.get(_sig("a", modules=(module,))) is None and len(cache) == 3
     cache.forget(ccl)
@@ -70,7 +75,7 @@ def test_forget_drops_what_holds_the_object_and_the_last_call_with_it():
     assert cache.plans() == ["other mesh"]
     cache.forget(OTHER_MESH)  # the last call's plan goes with it
     assert cache.get(_sig("d", mesh=OTHER_MESH)) is None and len(cache) == 0
-    cache.put(_sig("e"), "e")
+    cache.put(*_call("e"), "e")
     cache.forget()
     assert len(cache) == 0 and cache.get(_sig("e")) is None
 
@@ -78,29 +83,29 @@ def test_forget_drops_what_holds_the_object_and_the_last_call_with_it():
 def test_planned_plans_a_new_signature_once_and_hands_the_plan_the_call_s_tensors():
     cache, made = PlanCache(), []
 
-    def plan(signature, x, residual):
-        made.append((signature.epsilon, x, residual))
+    def plan(signature, held, x, residual):
+        made.append((signature.epsilon, held.mesh_device, x, residual))
         return f"plan {len(made)}"
 
     x = _Tensor("x")
-    assert cache.planned(_sig("x", epsilon=1e-5), plan, x, None) == "plan 1"
-    assert cache.planned(_sig("x", epsilon=1e-5), plan, _Tensor("x"), None) == "plan 1"
-    assert cache.planned(_sig("x", epsilon=1e-6), plan, x, None) == "plan 2"
-    assert made == [(1e-5, x, None), (1e-6, x, None)]
+    assert cache.planned(*_call("x", epsilon=1e-5), plan, x, None) == "plan 1"
+    assert cache.planned(*_call("x", epsilon=1e-5), plan, _Tensor("x"), None) == "plan 1"
+    assert cache.planned(*_call("x", epsilon=1e-6), plan, x, None) == "plan 2"
+    assert made == [(1e-5, MESH, x, None), (1e-6, MESH, x, None)]
 
 
 def test_a_call_whose_signature_does_not_hash_is_planned_every_time_and_never_cached():
     cache, made = PlanCache(), []
 
-    def plan(signature, x, residual):
+    def plan(signature, held, x, residual):
         made.append(signature)
         return "plan"
 
     for _ in range(2):
-        cache.planned(_sig("x", epsilon=[1e-5]), plan, None, None)  # a value that does not hash
+        cache.planned(*_call("x", epsilon=[1e-5]), plan, None, None)  # a value that does not hash
     assert len(made) == 2 and len(cache) == 0
 
 
 def test_what_is_not_a_ttnn_tensor_has_no_spec_in_its_signature_and_is_told_apart_from_a_tensor():
-    listed = signature(mesh_device=MESH, x=[1.0])
+    listed, _ = signature(mesh_device=MESH, x=[1.0])
     assert listed.x == (None, None) and listed != _sig("x")

@@ -1,7 +1,6 @@
 """The call signature without a device: every entry point's parameters reach it, and two calls that differ in any one of
 its fields never share a plan (derived from `Signature`'s own fields and the entry points' own parameters)."""
 
-import dataclasses
 import inspect
 
 import pytest
@@ -13,17 +12,19 @@ from tt_rmsnorm import compat, distributed, module
 from tt_rmsnorm.compat import llama_galaxy
 from tt_rmsnorm.plan_cache import PlanCache
 from tt_rmsnorm.signature import (
+    COMPARE,
     CONFIG,
     IDENTITY,
     NOT_IN_SIGNATURE,
     PARAMETER_FIELDS,
     TENSOR,
     VALUE,
+    Held,
     Signature,
     signature,
 )
 
-FIELDS = {f.name: f.metadata["compare"] for f in dataclasses.fields(Signature) if f.metadata["compare"] is not None}
+FIELDS = {name: COMPARE[name] for name in Signature._fields}
 
 ENTRY_POINTS = [
     distributed.distributed_rms_norm,
@@ -85,17 +86,17 @@ def test_every_entry_point_parameter_is_a_signature_field_or_listed_with_its_rea
 
 
 class _Captured(Exception):
-    """Raised by the stand-in cache with the signature an entry point asked it for."""
+    """Raised by the stand-in cache with the signature an entry point asked it for and the objects it names."""
 
-    def __init__(self, signature):
-        self.signature = signature
+    def __init__(self, signature, held):
+        self.signature, self.held = signature, held
 
 
 def _capture(monkeypatch):
     from tt_rmsnorm import plan_cache
 
-    def planned(called, plan, *tensors):
-        raise _Captured(called)
+    def planned(called, held, plan, x, residual):
+        raise _Captured(called, held)
 
     monkeypatch.setattr(plan_cache.PLANS, "planned", planned)
 
@@ -153,19 +154,29 @@ def test_every_entry_point_parameter_reaches_its_signature_field(entry, monkeypa
     }
     with pytest.raises(_Captured) as seen:
         entry(**given_values) if owner is None else entry(owner, **given_values)
-    called = seen.value.signature
+    called, held = seen.value.signature, seen.value.held
     for name, value in given_values.items():
         field = PARAMETER_FIELDS.get(name, name)
         got = getattr(called, field)
         if FIELDS[field] == TENSOR:
             assert got == (_Spec(value.content), "DEVICE"), name
-        else:
+        elif FIELDS[field] == VALUE:
             assert got is value, name
+        else:  # the object by its id, itself kept with the plan
+            assert getattr(held, field) is value and got == signature_of(field, value), name
     if owner is not None:
-        assert called.mesh_device is mesh
-        assert called.modules == owner.bound_modules() and called.modules[0] is owner
+        assert held.mesh_device is mesh and called.mesh_device == id(mesh)
+        assert held.modules == owner.bound_modules() and held.modules[0] is owner
+        assert called.modules == tuple(id(m) for m in owner.bound_modules())
         answers = called.distributed if isinstance(called.distributed, tuple) else (called.distributed,)
         assert answers and all(a is answer for a in answers)
+
+
+def signature_of(field: str, value):
+    """What an identity or config field holds of the object given for it."""
+    from tt_rmsnorm.signature import config_key
+
+    return config_key(value) if FIELDS[field] == CONFIG else id(value)
 
 
 def _config(fidelity=ttnn.MathFidelity.HiFi4, fp32=True):
@@ -237,12 +248,18 @@ def _call_and_changed_field(draw):
 def test_calls_that_differ_in_one_field_never_share_a_plan_and_one_call_twice_runs_one_plan(drawn):
     values, changed, other = drawn
     plans, plan = PlanCache(), object()
-    plans.put(signature(**values), plan)
-    assert plans.get(signature(**values)) is plan  # the same call again, its specs read afresh
-    plans.put(signature(**{**values, "mesh_device": _Equal()}), object())  # the last call is another now
-    assert plans.get(signature(**values)) is plan  # found by lookup too
-    changed_call = signature(**{**values, changed: other})
-    assert changed_call != signature(**values), changed
+    plans.put(*signature(**values), plan)
+    assert plans.get(signature(**values)[0]) is plan  # the same call again, its specs read afresh
+    plans.put(*signature(**{**values, "mesh_device": _Equal()}), object())  # the last call is another now
+    assert plans.get(signature(**values)[0]) is plan  # found by lookup too
+    changed_call, held = signature(**{**values, changed: other})
+    assert changed_call != signature(**values)[0], changed
     assert plans.get(changed_call) is None, changed
-    plans.put(changed_call, object())
-    assert plans.get(signature(**values)) is plan, changed  # nor does the other call's plan replace it
+    plans.put(changed_call, held, object())
+    assert plans.get(signature(**values)[0]) is plan, changed  # nor does the other call's plan replace it
+
+
+def test_every_field_says_how_it_is_compared_and_the_held_objects_are_the_identity_and_config_fields():
+    assert set(COMPARE) == set(Signature._fields)
+    assert set(COMPARE.values()) <= {IDENTITY, TENSOR, CONFIG, VALUE}
+    assert set(Held._fields) == {f for f, how in COMPARE.items() if how in (IDENTITY, CONFIG)}

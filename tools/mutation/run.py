@@ -13,8 +13,8 @@ The report gives the score per module, killed / (drawn - equivalent), and every 
 survivor listed in tools/mutation/equivalent.md (same file, same original and mutated line) counts as equivalent, with
 the reason given there.
 
-A module may also name `field_drops = "<function>.<attribute>"`: the tuple that function assigns to that attribute (a
-call signature's compared key) is mutated once per element, the element replaced by None, so that every field
+A module may also name `field_drops = "<function>.<name>"`: the tuple literal that function assigns to that name (or
+attribute), a call signature's fields, is mutated once per element, the element replaced by None, so that every field
 dropped from what a signature compares is a mutant of its own, drawn in full besides the sample.
 """
 
@@ -162,8 +162,8 @@ def report(module: str, db: WorkDB, total: int, equivalent: dict) -> tuple[int, 
 
 
 def field_drop_mutants(source: str, target: str) -> list[tuple[str, str]]:
-    """(the dropped element's text, the mutated source) for each element of the tuple `target` ("function.attribute")
-    names: the tuple literal assigned to `<anything>.attribute` inside the module-level function."""
+    """(the dropped element's text, the mutated source) for each element of the tuple `target` ("function.name")
+    names: the tuple literal assigned to `name` (or `<anything>.name`) inside the module-level function."""
     function, attribute = target.split(".")
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -178,19 +178,16 @@ def field_drop_mutants(source: str, target: str) -> list[tuple[str, str]]:
         if not (isinstance(node, ast.FunctionDef) and node.name == function):
             continue
         for stmt in ast.walk(node):
-            if (
-                isinstance(stmt, ast.Assign)
-                and isinstance(stmt.targets[0], ast.Attribute)
-                and stmt.targets[0].attr == attribute
-                and isinstance(stmt.value, ast.Tuple)
-            ):
+            assigned = stmt.targets[0] if isinstance(stmt, ast.Assign) else None
+            name = getattr(assigned, "attr", getattr(assigned, "id", None))
+            if name == attribute and isinstance(stmt.value, ast.Tuple):
                 mutants = []
                 for element in stmt.value.elts:
                     start = offset(element.lineno, element.col_offset)
                     end = offset(element.end_lineno, element.end_col_offset)
                     mutants.append((source[start:end], source[:start] + "None" + source[end:]))
                 return mutants
-    raise ValueError(f"no tuple assigned to .{attribute} in {function}()")
+    raise ValueError(f"no tuple assigned to {attribute} in {function}()")
 
 
 def run_field_drops(module: str, spec: dict, src: Path, env: dict, pytest: list[str]) -> tuple[int, int]:

@@ -82,7 +82,7 @@ class DistributedNorm(module.PlannedModule):
         return (self, self.norm)
 
     def forward(self, x, res, mode):
-        called = signature(
+        called, held = signature(
             mesh_device=self.args.mesh_device,
             modules=self.bound_modules(),
             x=x,
@@ -91,7 +91,7 @@ class DistributedNorm(module.PlannedModule):
             # asked every call, as tt-metal's DistributedNorm and RMSNorm ask them
             distributed=(self.args.is_distributed_norm(mode), self.norm.distributed_in(mode)),
         )
-        call = PLANS.planned(called, self.plan_new, x, res)
+        call = PLANS.planned(called, held, self.plan_new, x, res)
         return call.run(x, call.weight, res)
 
     __call__ = forward

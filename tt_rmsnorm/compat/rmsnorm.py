@@ -96,7 +96,7 @@ class RMSNorm(module.PlannedModule):
                 )
 
     def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
-        called = signature(
+        called, held = signature(
             mesh_device=self.device,
             modules=self.bound_modules(),
             x=x,
@@ -105,7 +105,7 @@ class RMSNorm(module.PlannedModule):
             in_sharded=in_sharded,
             out_sharded=out_sharded,
         )
-        call = PLANS.planned(called, self.plan_new, x, None)
+        call = PLANS.planned(called, held, self.plan_new, x, None)
         return call.run(x, call.weight, None)
 
     __call__ = forward

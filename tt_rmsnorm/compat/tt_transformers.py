@@ -106,7 +106,7 @@ class DistributedNorm(module.PlannedModule):
         return ccl_checks.gathered_desc(x, 3, self._gather_ccl.num_devices, memory_config)
 
     def forward(self, x, mode):
-        called = signature(
+        called, held = signature(
             mesh_device=self.args.mesh_device,
             modules=self.bound_modules(),
             x=x,
@@ -114,7 +114,7 @@ class DistributedNorm(module.PlannedModule):
             # asked every call, as tt-metal's DistributedNorm and RMSNorm ask them
             distributed=(self.args.is_distributed_norm(mode), self.norm.distributed_in(mode)),
         )
-        call = PLANS.planned(called, self.plan_new, x, None)
+        call = PLANS.planned(called, held, self.plan_new, x, None)
         return call.run(x, call.weight, None)
 
     __call__ = forward
