@@ -167,7 +167,7 @@ def package_verdict(case: dict, tensors: dict, handles: dict | None = None, prod
 
 
 def package_side(case: dict) -> dict:
-    return package_verdict(case, {k: tensor_desc(case[k]) for k in TENSOR_SLOTS if case.get(k)})
+    return package_verdict(case, {k: tensor_desc(case[k], case["system"]) for k in TENSOR_SLOTS if case.get(k)})
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -126,9 +126,14 @@ def test_package_and_ttnn_agree(case, request):
         )
 
 
-def test_battery_covers_every_op_and_guard():
-    by_op = {op: sum(c["op"] == op for c in mock_battery.CASES) for op in OPS}
-    assert len(mock_battery.CASES) >= 200 and all(n >= 20 for n in by_op.values()), by_op
-    exercised = {c["expect"][4:] for c in mock_battery.CASES if c["expect"].startswith("pkg:")}
+@pytest.mark.parametrize("arch", ["wormhole_b0", "blackhole"])
+def test_battery_covers_every_op_and_guard(arch):
+    """On each architecture: every op, interleaved and sharded inputs, and every package-only guard of the four ops."""
+    cases = [c for c in mock_battery.CASES if mock_battery.architecture_of(c) == arch]
+    by_op = {op: sum(c["op"] == op for c in cases) for op in OPS}
+    assert len(cases) >= 200 and all(n >= 20 for n in by_op.values()), by_op
+    layouts = {(c["op"], c["x"]["mem"] not in ("DRAM", "L1")) for c in cases}
+    assert {(op, sharded) for op in ("pre", "post", "rms_norm") for sharded in (False, True)} <= layouts
+    exercised = {c["expect"][4:] for c in cases if c["expect"].startswith("pkg:")}
     guards = {r for r in PACKAGE_ONLY_RULES if not r.startswith(("fused.", "all_gather_async."))}  # CCL: own battery
     assert exercised == guards, f"guards without a case: {guards - exercised}"

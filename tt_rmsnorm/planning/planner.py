@@ -97,6 +97,7 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
         x.shape,
         num_devices,
         compute_grid=compute_grid,
+        arch=x.arch,
         dtype=x.dtype,
         sharded=_layout(name, x, sharded),
         program_config=program_config,

@@ -152,4 +152,5 @@ RULES = {
     "all_gather.composite_dtype": "no bfloat4_b input to the composite gather (a gather dim off the tile grid)",
     "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
     "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
+    "arch.known": "the architecture is one the rules have a table row for (tt_rmsnorm.architecture)",
 }
