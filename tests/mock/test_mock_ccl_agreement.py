@@ -1,8 +1,8 @@
-"""The CCL agreement battery: tt_rmsnorm.rules.ccl_checks and real ttnn (mock T3000 and Galaxy) judge the same
-all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post calls, and must agree; where they accept,
-the package's prediction of the output (shape, dtype, memory config) must be what ttnn returned. The exceptions are
-the package-only guards (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES), where ttnn accepts and the package rejects on
-purpose."""
+"""The CCL agreement battery: tt_rmsnorm.rules.ccl_checks and real ttnn (mock T3000, Galaxy, P300 and Blackhole
+Galaxy) judge the same all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post calls, and must agree;
+where they accept, the package's prediction of the output (shape, dtype, memory config) must be what ttnn returned. The
+exceptions are the package-only guards (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES), where ttnn accepts and the package
+rejects on purpose."""
 
 import pytest
 
@@ -56,7 +56,7 @@ def test_battery_covers_every_op_system_and_guard():
     by = {
         (op, s): sum(c["op"] == op and c["system"] == s for c in mock_cases_ccl.CASES)
         for op in OPS
-        for s in ("t3k", "galaxy")
+        for s in mock_cases_ccl.SYSTEMS
     }
     assert len(mock_cases_ccl.CASES) >= 80 and all(n >= 10 for n in by.values()), by
     expects = {c["expect"] if not c["expect"].startswith("pkg:") else "pkg" for c in mock_cases_ccl.CASES}

@@ -200,9 +200,12 @@ def sharded_l1_bytes(
     out_dtype=None,
     memory_config=None,
     compute_grid=None,
+    inplace: bool = False,
 ) -> tuple[int, int]:
     """(end of the static dataflow buffers, lowest L1 shard address) of the sharded factory
     (sharded_layernorm_factory_helpers: DFBSizeParams, add_dataflow_buffer_specs) for op 'pre', 'post' or 'rms_norm'.
+    With `inplace` (the program config's) the post and rms_norm write their output over the input's shards: no
+    output shard of its own.
 
     The input, residual, stats and (unless it is resharded) output buffers borrow their tensors' shards; every other
     buffer is allocated statically from the allocator base up, while tensor shards are allocated from the top of L1
@@ -242,11 +245,14 @@ def sharded_l1_bytes(
         else:
             static += block_ht * single + ex_external + rows_per_worker * single
     out_dtype = out_dtype or x.dtype
-    resharded = op == "post" and memory_config is not None and memory_config != x.memory_config
+    in_place = inplace and op != "pre"
+    resharded = op == "post" and not in_place and memory_config is not None and memory_config != x.memory_config
     out_shard = block_ht * block_wt * TILE_BYTES[out_dtype]
     if resharded:
         static += out_shard
-    if op == "pre":
+    if in_place:
+        out_shard = 0
+    elif op == "pre":
         out_shard = bf16
     elif memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is not None:
         oh, ow = memory_config.shard_spec.shape

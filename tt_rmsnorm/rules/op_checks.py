@@ -78,6 +78,11 @@ def _resolve_grid(compute_grid, x):
     return describe(x).arch.default_compute_grid
 
 
+def _inplace(program_config) -> bool:
+    """A sharded program config with inplace=True: the op returns its input, written over."""
+    return is_sharded_program_config(program_config) and bool(program_config.inplace)
+
+
 def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
     if not use_2d_core_grid:
         return
@@ -187,6 +192,7 @@ def check_post_all_gather(
             out_dtype=dtype,
             memory_config=memory_config,
             compute_grid=grid,
+            inplace=_inplace(program_config),
         )
         return "sharded"
     check_interleaved_post_stats(x, s)
@@ -272,6 +278,7 @@ def check_rms_norm(
             bias=b,
             memory_config=memory_config,
             compute_grid=grid,
+            inplace=_inplace(program_config),
         )
         return "sharded"
     check_rms_norm_l1(x, compute_kernel_config, res, w, b, memory_config, grid)
