@@ -171,3 +171,16 @@ def test_the_galaxy_descriptor_is_a_grid_without_wraparound():
     assert len(ports) == len(set(ports))
     degree = {c: sum(c in k for k in pairs) for c in range(32)}
     assert sorted(set(degree.values())) == [2, 3, 4] and sum(d == 2 for d in degree.values()) == 4
+
+
+def test_a_mesh_that_spans_hosts_decodes_async_not_fused():
+    """Two T3000 hosts (1x16): the decode the fused op would run on one host takes the async path (its gather crosses
+    the hosts); asking for fused is a RuleError before any device work. One host's T3000 still runs fused."""
+    shape = (1, 1, 32, 512)
+    across = tt_rmsnorm.plan_distributed_rms_norm(shape, (1, 16), ccl=True, sharded=True)
+    assert across.name == "async" and "spans hosts" in across.reason
+    with pytest.raises(RuleError) as err:
+        tt_rmsnorm.plan_distributed_rms_norm(shape, (1, 16), ccl=True, sharded=True, path="fused")
+    assert err.value.rule == "fused.one_host" and "2 x T3000" in str(err.value) and 'path="async"' in err.value.fix
+    assert tt_rmsnorm.plan_distributed_rms_norm((1, 1, 32, 1024), (1, 8), ccl=True, sharded=True).name == "fused"
+    assert systems.system_of("wormhole_b0", (8, 8)).hosts == 2 and systems.system_of("wormhole_b0", (8, 16)).hosts == 4

@@ -289,12 +289,16 @@ def check_fused_rms_minimal(
     residual_input_tensor=None,
     weight=None,
     stats=None,
+    hosts: int | None = None,
 ) -> int:
     """Validate `ttnn.fused_rms_minimal` arguments (positional as ttnn: input, program_config, cluster_axis, the mesh's
-    shape for mesh_device, global_semaphore). Returns the number of devices on the gather axis."""
+    shape for mesh_device, global_semaphore). `hosts`: how many hosts hold the mesh, where known (the planner checks
+    it for every call: `tt_rmsnorm.planning.planner`). Returns the number of devices on the gather axis."""
     x = describe(input_tensor)
     check_on_device(x, "input")
     n = _check_fused_axis(cluster_axis, mesh_shape)
+    if hosts is not None:
+        check_fused_one_host(x.arch, mesh_shape, hosts)
     _check_count(
         global_semaphore,
         1,
@@ -348,6 +352,22 @@ def check_fused_rms_minimal(
         mesh_shape,
     )
     return n
+
+
+def check_fused_one_host(arch, mesh_shape, hosts: int | None = None) -> None:
+    """fused_rms_minimal runs on the devices of one host: on a mesh that spans hosts ttnn 0.81.1 indexes the mesh's
+    devices as if all were local (an index past the local ones, or "Cannot get device for remote device"). `hosts`:
+    as the mesh device counts them, else as the systems table names the mesh (tt_rmsnorm.systems)."""
+    system = system_of(arch, mesh_shape)
+    if hosts is None:
+        hosts = system.hosts if system is not None else 1
+    if hosts > 1:
+        fail(
+            "fused.one_host",
+            "fused_rms_minimal runs on one host's devices; this mesh spans hosts",
+            f"mesh {tuple(mesh_shape)} over {hosts} hosts" + (f" ({system.name})" if system is not None else ""),
+            'path="async" (pre -> all_gather_async -> post gathers the stats across hosts)',
+        )
 
 
 def _check_fused_axis(cluster_axis, mesh_shape) -> int:
