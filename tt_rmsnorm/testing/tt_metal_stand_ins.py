@@ -224,7 +224,7 @@ def decoder_layer(mesh, mode, system):
 
     from tt_rmsnorm.testing import recorder
 
-    tg = system == "galaxy"
+    tg = system in ("galaxy", "bh-galaxy")
     if not tg:
         attention_norm, _, _, tt_ccl = decoder_norm_module(mesh, False)
         ff_norm, _, _, _ = decoder_norm_module(mesh, False)
