@@ -16,6 +16,8 @@ Each row, Wormhole B0 / Blackhole, and where the number comes from:
 - Tensix columns x rows: 8 x 10 / 14 x 10 (soc descriptors; a Blackhole chip dispatches from its last column);
 - fabric packet payload and header: 4,352 and 48 B on both (`ttnn.get_tt_fabric_max_payload_size_bytes()`,
   `ttnn.get_tt_fabric_packet_header_size_bytes()` on the mocks);
+- a global semaphore's buffer: 32 B on every core on both (the gathers' L1 at the edge of a bank, byte-exact on mock
+  T3000, Galaxy and P300);
 - HiFi4 with fp32 accumulation: less accurate than HiFi3 on Wormhole (a hardware bug ttnn 0.81.1 warns about, naming
   Wormhole only) / no such bug.
 
@@ -46,6 +48,7 @@ class Architecture:
     tensix_grid: tuple[int, int]
     fabric_packet_bytes: int
     fabric_packet_header_bytes: int
+    global_semaphore_bytes: int  # one global semaphore's buffer on every core
     hifi4_fp32_accuracy_bug: bool
 
     @property
@@ -75,6 +78,7 @@ WORMHOLE_B0 = Architecture(
     tensix_grid=(8, 10),
     fabric_packet_bytes=4352,
     fabric_packet_header_bytes=48,
+    global_semaphore_bytes=32,
     hifi4_fp32_accuracy_bug=True,
 )
 BLACKHOLE = Architecture(
@@ -88,6 +92,7 @@ BLACKHOLE = Architecture(
     tensix_grid=(14, 10),
     fabric_packet_bytes=4352,
     fabric_packet_header_bytes=48,
+    global_semaphore_bytes=32,
     hifi4_fp32_accuracy_bug=False,
 )
 

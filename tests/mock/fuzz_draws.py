@@ -9,7 +9,7 @@ import ttnn
 
 from tests.mock.mock_cases import CK, GRIDS, PC, T
 from tt_rmsnorm.architecture import architecture
-from tt_rmsnorm.rules.ccl_l1 import GATHER_OWN_SEMAPHORES, GLOBAL_SEMAPHORE_BYTES
+from tt_rmsnorm.rules.ccl_l1 import GATHER_OWN_SEMAPHORES
 from tt_rmsnorm.systems import l1_banks
 from tt_rmsnorm.tensors import TILE_BYTES
 from tt_rmsnorm.testing.mock_cluster import ARCHES, MESH_SHAPES
@@ -121,6 +121,6 @@ def gather_l1_edge_input(rng, n: int, system: str) -> dict:
     an L1 input besides."""
     arch, banks = architecture(ARCHES[system]), l1_banks(ARCHES[system], MESH_SHAPES[system])
     tile = TILE_BYTES[ttnn.bfloat16]
-    edge = (arch.l1_span - 6 * tile - GATHER_OWN_SEMAPHORES * GLOBAL_SEMAPHORE_BYTES) // tile
+    edge = (arch.l1_span - 6 * tile - GATHER_OWN_SEMAPHORES * arch.global_semaphore_bytes) // tile
     pages = edge + rng.choice((-24, -8, -4, -2, -1, 0, 1, 6))
     return T((1, 1, pages * banks // n * TILE, TILE), mem=rng.choice(("DRAM", "DRAM", "L1")))

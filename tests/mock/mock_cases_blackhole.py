@@ -93,3 +93,16 @@ case(
     dim=2,
     cluster_axis=1,
 )
+# the gather into L1 at the edge of a P300 bank (110 banks, 1,461,120 B above the allocator base): 707 bf16 tiles a bank
+# fit beside the gather's circular buffer and semaphores, 708 do not
+for pages, expect in ((707, A), (708, R)):
+    case(
+        f"out-L1-edge-{pages}-tiles-a-bank",
+        "all_gather",
+        T((1, 1, pages * 110 // 2 * 32, 32)),
+        expect,
+        system="p300",
+        dim=3,
+        cluster_axis=1,
+        memory_config="L1",
+    )

@@ -35,7 +35,6 @@ from tt_rmsnorm.tiles import TILE
 # the concat and the concatenated output. GATHER_COMPOSITE_STAGES bounds that from above (the measured needs lie
 # 6-75% below it), so the rule never accepts a composite gather ttnn rejects.
 
-GLOBAL_SEMAPHORE_BYTES = 32  # one global semaphore's buffer on every core
 GATHER_OWN_SEMAPHORES = 2  # ttnn.all_gather creates its pair for every call
 # L1 banks: one per core of the compute grid each system's mesh opens with (tt_rmsnorm.systems.l1_banks)
 
@@ -88,7 +87,7 @@ def gather_l1_need(x, dim: int, out, num_devices: int, mesh_shape, semaphores: i
     banks = l1_banks(x.arch, mesh_shape)
     page = _page_bytes(x)
     cb = 3 * max(1, x.arch.fabric_packet_bytes // page) * page
-    held = semaphores * GLOBAL_SEMAPHORE_BYTES + _bank_bytes(x, banks)
+    held = semaphores * x.arch.global_semaphore_bytes + _bank_bytes(x, banks)
     if not takes_composite_gather(x, dim):
         return cb + held + _bank_bytes(out, banks)
     # the concat's circular buffer holds two row-major pages; it runs while the copies and semaphores are alive
@@ -148,7 +147,7 @@ def fused_l1_bytes(
     out = persistent or TensorDesc(x.shape, dtype or x.dtype, memory_config=out_config, arch=x.arch)
     banks = l1_banks(x.arch, mesh_shape)
     held = sum(_bank_bytes(t, banks) for t in (x, residual, stats, out, weight) if t is not None)
-    return x.arch.l1_base + static, x.arch.l1_size - held - GLOBAL_SEMAPHORE_BYTES
+    return x.arch.l1_base + static, x.arch.l1_size - held - x.arch.global_semaphore_bytes
 
 
 def check_fused_l1(x, weight, residual, stats, out_config, dtype, compute_kernel_config, persistent, mesh_shape):
