@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Two test processes (this project's CI has two cores); each runs its own mock-cluster workers.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test conformance parity bench-host mutation fuzz fuzz-rules multihost mpi clean-venv
+.PHONY: demo test battery conformance parity bench-host mutation fuzz fuzz-rules multihost mpi clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -34,10 +34,15 @@ mpi:
 	  else echo "no mpirun and no apt-get as root: the multihost tests will skip"; fi; }
 
 # The two T3000 hosts of tests/multihost run here; the dual and quad Galaxies (about a minute more) in `make multihost`.
+# The batteries' Blackhole repeats run here in a stable share (their own cases, every verdict that differs from
+# Wormhole's, every package-only guard, an eighth of the rest); `make battery` runs the rest of them (about 5 minutes).
 test: $(STAMP) mpi
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not multihost_galaxy" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not multihost_galaxy and not full_battery" $(PYTEST_ARGS)
+
+battery: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m full_battery tests/mock $(PYTEST_ARGS)
 
 multihost: $(STAMP) mpi
 	PYTHONUNBUFFERED=1 $(PY) -m pytest -v -s tests/multihost $(PYTEST_ARGS)

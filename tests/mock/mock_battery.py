@@ -15,6 +15,11 @@ def architecture_of(case: dict) -> str:
     return ARCHES[case["system"]]
 
 
+def in_make_test(case: dict) -> bool:
+    """Every Wormhole case; of the Blackhole ones those mock_cases_blackhole.in_make_test names."""
+    return architecture_of(case) != "blackhole" or mock_cases_blackhole.in_make_test(case)
+
+
 # Cases where the package's verdict differs from ttnn's, reported to the rules' owner. The battery marks them as strict
 # expected failures, so each one turns the battery red again as soon as the rule is fixed (then drop it from here).
 KNOWN_DISAGREEMENTS: dict[str, str] = {}

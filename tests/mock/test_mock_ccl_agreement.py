@@ -30,7 +30,13 @@ def _both(pkg: dict, got: dict) -> str:
     return f"\n  package: {pkg['verdict']} {pkg['message']}\n  ttnn:    {got['verdict']} {got['message'][:600]}"
 
 
-@pytest.mark.parametrize("case", mock_cases_ccl.CASES, ids=[c["id"] for c in mock_cases_ccl.CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c["id"], marks=() if mock_cases_ccl.in_make_test(c) else pytest.mark.full_battery)
+        for c in mock_cases_ccl.CASES
+    ],
+)
 def test_package_and_ttnn_agree(case, request):
     if case["id"] in mock_cases_ccl.KNOWN_DISAGREEMENTS:
         request.applymarker(pytest.mark.xfail(strict=True, reason=mock_cases_ccl.KNOWN_DISAGREEMENTS[case["id"]]))

@@ -112,7 +112,7 @@ class Raises(Torch):
 
 
 def _main_with(monkeypatch, tmp_path, backends) -> tuple[int, list[dict]]:
-    monkeypatch.setattr(runner, "all_backends", lambda: backends)
+    monkeypatch.setattr(runner, "all_backends", lambda tt_arch: backends)
     monkeypatch.setitem(runner.CASE_SETS, "tiny", lambda seed: tiny_cases(seed)[:2])
     rc = runner.main(["--cases", "tiny", "--out", str(tmp_path), "--no-progress"])
     return rc, _rows(tmp_path / "parity.csv")
