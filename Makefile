@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` (the main job) and `make test`; `make conformance` runs tt-metal's own
-# RMSNorm test parameter sets through the package and ttnn on mock clusters (tests/conformance) and prints the table.
+# RMSNorm test parameter sets through the package and ttnn on mock clusters (tests/conformance) and prints the table;
+# `make multihost` runs meshes that span hosts under ttnn's tt-run (tests/multihost), Galaxies included.
 # Each sets itself up: a .venv built from a Python 3.12 (see .ci/find-python), the project installed editable.
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +9,7 @@ PYTEST_ARGS ?=
 # Two test processes (this project's CI has two cores); each runs its own mock-cluster workers.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test conformance parity bench-host mutation fuzz fuzz-rules clean-venv
+.PHONY: demo test battery conformance parity bench-host mutation fuzz fuzz-rules multihost mpi clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -23,10 +24,28 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) demos/distributed_rmsnorm.py
 
-test: $(STAMP)
+# tt-run launches the ranks of a mesh that spans hosts with mpirun: Debian's openmpi-bin, installed here where apt-get
+# can (as root); elsewhere the multihost tests skip and say why.
+mpi:
+	@command -v mpirun >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing openmpi-bin for tt-run"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin >/dev/null; \
+	  else echo "no mpirun and no apt-get as root: the multihost tests will skip"; fi; }
+
+# The two T3000 hosts of tests/multihost run here; the dual and quad Galaxies (about a minute more) in `make multihost`.
+# The batteries' Blackhole repeats run here in a stable share (their own cases, every verdict that differs from
+# Wormhole's, every package-only guard, an eighth of the rest); `make battery` runs the rest of them (about 5 minutes).
+test: $(STAMP) mpi
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not multihost_galaxy and not full_battery" $(PYTEST_ARGS)
+
+battery: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m full_battery tests/mock $(PYTEST_ARGS)
+
+multihost: $(STAMP) mpi
+	PYTHONUNBUFFERED=1 $(PY) -m pytest -v -s tests/multihost $(PYTEST_ARGS)
 
 bench-host: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m benchmarks.host

@@ -6,10 +6,11 @@
 3. The model's norms as a decoder builds them: two `DistributedRMSNorm` per layer (and the final norm) from a
    synthetic state_dict named like Meta's Llama checkpoint, one decode and one prefill step through all of them on
    mock T3000 and Galaxy meshes.
-4. A dry run of every path through real ttnn on mock N300, T3000 and Galaxy (and the local path on one chip).
-5. One decoder layer of tt-metal's (tt_transformers' RMSNorm inside its DistributedNorm on T3000, the Galaxy
-   decoder's DistributedNorm with its residual stream on Galaxy, the model's CCL object) ported by its import line
-   to `tt_rmsnorm.compat`, decode and prefill on mock T3000 and Galaxy.
+4. A dry run of every path through real ttnn on mock Wormhole N300, T3000 and Galaxy and Blackhole P300 and Galaxy
+   (and the local path on one chip, N150 and P150).
+5. One decoder layer of tt-metal's (tt_transformers' RMSNorm inside its DistributedNorm on T3000 and P300, the Galaxy
+   decoder's DistributedNorm with its residual stream on the Wormhole and Blackhole Galaxies, the model's CCL object)
+   ported by its import line to `tt_rmsnorm.compat`, decode and prefill on the mocks.
 6. The cross-backend parity summary.
 
     make demo            # or: .venv/bin/python demos/distributed_rmsnorm.py [--quick] [--layers N]
@@ -299,13 +300,13 @@ def dry_run_section() -> bool:
     from tt_rmsnorm.testing import dry_run, workers
 
     print("\n4. Dry run of every path through real ttnn 0.81.1 on mock clusters (with a residual; values are zeros)")
-    print(f"{'system':<8}{'mesh':<6}{'mode':<15}{'path':<9}{'verdict':<10}per-device output")
+    print(f"{'system':<10}{'mesh':<6}{'mode':<15}{'path':<9}{'verdict':<10}per-device output")
     ok = True
-    for system in _progress(("n150", "n300", "t3k", "galaxy"), "mock systems"):
+    for system in _progress(tuple(dry_run.HIDDEN), "mock systems"):
         try:
             rows = dry_run.run(system)
         except Exception as e:  # reported: a broken mock is evidence too
-            _report(f"{system:<8}dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            _report(f"{system:<10}dry run failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             ok = False
             continue
         for r in rows:
@@ -316,7 +317,7 @@ def dry_run_section() -> bool:
                 shape, dtype, memory = outs[0]
                 detail = f"{r['devices']} x {list(shape)} {dtype} {memory}" + ("" if len(outs) == 1 else " (differ!)")
             mode = f"{r['mode']} T={r['tokens']}"
-            _report(f"{system:<8}{r['mesh']:<6}{mode:<15}{r['path']:<9}{r['verdict']:<10}{detail}")
+            _report(f"{system:<10}{r['mesh']:<6}{mode:<15}{r['path']:<9}{r['verdict']:<10}{detail}")
     workers.shutdown_workers()
     return ok
 
@@ -327,11 +328,11 @@ def compat_section() -> bool:
 
     print(
         "\n5. One decoder layer of tt-metal's with one import line changed (tt_rmsnorm.compat: tt_transformers' "
-        "RMSNorm + DistributedNorm on T3000,\n   the Galaxy decoder's DistributedNorm with its residual on Galaxy; the "
-        "model's CCL object), through real ttnn on mock meshes"
+        "RMSNorm + DistributedNorm on T3000 and P300,\n   the Galaxy decoder's DistributedNorm with its residual on "
+        "the Wormhole and Blackhole Galaxies; the model's CCL object), through real ttnn on mock meshes"
     )
     ok = True
-    for system in ("t3k", "galaxy"):
+    for system in ("t3k", "galaxy", "p300", "bh-galaxy"):
         for mode in ("decode", "prefill"):
             try:
                 attn, ff, ops, allocations = workers.run_isolated(
@@ -343,7 +344,7 @@ def compat_section() -> bool:
                 continue
             ok &= not allocations
             _report(
-                f"  {system:<7}{mode:<8} ACCEPTED: attention_norm -> {attn['devices']} x {list(attn['shape'])} "
+                f"  {system:<10}{mode:<8} ACCEPTED: attention_norm -> {attn['devices']} x {list(attn['shape'])} "
                 f"{attn['layout']} {attn['buffer']}, ffn_norm -> {list(ff['shape'])}; a planned layer issues "
                 f"{', '.join(ops)}; allocates {len(allocations)}"
             )

@@ -19,8 +19,10 @@ from dataclasses import dataclass, replace
 
 import ttnn
 
+from tt_rmsnorm.architecture import of_device
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc, check_all_gather_async
+from tt_rmsnorm.systems import system_of
 from tt_rmsnorm.topology import resolve_cluster_axis
 
 
@@ -29,7 +31,7 @@ class LinkChoice:
     """Ethernet links and topology for the stats gather on one system, and why."""
 
     system: str
-    available: tuple[int, int]  # links per cluster axis (0: along mesh columns, 1: along mesh rows)
+    available: tuple[int, int]  # links between neighbours per cluster axis (0: down mesh columns, 1: along mesh rows)
     num_links: int
     topology: object
     reason: str
@@ -40,26 +42,22 @@ class LinkChoice:
 # `tt_rmsnorm.devices.open_mesh` configures (FABRIC_1D; a Ring needs FABRIC_1D_RING), and the cluster-axis overload of
 # all_gather_async takes Linear on every system.
 _STATS_TOPOLOGY = ttnn.Topology.Linear
-SYSTEM_LINKS: dict[tuple[int, int], LinkChoice] = {
-    (1, 2): LinkChoice("N300", (1, 1), 1, _STATS_TOPOLOGY, "two chips on one board: one link between them"),
-    (1, 8): LinkChoice("T3000", (1, 1), 1, _STATS_TOPOLOGY, "a line of 8 chips, one link per neighbour pair"),
-    (8, 4): LinkChoice(
-        "Galaxy",
-        (4, 3),
-        1,
-        _STATS_TOPOLOGY,
-        "4 links down a column, 3 along a row; one tile per device needs one",
-    ),
-}
 
 
-def link_choice(mesh_shape) -> LinkChoice:
-    """The links and topology the stats gather uses on a mesh of `mesh_shape` (rows, cols)."""
+def link_choice(mesh_shape, arch=None) -> LinkChoice:
+    """The links and topology the stats gather uses on a mesh of `mesh_shape` (rows, cols) of architecture `arch`
+    (None: the default), from the system's links between neighbours (`tt_rmsnorm.systems`)."""
     shape = tuple(int(d) for d in mesh_shape)
-    known = SYSTEM_LINKS.get(shape)
-    if known is not None:
-        return known
-    return LinkChoice(f"{shape[0]}x{shape[1]} mesh", (1, 1), 1, _STATS_TOPOLOGY, "unknown system: one link, Linear")
+    system = system_of(arch, shape)
+    if system is None:
+        return LinkChoice(f"{shape[0]}x{shape[1]} mesh", (1, 1), 1, _STATS_TOPOLOGY, "unknown system: one link, Linear")
+    available = tuple(n or 0 for n in system.links)
+    across = f" across {system.hosts} hosts" if system.hosts > 1 else ""
+    reason = (
+        f"{'/'.join(str(n) for n in available)} links between neighbours (axis 0/1){across}; the stats are one tile a "
+        "device: one link carries them"
+    )
+    return LinkChoice(system.name, available, 1, _STATS_TOPOLOGY, reason)
 
 
 # A gather of one stats tile a device runs along a line or around a ring; the other topologies are for 2-D collectives.
@@ -157,7 +155,7 @@ class CCLResources:
         self.mesh_device = mesh_device
         self.mesh_shape = tuple(mesh_device.shape)
         self.cluster_axis, self.num_devices = resolve_cluster_axis(self.mesh_shape, cluster_axis)
-        self.links = link_choice(self.mesh_shape)
+        self.links = link_choice(self.mesh_shape, of_device(mesh_device))
         if topology is not None:
             check_topology(topology, mesh_device)
             self.links = replace(self.links, topology=topology, reason=f"{self.links.reason}; topology as given")

@@ -26,7 +26,8 @@ def plan_distributed_rms_norm(
     mesh_shape,
     *,
     cluster_axis=None,
-    compute_grid=(8, 8),
+    compute_grid=None,
+    arch=None,
     dtype=ttnn.bfloat16,
     path: str = "auto",
     ccl=None,
@@ -37,12 +38,20 @@ def plan_distributed_rms_norm(
 ) -> paths.PathPlan:
     """The checked plan `distributed_rms_norm` would run for a per-device activation shape, without a device.
 
-    `ccl=True` plans as for a call given `CCLResources` (the async and fused paths need them);
+    `arch` is the architecture planned for (a `ttnn.device.Arch`, its name or a `tt_rmsnorm.architecture` row; None:
+    the default), whose default grid a `compute_grid` of None takes; `ccl=True` plans as for a call given
+    `CCLResources` (the async and fused paths need them);
     `input_memory_config` is x's as the caller holds it (DRAM interleaved when None); `kw` takes the call's
     sharded / program_config / compute_kernel_config / memory_config / out_dtype."""
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
-    x = TensorDesc(tuple(local_shape), dtype=dtype, memory_config=input_memory_config or ttnn.DRAM_MEMORY_CONFIG)
-    w = TensorDesc((1, 1, x.padded_width // TILE, TILE), layout=ttnn.ROW_MAJOR_LAYOUT) if with_weight else None
+    x = TensorDesc(
+        tuple(local_shape), dtype=dtype, memory_config=input_memory_config or ttnn.DRAM_MEMORY_CONFIG, arch=arch
+    )
+    w = (
+        TensorDesc((1, 1, x.padded_width // TILE, TILE), layout=ttnn.ROW_MAJOR_LAYOUT, arch=x.arch)
+        if with_weight
+        else None
+    )
     call = paths.Call(
         epsilon=epsilon,
         dtype=kw.pop("out_dtype", None),
@@ -56,7 +65,7 @@ def plan_distributed_rms_norm(
         w,
         None,
         mesh_device=None,
-        compute_grid=compute_grid,
+        compute_grid=compute_grid or x.arch.default_compute_grid,
         num_devices=n,
         call=call,
         path=path,

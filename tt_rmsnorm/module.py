@@ -96,12 +96,16 @@ def gathered_memory_config(memory_config, num_devices: int):
 BLOCK_DTYPES = (ttnn.bfloat8_b, ttnn.bfloat4_b)
 
 
-def row_major_fits(dim: int, dtype, compute_kernel_config) -> bool:
-    """Whether ttnn's interleaved rms_norm over a full `dim`-wide row holds a ROW_MAJOR weight in one core's L1."""
-    weight = TensorDesc((1, 1, dim // TILE, TILE), dtype=dtype, layout=ttnn.ROW_MAJOR_LAYOUT)
+def row_major_fits(dim: int, dtype, compute_kernel_config, arch=None) -> bool:
+    """Whether ttnn's interleaved rms_norm over a full `dim`-wide row holds a ROW_MAJOR weight in one core's L1 of
+    `arch` (None: the default architecture)."""
+    weight = TensorDesc((1, 1, dim // TILE, TILE), dtype=dtype, layout=ttnn.ROW_MAJOR_LAYOUT, arch=arch)
     try:
         op_checks.check_rms_norm(
-            TensorDesc((1, 1, TILE, dim)), epsilon=1e-5, weight=weight, compute_kernel_config=compute_kernel_config
+            TensorDesc((1, 1, TILE, dim), arch=arch),
+            epsilon=1e-5,
+            weight=weight,
+            compute_kernel_config=compute_kernel_config,
         )
     except RuleError as e:
         if e.rule == "rms_norm.l1_budget":
@@ -128,7 +132,7 @@ class WeightLoader:
             weight = self(torch_weight, name, None, ttnn.TILE_LAYOUT)
             return weight, lambda: weight
         weight = self(torch_weight, name, None)
-        if row_major_fits(self.dim, self.dtype, compute_kernel_config):
+        if row_major_fits(self.dim, self.dtype, compute_kernel_config, self.mesh_device.arch()):
             return weight, lambda: weight
         made = []
 

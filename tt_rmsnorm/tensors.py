@@ -1,9 +1,11 @@
 """A device-free description of a ttnn tensor, so the rules run with no device, and the provenance of stats tensors.
 
-`TensorDesc` carries what ttnn's validation reads: logical and padded shape, dtype, layout, memory config, storage. Real
-tensors are described with `describe(t)`. Stats tensors carry one more fact ttnn does not record: whether they hold
-per-device *sums* of x^2 (interleaved pre) or *means* (sharded pre). ttnn tensors take no attributes and no weak
-references, so the ops record it by `tensor_id`, which ttnn never reuses within a process.
+`TensorDesc` carries what ttnn's validation reads: logical and padded shape, dtype, layout, memory config, storage, and
+the architecture of the device it lives on (`tt_rmsnorm.architecture`: where its L1 ends, its NOC burst, ...). Real
+tensors are described with `describe(t)`, which reads the architecture from the tensor's device. Stats tensors carry one
+more fact ttnn does not record: whether they hold per-device *sums* of x^2 (interleaved pre) or *means* (sharded pre).
+ttnn tensors take no attributes and no weak references, so the ops record it by `tensor_id`, which ttnn never reuses
+within a process.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import ttnn
 
+from tt_rmsnorm.architecture import Architecture, architecture
 from tt_rmsnorm.tiles import TILE, tile_padded
 
 STATS_SUMS = "sums"  # interleaved pre: sum(x^2) over the local width, column 0 of each 32-wide tile
@@ -42,9 +45,12 @@ class TensorDesc:
     padded_shape: tuple[int, ...] | None = None
     on_device: bool = True
     stats_kind: str | None = None
+    # the architecture's table row; given as a row, a ttnn.device.Arch or its name, None for the default
+    arch: Architecture | str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "arch", architecture(self.arch))
         if self.padded_shape is None:
             padded = tile_padded(self.shape) if self.layout == ttnn.TILE_LAYOUT else self.shape
             if self.layout == ttnn.TILE_LAYOUT and len(padded) == 1:  # ttnn tiles a rank-1 [W] as one tile row
@@ -64,6 +70,7 @@ class TensorDesc:
             padded_shape=tuple(t.padded_shape),
             on_device=on_device,
             stats_kind=stats_kind_of(t),
+            arch=t.device().arch() if on_device else None,
         )
 
     @property

@@ -288,7 +288,11 @@ class NKI(Backend):
 # ---------------------------------------------------------------------------------------------------------------------
 # ttnn: real hardware when present, else the mock dry run (acceptance only).
 
-MOCK_SYSTEMS = {1: ("n150", None), 2: ("n300", None), 8: ("t3k", None), 32: ("galaxy", (1, 32))}
+# The mock system each device count runs on, by architecture (tt_rmsnorm.testing.mock_cluster); a Galaxy as 1x32.
+MOCK_SYSTEMS = {
+    "wormhole_b0": {1: ("n150", None), 2: ("n300", None), 8: ("t3k", None), 32: ("galaxy", (1, 32))},
+    "blackhole": {1: ("p150", None), 2: ("p300", None), 32: ("bh-galaxy", (1, 32))},
+}
 MOCK_LABEL = "ttnn-mock (acceptance only, values not computed)"
 
 
@@ -372,12 +376,16 @@ def mock_acceptance(mesh, shape, epsilon) -> dict:
 
 
 class TTNNMock(Backend):
-    """Real ttnn on a mock cluster with as many devices as the case's hidden split (N150, N300, T3000, Galaxy as 1x32):
-    checks that ttnn accepts the per-device shapes and returns them. No numbers."""
+    """Real ttnn on a mock cluster of architecture `arch` with as many devices as the case's hidden split (Wormhole:
+    N150, N300, T3000, Galaxy as 1x32; Blackhole: P150, P300, Blackhole Galaxy as 1x32): checks that ttnn accepts the
+    per-device shapes and returns them. No numbers."""
 
-    name = "ttnn"
     dtype = "bfloat16"
     numeric = False
+
+    def __init__(self, arch: str = "wormhole_b0"):
+        self.arch, self.systems = arch, MOCK_SYSTEMS[arch]
+        self.name = "ttnn" if arch == "wormhole_b0" else f"ttnn-{arch}"
 
     def available(self):
         if not _has_module("ttnn"):
@@ -385,14 +393,14 @@ class TTNNMock(Backend):
         return True, ""
 
     def supports(self, case):
-        if case.num_devices not in MOCK_SYSTEMS:
-            return False, f"no mock system with {case.num_devices} devices; have {sorted(MOCK_SYSTEMS)}"
+        if case.num_devices not in self.systems:
+            return False, f"no {self.arch} mock system with {case.num_devices} devices; have {sorted(self.systems)}"
         return True, ""
 
     def run(self, case):
         from tt_rmsnorm.testing import mock_cluster, workers
 
-        system, mesh_shape = MOCK_SYSTEMS[case.num_devices]
+        system, mesh_shape = self.systems[case.num_devices]
 
         def call():
             return workers.run_isolated(system, mock_acceptance, case.shape, case.epsilon, mesh_shape=mesh_shape)
@@ -427,19 +435,20 @@ class TTNNMock(Backend):
         workers.shutdown_workers()
 
 
-def ttnn_backend() -> Backend:
-    return TTNNHardware() if tt_hardware_present() else TTNNMock()
+def ttnn_backend(tt_arch: str = "wormhole_b0") -> Backend:
+    """ttnn on the hardware here, else its mock judge on the mock systems of `tt_arch`."""
+    return TTNNHardware() if tt_hardware_present() else TTNNMock(tt_arch)
 
 
-def all_backends() -> list[Backend]:
-    """Every backend, in table order."""
+def all_backends(tt_arch: str = "wormhole_b0") -> list[Backend]:
+    """Every backend, in table order; without Tenstorrent hardware ttnn's mock judge runs on `tt_arch`'s mocks."""
     return [
         Golden(),
         Torch("float32"),
         Torch("bfloat16"),
         TTReference("bfloat16"),
         TTReference("bfloat8_b"),
-        ttnn_backend(),
+        ttnn_backend(tt_arch),
         Triton(),
         NKI(),
     ]

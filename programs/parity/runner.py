@@ -25,7 +25,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from programs.parity import log, report  # noqa: E402
-from programs.parity.backends import Backend, all_backends  # noqa: E402
+from programs.parity.backends import MOCK_SYSTEMS, Backend, all_backends  # noqa: E402
 from programs.parity.cases import CASE_SETS, DEFAULT_SEED, Case  # noqa: E402
 from programs.parity.log import logger  # noqa: E402
 from tt_rmsnorm.accuracy import compare  # noqa: E402
@@ -171,13 +171,19 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", choices=sorted(CASE_SETS), default="default", help="case set (default: default)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--backends", default="", help="comma-separated backend names to run (default: all)")
+    ap.add_argument(
+        "--tt-arch",
+        choices=sorted(MOCK_SYSTEMS),
+        default="wormhole_b0",
+        help="the architecture of the mock systems ttnn's judge runs on without hardware (default wormhole_b0)",
+    )
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
     os.environ.setdefault("TT_LOGGER_LEVEL", "error")  # ttnn's cluster chatter would interleave with the tables
     log.configure(args.verbose)
 
-    backends = all_backends()
+    backends = all_backends(args.tt_arch)
     if args.backends:
         wanted = [n.strip() for n in args.backends.split(",") if n.strip()]
         unknown = sorted(set(wanted) - {b.name for b in backends})

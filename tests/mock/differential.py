@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from tests.mock import fuzz_cases, fuzz_worker, mock_cases, mock_cases_ccl
+from tt_rmsnorm.architecture import ARCHITECTURES
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 from tt_rmsnorm.testing import workers
+from tt_rmsnorm.testing.mock_cluster import ARCHES
 
 SEED_ENV = "TT_RMSNORM_FUZZ_SEED"
 BATCH = 40
@@ -187,12 +189,22 @@ def agreement(outcomes: list[Outcome]) -> float:
     return sum(o.category == "agree" for o in judged) / len(judged) if judged else 1.0
 
 
+def architecture_of(o: Outcome) -> str:
+    return ARCHES[o.case["system"]]
+
+
 def table(outcomes: list[Outcome]) -> str:
-    """Per op, then per dtype of the input: the counts of each category, package accepts / ttnn rejects (within
-    disagree), ttnn crashes, and the agreement outside the package-only guards."""
-    by_op = _rows(outcomes, "op", fuzz_cases.OPS, lambda o: o.case["op"])
-    by_dtype = _rows(outcomes, "input dtype", tuple(mock_cases.DTYPES), lambda o: o.case["x"]["dtype"])
-    return by_op + "\n\n" + by_dtype
+    """Per architecture, per op on each architecture, then per dtype of the input: the counts of each category,
+    package accepts / ttnn rejects (within disagree), ttnn crashes, and the agreement outside the package-only
+    guards."""
+    by_arch = _rows(outcomes, "architecture", tuple(ARCHITECTURES), architecture_of)
+    sections = [by_arch]
+    for arch in ARCHITECTURES:
+        mine = [o for o in outcomes if architecture_of(o) == arch]
+        if mine:
+            sections.append(_rows(mine, f"{arch} op", fuzz_cases.OPS, lambda o: o.case["op"]))
+    sections.append(_rows(outcomes, "input dtype", tuple(mock_cases.DTYPES), lambda o: o.case["x"]["dtype"]))
+    return "\n\n".join(sections)
 
 
 def _rows(outcomes: list[Outcome], title: str, keys, key_of) -> str:
@@ -294,10 +306,14 @@ def main(argv: list[str]) -> int:
     print(table(outcomes))
     near = sum(len(c["mutations"]) == 1 for c in cases)
     print(f"seed {seed}: {n} calls ({near} one mutation from a valid call) in {wall:.1f} s wall")
-    print(
-        f"{sum(o.missed for o in outcomes)} calls the package accepts and ttnn rejects or crashes on; "
-        f"agreement outside PACKAGE_ONLY_RULES {agreement(outcomes):.2%}"
-    )
+    for arch in ARCHITECTURES:
+        mine = [o for o in outcomes if architecture_of(o) == arch]
+        refused = sum(o.category == "disagree" and not o.missed for o in mine)
+        print(
+            f"{arch}: {len(mine)} calls, {sum(o.missed for o in mine)} false accepts (the package accepts, ttnn "
+            f"rejects or crashes), {refused} other disagreements; agreement outside PACKAGE_ONLY_RULES "
+            f"{agreement(mine):.2%}"
+        )
     return 1 if failures else 0
 
 

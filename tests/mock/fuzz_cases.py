@@ -36,8 +36,11 @@ from tests.mock.fuzz_draws import (
 from tests.mock.fuzz_mutations import is_sharded, mutate
 from tests.mock.mock_cases import BLOCK_FLOAT_DTYPES, CK, DPC, GRIDS, S, T
 
-SYSTEMS = ("n150", "n300", "t3k", "galaxy")
-MULTI_CHIP = ("n300", "t3k", "galaxy")
+# Wormhole and Blackhole systems, one chip drawn most (the norm ops' rules are per chip)
+SYSTEMS = ("n150", "n300", "t3k", "galaxy", "p150", "p300", "bh-galaxy")
+SYSTEM_WEIGHTS = (0.3, 0.08, 0.08, 0.08, 0.28, 0.09, 0.09)
+ONE_CHIP = ("n150", "p150")
+MULTI_CHIP = ("n300", "t3k", "galaxy", "p300", "bh-galaxy")
 OPS = ("pre", "post", "rms_norm", "all_gather", "chain", *fuzz_cases_ccl.CCL_OPS)
 OP_WEIGHTS = (0.19, 0.2, 0.15, 0.1, 0.11, 0.1, 0.1, 0.05)
 # ---------------------------------------------------------------------------------------------------------------------
@@ -120,7 +123,7 @@ def _weight(rng, width, op):
 
 
 def _stats_for(rng, x, system, sharded):
-    n = gather_size(system, valid_axis(system)) if system != "n150" else rng.choice((1, 2, 8))
+    n = gather_size(system, valid_axis(system)) if system not in ONE_CHIP else rng.choice((1, 2, 8))
     if sharded:
         return T(
             (1, 1, TILE, TILE * n), mem=S("WIDTH", (0, 0, 0, 0), (TILE, TILE * n)), kind=rng.choice(("means", None))
@@ -302,11 +305,11 @@ def generate(seed: int, n: int) -> list[dict]:
     for i in range(n):
         op = rng.choices(OPS, weights=OP_WEIGHTS)[0]
         if op in ("all_gather", "chain"):
-            system = rng.choice(MULTI_CHIP) if op == "chain" or rng.random() < 0.9 else "n150"
+            system = rng.choice(MULTI_CHIP) if op == "chain" or rng.random() < 0.9 else rng.choice(ONE_CHIP)
         elif op in fuzz_cases_ccl.CCL_OPS:
             system = None  # drawn by the CCL generator
         else:
-            system = rng.choices(SYSTEMS, weights=(0.55, 0.15, 0.15, 0.15))[0]
+            system = rng.choices(SYSTEMS, weights=SYSTEM_WEIGHTS)[0]
         k = rng.choices((0, 1, 2, 3), weights=(0.25, 0.5, 0.18, 0.07))[0]
         while True:
             if op in fuzz_cases_ccl.CCL_OPS:

@@ -1,6 +1,6 @@
 """The differential fuzzer's generator of CCL calls, in the CCL battery's spec format (mock_cases_ccl):
 `ttnn.fused_rms_minimal` ("fused"), `ttnn.experimental.all_gather_async` ("all_gather_async") and pre ->
-all_gather_async -> post ("compose") on mock T3000 (1x8) and Galaxy (8x4).
+all_gather_async -> post ("compose") on mock T3000 (1x8), Galaxy (8x4), P300 (1x2) and Blackhole Galaxy (8x4).
 
 Each call starts valid, built from what the contract has: the input's width, rows, dtype and shard grid (the fused
 op's program config derived from it), the weight's form, residual, stats buffer in the accumulation format on the
@@ -14,18 +14,18 @@ from __future__ import annotations
 from tests.mock.fuzz_draws import DTYPE_WEIGHTS as FUZZ_DTYPE_WEIGHTS
 from tests.mock.fuzz_draws import TILE, gather_l1_edge_input, grid_cores, largest_divisor, pick, subblock_limit
 from tests.mock.mock_cases import CK, DPC, GRIDS, PC, S, T
-from tests.mock.mock_cases_ccl import OPS, SEM, SYSTEMS
+from tests.mock.mock_cases_ccl import OPS, SEM, SYSTEMS, fabric_links, one_row
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 
 CCL_OPS = OPS  # the ops of the CCL battery, on its systems
 CCL_SYSTEMS = SYSTEMS
-# Ethernet links of the mock fabrics between neighbours (ccl_checks.FABRIC_LINKS)
-LINKS = {"t3k": 2, "galaxy": 4}
+# Ethernet links of the mock fabrics between neighbours (tt_rmsnorm.systems)
+LINKS = {system: fabric_links(system) for system in SYSTEMS}
 DTYPE_WEIGHTS = FUZZ_DTYPE_WEIGHTS
 
 
 def _axis(rng, system) -> int:
-    return 1 if system == "t3k" or rng.random() < 0.7 else 0
+    return 1 if one_row(system) or rng.random() < 0.7 else 0
 
 
 def _devices(system, axis) -> int:
@@ -329,9 +329,9 @@ def _m_gather(rng, c):
     elif choice == "no_memory_config":
         kw.pop("memory_config", None)
     elif choice == "l1_edge":
-        if c["system"] != "t3k":  # Galaxy's 32 copies of an input that size cost too much to build
+        if MESH_SHAPES[c["system"]][0] > 1:  # a Galaxy's 32 copies of an input that size cost too much to build
             return None
-        c["x"] = gather_l1_edge_input(rng, n)
+        c["x"] = gather_l1_edge_input(rng, n, c["system"])
         kw["dim"], kw["memory_config"] = 3, "L1"
         c.pop("persistent", None)
         kw.pop("overload", None)

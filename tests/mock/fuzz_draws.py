@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 import random
 
+import ttnn
+
 from tests.mock.mock_cases import CK, GRIDS, PC, T
-from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
+from tt_rmsnorm.architecture import architecture
+from tt_rmsnorm.rules.ccl_l1 import GATHER_OWN_SEMAPHORES
+from tt_rmsnorm.systems import l1_banks
+from tt_rmsnorm.tensors import TILE_BYTES
+from tt_rmsnorm.testing.mock_cluster import ARCHES, MESH_SHAPES
 
 TILE = 32
 
@@ -108,9 +114,13 @@ def padded(n: int) -> int:
     return -(-n // TILE) * TILE
 
 
-def gather_l1_edge_input(rng, n: int) -> dict:
-    """An input whose gather over `n` devices into L1 lands at the edge of a bank (56 banks of 1,393,312 B above
-    L1_BASE on N300 and T3000 meshes): 650 to 680 pages of a tile per bank, around the 674 that fit beside the
-    gather's circular buffer; sometimes an L1 input besides."""
-    pages = rng.choice((650, 666, 670, 672, 673, 674, 675, 680))
-    return T((1, 1, pages * 56 // n * TILE, TILE), mem=rng.choice(("DRAM", "DRAM", "L1")))
+def gather_l1_edge_input(rng, n: int, system: str) -> dict:
+    """An input whose gather over `n` devices into L1 lands at the edge of a bank of `system` (N300 and T3000: 56
+    banks of 1,393,312 B above the allocator base, 674 bf16 tiles fitting beside the gather's circular buffer of six;
+    P300: 110 banks of 1,461,120 B, 707 tiles): pages of a tile per bank from 24 below to 6 above the edge; sometimes
+    an L1 input besides."""
+    arch, banks = architecture(ARCHES[system]), l1_banks(ARCHES[system], MESH_SHAPES[system])
+    tile = TILE_BYTES[ttnn.bfloat16]
+    edge = (arch.l1_span - 6 * tile - GATHER_OWN_SEMAPHORES * arch.global_semaphore_bytes) // tile
+    pages = edge + rng.choice((-24, -8, -4, -2, -1, 0, 1, 6))
+    return T((1, 1, pages * banks // n * TILE, TILE), mem=rng.choice(("DRAM", "DRAM", "L1")))

@@ -1,7 +1,8 @@
 """The CCL agreement battery's cases: `ttnn.experimental.all_gather_async`, `ttnn.fused_rms_minimal`, and the
 composition pre -> all_gather_async -> post, described once as plain data (the spec constructors of `mock_cases`).
 
-A case is a dict: `op` ("all_gather_async", "fused", "compose"), `system` ("t3k" or "galaxy"), tensor specs for `x`
+A case is a dict: `op` ("all_gather_async", "fused", "compose"), `system` (Wormhole "t3k" and "galaxy", Blackhole
+"p300" and "bh-galaxy"), tensor specs for `x`
 and optionally `weight`, `residual`, `stats` (fused's stats buffer) and `persistent` (the gather's or the fused op's
 persistent output), semaphore specs `sems` and `barrier`, op keyword arguments `kw`, and `expect`: what real ttnn does
 ("accept" / "reject"), or "pkg:<rule>" for a package-only guard. Semaphores are made by a `create(grid)` callback:
@@ -16,7 +17,7 @@ import dataclasses
 import ttnn
 
 from tests.mock import mock_cases
-from tests.mock.mock_cases import CK, GRIDS, PC, S, T, tensor_desc
+from tests.mock.mock_cases import CK, GRIDS, PC, S, T, in_sample, tensor_desc
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules.ccl_checks import (
     SemaphoreDesc,
@@ -26,13 +27,32 @@ from tt_rmsnorm.rules.ccl_checks import (
     pre_stats_desc,
 )
 from tt_rmsnorm.rules.op_checks import check_post_all_gather, check_pre_all_gather
+from tt_rmsnorm.systems import system_of
 from tt_rmsnorm.tensors import describe, stats_kind_of
 from tt_rmsnorm.testing.dry_run import memory_config_text
-from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
+from tt_rmsnorm.testing.mock_cluster import ARCHES, MESH_SHAPES
 
 TENSOR_SLOTS = ("x", "weight", "residual", "stats", "persistent")
 OPS = ("fused", "all_gather_async", "compose")
-SYSTEMS = ("t3k", "galaxy")
+SYSTEMS = ("t3k", "galaxy", "p300", "bh-galaxy")
+
+
+def in_make_test(case: dict) -> bool:
+    """`make test` runs every Wormhole case and, of the Blackhole repeats of the same tables, the package-only guards
+    and a stable share of the rest (mock_cases.in_sample); `make battery` runs them all."""
+    if ARCHES[case["system"]] != "blackhole" or case["expect"].startswith("pkg:"):
+        return True
+    return in_sample(case["id"])
+
+
+def fabric_links(system: str) -> int:
+    """Ethernet links between neighbours on the system's gather axis (tt_rmsnorm.systems)."""
+    return system_of(ARCHES[system], MESH_SHAPES[system]).links_on(1)
+
+
+def one_row(system: str) -> bool:
+    """A 1xN mesh: axis 0 has one device."""
+    return MESH_SHAPES[system][0] == 1
 
 
 def SEM(grid="full", count=1, shared=False):
@@ -167,7 +187,7 @@ def package_verdict(case: dict, tensors: dict, handles: dict | None = None, prod
 
 
 def package_side(case: dict) -> dict:
-    return package_verdict(case, {k: tensor_desc(case[k]) for k in TENSOR_SLOTS if case.get(k)})
+    return package_verdict(case, {k: tensor_desc(case[k], case["system"]) for k in TENSOR_SLOTS if case.get(k)})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -189,9 +209,12 @@ def _one_core(core, width, rows=32):
 
 
 # Per system: gather axis and its devices, per-device width, fused grid (its first core), shard width, program config.
+# Llama-70B's 8192 over each system's columns: 1024 on T3000, 2048 on either Galaxy, 4096 on a P300.
 LAYOUT = {
     "t3k": dict(axis=1, n=8, w=1024, grid=(0, 0, 7, 3), first=(0, 0), other=(1, 0), pc=PC((8, 4), 1, 1, 1)),
     "galaxy": dict(axis=1, n=4, w=2048, grid=(1, 0, 2, 7), first=(1, 0), other=(0, 0), pc=PC((2, 8), 4, 1, 4)),
+    "p300": dict(axis=1, n=2, w=4096, grid=(0, 0, 7, 3), first=(0, 0), other=(1, 0), pc=PC((8, 4), 4, 1, 4)),
+    "bh-galaxy": dict(axis=1, n=4, w=2048, grid=(1, 0, 2, 7), first=(1, 0), other=(0, 0), pc=PC((2, 8), 4, 1, 4)),
 }
 FP32 = CK(fp32=True)
 FP32_SYNC = CK(fp32=True, dst_sync=True)
@@ -257,7 +280,7 @@ def _fused_cases(system):
     fused("grid-too-small", R, program_config=PC((1, 1), L["pc"][2], 1, L["pc"][4]))
     x4, sem4 = T((1, 1, 32, w), mem=S("WIDTH", (0, 0, 3, 0), (32, w // 4))), SEM((0, 0, 3, 0))
     st4 = dict(stats=T((1, 1, 32, 32 * n), mem=_one_core((0, 0), 32 * n)), sems=sem4)
-    bw4 = w // 128  # 4 cores: 8 tiles each on t3k, 16 on galaxy
+    bw4 = w // 128  # 4 cores: 8 tiles each on t3k, 16 on the Galaxies, 32 on a P300
     fused("4-cores-subblock8", A, x=x4, program_config=PC((4, 1), 8, 1, bw4), **st4)
     fused(
         "4-cores-subblock8-fp32",
@@ -289,8 +312,8 @@ def _fused_cases(system):
     fused("persistent-fp32", "pkg:fused.persistent_output", persistent=T((1, 1, 32, w), "fp32", mem=XM))
     fused("axis2", "pkg:fused.cluster_axis", cluster_axis=2)
     fused("links0", "pkg:fused.num_links", num_links=0)
-    if system == "t3k":
-        fused("links4", "pkg:fused.num_links", num_links=4)  # T3000's fabric has 2
+    if one_row(system):
+        fused("links-beyond-fabric", "pkg:fused.num_links", num_links=fabric_links(system) + 2)  # accepted by ttnn
         fused("axis0-one-device", "pkg:fused.num_devices", cluster_axis=0)
     else:
         fused("axis0", A, cluster_axis=0, stats=T((1, 1, 32, 256), mem=_one_core(first, 256)))
@@ -337,18 +360,18 @@ def _gather_cases(system):
     gather("persistent-host", R, persistent=T((1, 1, 128, 32 * n), host=True))
     gather("dim4", R, persistent=P, dim=4)
     gather("links0", R, persistent=P, num_links=0)
-    gather("links-beyond-fabric", R, persistent=P, num_links={"t3k": 3, "galaxy": 5}[system])
+    gather("links-beyond-fabric", R, persistent=P, num_links=fabric_links(system) + 1)
     gather("axis2", R, persistent=P, cluster_axis=2)
     gather("sharded-no-memory-config", R, x=S1, persistent=T((1, 1, 32, 32 * n), mem=PN))
     gather("sharded-no-persistent-no-memory-config", R, x=S1)
     gather("persistent-truncated", "pkg:all_gather_async.persistent_truncated", persistent=T((1, 1, 128, 16 * n)))
     gather("one-handle-twice", "pkg:all_gather_async.distinct_semaphores", persistent=P, sems=SEM(count=2, shared=True))
     gather("barrier-is-gather-semaphore", "pkg:all_gather_async.distinct_semaphores", persistent=P, barrier="gather0")
-    gather("no-axis", A if system == "t3k" else R, persistent=P, cluster_axis=None)  # a 2-D mesh needs the axis
-    if system == "t3k":
+    gather("no-axis", A if one_row(system) else R, persistent=P, cluster_axis=None)  # a 2-D mesh needs the axis
+    if one_row(system):
         gather("axis0-one-device", R, cluster_axis=0)
     else:
-        gather("axis0", A, persistent=T((1, 1, 128, 256)), cluster_axis=0, num_links=4)
+        gather("axis0", A, persistent=T((1, 1, 128, 256)), cluster_axis=0, num_links=fabric_links(system))
 
 
 # --- pre -> all_gather_async -> post ----------------------------------------------------------------------------------

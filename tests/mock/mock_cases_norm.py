@@ -523,3 +523,27 @@ case("bf8-L1-32-rows", "pre", T((1, 1, 32, 10432), "bf8", mem="L1"), A)
 # the interleaved pre double-buffers x^2 where that still ends inside L1, blind to the L1 tensors below the end
 case("x2-double-into-L1-tensors", "pre", T((1, 1, 64, 3072), mem="L1"), R, residual=T((1, 1, 64, 3072), mem="L1"))
 case("x2-single-fits", "pre", T((1, 1, 64, 3104), mem="L1"), A, residual=T((1, 1, 64, 3104), mem="L1"))
+# a sharded program config with inplace=True writes the post's and rms_norm's output over the input's shards: the
+# output takes no L1 shard of its own, so the same buffers fit where a separate output shard would not
+ONE_CORE_768 = S("WIDTH", (0, 1, 0, 1), (128, 768))
+for inplace, expect in ((False, R), (True, A)):
+    case(
+        f"sharded-inplace-{inplace}-fp32-768",
+        "rms_norm",
+        T((1, 1, 128, 768), "fp32", mem=ONE_CORE_768),
+        expect,
+        weight=T((1, 1, 1, 768)),
+        residual=T((1, 1, 128, 768), "fp32", mem=ONE_CORE_768),
+        compute_kernel_config=CK(fidelity="HiFi2"),
+        program_config=PC((1, 1), 4, 4, 24, inplace=inplace),
+        epsilon=1e-6,
+    )
+    case(
+        f"sharded-inplace-{inplace}-6144",
+        "post",
+        T((1, 1, 32, 6144), mem=S("WIDTH", (0, 0, 0, 0), (32, 6144))),
+        expect,
+        stats=T((1, 1, 32, 256), mem=STATS1, kind="means"),
+        program_config=PC((1, 1), 4, 1, 192, inplace=inplace),
+        epsilon=1e-6,
+    )

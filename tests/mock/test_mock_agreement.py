@@ -90,7 +90,13 @@ def _both(pkg: dict, got: dict) -> str:
     return f"\n  package: {pkg['verdict']} {pkg['message']}\n  ttnn:    {got['verdict']} {got['message'][:600]}"
 
 
-@pytest.mark.parametrize("case", mock_battery.CASES, ids=[c["id"] for c in mock_battery.CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c["id"], marks=() if mock_battery.in_make_test(c) else pytest.mark.full_battery)
+        for c in mock_battery.CASES
+    ],
+)
 def test_package_and_ttnn_agree(case, request):
     if case["id"] in mock_battery.KNOWN_DISAGREEMENTS:
         request.applymarker(pytest.mark.xfail(strict=True, reason=mock_battery.KNOWN_DISAGREEMENTS[case["id"]]))
@@ -126,9 +132,22 @@ def test_package_and_ttnn_agree(case, request):
         )
 
 
-def test_battery_covers_every_op_and_guard():
-    by_op = {op: sum(c["op"] == op for c in mock_battery.CASES) for op in OPS}
-    assert len(mock_battery.CASES) >= 200 and all(n >= 20 for n in by_op.values()), by_op
-    exercised = {c["expect"][4:] for c in mock_battery.CASES if c["expect"].startswith("pkg:")}
+@pytest.mark.parametrize("make_test", [False, True], ids=["battery", "make-test-share"])
+@pytest.mark.parametrize("arch", ["wormhole_b0", "blackhole"])
+def test_battery_covers_every_op_and_guard(arch, make_test):
+    """On each architecture: every op, interleaved and sharded inputs, and every package-only guard of the four ops;
+    in the whole battery and in the share `make test` runs."""
+    cases = [
+        c
+        for c in mock_battery.CASES
+        if mock_battery.architecture_of(c) == arch and (mock_battery.in_make_test(c) or not make_test)
+    ]
+    by_op = {op: sum(c["op"] == op for c in cases) for op in OPS}
+    assert len(cases) >= (50 if make_test else 200) and all(n >= (5 if make_test else 20) for n in by_op.values()), (
+        by_op
+    )
+    layouts = {(c["op"], c["x"]["mem"] not in ("DRAM", "L1")) for c in cases}
+    assert {(op, sharded) for op in ("pre", "post", "rms_norm") for sharded in (False, True)} <= layouts
+    exercised = {c["expect"][4:] for c in cases if c["expect"].startswith("pkg:")}
     guards = {r for r in PACKAGE_ONLY_RULES if not r.startswith(("fused.", "all_gather_async."))}  # CCL: own battery
     assert exercised == guards, f"guards without a case: {guards - exercised}"

@@ -1,8 +1,8 @@
-"""The CCL agreement battery: tt_rmsnorm.rules.ccl_checks and real ttnn (mock T3000 and Galaxy) judge the same
-all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post calls, and must agree; where they accept,
-the package's prediction of the output (shape, dtype, memory config) must be what ttnn returned. The exceptions are
-the package-only guards (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES), where ttnn accepts and the package rejects on
-purpose."""
+"""The CCL agreement battery: tt_rmsnorm.rules.ccl_checks and real ttnn (mock T3000, Galaxy, P300 and Blackhole
+Galaxy) judge the same all_gather_async, fused_rms_minimal and pre -> all_gather_async -> post calls, and must agree;
+where they accept, the package's prediction of the output (shape, dtype, memory config) must be what ttnn returned. The
+exceptions are the package-only guards (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES), where ttnn accepts and the package
+rejects on purpose."""
 
 import pytest
 
@@ -30,7 +30,13 @@ def _both(pkg: dict, got: dict) -> str:
     return f"\n  package: {pkg['verdict']} {pkg['message']}\n  ttnn:    {got['verdict']} {got['message'][:600]}"
 
 
-@pytest.mark.parametrize("case", mock_cases_ccl.CASES, ids=[c["id"] for c in mock_cases_ccl.CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c["id"], marks=() if mock_cases_ccl.in_make_test(c) else pytest.mark.full_battery)
+        for c in mock_cases_ccl.CASES
+    ],
+)
 def test_package_and_ttnn_agree(case, request):
     if case["id"] in mock_cases_ccl.KNOWN_DISAGREEMENTS:
         request.applymarker(pytest.mark.xfail(strict=True, reason=mock_cases_ccl.KNOWN_DISAGREEMENTS[case["id"]]))
@@ -56,7 +62,7 @@ def test_battery_covers_every_op_system_and_guard():
     by = {
         (op, s): sum(c["op"] == op and c["system"] == s for c in mock_cases_ccl.CASES)
         for op in OPS
-        for s in ("t3k", "galaxy")
+        for s in mock_cases_ccl.SYSTEMS
     }
     assert len(mock_cases_ccl.CASES) >= 80 and all(n >= 10 for n in by.values()), by
     expects = {c["expect"] if not c["expect"].startswith("pkg:") else "pkg" for c in mock_cases_ccl.CASES}

@@ -92,7 +92,12 @@ def test_resources_create_cycle_and_refuse_by_rule():
     assert got["cores"] and got["descs"] == [(2, True, [0, 1]), (1, True, [6]), (1, True, [9])]
     assert got["num_sets_1"][0] == "ccl.num_sets"
     assert got["topology_mesh"][0] == "ccl.topology"
-    assert got["ring"] == (True, 2, "a line of 8 chips, one link per neighbour pair; topology as given; links as given")
+    assert got["ring"] == (
+        True,
+        2,
+        "0/2 links between neighbours (axis 0/1); the stats are one tile a device: one link carries them; topology as "
+        "given; links as given",
+    )
     assert got["default"] == (True, 1, 1)
     assert got["buffers"] == (True, True, 2)
     assert got["in_trace_known"] is True

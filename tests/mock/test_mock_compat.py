@@ -1,6 +1,7 @@
-"""tt-metal's decoder norms through `tt_rmsnorm.compat`, on mock T3000, Galaxy and N150: the module classes and calls
-of tt_transformers (RMSNorm with a model CCL object and its ModelArgs, DistributedNorm around it) at Llama-70B's
-H = 8192, decode T = 32 and prefill T = 128. Each case returns what a decoder layer gets back per device."""
+"""tt-metal's decoder norms through `tt_rmsnorm.compat`, on mock T3000, Galaxy and N150 and on their Blackhole
+counterparts P300 and Blackhole Galaxy: the module classes and calls of tt_transformers (RMSNorm with a model CCL
+object and its ModelArgs, DistributedNorm around it) at Llama-70B's H = 8192, decode T = 32 and prefill T = 128. Each
+case returns what a decoder layer gets back per device."""
 
 import pytest
 
@@ -11,28 +12,30 @@ from tt_rmsnorm.testing.tt_metal_stand_ins import DIM
 pytestmark = pytest.mark.mock_cluster
 
 
-@pytest.mark.parametrize(
-    "system, mode, expect",
-    [
-        ("t3k", "decode", {"devices": 8, "shape": (1, 1, 32, DIM), "layout": "WIDTH_SHARDED", "buffer": "L1"}),
-        ("t3k", "prefill", {"devices": 8, "shape": (1, 1, 128, DIM), "layout": "INTERLEAVED", "buffer": "DRAM"}),
-        ("galaxy", "decode", {"devices": 32, "shape": (1, 1, 32, DIM // 4), "layout": "WIDTH_SHARDED", "buffer": "L1"}),
-        (
-            "galaxy",
-            "prefill",
-            {"devices": 32, "shape": (1, 1, 128, DIM // 4), "layout": "INTERLEAVED", "buffer": "DRAM"},
-        ),
-    ],
-    ids=["t3k-decode", "t3k-prefill", "galaxy-decode", "galaxy-prefill"],
-)
-def test_tt_transformers_decoder_norm(system, mode, expect):
-    first, second, calls = workers.run_isolated(system, stand_ins.decoder_norm, mode, system == "galaxy", timeout=600)
+GALAXIES = ("galaxy", "bh-galaxy")
+LINES = {"t3k": 8, "p300": 2}  # 1xN meshes and their devices
+
+
+def _expect(system, mode):
+    devices = LINES.get(system, 32)
+    width = DIM // 4 if system in GALAXIES else DIM
+    if mode == "decode":
+        return {"devices": devices, "shape": (1, 1, 32, width), "layout": "WIDTH_SHARDED", "buffer": "L1"}
+    return {"devices": devices, "shape": (1, 1, 128, width), "layout": "INTERLEAVED", "buffer": "DRAM"}
+
+
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+@pytest.mark.parametrize("system", ["t3k", "galaxy", "p300", "bh-galaxy"])
+def test_tt_transformers_decoder_norm(system, mode):
+    tg = system in GALAXIES
+    first, second, calls = workers.run_isolated(system, stand_ins.decoder_norm, mode, tg, timeout=600)
+    expect = _expect(system, mode)
     assert {k: first[k] for k in expect} == expect, first
     assert second == first
-    # the model CCL object's own cycling serves every gather: T3000 gathers the decode input and the prefill output
-    # over its line (slot 2), Galaxy's stats gather runs on axis 1
+    # the model CCL object's own cycling serves every gather: a 1xN mesh gathers the decode input and the prefill
+    # output over its line (slot 2), a Galaxy's stats gather runs on axis 1
     assert calls["ag"] and len(calls["ag"]) == len(calls["barrier"])
-    assert set(calls["ag"]) == ({1} if system == "galaxy" else {2})
+    assert set(calls["ag"]) == ({1} if tg else {2})
 
 
 def _one_device(mesh, mode):
@@ -117,11 +120,12 @@ def test_bfloat8_b_activations(system, mode):
 
 @pytest.mark.parametrize("with_residual", [False, True], ids=["no-residual", "residual"])
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
-def test_galaxy_decoder_norm_gives_the_pair_back(mode, with_residual):
+@pytest.mark.parametrize("system", GALAXIES)
+def test_galaxy_decoder_norm_gives_the_pair_back(system, mode, with_residual):
     """llama3_70b_galaxy's DistributedNorm: `norm(x, res, mode)` returns (output, res) with x + res written into the
     caller's res, or (output, None); the output stays fractured (2048 a device) where the decoder reads it."""
     out, back, same, stable, calls = workers.run_isolated(
-        "galaxy", stand_ins.galaxy_decoder_norm, mode, with_residual, timeout=600
+        system, stand_ins.galaxy_decoder_norm, mode, with_residual, timeout=600
     )
     layout = "WIDTH_SHARDED" if mode == "decode" else "INTERLEAVED"
     assert out["shape"] == (1, 1, 32 if mode == "decode" else 128, DIM // 4) and out["layout"] == layout, out

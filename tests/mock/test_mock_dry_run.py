@@ -1,5 +1,6 @@
-"""Dry run: tt_rmsnorm.distributed_rms_norm end to end through real ttnn on mock T3000 (1x8) and Galaxy (8x4) meshes,
-for the interleaved prefill and the sharded decode layout; per device the right shape, memory config and dtype."""
+"""Dry run: tt_rmsnorm.distributed_rms_norm end to end through real ttnn on every mock system (Wormhole N150, N300,
+T3000, Galaxy; Blackhole P150, P300, Galaxy), for the interleaved prefill and the sharded decode layout; per device the
+right shape, memory config and dtype."""
 
 import pytest
 
@@ -10,7 +11,7 @@ pytestmark = pytest.mark.mock_cluster
 HIDDEN = 8192  # Llama-70B
 
 
-@pytest.mark.parametrize("system", ["n150", "n300", "t3k", "galaxy"])
+@pytest.mark.parametrize("system", list(dry_run.HIDDEN))
 def test_every_path_is_accepted_by_real_ttnn(system):
     rows = dry_run.run(system)
     mesh = mock_cluster.MESH_SHAPES[system]

@@ -205,7 +205,8 @@ def test_only_ttnns_runtime_errors_count_as_its_reject(monkeypatch, error, verdi
     def call(*args):
         raise error
 
-    monkeypatch.setattr(mock_worker, "build_tensor", lambda mesh, spec: mock_cases.tensor_desc(spec))  # no device
+    described = lambda mesh, spec: mock_cases.tensor_desc(spec, "n150")  # noqa: E731 (no device: descriptions)
+    monkeypatch.setattr(mock_worker, "build_tensor", described)
     monkeypatch.setattr(mock_worker, "free_l1", lambda mesh: None)
     monkeypatch.setattr(mock_worker, "call_ttnn", call)
     if verdict is None:

@@ -112,7 +112,7 @@ class Raises(Torch):
 
 
 def _main_with(monkeypatch, tmp_path, backends) -> tuple[int, list[dict]]:
-    monkeypatch.setattr(runner, "all_backends", lambda: backends)
+    monkeypatch.setattr(runner, "all_backends", lambda tt_arch: backends)
     monkeypatch.setitem(runner.CASE_SETS, "tiny", lambda seed: tiny_cases(seed)[:2])
     rc = runner.main(["--cases", "tiny", "--out", str(tmp_path), "--no-progress"])
     return rc, _rows(tmp_path / "parity.csv")
@@ -236,3 +236,15 @@ def test_limit_rows_are_the_models_overflow_rows():
     assert bool((lim.predicted == 0).all()) and lim.predicted.shape == (16, 2048)
     assert TTReference("bfloat16").limit(tiny_cases()[0]) is None
     assert Torch("bfloat16").limit(tiny_cases()[0]) is None
+
+
+def test_the_mock_judge_runs_on_blackhole(tmp_path):
+    """`--tt-arch blackhole`: ttnn's mock judge takes the Blackhole system of each case's device count (the tiny set's
+    two devices: a P300) and accepts the per-device shapes there, labeled with the mock it ran on."""
+    if importlib.util.find_spec("ttnn") is None:
+        pytest.skip("ttnn is not installed: the mock judge needs its wheel")
+    proc = _cli(tmp_path, "--tt-arch", "blackhole", "--backends", "golden-f64,ttnn-blackhole")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [r for r in _rows(tmp_path / "parity.csv") if r["backend"] == "ttnn-blackhole"]
+    assert len(rows) == len(tiny_cases()) and {r["status"] for r in rows} == {"accepted"}, rows
+    assert all(r["label"].startswith(runner_label()) and "mock p300 1x2" in r["label"] for r in rows), rows

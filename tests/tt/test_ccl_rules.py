@@ -88,6 +88,7 @@ def gather(x=STATS, dim=3, **kw):
 
 
 BAD = [
+    ("fused.one_host", "spans hosts", fused(mesh_shape=(1, 16), hosts=2)),
     (
         "all_gather_async.semaphore_count",
         "exactly 2",

@@ -148,16 +148,17 @@ def test_plan_drops_fp32_acc_only_where_l1_needs_it():
 
 @pytest.mark.parametrize("name, plan", layouts.demo_configurations(), ids=[n for n, _ in layouts.demo_configurations()])
 def test_demo_plans_pass_the_rules(name, plan):
-    grid = next(g for n, _, _, g in layouts.DEMO_CASES if n == name)
+    system = layouts.demo_system(name)
+    grid, arch = system.compute_grid, system.arch
     shape, n = plan.local_shape, plan.num_devices
     kw = dict(program_config=plan.program_config, compute_kernel_config=plan.compute_kernel_config, compute_grid=grid)
-    weight = D((1, 1, shape[-1] // 32, 32), layout=ttnn.ROW_MAJOR_LAYOUT)
+    weight = D((1, 1, shape[-1] // 32, 32), layout=ttnn.ROW_MAJOR_LAYOUT, arch=arch)
     if plan.layout == "sharded":
-        x = D(shape, memory_config=plan.input_memory_config)
-        stats = D(shape[:-1] + (32 * n,), memory_config=plan.stats_memory_config, stats_kind="means")
+        x = D(shape, memory_config=plan.input_memory_config, arch=arch)
+        stats = D(shape[:-1] + (32 * n,), memory_config=plan.stats_memory_config, stats_kind="means", arch=arch)
     else:
-        x = D(shape)
-        stats = D(shape[:-1] + (32 * n,), stats_kind="sums")
+        x = D(shape, arch=arch)
+        stats = D(shape[:-1] + (32 * n,), stats_kind="sums", arch=arch)
     assert op_checks.check_pre_all_gather(x, **kw) == plan.layout
     assert op_checks.check_post_all_gather(x, stats, epsilon=1e-5, weight=weight, **kw) == plan.layout
     if n > 1:
@@ -165,10 +166,11 @@ def test_demo_plans_pass_the_rules(name, plan):
             D(
                 shape[:-1] + (32,),
                 memory_config=plan.stats_memory_config if plan.layout == "sharded" else ttnn.DRAM_MEMORY_CONFIG,
+                arch=arch,
             ),
             3,
             cluster_axis=1,
-            mesh_shape=(1, n),
+            mesh_shape=system.mesh_shape,
             memory_config=plan.stats_memory_config,
         )
     assert plan.layout in plan.describe()

@@ -111,20 +111,25 @@ def test_plan_runs_every_rule_of_its_ops():
 
 
 @pytest.mark.parametrize(
-    "mesh_shape, system, links, available",
+    "mesh_shape, arch, system, available",
     [
-        (N300, "N300", 1, (1, 1)),
-        (T3K, "T3000", 1, (1, 1)),
-        (GALAXY, "Galaxy", 1, (4, 3)),  # 4 links down a column, 3 along a row
-        ((2, 2), "2x2 mesh", 1, (1, 1)),
+        (N300, "wormhole_b0", "N300", (0, 2)),
+        (T3K, "wormhole_b0", "T3000", (0, 2)),
+        (GALAXY, "wormhole_b0", "Galaxy", (4, 4)),
+        ((1, 16), "wormhole_b0", "2 x T3000", (0, 2)),
+        ((1, 2), "blackhole", "P300", (0, 2)),
+        (GALAXY, "blackhole", "Blackhole Galaxy", (2, 2)),
+        ((2, 2), "wormhole_b0", "2x2 mesh", (1, 1)),
     ],
-    ids=["n300", "t3k", "galaxy", "unknown"],
+    ids=["n300", "t3k", "galaxy", "2xt3k", "p300", "bh-galaxy", "unknown"],
 )
-def test_link_choice_per_system(mesh_shape, system, links, available):
-    choice = ccl.link_choice(mesh_shape)
-    assert (choice.system, choice.num_links, choice.topology) == (system, links, ttnn.Topology.Linear)
-    assert choice.available == available and choice.num_links <= min(choice.available)
-    assert choice.reason
+def test_link_choice_per_system(mesh_shape, arch, system, available):
+    """The stats gather's links come from the system of the mesh's shape and architecture (tt_rmsnorm.systems): one
+    link, Linear, whatever the system has; the reason names what it has."""
+    choice = ccl.link_choice(mesh_shape, arch)
+    assert (choice.system, choice.num_links, choice.topology) == (system, 1, ttnn.Topology.Linear)
+    assert choice.available == available and choice.num_links <= max(choice.available)
+    assert choice.reason and ("/".join(map(str, available)) in choice.reason or system.endswith("mesh"))
 
 
 def test_config_key_follows_mutation():

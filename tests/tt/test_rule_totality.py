@@ -144,7 +144,7 @@ def test_all_gather_async(x, system, data):
 @TOTALITY
 @given(
     x=ta.mostly(ta.decode_inputs(), ta.any_inputs(), 2),
-    system=st.sampled_from(("t3k", "galaxy", "t3k", "galaxy", "n300", "n150")),
+    system=st.sampled_from(("t3k", "galaxy", "t3k", "galaxy", "n300", "n150", "p300", "bh-galaxy")),
     data=st.data(),
 )
 def test_fused_rms_minimal(x, system, data):
@@ -226,9 +226,10 @@ def test_path_plans(x, mesh, path, data):
     ck=ta.compute_kernel_configs(),
     mc=ta.output_memory_configs(),
     out_dtype=ta.out_dtypes(),
+    arch=st.none() | ta.arches(),
 )
 def test_plan_distributed_rms_norm(
-    shape, system, axis, grid, dtype, path, ccl, with_weight, epsilon, x_mc, sharded, pc, ck, mc, out_dtype
+    shape, system, axis, grid, dtype, path, ccl, with_weight, epsilon, x_mc, sharded, pc, ck, mc, out_dtype, arch
 ):
     accepts_or_refuses(
         plan_distributed_rms_norm,
@@ -236,6 +237,7 @@ def test_plan_distributed_rms_norm(
         MESH_SHAPES[system],
         cluster_axis=axis,
         compute_grid=grid,
+        arch=arch,
         dtype=dtype,
         path=path,
         ccl=ccl,
@@ -252,8 +254,9 @@ def test_plan_distributed_rms_norm(
 
 def test_argument_space_reaches_every_dtype_layout_and_memory_layout():
     """The strategies draw what the property needs: every dtype, both layouts, every memory layout and buffer type,
-    host storage, ranks 1 to 4 and empty dims."""
+    host storage, ranks 1 to 4, empty dims and both architectures."""
     seen = {"dtype": set(), "layout": set(), "memory": set(), "buffer": set(), "rank": set(), "host": set()}
+    seen["arch"] = set()
     empty = []
 
     @settings(max_examples=400, derandomize=True, database=None, deadline=None)
@@ -265,6 +268,7 @@ def test_argument_space_reaches_every_dtype_layout_and_memory_layout():
         seen["buffer"].add(t.memory_config.buffer_type)
         seen["rank"].add(t.rank)
         seen["host"].add(t.on_device)
+        seen["arch"].add(t.arch.name)
         empty.append(0 in t.shape)
 
     collect()
@@ -274,4 +278,5 @@ def test_argument_space_reaches_every_dtype_layout_and_memory_layout():
     assert seen["buffer"] == set(ta.BUFFERS)
     assert seen["rank"] == {1, 2, 3, 4}
     assert seen["host"] == {True, False}
+    assert seen["arch"] == set(ta.ARCHES)
     assert any(empty)

@@ -193,6 +193,7 @@ BAD = [
     ("stats.present", "requires the gathered stats", post(x(), None)),
     ("stats.width", "multiple of 32", post(x(), sums((1, 1, 128, 48), padded_shape=(1, 1, 128, 48)))),
     ("epsilon.non_negative", "epsilon must be >= 0", post(x(), sums(), epsilon=-1e-5)),
+    ("arch.known", "the architectures of their table", lambda: op_checks.check_pre_all_gather(x(arch="quasar"))),
     ("distributed.width_multiple_of_32", "multiple of 32", post(x((1, 1, 128, 1000)), sums())),
     ("stats.kind_mismatch", "hold MEANS", post(x(), sums(stats_kind="means"))),
     ("stats.sharded", "sharded on one core", post(xs(), D((1, 1, 32, 256)))),

@@ -7,6 +7,7 @@ import pytest
 import ttnn
 
 from tests.support import pc, shard_mc
+from tt_rmsnorm.architecture import WORMHOLE_B0
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import ccl_checks, l1_budget, op_checks
@@ -414,7 +415,7 @@ def test_rms_norm_l1_bytes_buffer_the_row_rounded_up_to_the_dst_block(width, row
     # bf16 input, no weight/residual, bf16 dst (block of 8 tiles): in0 and im3 hold the row rounded up to the block,
     # out two blocks, im4 8 tiles, scaler and epsilon two tiles each, im2 two - all 2048-byte tiles
     tiles = 2 * row_tiles + 2 * 8 + 8 + 2 * 2 + 2
-    assert l1_budget.rms_norm_l1_bytes(D((1, 1, 32, width))) - l1_budget.L1_BASE == tiles * 2048
+    assert l1_budget.rms_norm_l1_bytes(D((1, 1, 32, width))) - WORMHOLE_B0.l1_base == tiles * 2048
 
 
 def _residual_on_one_core(rows):
@@ -435,8 +436,8 @@ def test_rms_norm_streams_when_a_residual_shard_leaves_too_little_l1_for_the_row
     where ttnn streams the row through 161,792 B of buffers; below a 320-row shard (from 188,416 B) those do not fit
     either (ttnn: "require 161792 bytes, but only 78462 bytes of the allocator's L1 span are available")."""
     x, residual = _residual_on_one_core(rows)
-    floor = l1_budget.L1_SIZE - rows * 4096
-    assert l1_budget.rms_norm_l1_bytes(x, residual=residual, floor=floor) - l1_budget.L1_BASE == (
+    floor = WORMHOLE_B0.l1_size - rows * 4096
+    assert l1_budget.rms_norm_l1_bytes(x, residual=residual, floor=floor) - WORMHOLE_B0.l1_base == (
         161_792 if streams else 389_120
     )
     if accepted:
@@ -467,9 +468,9 @@ def test_rms_norm_streaming_buffers_equal_ttnns_report_at_any_width(width, resid
         FP32_ACC if fp32_acc else None,
         residual=x if residual else None,
         weight=D((1, 1, 1, width)) if weight else None,
-        floor=l1_budget.L1_BASE,  # no L1 left: always streams
+        floor=WORMHOLE_B0.l1_base,  # no L1 left: always streams
     )
-    assert got - l1_budget.L1_BASE == reported
+    assert got - WORMHOLE_B0.l1_base == reported
 
 
 NO_SPEC = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1)

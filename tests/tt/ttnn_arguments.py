@@ -1,7 +1,9 @@
 """Hypothesis strategies for every argument ttnn's RMSNorm and CCL ops take, as the rules see them: `TensorDesc`s of any
 dtype, layout, memory layout and buffer type (shard specs that fit their tensor or not), ranks 1 to 4 with dims on and
 off the tile grid (0 and 1 included), host storage, stats kinds; program and compute kernel configs with any field
-values ttnn constructs; the meshes and compute grids of the mock systems; and the keyword values of each entry point.
+values ttnn constructs; the meshes and compute grids of the mock systems, Wormhole and Blackhole, and each tensor's
+architecture (the arguments drawn against an input share its architecture); and the keyword values of each entry
+point.
 
 No device is opened: ttnn's Python objects (memory configs, shard specs, program configs) are built on the host."""
 
@@ -12,6 +14,7 @@ import math
 import ttnn
 from hypothesis import strategies as st
 
+from tt_rmsnorm.architecture import ARCHITECTURES
 from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc, fused_stats_desc
 from tt_rmsnorm.tensors import STATS_KINDS, TensorDesc
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
@@ -35,9 +38,18 @@ SHARDED = (
 )
 BUFFERS = (ttnn.BufferType.DRAM, ttnn.BufferType.L1)
 ORIENTATIONS = (ttnn.ShardOrientation.ROW_MAJOR, ttnn.ShardOrientation.COL_MAJOR)
-# compute_with_storage_grid_size of each mock system as tt_rmsnorm.devices.open_mesh opens it
-GRIDS = {"n150": (8, 8), "n300": (8, 7), "t3k": (8, 7), "galaxy": (8, 9)}
+# compute_with_storage_grid_size of each mock system as tt_rmsnorm.testing.mock_cluster.open_mesh opens it
+GRIDS = {
+    "n150": (8, 8),
+    "n300": (8, 7),
+    "t3k": (8, 7),
+    "galaxy": (8, 9),
+    "p150": (13, 10),
+    "p300": (11, 10),
+    "bh-galaxy": (12, 10),
+}
 SYSTEMS = tuple(MESH_SHAPES)
+ARCHES = tuple(ARCHITECTURES)
 
 # Dims where verdicts change: empty, one, around a tile, tile multiples, widths at the L1 limits of the ops.
 EDGE_DIMS = (0, 1, 2, 7, 31, 32, 33, 63, 64, 96, 100, 128, 256, 1000, 1024, 2048, 4096, 8192, 12288, 24576)
@@ -68,7 +80,7 @@ def _rect(x0: int, y0: int, nx: int, ny: int) -> ttnn.CoreRangeSet:
 
 
 @st.composite
-def core_grids(draw, max_x: int = 12, max_y: int = 12) -> ttnn.CoreRangeSet:
+def core_grids(draw, max_x: int = 14, max_y: int = 12) -> ttnn.CoreRangeSet:
     """One rectangle of cores (possibly off the device's grid), or two disjoint ones side by side."""
     x0, y0 = draw(st.integers(0, max_x - 1)), draw(st.integers(0, max_y - 1))
     x1, y1 = draw(st.integers(x0, max_x - 1)), draw(st.integers(y0, max_y - 1))
@@ -152,8 +164,12 @@ def _padded(shape, layout) -> tuple[int, ...]:
     return TensorDesc(shape, layout=layout).padded_shape
 
 
+def arches() -> st.SearchStrategy[str]:
+    return st.sampled_from(ARCHES)
+
+
 @st.composite
-def tensors(draw, min_rank: int = 1, max_rank: int = 4, shape=None, stats_kind=None) -> TensorDesc:
+def tensors(draw, min_rank: int = 1, max_rank: int = 4, shape=None, stats_kind=None, arch=None) -> TensorDesc:
     shape = draw(shapes(min_rank, max_rank)) if shape is None else shape
     layout = draw(st.sampled_from((ttnn.TILE_LAYOUT, ttnn.TILE_LAYOUT, ttnn.ROW_MAJOR_LAYOUT)))
     return TensorDesc(
@@ -163,6 +179,7 @@ def tensors(draw, min_rank: int = 1, max_rank: int = 4, shape=None, stats_kind=N
         memory_config=draw(tensor_memory_configs(_padded(shape, layout))),
         on_device=draw(st.sampled_from((True, True, True, False))),
         stats_kind=draw(st.none() | st.sampled_from(STATS_KINDS)) if stats_kind is None else stats_kind,
+        arch=draw(arches()) if arch is None else arch,
     )
 
 
@@ -211,7 +228,7 @@ def systems() -> st.SearchStrategy[str]:
 
 def compute_grids() -> st.SearchStrategy[tuple[int, int]]:
     """The mock systems' grids, and any other grid a device might report."""
-    return mostly(st.sampled_from(tuple(GRIDS.values())), st.tuples(st.integers(1, 12), st.integers(1, 12)))
+    return mostly(st.sampled_from(tuple(GRIDS.values())), st.tuples(st.integers(1, 14), st.integers(1, 12)))
 
 
 def out_dtypes() -> st.SearchStrategy:
@@ -255,7 +272,7 @@ def program_configs_for(draw, x: TensorDesc):
     spec = x.shard_spec
     box = spec.grid.bounding_box()
     grid = (box.end.x - box.start.x + 1, box.end.y - box.start.y + 1)
-    grid = draw(st.sampled_from((grid, grid, (8, 8), (8, 7))))
+    grid = draw(st.sampled_from((grid, grid, (8, 8), (8, 7), x.arch.default_compute_grid)))
     block_w = spec.shape[1] // TILE
     subblock = draw(st.sampled_from([d for d in range(1, min(block_w, 16) + 1) if block_w % d == 0] or [1]))
     return ttnn.LayerNormShardedMultiCoreProgramConfig(
@@ -275,13 +292,14 @@ def affine_for(draw, x: TensorDesc):
     if form == "none":
         return None
     if form == "any":
-        return draw(tensors())
+        return draw(tensors(arch=x.arch))
     dtype = draw(st.sampled_from((ttnn.bfloat16, ttnn.bfloat16, ttnn.float32)) | dtypes())
     if form == "rm":
         shape, layout = (1, 1, x.padded_width // TILE, TILE), ttnn.ROW_MAJOR_LAYOUT
     else:
         shape, layout = (1, 1, 1, x.width), ttnn.TILE_LAYOUT
-    return TensorDesc(shape, dtype=dtype, layout=layout, on_device=draw(st.sampled_from((True, True, True, False))))
+    on_device = draw(st.sampled_from((True, True, True, False)))
+    return TensorDesc(shape, dtype=dtype, layout=layout, on_device=on_device, arch=x.arch)
 
 
 @st.composite
@@ -290,8 +308,8 @@ def residuals_for(draw, x: TensorDesc):
     if form == "none":
         return None
     if form == "any":
-        return draw(tensors())
-    return TensorDesc(x.shape, dtype=draw(dtypes()), layout=x.layout, memory_config=x.memory_config)
+        return draw(tensors(arch=x.arch))
+    return TensorDesc(x.shape, dtype=draw(dtypes()), layout=x.layout, memory_config=x.memory_config, arch=x.arch)
 
 
 def one_core_l1(core: tuple[int, int], shard: tuple[int, int]) -> ttnn.MemoryConfig:
@@ -307,15 +325,15 @@ def stats_for(draw, x: TensorDesc, num_devices: int | None = None):
     if form == "none":
         return None
     if form == "any" or x.rank < 2:
-        return draw(tensors())
+        return draw(tensors(arch=x.arch))
     dtype = draw(st.sampled_from((ttnn.bfloat16, ttnn.bfloat16, ttnn.float32)) | dtypes())
     kind = draw(st.sampled_from((form, form, None, "sums" if form == "means" else "means")))
     if form == "sums":
         mc = draw(interleaved_memory_configs())
-        return TensorDesc((*x.shape[:-1], TILE * n), dtype=dtype, memory_config=mc, stats_kind=kind)
+        return TensorDesc((*x.shape[:-1], TILE * n), dtype=dtype, memory_config=mc, stats_kind=kind, arch=x.arch)
     start = x.shard_spec.grid.bounding_box().start if x.is_sharded else ttnn.CoreCoord(0, 0)
     mc = one_core_l1((start.x, start.y), (TILE, TILE * n))
-    return TensorDesc((*x.shape[:-2], TILE, TILE * n), dtype=dtype, memory_config=mc, stats_kind=kind)
+    return TensorDesc((*x.shape[:-2], TILE, TILE * n), dtype=dtype, memory_config=mc, stats_kind=kind, arch=x.arch)
 
 
 @st.composite
@@ -349,12 +367,13 @@ def inputs(draw) -> TensorDesc:
         layout = draw(st.sampled_from(SHARDED[1:] + SHARDED))
         buffer = draw(st.sampled_from((ttnn.BufferType.L1,) * 5 + (ttnn.BufferType.DRAM,)))
         mc = ttnn.MemoryConfig(layout, buffer, draw(fitting_shard_specs(padded, layout)))
-    x = TensorDesc(shape, dtype=draw(st.sampled_from((ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32))), memory_config=mc)
+    dtype = draw(st.sampled_from((ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)))
+    x = TensorDesc(shape, dtype=dtype, memory_config=mc, arch=draw(arches()))
     off = draw(st.sampled_from((None,) * 10 + ("dtype", "layout", "host", "rank", "memory_config")))
     if off is None:
         return x
     if off == "rank":
-        return draw(tensors(shape=x.shape[draw(st.integers(1, 3)) :]))
+        return draw(tensors(shape=x.shape[draw(st.integers(1, 3)) :], arch=x.arch))
     value = {
         "dtype": dtypes(),
         "layout": st.just(ttnn.ROW_MAJOR_LAYOUT),
@@ -374,6 +393,7 @@ def _fields(t: TensorDesc) -> dict:
         "memory_config": t.memory_config,
         "on_device": t.on_device,
         "stats_kind": t.stats_kind,
+        "arch": t.arch,
     }
 
 
@@ -398,7 +418,8 @@ def decode_inputs(draw) -> TensorDesc:
     spec = ttnn.ShardSpec(_rect(*start, *cores), [TILE, tiles * TILE], ttnn.ShardOrientation.ROW_MAJOR)
     mc = ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
     dtype = draw(st.sampled_from((ttnn.bfloat16, ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)))
-    return TensorDesc((1, 1, draw(st.sampled_from((1, 8, 32, 32))), width), dtype=dtype, memory_config=mc)
+    rows = draw(st.sampled_from((1, 8, 32, 32)))
+    return TensorDesc((1, 1, rows, width), dtype=dtype, memory_config=mc, arch=draw(arches()))
 
 
 @st.composite

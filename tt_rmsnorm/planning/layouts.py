@@ -15,9 +15,11 @@ from dataclasses import dataclass
 import ttnn
 from loguru import logger
 
+from tt_rmsnorm.architecture import architecture
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules import l1_budget
 from tt_rmsnorm.rules.common import max_subblock_w
+from tt_rmsnorm.systems import SYSTEMS
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE, one_tile_row, tile_padded
 
@@ -41,9 +43,9 @@ PLANNER_REASONS = {
     ),
     "math_fidelity": (
         "HiFi3 (ttnn warns HiFi4 with fp32 accumulation is less accurate on Wormhole)",
-        "HiFi3 with fp32 accumulation, HiFi4 without: ttnn 0.81.1 itself warns that on Wormhole fp32 accumulation "
-        "with HiFi4 can be less accurate than HiFi3 (a hardware bug) and to prefer HiFi3; tt-metal's models use HiFi2"
-        " there",
+        "HiFi3 with fp32 accumulation on Wormhole, HiFi4 otherwise: ttnn 0.81.1 itself warns that on Wormhole fp32 "
+        "accumulation with HiFi4 can be less accurate than HiFi3 (a hardware bug) and to prefer HiFi3; tt-metal's "
+        "models use HiFi2 there. Blackhole has no such bug (tt_rmsnorm.architecture) and keeps HiFi4",
     ),
     "legacy_reduction": (
         "new reduction (keeps the post's reduction in fp32)",
@@ -73,12 +75,15 @@ PLANNER_REASONS = {
 }
 
 
-def compute_kernel_config(*, fp32_dest_acc_en: bool = True, math_fidelity=None, dst_full_sync_en: bool = False):
-    """Defaults for RMSNorm, with the reason for each (PLANNER_REASONS: the departures from tt-metal's usual configs):
+def compute_kernel_config(
+    *, fp32_dest_acc_en: bool = True, math_fidelity=None, dst_full_sync_en: bool = False, arch=None
+):
+    """Defaults for RMSNorm on `arch` (None: the default architecture), with the reason for each (PLANNER_REASONS:
+    the departures from tt-metal's usual configs):
 
-    - math_fidelity HiFi3 with fp32 accumulation, HiFi4 without: x*x and x*rsqrt go through the FPU multiplier and
-      lower fidelities drop mantissa bits of bf16 operands (LoFi keeps ~4 of 7), but on Wormhole HiFi4 with fp32
-      accumulation can be less accurate than HiFi3 (a hardware bug ttnn 0.81.1 warns about);
+    - math_fidelity HiFi4, except HiFi3 with fp32 accumulation on Wormhole: x*x and x*rsqrt go through the FPU
+      multiplier and lower fidelities drop mantissa bits of bf16 operands (LoFi keeps ~4 of 7), but on Wormhole HiFi4
+      with fp32 accumulation can be less accurate than HiFi3 (a hardware bug ttnn 0.81.1 warns about);
     - math_approx_mode False: RMSNorm's one transcendental (rsqrt) should be exact; the cost is one op per row;
     - fp32_dest_acc_en True: the sum of squares over 1024-8192 elements accumulated in a bf16 dest register loses most
       of its 8 bits (tt-metal's pre test needs rtol 0.1*W without it); costs L1 on the interleaved pre (its local width
@@ -86,7 +91,8 @@ def compute_kernel_config(*, fp32_dest_acc_en: bool = True, math_fidelity=None, 
     - packer_l1_acc False: these kernels pack each tile once; L1 accumulation only helps multi-pass matmul packing;
     - dst_full_sync_en False: double-buffered dest; keeps subblock_w <= 4 (fp32) which the sharded configs respect.
     """
-    default_fidelity = ttnn.MathFidelity.HiFi3 if fp32_dest_acc_en else ttnn.MathFidelity.HiFi4
+    hifi4_bug = fp32_dest_acc_en and architecture(arch).hifi4_fp32_accuracy_bug
+    default_fidelity = ttnn.MathFidelity.HiFi3 if hifi4_bug else ttnn.MathFidelity.HiFi4
     return ttnn.WormholeComputeKernelConfig(
         math_fidelity=math_fidelity or default_fidelity,
         math_approx_mode=False,
@@ -123,7 +129,7 @@ def choose_layout(shape, sharded: bool | None = None) -> str:
 
 def width_shard_grid(
     padded_width: int,
-    compute_grid=(8, 8),
+    compute_grid,
     max_cores: int | None = None,
     tiles_per_core: int = DECODE_TILES_PER_CORE,
 ) -> tuple[int, int]:
@@ -270,7 +276,8 @@ def plan(
     local_shape,
     num_devices: int,
     *,
-    compute_grid=(8, 8),
+    compute_grid=None,
+    arch=None,
     dtype=ttnn.bfloat16,
     sharded: bool | None = None,
     program_config=None,
@@ -278,11 +285,14 @@ def plan(
     grid: tuple[int, int] | None = None,
     strategy: str = WIDTH,
 ) -> NormPlan:
-    """Choose the layout and configs for a per-device activation of `local_shape` on a device with `compute_grid`."""
+    """Choose the layout and configs for a per-device activation of `local_shape` on a device of architecture `arch`
+    (None: the default) with `compute_grid` (None: the architecture's default grid)."""
     local_shape = tuple(local_shape)
+    arch = architecture(arch)
+    compute_grid = tuple(compute_grid or arch.default_compute_grid)
     layout = choose_layout(local_shape, sharded)
     if layout == "sharded":
-        cfg = compute_kernel_config or _default_compute()
+        cfg = compute_kernel_config or _default_compute(arch=arch)
         g = grid or width_shard_grid(tile_padded(local_shape)[-1], compute_grid, max_cores=MAX_DECODE_CORES)
         return NormPlan(
             layout=layout,
@@ -297,15 +307,17 @@ def plan(
     cfg = compute_kernel_config
     if cfg is None:
         fits = (
-            l1_budget.pre_l1_bytes(TensorDesc(local_shape, dtype=dtype), _default_compute(fp32_dest_acc_en=True))
-            <= l1_budget.L1_SIZE
+            l1_budget.pre_l1_bytes(
+                TensorDesc(local_shape, dtype=dtype, arch=arch), _default_compute(fp32_dest_acc_en=True, arch=arch)
+            )
+            <= arch.l1_size
         )
         if not fits and dtype != ttnn.float32:  # FLOAT32 input needs fp32 accumulation whatever it costs
             logger.warning(
                 f"local width {local_shape[-1]} does not fit the interleaved pre with fp32_dest_acc_en: "
                 "using bf16 accumulation"
             )
-        cfg = _default_compute(fp32_dest_acc_en=fits or dtype == ttnn.float32)
+        cfg = _default_compute(fp32_dest_acc_en=fits or dtype == ttnn.float32, arch=arch)
     return NormPlan(
         layout=layout,
         local_shape=local_shape,
@@ -318,19 +330,34 @@ def plan(
     )
 
 
-# Per-device shapes of the demo (Llama-70B hidden 8192 on T3000 1x8 and Galaxy 8x4) and of the tests.
+# Per-device shapes of the demo and the tests, by system (tt_rmsnorm.systems): Llama-70B (hidden 8192) on T3000 1x8 and
+# on the Wormhole and Blackhole Galaxies 8x4 (2048 a column); 8192 over the two chips of an N300 or a P300.
 DEMO_CASES = [
-    # (name, local_shape, num_devices, compute_grid)
-    *[(f"t3k_prefill_{s}", (1, 1, s, 1024), 8, (8, 7)) for s in (128, 512, 2048)],
-    ("t3k_decode_32", (1, 1, 32, 1024), 8, (8, 7)),
-    *[(f"galaxy_prefill_{s}", (1, 1, s, 2048), 4, (8, 9)) for s in (128, 512, 2048)],
-    ("galaxy_decode_32", (1, 1, 32, 2048), 4, (8, 9)),
-    ("n300_decode_32", (1, 1, 32, 4096), 2, (8, 7)),
-    ("n300_prefill_128", (1, 1, 128, 4096), 2, (8, 7)),
+    # (name, local_shape, system); the hidden dim is sharded over the system mesh's columns
+    *[(f"t3k_prefill_{s}", (1, 1, s, 1024), "T3000") for s in (128, 512, 2048)],
+    ("t3k_decode_32", (1, 1, 32, 1024), "T3000"),
+    *[(f"galaxy_prefill_{s}", (1, 1, s, 2048), "Galaxy") for s in (128, 512, 2048)],
+    ("galaxy_decode_32", (1, 1, 32, 2048), "Galaxy"),
+    ("n300_decode_32", (1, 1, 32, 4096), "N300"),
+    ("n300_prefill_128", (1, 1, 128, 4096), "N300"),
+    ("p300_decode_32", (1, 1, 32, 4096), "P300"),
+    ("p300_prefill_128", (1, 1, 128, 4096), "P300"),
+    *[(f"bh-galaxy_prefill_{s}", (1, 1, s, 2048), "Blackhole Galaxy") for s in (128, 2048)],
+    ("bh-galaxy_decode_32", (1, 1, 32, 2048), "Blackhole Galaxy"),
 ]
+
+
+def demo_system(name: str):
+    """The system (tt_rmsnorm.systems.System) a demo case runs on."""
+    system = next(sys_name for case, _, sys_name in DEMO_CASES if case == name)
+    return next(s for s in SYSTEMS if s.name == system)
 
 
 def demo_configurations() -> list[tuple[str, NormPlan]]:
     """The plans `distributed_rms_norm` makes for the demo and test shapes (the mock battery checks that ttnn accepts
     them)."""
-    return [(name, plan(shape, n, compute_grid=grid)) for name, shape, n, grid in DEMO_CASES]
+    plans = []
+    for name, shape, _ in DEMO_CASES:
+        system = demo_system(name)
+        plans.append((name, plan(shape, system.mesh_shape[1], compute_grid=system.compute_grid, arch=system.arch)))
+    return plans

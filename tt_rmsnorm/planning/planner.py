@@ -76,6 +76,7 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
         x.shape,
         num_devices,
         compute_grid=compute_grid,
+        arch=x.arch,
         dtype=x.dtype,
         sharded=_layout(name, x, sharded),
         program_config=program_config,
@@ -87,6 +88,25 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
         pc = program_config or layouts.program_config_from_shard_spec(x.shard_spec, norm.compute_kernel_config)
         norm = replace(norm, program_config=pc, input_memory_config=None)
     return norm
+
+
+def hosts_of(mesh_device) -> int:
+    """How many hosts hold the mesh: its devices over the ones this process opened (1 for a mesh on one host)."""
+    local = len(mesh_device.get_device_ids())
+    return -(-mesh_device.get_num_devices() // local) if local else 1
+
+
+def _fused_on_one_host(path: str, reason: str, x: TensorDesc, mesh_device, mesh_shape) -> tuple[str, str]:
+    """The fused path on a mesh on one host; on a mesh that spans hosts the decode takes async when the path is the
+    planner's choice, and an asked-for fused path is refused (fused.one_host) before any device work."""
+    hosts = hosts_of(mesh_device) if mesh_device is not None else None
+    try:
+        ccl_checks.check_fused_one_host(x.arch, mesh_shape, hosts)
+    except RuleError:
+        if path != "auto":
+            raise
+        return "async", "decode on a mesh that spans hosts: fused_rms_minimal runs on one host's devices"
+    return "fused", reason
 
 
 def _check_path_fits(name: str, num_devices: int, ccl) -> None:
@@ -175,6 +195,8 @@ def plan_call(
     name, reason = paths.choose(
         x.shape, num_devices, ccl=ccl, has_weight=w is not None, path=path, in_l1=x.is_sharded or bool(sharded)
     )
+    if name == "fused":
+        name, reason = _fused_on_one_host(path, reason, x, mesh_device, call.mesh_shape)
     _check_path_fits(name, num_devices, ccl)
     norm = _norm_plan(name, x, num_devices, compute_grid, sharded, program_config, compute_kernel_config)
     written, move = _output_placement(name, norm, x, call.memory_config)

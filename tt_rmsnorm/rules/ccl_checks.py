@@ -32,12 +32,10 @@ from tt_rmsnorm.rules.common import (
     is_sharded_program_config,
     max_subblock_w,
 )
+from tt_rmsnorm.systems import system_of
 from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
-# Ethernet links between neighbouring chips, as the fabric of each mesh reports them (mock T3000: 2 channels between
-# neighbours on its line; mock Galaxy: 4 on either axis). num_links beyond this fails in the fabric.
-FABRIC_LINKS = {(1, 8): 2, (8, 4): 4}
 FUSED_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
 
 
@@ -62,7 +60,9 @@ def gathered_desc(x, dim: int, num_devices: int, memory_config=None) -> TensorDe
     x = describe(x)
     shape = list(x.shape)
     shape[dim % x.rank] *= num_devices
-    return TensorDesc(tuple(shape), x.dtype, x.layout, memory_config or x.memory_config, stats_kind=x.stats_kind)
+    return TensorDesc(
+        tuple(shape), x.dtype, x.layout, memory_config or x.memory_config, stats_kind=x.stats_kind, arch=x.arch
+    )
 
 
 def pre_stats_desc(x, *, dtype=ttnn.bfloat16, memory_config=None) -> TensorDesc:
@@ -75,6 +75,7 @@ def pre_stats_desc(x, *, dtype=ttnn.bfloat16, memory_config=None) -> TensorDesc:
             dtype or ttnn.bfloat16,
             memory_config=memory_config or x.memory_config,
             stats_kind=STATS_SUMS,
+            arch=x.arch,
         )
     start = x.shard_spec.grid.bounding_box().start
     return TensorDesc(
@@ -82,17 +83,20 @@ def pre_stats_desc(x, *, dtype=ttnn.bfloat16, memory_config=None) -> TensorDesc:
         ttnn.bfloat16,
         memory_config=_one_core_l1((start.x, start.y), TILE),
         stats_kind=STATS_MEANS,
+        arch=x.arch,
     )
 
 
 def fused_stats_desc(x, num_devices: int, compute_kernel_config=None) -> TensorDesc:
     """The stats buffer `fused_rms_minimal` needs for input `x`: [1, 1, 32, 32 * devices] TILE on the input grid's first
     core, in the accumulation format (float32 with fp32_dest_acc_en, else bfloat16)."""
-    start = describe(x).shard_spec.grid.bounding_box().start
+    x = describe(x)
+    start = x.shard_spec.grid.bounding_box().start
     return TensorDesc(
         (1, 1, TILE, TILE * num_devices),
         _accumulation_dtype(compute_kernel_config),
         memory_config=_one_core_l1((start.x, start.y), TILE * num_devices),
+        arch=x.arch,
     )
 
 
@@ -112,10 +116,14 @@ def _check_count(sems: SemaphoreDesc | None, want: int, rule: str, fix: str):
         fail(rule, f"{op} takes exactly {want} global semaphore(s)", f"{sems.count if sems else 0} handle(s)", fix)
 
 
-def _check_num_links(num_links, mesh_shape, rule: str, grid_rows: int | None = None):
+def _check_num_links(num_links, mesh_shape, rule: str, x: TensorDesc, axis=None, grid_rows: int | None = None):
+    """1 <= num_links <= the Ethernet links between neighbours on the gather axis of the system (tt_rmsnorm.systems,
+    from x's architecture and the mesh) and, for the gather, the compute grid's rows."""
     if num_links is None:
         return
-    most = min((v for v in (FABRIC_LINKS.get(tuple(mesh_shape)), grid_rows) if v is not None), default=None)
+    system = system_of(x.arch, mesh_shape)
+    fabric = None if system is None else system.links_on(axis)
+    most = min((v for v in (fabric, grid_rows) if v is not None), default=None)
     if num_links < 1 or (most is not None and num_links > most):
         fail(
             rule,
@@ -171,7 +179,14 @@ def check_all_gather_async(
             f"{len(ids)} handles, {len(set(ids))} distinct",
             "create each semaphore once and cycle whole sets between calls",
         )
-    _check_num_links(num_links, mesh_shape, "all_gather_async.num_links", (compute_grid or (None, None))[1])
+    _check_num_links(
+        num_links,
+        mesh_shape,
+        "all_gather_async.num_links",
+        describe(input_tensor),
+        cluster_axis,
+        (compute_grid or (None, None))[1],
+    )
     if persistent_output_buffer is not None:
         _check_persistent_buffer(describe(input_tensor), dim, n, describe(persistent_output_buffer), memory_config)
     # the caller's semaphores (no pair of the op's own): the gather pair and the barrier
@@ -274,12 +289,16 @@ def check_fused_rms_minimal(
     residual_input_tensor=None,
     weight=None,
     stats=None,
+    hosts: int | None = None,
 ) -> int:
     """Validate `ttnn.fused_rms_minimal` arguments (positional as ttnn: input, program_config, cluster_axis, the mesh's
-    shape for mesh_device, global_semaphore). Returns the number of devices on the gather axis."""
+    shape for mesh_device, global_semaphore). `hosts`: how many hosts hold the mesh, where known (the planner checks
+    it for every call: `tt_rmsnorm.planning.planner`). Returns the number of devices on the gather axis."""
     x = describe(input_tensor)
     check_on_device(x, "input")
     n = _check_fused_axis(cluster_axis, mesh_shape)
+    if hosts is not None:
+        check_fused_one_host(x.arch, mesh_shape, hosts)
     _check_count(
         global_semaphore,
         1,
@@ -320,7 +339,7 @@ def check_fused_rms_minimal(
     _check_fused_stats(x, describe(stats), n, compute_kernel_config)
     if persistent_output_tensor is not None:
         _check_fused_persistent(x, describe(persistent_output_tensor), out_config, dtype)
-    _check_num_links(num_links, mesh_shape, "fused.num_links")
+    _check_num_links(num_links, mesh_shape, "fused.num_links", x, cluster_axis)
     check_fused_l1(
         x,
         w,
@@ -333,6 +352,22 @@ def check_fused_rms_minimal(
         mesh_shape,
     )
     return n
+
+
+def check_fused_one_host(arch, mesh_shape, hosts: int | None = None) -> None:
+    """fused_rms_minimal runs on the devices of one host: on a mesh that spans hosts ttnn 0.81.1 indexes the mesh's
+    devices as if all were local (an index past the local ones, or "Cannot get device for remote device"). `hosts`:
+    as the mesh device counts them, else as the systems table names the mesh (tt_rmsnorm.systems)."""
+    system = system_of(arch, mesh_shape)
+    if hosts is None:
+        hosts = system.hosts if system is not None else 1
+    if hosts > 1:
+        fail(
+            "fused.one_host",
+            "fused_rms_minimal runs on one host's devices; this mesh spans hosts",
+            f"mesh {tuple(mesh_shape)} over {hosts} hosts" + (f" ({system.name})" if system is not None else ""),
+            'path="async" (pre -> all_gather_async -> post gathers the stats across hosts)',
+        )
 
 
 def _check_fused_axis(cluster_axis, mesh_shape) -> int:

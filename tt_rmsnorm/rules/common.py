@@ -16,7 +16,6 @@ from tt_rmsnorm.tiles import TILE
 PRE_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
 STATS_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
 GAMMA_DTYPES = (ttnn.bfloat16, ttnn.float32)
-DEFAULT_COMPUTE_GRID = (8, 8)
 
 
 def enum_name(x) -> str:

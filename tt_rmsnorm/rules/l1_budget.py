@@ -5,7 +5,10 @@ Each model gives where a factory's circular buffers end in one core's L1: the in
 the whole row, or streamed where that does not fit the L1 below its tensors) and the sharded factory
 (`sharded_l1_bytes`, its static buffers against its tensors' shards). ttnn rejects a program whose buffers pass the end
 of L1 or the lowest L1 buffer of its tensors; the `*.l1_budget` rules raise there first.
-The models are calibrated on one ttnn release (`L1_MODEL_TTNN_VERSION`); on any other the first check warns.
+The models are calibrated on one ttnn release (`L1_MODEL_TTNN_VERSION`); on any other the first check warns. Every
+address is read from the architecture of the input's description (`tt_rmsnorm.architecture`: where L1 ends and where
+the allocator starts); the circular-buffer sizes are the same on Wormhole and Blackhole (byte-exact on mock N150 and
+P150).
 """
 
 from __future__ import annotations
@@ -17,17 +20,13 @@ import warnings
 import ttnn
 from loguru import logger
 
-from tt_rmsnorm.rules.common import DEFAULT_COMPUTE_GRID, bbox_extent, compute_flags, enum_name, fail
+from tt_rmsnorm.rules.common import bbox_extent, compute_flags, enum_name, fail
 from tt_rmsnorm.rules.sharding import check_reduce_workers
 from tt_rmsnorm.tensors import DTYPE_BYTES, TILE_BYTES, TensorDesc
 from tt_rmsnorm.tiles import TILE
 
-# L1 of a Wormhole Tensix core (soc descriptor: worker_l1_size) and the allocator's base address. The base is calibrated
-# on a mock device: the interleaved pre at W=8192 bf16 asked for 1,682,784 B (ttnn-findings #1) and its circular buffers
-# (below) sum to 1,576,960 B.
-L1_SIZE = 1_499_136
-L1_BASE = 105_824
-# The ttnn release the L1 model (L1_BASE and the circular-buffer sums of pre_l1_bytes / post_l1_bytes) is calibrated on.
+# The ttnn release the L1 model (the allocator bases of tt_rmsnorm.architecture and the circular-buffer sums of
+# pre_l1_bytes / post_l1_bytes) is calibrated on.
 # Other releases size the factories differently (newer pre factories stream wide rows in chunks), so the limits move.
 L1_MODEL_TTNN_VERSION = "0.81.1"
 
@@ -79,11 +78,11 @@ def pre_l1_bytes(
     cb = TILE_BYTES[ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16]
     fused = 2 * wt * residual.tile_bytes() + wt * cb if residual is not None else 0  # residual x2, fused a+b
     if use_2d_core_grid:  # three merge tiles and a block of the largest divisor of Wt up to 8 tiles
-        block = max(d for d in range(1, min(wt, 8) + 1) if wt % d == 0)
-        return L1_BASE + wt * (2 * x.tile_bytes() + 2 * cb) + (3 + block) * cb + TILE_BYTES[stats_dtype] + fused
-    single = L1_BASE + 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype] + fused
+        block = max((d for d in range(1, min(wt, 8) + 1) if wt % d == 0), default=1)  # 1 for an empty row
+        return x.arch.l1_base + wt * (2 * x.tile_bytes() + 2 * cb) + (3 + block) * cb + TILE_BYTES[stats_dtype] + fused
+    single = x.arch.l1_base + 2 * wt * x.tile_bytes() + wt * cb + cb + TILE_BYTES[stats_dtype] + fused
     double = single + wt * cb  # the second x^2 buffer
-    return double if double <= L1_SIZE else single
+    return double if double <= x.arch.l1_size else single
 
 
 def post_l1_bytes(
@@ -94,16 +93,17 @@ def post_l1_bytes(
     bias=None,
     out_dtype=None,
     use_2d_core_grid: bool = False,
-    grid_y: int = DEFAULT_COMPUTE_GRID[1],
+    grid_y: int | None = None,
 ) -> int:
     """L1 end address of the interleaved post. 1-D: the whole row is buffered unless it exceeds 95% of L1, then it is
     streamed in short chunks; 2-D: each core buffers Wt / cores_y tiles (cores_y = the largest divisor of Wt <= grid.y).
     Calibrated against ttnn on a mock N150 (tests/tt/data/l1_verdicts*.txt); the end address is the one ttnn reports,
     to the byte, at the edge of L1 (tests/tt/test_rules_boundaries.py)."""
     wt = x.padded_width // TILE
-    available = L1_SIZE - L1_BASE
+    available = x.arch.l1_span
+    grid_y = grid_y or x.arch.default_compute_grid[1]
     if use_2d_core_grid:
-        cb_length = wt // max(d for d in range(1, min(wt, grid_y) + 1) if wt % d == 0)
+        cb_length = wt // max((d for d in range(1, min(wt, grid_y) + 1) if wt % d == 0), default=1)
     elif wt * x.tile_bytes() > 0.95 * available:
         cb_length = int((available // x.tile_bytes()) * 0.95 / 7)
     else:
@@ -117,7 +117,7 @@ def post_l1_bytes(
     # and two one-tile intermediates in the compute format
     scalars = TILE_BYTES[ttnn.bfloat16] + TILE_BYTES[ttnn.float32 if x.dtype == ttnn.float32 else ttnn.bfloat16]
     small = (stats.padded_width // TILE) * stats.tile_bytes() + scalars + 2 * cb
-    return L1_BASE + cb_length * per_tile + small
+    return x.arch.l1_base + cb_length * per_tile + small
 
 
 def rms_norm_l1_bytes(
@@ -126,16 +126,16 @@ def rms_norm_l1_bytes(
     residual: TensorDesc | None = None,
     weight: TensorDesc | None = None,
     bias: TensorDesc | None = None,
-    floor: int = L1_SIZE,
+    floor: int | None = None,
 ) -> int:
     """L1 end address of the interleaved rms_norm's circular buffers (layernorm_op_multi_core) when the lowest L1
-    buffer of its tensors starts at `floor`. ttnn keeps the whole row when its buffers fit 95% of the span between
-    L1_BASE and `floor`; otherwise it streams the row through buffers of a few dst blocks (`_rms_norm_stream_bytes`).
-    A ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
+    buffer of its tensors starts at `floor` (None: the end of L1). ttnn keeps the whole row when its buffers fit 95% of
+    the span between the allocator base and `floor`; otherwise it streams the row through buffers of a few dst blocks
+    (`_rms_norm_stream_bytes`). A ROW_MAJOR weight or bias has no streaming variant: the whole row stays in L1."""
     row = _rms_norm_row_bytes(x, compute_kernel_config, residual, weight, bias)
-    if _fits_rms_norm_span(row, floor) or _row_major_affine(weight, bias):
-        return L1_BASE + row
-    return L1_BASE + _rms_norm_stream_bytes(x, compute_kernel_config, residual, weight, bias)
+    if _fits_rms_norm_span(x, row, floor) or _row_major_affine(weight, bias):
+        return x.arch.l1_base + row
+    return x.arch.l1_base + _rms_norm_stream_bytes(x, compute_kernel_config, residual, weight, bias)
 
 
 def _row_major_affine(weight: TensorDesc | None, bias: TensorDesc | None) -> bool:
@@ -143,9 +143,15 @@ def _row_major_affine(weight: TensorDesc | None, bias: TensorDesc | None) -> boo
     return any(g is not None and g.layout == ttnn.ROW_MAJOR_LAYOUT for g in (weight, bias))
 
 
-def _fits_rms_norm_span(cb_bytes: int, floor: int) -> bool:
-    """ttnn's test for the interleaved rms_norm's buffers: at most 95% of the L1 span from L1_BASE to `floor`."""
-    return cb_bytes <= 0.95 * (min(floor, L1_SIZE) - L1_BASE)
+def _fits_rms_norm_span(x: TensorDesc, cb_bytes: int, floor: int | None) -> bool:
+    """ttnn's test for the interleaved rms_norm's buffers: at most 95% of the L1 span from the allocator base to
+    `floor`."""
+    return cb_bytes <= 0.95 * (_below(x, floor) - x.arch.l1_base)
+
+
+def _below(x: TensorDesc, floor: int | None) -> int:
+    """Where x's architecture's L1 ends for a program whose tensors' lowest L1 buffer starts at `floor`."""
+    return x.arch.l1_size if floor is None else min(floor, x.arch.l1_size)
 
 
 def _rms_norm_formats(x: TensorDesc, compute_kernel_config) -> tuple[int, int, int]:
@@ -193,14 +199,18 @@ def sharded_l1_bytes(
     stats: TensorDesc | None = None,
     out_dtype=None,
     memory_config=None,
-    compute_grid=DEFAULT_COMPUTE_GRID,
+    compute_grid=None,
+    inplace: bool = False,
 ) -> tuple[int, int]:
     """(end of the static dataflow buffers, lowest L1 shard address) of the sharded factory
     (sharded_layernorm_factory_helpers: DFBSizeParams, add_dataflow_buffer_specs) for op 'pre', 'post' or 'rms_norm'.
+    With `inplace` (the program config's) the post and rms_norm write their output over the input's shards: no
+    output shard of its own.
 
     The input, residual, stats and (unless it is resharded) output buffers borrow their tensors' shards; every other
-    buffer is allocated statically from L1_BASE up, while tensor shards are allocated from the top of L1 down, at
-    the same address on every core. ttnn rejects the program when the static region passes the lowest shard."""
+    buffer is allocated statically from the allocator base up, while tensor shards are allocated from the top of L1
+    down, at the same address on every core. ttnn rejects the program when the static region passes the lowest shard."""
+    compute_grid = compute_grid or x.arch.default_compute_grid
     shard_h, shard_w = x.shard_spec.shape
     block_ht, block_wt = shard_h // TILE, shard_w // TILE
     kt = x.padded_width // TILE
@@ -235,17 +245,20 @@ def sharded_l1_bytes(
         else:
             static += block_ht * single + ex_external + rows_per_worker * single
     out_dtype = out_dtype or x.dtype
-    resharded = op == "post" and memory_config is not None and memory_config != x.memory_config
+    in_place = inplace and op != "pre"
+    resharded = op == "post" and not in_place and memory_config is not None and memory_config != x.memory_config
     out_shard = block_ht * block_wt * TILE_BYTES[out_dtype]
     if resharded:
         static += out_shard
-    if op == "pre":
+    if in_place:
+        out_shard = 0
+    elif op == "pre":
         out_shard = bf16
     elif memory_config is not None and memory_config.is_sharded() and memory_config.shard_spec is not None:
         oh, ow = memory_config.shard_spec.shape
         out_shard = (oh // TILE) * (ow // TILE) * TILE_BYTES[out_dtype]
     shards = shard_bytes(x) + shard_bytes(residual) + shard_bytes(stats) + out_shard
-    return L1_BASE + static, L1_SIZE - shards
+    return x.arch.l1_base + static, x.arch.l1_size - shards
 
 
 def shard_bytes(t: TensorDesc | None) -> int:
@@ -272,9 +285,10 @@ def _bank_bytes(t: TensorDesc | None, banks: int) -> int:
     return -(-pages // banks) * page
 
 
-def l1_floor(grid, *tensors) -> int:
-    """The lowest L1 address of the given tensors' buffers (allocated from the top of L1 down)."""
-    return L1_SIZE - sum(_bank_bytes(t, grid[0] * grid[1]) for t in tensors)
+def l1_floor(grid, x: TensorDesc, *tensors) -> int:
+    """The lowest L1 address of the buffers of `x` and the other tensors (allocated from the top of x's
+    architecture's L1 down)."""
+    return x.arch.l1_size - sum(_bank_bytes(t, grid[0] * grid[1]) for t in (x, *tensors))
 
 
 def pre_l1_floor(grid, x: TensorDesc, residual: TensorDesc | None, out: TensorDesc) -> int:
@@ -286,7 +300,9 @@ def pre_l1_floor(grid, x: TensorDesc, residual: TensorDesc | None, out: TensorDe
     refilled = [t for t in (x, residual) if t is not None and _refills_padding(t) and _bank_bytes(t, banks)]
     if not refilled:
         return l1_floor(grid, x, residual, out)
-    bf16_copy = TensorDesc(refilled[0].shape, dtype=ttnn.bfloat16, memory_config=refilled[0].memory_config)
+    bf16_copy = TensorDesc(
+        refilled[0].shape, dtype=ttnn.bfloat16, memory_config=refilled[0].memory_config, arch=refilled[0].arch
+    )
     hole = _bank_bytes(bf16_copy, banks)
     copies = hole + sum(_bank_bytes(t, banks) for t in refilled)
     return l1_floor(grid, x, residual) - copies - max(0, _bank_bytes(out, banks) - hole)
@@ -298,18 +314,19 @@ def _refills_padding(t: TensorDesc) -> bool:
 
 
 def output_desc(x: TensorDesc, shape, dtype, memory_config) -> TensorDesc:
-    return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config)
+    return TensorDesc(tuple(shape), dtype=dtype or x.dtype, memory_config=memory_config or x.memory_config, arch=x.arch)
 
 
-def check_l1(needed: int, op: str, x: TensorDesc, floor: int = L1_SIZE):
+def check_l1(needed: int, op: str, x: TensorDesc, floor: int | None = None):
     """ttnn rejects the program when its circular buffers pass the end of L1 or the lowest L1 buffer of its tensors."""
     check_l1_model_version()
-    if needed > min(floor, L1_SIZE):
-        below = f", below its tensors' L1 buffers from {floor} B" if floor < L1_SIZE else ""
+    l1_size = x.arch.l1_size
+    if needed > _below(x, floor):
+        below = f", below its tensors' L1 buffers from {floor} B" if floor is not None and floor < l1_size else ""
         fail(
             f"{op}.l1_budget",
-            f"the interleaved {op} keeps the whole local row in one core's L1 ({L1_SIZE} B{below}) and needs "
-            f"{needed} B",
+            f"the interleaved {op} keeps the whole local row in one core's L1 ({l1_size} B on {x.arch}{below}) and "
+            f"needs {needed} B",
             f"local width {x.padded_width} {enum_name(x.dtype)}",
             "shard the hidden dim over more devices, use bfloat8_b input, keep the input in DRAM, or turn "
             f"fp32_dest_acc_en off (L1 model of ttnn {L1_MODEL_TTNN_VERSION})",
@@ -320,7 +337,7 @@ def check_sharded_l1(op: str, x: TensorDesc, **kw):
     """The sharded factory's work split (reduce workers) and its L1, on the device's compute grid."""
     check_reduce_workers(x, x.shard_spec.shape[0] // TILE, kw["compute_grid"])
     end, floor = sharded_l1_bytes(op, x, **kw)
-    if end > min(floor, L1_SIZE):
+    if end > _below(x, floor):
         fail(
             "sharded.l1_budget",
             f"the sharded {op}'s circular buffers end at {end} B of L1, above its tensors' shards (from {floor} B)",
@@ -335,19 +352,20 @@ def check_rms_norm_l1(x: TensorDesc, compute_kernel_config, residual, weight, bi
     floor = l1_floor(grid, x, residual, weight, bias, output_desc(x, x.shape, None, memory_config))
     needed = rms_norm_l1_bytes(x, compute_kernel_config, residual, weight, bias, floor)
     if _row_major_affine(weight, bias):
-        if needed > min(floor, L1_SIZE):
+        if needed > _below(x, floor):
             fail(
                 "rms_norm.l1_budget",
-                f"the interleaved rms_norm's buffers end at {needed} B of L1, above {min(floor, L1_SIZE)} B (the end"
-                " of L1 or its tensors' L1 buffers)",
+                f"the interleaved rms_norm's buffers end at {needed} B of L1, above {_below(x, floor)} B (the end"
+                f" of {x.arch}'s L1 or its tensors' L1 buffers)",
                 f"width {x.padded_width} {enum_name(x.dtype)}, ROW_MAJOR weight/bias (no streaming variant)",
                 "use a TILE weight/bias [1, 1, 1, W] (ttnn then streams the row), or turn fp32_dest_acc_en off",
             )
-    elif not _fits_rms_norm_span(needed - L1_BASE, floor):
-        span = min(floor, L1_SIZE) - L1_BASE
+    elif not _fits_rms_norm_span(x, needed - x.arch.l1_base, floor):
+        span = _below(x, floor) - x.arch.l1_base
         fail(
             "rms_norm.l1_budget",
-            f"the interleaved rms_norm streams the row and its streaming buffers need {needed - L1_BASE} B, above 95%"
+            f"the interleaved rms_norm streams the row and its streaming buffers need {needed - x.arch.l1_base} B, "
+            "above 95%"
             f" of the {span} B of L1 below its tensors' L1 buffers (from {floor} B)",
             f"width {x.padded_width} {enum_name(x.dtype)}",
             "keep the residual, weight or output in DRAM, or shard the L1 tensor over more cores (smaller shards)",

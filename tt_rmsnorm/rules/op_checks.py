@@ -19,7 +19,6 @@ from loguru import logger
 from tt_rmsnorm.errors import AccuracyWarning
 from tt_rmsnorm.rules import ccl_l1
 from tt_rmsnorm.rules.common import (
-    DEFAULT_COMPUTE_GRID,
     PRE_INPUT_DTYPES,
     check_dtype,
     check_epsilon,
@@ -65,17 +64,23 @@ from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
 
-def _resolve_grid(compute_grid, *tensors):
+def _resolve_grid(compute_grid, x):
+    """The compute grid the op runs on: as given, else the grid of x's device, else the default grid of x's
+    architecture (a device-free check)."""
     if compute_grid is not None:
         return tuple(compute_grid)
-    for t in tensors:
-        if isinstance(t, ttnn.Tensor):
-            try:
-                g = t.device().compute_with_storage_grid_size()
-                return (g.x, g.y)
-            except Exception:
-                pass
-    return DEFAULT_COMPUTE_GRID
+    if isinstance(x, ttnn.Tensor):
+        try:
+            g = x.device().compute_with_storage_grid_size()
+            return (g.x, g.y)
+        except Exception:
+            pass
+    return describe(x).arch.default_compute_grid
+
+
+def _inplace(program_config) -> bool:
+    """A sharded program config with inplace=True: the op returns its input, written over."""
+    return is_sharded_program_config(program_config) and bool(program_config.inplace)
 
 
 def _warn_2d_core_grid(use_2d_core_grid, sharded: bool):
@@ -187,6 +192,7 @@ def check_post_all_gather(
             out_dtype=dtype,
             memory_config=memory_config,
             compute_grid=grid,
+            inplace=_inplace(program_config),
         )
         return "sharded"
     check_interleaved_post_stats(x, s)
@@ -272,6 +278,7 @@ def check_rms_norm(
             bias=b,
             memory_config=memory_config,
             compute_grid=grid,
+            inplace=_inplace(program_config),
         )
         return "sharded"
     check_rms_norm_l1(x, compute_kernel_config, res, w, b, memory_config, grid)
@@ -339,7 +346,9 @@ def check_all_gather(
     check_shard_spec_given(memory_config, "gathered output")
     gathered = list(x.shape)
     gathered[dim] *= n
-    out = TensorDesc(tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config)
+    out = TensorDesc(
+        tuple(gathered), dtype=x.dtype, layout=x.layout, memory_config=memory_config or x.memory_config, arch=x.arch
+    )
     if not output_given:  # a given output buffer is the output's spec; its own rules check it
         check_shard_fits(out.padded_shape, memory_config, "gathered output", tiled=x.layout == ttnn.TILE_LAYOUT)
     ccl_l1.check_gather_l1(x, dim, out, n, mesh_shape)

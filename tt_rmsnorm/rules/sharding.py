@@ -247,11 +247,6 @@ def check_shard_fits(padded_shape, memory_config, what: str, spec_from_input: bo
         )
 
 
-# One NOC packet on Wormhole (NOC_MAX_BURST_SIZE). The sharded factory's reduce workers read and multicast their
-# share of the per-row stats; the sender kernel takes a separate path above this size.
-NOC_MAX_BURST_BYTES = 8192
-
-
 def sharded_reduce_worker_tiles(x: TensorDesc, program_grid, block_ht: int) -> int:
     """Stats tiles that each all-to-all reduce worker of ttnn's sharded layernorm factory gathers and multicasts
     (its GridParams / WorkerDistribution): ceil(block_ht / n), n = the cores sharing a row's reduce; 0 if no
@@ -278,7 +273,7 @@ def _block_sharded_fix(x: TensorDesc, compute_grid, fp32: bool) -> str:
     best = None
     for gy in range(1, compute_grid[1] + 1):
         for gx in range(1, compute_grid[0] + 1):
-            if ht % gy or wt % gx or -(-(ht // gy) // gx) * tile > NOC_MAX_BURST_BYTES:
+            if ht % gy or wt % gx or -(-(ht // gy) // gx) * tile > x.arch.noc_max_burst_bytes:
                 continue
             if best is None or gx * gy > best[0] * best[1]:
                 best = (gx, gy)
@@ -308,16 +303,19 @@ def check_stats_gather(x: TensorDesc, program_config, compute_kernel_config, com
         fp32 = x.dtype == ttnn.float32
     else:
         fp32 = compute_flags(compute_kernel_config).fp32_dest_acc_en
+    # One NOC burst of x's architecture (NOC_MAX_BURST_SIZE): the reduce workers read and multicast their share of the
+    # per-row stats, and the sender kernel takes a separate path above it.
+    burst = x.arch.noc_max_burst_bytes
     tiles = sharded_reduce_worker_tiles(x, grid, block_ht)
     tile = TILE_BYTES[ttnn.float32 if fp32 else ttnn.bfloat16]
-    if tiles * tile > NOC_MAX_BURST_BYTES:
+    if tiles * tile > burst:
         alt = ""
-        if fp32 and tiles * TILE_BYTES[ttnn.bfloat16] <= NOC_MAX_BURST_BYTES:
+        if fp32 and tiles * TILE_BYTES[ttnn.bfloat16] <= burst:
             alt = "; or keep this sharding with fp32_dest_acc_en=False (bfloat16 stats tiles fit one burst)"
         fail(
             "sharded.stats_gather_burst",
             f"each stats-reduce worker would move {tiles} {'fp32' if fp32 else 'bf16'} stats tiles ({tiles * tile} B, "
-            f"more than one {NOC_MAX_BURST_BYTES} B NOC burst); ttnn runs this sharding and returns wrong rows "
+            f"more than one {burst} B NOC burst on {x.arch}); ttnn runs this sharding and returns wrong rows "
             "(tt-metal's test_rms_norm_bad_user_repro)",
             f"block_h={block_ht} on a {bbox_extent(x.shard_spec)[0]}x{bbox_extent(x.shard_spec)[1]} shard grid",
             _block_sharded_fix(x, compute_grid, fp32) + alt,

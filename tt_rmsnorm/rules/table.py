@@ -148,8 +148,10 @@ RULES = {
     "fused.num_links": "1 <= num_links <= the fabric's links",
     "fused.reduce_workers": "the reduce workers fit the shard grid (not one core wide off x = 0)",
     "fused.l1_budget": "static circular buffers end below the tensors' L1 buffers (tt_rmsnorm.rules.ccl_l1)",
+    "fused.one_host": "the mesh lies on one host (fused_rms_minimal indexes only local devices)",
     "all_gather.empty": "the gathered tensor has elements",
     "all_gather.composite_dtype": "no bfloat4_b input to the composite gather (a gather dim off the tile grid)",
     "all_gather.l1_budget": "circular buffer, semaphores, L1 input and output fit a bank (ccl_l1)",
     "all_gather.composite_l1_bound": "the composite gather of an L1 input stays within the package's L1 bound",
+    "arch.known": "the architecture is one the rules have a table row for (tt_rmsnorm.architecture)",
 }

@@ -2,7 +2,9 @@
 call path imports it.
 
 - `hardware`: is a real device here, or a mock cluster;
-- `mock_cluster`: configure a process for a mock N150/N300/T3000/Galaxy and open its meshes;
+- `mock_cluster`: configure a process for a mock Wormhole (N150, N300, T3000, Galaxy) or Blackhole (P150, P300,
+  Blackhole Galaxy) system and open its meshes;
+- `blackhole_boards`: the Blackhole systems' cluster descriptors, written from each board's public facts;
 - `sfpi_stand_in`: the stand-in for the SFPI compiler that opening a mock device needs;
 - `workers`: run ttnn calls in isolated worker processes, one per mock system;
 - `recorder`: record the ttnn calls a block of code makes (ops, semaphore handles, persistent buffers, allocations);

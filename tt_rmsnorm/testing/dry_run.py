@@ -5,9 +5,10 @@ from __future__ import annotations
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 from tt_rmsnorm.testing.workers import run_isolated
 
-# Llama-70B hidden 8192: 1024 per device on T3000, 2048 per Galaxy column, 4096 on N300. One chip (N150) holds a full
-# 4096-wide activation (an 8B-sized model): plain rms_norm with the weight does not fit 8192 in one core's L1.
-HIDDEN = {"n150": 4096, "n300": 8192, "t3k": 8192, "galaxy": 8192}
+# Llama-70B hidden 8192: 1024 per device on T3000, 2048 per Galaxy column (Wormhole or Blackhole), 4096 on N300 and
+# P300. One chip holds a full activation of a smaller model: 4096 on an N150, 5120 on a P150 (its larger L1 takes the
+# row with a ROW_MAJOR weight); plain rms_norm with the weight does not fit 8192 in one core's L1 on either.
+HIDDEN = {"n150": 4096, "n300": 8192, "t3k": 8192, "galaxy": 8192, "p150": 5120, "p300": 8192, "bh-galaxy": 8192}
 
 
 MODES = (("decode", 32), ("prefill", 128))
@@ -18,6 +19,9 @@ PATHS = {
     "n300": ("classic", "async", "fused"),
     "t3k": ("classic", "async", "fused"),
     "galaxy": ("classic", "async", "fused"),
+    "p150": ("local",),
+    "p300": ("classic", "async", "fused"),
+    "bh-galaxy": ("classic", "async", "fused"),
 }
 
 
@@ -80,7 +84,7 @@ def _run_in_worker(mesh, system: str) -> list[dict]:
 
 
 def run(system: str, timeout: float = 300.0) -> list[dict]:
-    """Run `distributed_rms_norm` with a residual through real ttnn on the mock `system` ("n150", "n300", "t3k",
-    "galaxy") by every path that applies there, decode (32 tokens) and prefill (128). One row per (mode, path): the
+    """Run `distributed_rms_norm` with a residual through real ttnn on the mock `system` (a key of `HIDDEN`) by every
+    path that applies there, decode (32 tokens) and prefill (128). One row per (mode, path): the
     verdict and, where accepted, every distinct (shape, dtype, memory config) of the per-device outputs."""
     return run_isolated(system, _run_in_worker, system, timeout=timeout)

@@ -35,10 +35,33 @@ DESCRIPTORS: dict[str, Path] = {
     # tt-metal's public 6U (32-chip Wormhole Galaxy) mock descriptor plus the `chip_to_bus_id` map its copy lacks: UBB
     # tray and ASIC positions come from the PCIe bus id, and without it all 32 chips collide at (tray 3, loc 0).
     "galaxy": DESCRIPTOR_DIR / "galaxy_6u.yaml",
+    # Blackhole: written from each board's public facts by tt_rmsnorm.testing.blackhole_boards
+    "p150": DESCRIPTOR_DIR / "p150.yaml",
+    "p300": DESCRIPTOR_DIR / "p300.yaml",
+    "bh-galaxy": DESCRIPTOR_DIR / "bh_galaxy.yaml",
 }
 
 
-MESH_SHAPES: dict[str, tuple[int, int]] = {"n150": (1, 1), "n300": (1, 2), "t3k": (1, 8), "galaxy": (8, 4)}
+MESH_SHAPES: dict[str, tuple[int, int]] = {
+    "n150": (1, 1),
+    "n300": (1, 2),
+    "t3k": (1, 8),
+    "galaxy": (8, 4),
+    "p150": (1, 1),
+    "p300": (1, 2),
+    "bh-galaxy": (8, 4),
+}
+
+# The architecture of each mock system (a row of tt_rmsnorm.architecture).
+ARCHES: dict[str, str] = {
+    "n150": "wormhole_b0",
+    "n300": "wormhole_b0",
+    "t3k": "wormhole_b0",
+    "galaxy": "wormhole_b0",
+    "p150": "blackhole",
+    "p300": "blackhole",
+    "bh-galaxy": "blackhole",
+}
 
 
 # The n300-board mocks report an 8x8 grid under the default (ETH) dispatch while the program validator assumes 8x7;
@@ -67,8 +90,9 @@ def configured_system() -> str | None:
 
 
 def configure(system: str) -> None:
-    """Make this process use the mock `system` ("n150", "n300", "t3k", "galaxy"): descriptor, private JIT cache and the
-    compiler stand-in. Call before ttnn opens a device; a process can use one mock system only. Idempotent."""
+    """Make this process use the mock `system` (a key of DESCRIPTORS: "n150", "n300", "t3k", "galaxy", "p150",
+    "p300", "bh-galaxy"): descriptor, private JIT cache and the compiler stand-in. Call before ttnn opens a device; a
+    process can use one mock system only. Idempotent."""
     global private_cache
     if system not in DESCRIPTORS:
         raise MockClusterError(f"unknown mock system {system!r}; known: {sorted(DESCRIPTORS)}")

@@ -7,9 +7,15 @@ DIM = 8192  # Llama-70B
 
 class ModelCCL:
     """A model's CCL object as tt_transformers' TT_CCL is used: semaphores created once on the worker grid, two sets
-    cycled per axis slot, links per axis from a system table."""
+    cycled per axis slot, links per axis from its system table (Wormhole), else as ttnn counts them
+    (`ttnn.get_num_links`, what newer model code asks on Blackhole)."""
 
-    LINKS = {(1, 8): (1, 1), (8, 4): (4, 3), (1, 1): (0, 0), (1, 2): (1, 1)}
+    LINKS = {
+        ("wormhole_b0", (1, 8)): (1, 1),
+        ("wormhole_b0", (8, 4)): (4, 3),
+        ("wormhole_b0", (1, 1)): (0, 0),
+        ("wormhole_b0", (1, 2)): (1, 1),
+    }
 
     def __init__(self, mesh_device):
         import ttnn
@@ -30,7 +36,12 @@ class ModelCCL:
         return 2 if cluster_axis is None else cluster_axis
 
     def get_num_links(self, cluster_axis=None):
-        links = self.LINKS[tuple(self.mesh_device.shape)]
+        import ttnn
+
+        arch = str(self.mesh_device.arch()).rsplit(".", 1)[-1].lower()
+        links = self.LINKS.get((arch, tuple(self.mesh_device.shape)))
+        if links is None:
+            return ttnn.get_num_links(self.mesh_device, cluster_axis)
         return min(links) if cluster_axis is None else links[cluster_axis]
 
     def get_and_cycle_ag_semaphore_handles(self, cluster_axis=None):
@@ -213,7 +224,7 @@ def decoder_layer(mesh, mode, system):
 
     from tt_rmsnorm.testing import recorder
 
-    tg = system == "galaxy"
+    tg = system in ("galaxy", "bh-galaxy")
     if not tg:
         attention_norm, _, _, tt_ccl = decoder_norm_module(mesh, False)
         ff_norm, _, _, _ = decoder_norm_module(mesh, False)
