@@ -115,7 +115,9 @@ def _inputs(tokens: int, seed: int):
 def _reference_layout(plan) -> tuple[str, str]:
     """The reference model's layout and stats dtype for a plan: fused gathers in the accumulation format."""
     if plan.name == "fused":
-        return "fused", "float32" if plan.norm.compute_kernel_config.fp32_dest_acc_en else "bfloat16"
+        from tt_rmsnorm.rules.common import compute_flags
+
+        return "fused", "float32" if compute_flags(plan.norm.compute_kernel_config).fp32_dest_acc_en else "bfloat16"
     return plan.norm.layout, "bfloat16"
 
 

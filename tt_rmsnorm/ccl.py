@@ -255,12 +255,21 @@ def forget_adopted(mesh_device=None) -> None:
         del _ADOPTED[key]
 
 
-def resources_for(ccl, mesh_device, cluster_axis, *, topology=None) -> CCLResources | None:
+def resources_for(ccl, mesh_device, cluster_axis, *, topology=None, num_links=None) -> CCLResources | None:
     """The CCLResources a call runs with: `ccl` itself, or resources adopted once from a model's CCL object (anything
     with MODEL_CCL_METHODS and `mesh_device`: tt-metal's TT_CCL), whose cycled gather and barrier semaphores and link
-    count the stats gather then uses, named by `cluster_axis` as given (None on a 1-D mesh, as tt-metal's own calls).
-    Anything else is a RuleError naming what it lacks."""
-    if ccl is None or isinstance(ccl, CCLResources):
+    count (or `num_links` where given) the stats gather then uses, named by `cluster_axis` as given (None on a 1-D
+    mesh, as tt-metal's own calls). Anything else is a RuleError naming what it lacks."""
+    if ccl is None:
+        return None
+    if isinstance(ccl, CCLResources):
+        if num_links is not None and num_links != ccl.links.num_links:
+            raise RuleError(
+                "ccl.num_links",
+                "the CCLResources' gathers run on the links they were created with",
+                f"num_links={num_links} for resources of {ccl.links.num_links}",
+                f"create CCLResources(mesh_device, ..., num_links={num_links}), or drop num_links",
+            )
         return ccl
     missing = [m for m in (*MODEL_CCL_METHODS, "mesh_device") if not hasattr(ccl, m)]
     if missing:
@@ -279,9 +288,11 @@ def resources_for(ccl, mesh_device, cluster_axis, *, topology=None) -> CCLResour
             f"{type(ccl).__name__} of another mesh_device",
             "pass the CCL object created for this mesh_device",
         )
-    key = (id(ccl), cluster_axis, topology)
+    key = (id(ccl), cluster_axis, topology, num_links)
     found = _ADOPTED.get(key)
     if found is None:
-        resources = CCLResources(mesh_device, cluster_axis=cluster_axis, topology=topology, model_ccl=ccl)
+        resources = CCLResources(
+            mesh_device, cluster_axis=cluster_axis, topology=topology, num_links=num_links, model_ccl=ccl
+        )
         found = _ADOPTED[key] = (ccl, resources)
     return found[1]

@@ -11,6 +11,7 @@ import ttnn
 
 from tt_rmsnorm.ccl import forget_adopted
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.module import row_major_fits
 from tt_rmsnorm.plan_cache import forget_plans
 from tt_rmsnorm.rules.common import GAMMA_DTYPES
 from tt_rmsnorm.tiles import TILE
@@ -41,11 +42,14 @@ def prepare_weight(
     *,
     cluster_axis=None,
     dtype=ttnn.bfloat16,
-    layout=ttnn.ROW_MAJOR_LAYOUT,
+    layout=None,
     memory_config=None,
 ):
-    """Each device gets its contiguous slice of gamma, as tt-metal's models/common/rmsnorm.py does: ROW_MAJOR
-    [1, 1, H/32, 32] sharded on dim 2 over the tensor-parallel axis (or TILE [1, 1, 1, H] sharded on dim 3)."""
+    """The weight as the norm op takes it, each device's contiguous slice over the tensor-parallel axis, as tt-metal's
+    models/common/rmsnorm.py lays it out: ROW_MAJOR [1, 1, H/32, 32] sharded on dim 2, or TILE [1, 1, 1, H] sharded
+    on dim 3. `layout=None` takes the one the call can hold: ROW_MAJOR, except with one device on the axis where the
+    width is not a multiple of 32 (ttnn pads a TILE weight with zeros) or ttnn's interleaved rms_norm cannot hold a
+    ROW_MAJOR row beside its buffers in a core's L1 (8192 wide on Wormhole): TILE."""
     if dtype not in GAMMA_DTYPES:
         raise RuleError(
             "weight.dtype",
@@ -55,15 +59,25 @@ def prepare_weight(
         )
     axis, n = resolve_cluster_axis(tuple(mesh_device.shape), cluster_axis)
     w = torch.as_tensor(torch_weight).reshape(-1)
-    check_local_width(w.numel(), n, "weight")
+    width = w.numel()
+    if n > 1:  # the distributed norm's per-device widths are whole tiles
+        check_local_width(width, n, "weight")
+    if layout is None:
+        one_device_tile = n == 1 and (width % TILE or not row_major_fits(width, dtype, None, mesh_device.arch()))
+        layout = ttnn.TILE_LAYOUT if one_device_tile else ttnn.ROW_MAJOR_LAYOUT
     if layout == ttnn.ROW_MAJOR_LAYOUT:
-        w, dim = w.reshape(1, 1, w.numel() // TILE, TILE), 2
+        if width % TILE:
+            raise RuleError(
+                "weight.row_major_shape",
+                "a ROW_MAJOR weight is [1, 1, W/32, 32]: its width must be a multiple of 32",
+                f"width {width}",
+                "layout=ttnn.TILE_LAYOUT (or layout=None: ttnn pads a TILE weight with zeros)",
+            )
+        w, dim = w.reshape(1, 1, width // TILE, TILE), 2
     elif layout == ttnn.TILE_LAYOUT:
-        w, dim = w.reshape(1, 1, 1, w.numel()), 3
+        w, dim = w.reshape(1, 1, 1, width), 3
     else:
-        raise RuleError(
-            "weight.layout", "weight layout must be ROW_MAJOR or TILE", layout, "layout=ttnn.ROW_MAJOR_LAYOUT"
-        )
+        raise RuleError("weight.layout", "weight layout must be ROW_MAJOR or TILE", layout, "layout=None")
     return ttnn.from_torch(
         w,
         dtype=dtype,

@@ -215,9 +215,11 @@ def plan_described(
     sharded=None,
     path="auto",
     ccl=None,
+    stats_memory_config=None,
 ) -> paths.PathPlan:
     """The checked plan of the distributed norm of tensors as described, on `mesh_device`: what a module plans for a
-    tensor it will make (a gathered or moved input) before it makes it."""
+    tensor it will make (a gathered or moved input) before it makes it. `stats_memory_config`: where the stats are
+    gathered, where the caller says (None: the layout's)."""
     mesh_shape = tuple(mesh_device.shape)
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
     ccl = resources_for(ccl, mesh_device, cluster_axis)
@@ -250,6 +252,7 @@ def plan_described(
         program_config=planner.copy_config(program_config),
         compute_kernel_config=planner.copy_config(compute_kernel_config),
         ccl=ccl,
+        stats_memory_config=stats_memory_config,
     )
     logger.debug(f"distributed_rms_norm: mesh {mesh_shape} axis {axis} n={n}; {plan.describe()}")
     return plan

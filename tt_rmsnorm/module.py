@@ -28,8 +28,22 @@ from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
 from tt_rmsnorm.signature import Held, Signature, signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
+from tt_rmsnorm.torch_norms import read_torch_norm
 
 MODES = ("decode", "prefill")
+
+
+def mode_name(mode) -> str:
+    """ "decode" or "prefill" for a mode given as a string or as tt-metal's `Mode` enum (by its value or its name)."""
+    if mode in MODES:
+        return mode
+    value, name = getattr(mode, "value", None), getattr(mode, "name", None)
+    for candidate in (value, name.lower() if isinstance(name, str) else None):
+        if candidate in MODES:
+            return candidate
+    raise RuleError(
+        "module.mode", "mode must be 'decode' or 'prefill' (or tt-metal's Mode enum)", mode, 'mode="decode"'
+    )
 
 
 def weight_name(weight_key: str, layer_num=None, state_dict_prefix=None) -> str:
@@ -127,8 +141,9 @@ class WeightLoader:
         """(the replicated weight, the weight an interleaved input takes, a callable): ROW_MAJOR as tt-metal loads
         it, and the same tensor for interleaved inputs; a block-float dtype TILE for both (it cannot be ROW_MAJOR);
         where ttnn's interleaved rms_norm cannot hold a full ROW_MAJOR row beside its buffers (8192 on one device),
-        a TILE copy, loaded the first time an interleaved input asks for it (the warm-up call)."""
-        if self.dtype in BLOCK_DTYPES:
+        a TILE copy, loaded the first time an interleaved input asks for it (the warm-up call). A width that is not
+        a multiple of 32 is TILE too: ttnn pads it to tiles with zeros, which the norm never reads."""
+        if self.dtype in BLOCK_DTYPES or self.dim % TILE:  # neither can be ROW_MAJOR [dim/32, 32]
             weight = self(torch_weight, name, None, ttnn.TILE_LAYOUT)
             return weight, lambda: weight
         weight = self(torch_weight, name, None)
@@ -155,8 +170,8 @@ class WeightLoader:
         return self(torch_weight, f"{name}_distributed", axis)
 
     def __call__(self, torch_weight, name: str, axis, layout=ttnn.ROW_MAJOR_LAYOUT):
-        n = 1 if axis is None else tuple(self.mesh_device.shape)[axis]
-        topology.check_local_width(self.dim, n, "weight")
+        if axis is not None:  # a slice a device: the distributed norm's per-device widths are whole tiles
+            topology.check_local_width(self.dim, tuple(self.mesh_device.shape)[axis], "weight")
         if layout == ttnn.ROW_MAJOR_LAYOUT:
             shaped, dim = torch_weight.reshape(1, 1, self.dim // TILE, TILE), 2
         else:
@@ -231,13 +246,13 @@ class PlannedModule:
 
     def plan_new(self, signature: Signature, held: Held, x, residual) -> BoundCall:
         """The call of a new signature (`plan`), the modules it reads marked as holding plans."""
-        call = self.plan(signature, x, residual)
+        call = self.plan(signature, held, x, residual)
         for m in self.bound_modules():
             if isinstance(m, PlannedModule):
                 object.__setattr__(m, "_has_plans", True)
         return call
 
-    def plan(self, signature: Signature, x, residual) -> BoundCall:
+    def plan(self, signature: Signature, held: Held, x, residual) -> BoundCall:
         raise NotImplementedError
 
 
@@ -296,12 +311,38 @@ class DistributedRMSNorm(PlannedModule):
             torch_weight, name, compute_kernel_config or layouts.compute_kernel_config()
         )
         self.weight_distributed = None
-        if self.num_devices > 1:
+        if self.num_devices > 1 and is_distributed is not False:  # a norm that is never distributed needs no slices
             self.weight_distributed = load.distributed(torch_weight, name, self.cluster_axis)
         # a model's CCL object (tt-metal's TT_CCL) is adopted here, so that the output gather cycles its handles too
         self.ccl = resources_for(ccl, mesh_device, self.cluster_axis)
         if self.ccl is None and self.num_devices > 1:
             self.ccl = CCLResources(mesh_device, cluster_axis=self.cluster_axis)
+
+    @classmethod
+    def from_torch(
+        cls, norm, mesh_device, *, weight_key: str = "norm", activation_dtype=torch.bfloat16, **kwargs
+    ) -> DistributedRMSNorm:
+        """The module of a torch norm module: `torch.nn.RMSNorm`, or a Hugging Face RMSNorm of the Llama or Gemma
+        convention (`tt_rmsnorm.torch_norms`: how each holds its epsilon and weight), its epsilon and weight read from
+        it.
+
+        norm: the torch module.
+        mesh_device: the mesh.
+        weight_key: the name its weight is cached under (with `layer_num` / `state_dict_prefix`, as the constructor).
+        activation_dtype: the dtype of the activations, whose epsilon `torch.nn.RMSNorm(eps=None)` takes.
+        kwargs: the constructor's other keywords (`cluster_axis`, `is_distributed`, `ccl`, `weight_dtype`, ...).
+        Returns the module."""
+        given = sorted(k for k in ("eps", "add_unit_offset") if k in kwargs)
+        if given:
+            raise RuleError(
+                "module.from_torch",
+                "from_torch reads the epsilon and the weight's unit offset from the torch module",
+                f"{', '.join(given)} given",
+                "set them on the torch module, or build DistributedRMSNorm(mesh_device, dim, state_dict, ...)",
+            )
+        read = read_torch_norm(norm, activation_dtype)
+        name = weight_name(weight_key, kwargs.get("layer_num"), kwargs.get("state_dict_prefix"))
+        return cls(mesh_device, read.dim, {name: read.weight}, weight_key, eps=read.epsilon, **kwargs)
 
     def _output_memory_config(self, mode: str):
         mc = self.output_memory_config
@@ -321,12 +362,11 @@ class DistributedRMSNorm(PlannedModule):
 
     __call__ = forward
 
-    def plan(self, signature: Signature, x, residual) -> BoundCall:
+    def plan(self, signature: Signature, held: Held, x, residual) -> BoundCall:
         """The call of this signature, its rules checked: the distributed norm (and the output gather), or the
         replicated rms_norm."""
         mesh_device, mode, distributed = self.mesh_device, signature.mode, signature.distributed
-        if mode not in MODES:
-            raise RuleError("module.mode", "mode must be 'decode' or 'prefill'", mode, 'mode="decode"')
+        mode = mode_name(mode)
         check_input_width(x, self.dim, self.num_devices, distributed=bool(distributed))
         distributed_calls.check_tensors(x, None, residual)
         if not distributed:

@@ -31,12 +31,28 @@ TENSOR = "tensor"
 CONFIG = "config"
 VALUE = "value"
 
-# Parameter names of the entry points that differ from the field they fill: `w` (the function's weight), tt-metal's
-# `res` (the Galaxy decoder's residual), and a module's `self` (its modules).
-PARAMETER_FIELDS = {"w": "weight", "res": "residual", "self": "modules"}
+# Parameter names of the entry points that differ from the field they fill: `w` (the function's weight), a module's
+# `self` (its modules), and tt-metal's names (`res`, and tt_transformers' ccl.py functions' `inp`, `gamma`, `tt_ccl` and
+# configs).
+PARAMETER_FIELDS = {
+    "w": "weight",
+    "self": "modules",
+    "res": "residual",
+    "inp": "x",
+    "gamma": "weight",
+    "tt_ccl": "ccl",
+    "ln_sharded_progcfg": "program_config",
+    "ln_sharded_input_memcfg": "input_memory_config",
+    "ln_sharded_stats_memcfg": "stats_memory_config",
+}
 
-# Entry-point parameters that are not part of any plan, with the reason.
-NOT_IN_SIGNATURE: dict[str, str] = {}
+# Entry-point parameters that are not fields of a signature, with where the plan's dependence on them goes.
+NOT_IN_SIGNATURE: dict[str, str] = {
+    "num_links": "the links of the CCL resources adopted for the call: one resources object per CCL object, axis, "
+    "topology and link count, by identity in the ccl field",
+    "norm_config": "its sharded_program_config and sharded_output_config are the call's program config and output "
+    "memory config, in those fields",
+}
 
 
 def config_key(cfg):
@@ -74,6 +90,7 @@ class Signature(NamedTuple):
     """Everything a plan depends on, `COMPARE` saying how each field is compared. Equal signatures run one plan."""
 
     mesh_device: int
+    entry: object  # the entry point whose call it is, where it plans other ops than distributed_rms_norm's
     modules: tuple  # the modules whose attributes the plan binds
     mode: object
     distributed: object  # a module's `is_distributed(mode)`, asked every call
@@ -89,6 +106,8 @@ class Signature(NamedTuple):
     sharded: object
     path: object
     ccl: int
+    input_memory_config: object  # where the call moves x before the norm
+    stats_memory_config: object  # where the call gathers the stats
     x: tuple  # the tensors come last: their specs are compared, and left out of the hash
     residual: tuple | None
 
@@ -100,6 +119,7 @@ class Signature(NamedTuple):
 
 COMPARE = {
     "mesh_device": IDENTITY,
+    "entry": VALUE,
     "modules": IDENTITY,
     "mode": VALUE,
     "distributed": VALUE,
@@ -115,14 +135,16 @@ COMPARE = {
     "sharded": VALUE,
     "path": VALUE,
     "ccl": IDENTITY,
+    "input_memory_config": VALUE,
+    "stats_memory_config": VALUE,
     "x": TENSOR,
     "residual": TENSOR,
 }
 
 
 class Held(NamedTuple):
-    """The objects a signature names by identity or by a key (the configs), kept with its plan and handed to the
-    function that makes it: the cache forgets a plan by any of them."""
+    """The objects a signature names by identity or by their fields (the configs), kept with its plan and handed to
+    the function that makes it: the cache forgets a plan by the objects it binds."""
 
     mesh_device: object
     modules: tuple
@@ -132,14 +154,9 @@ class Held(NamedTuple):
     program_config: object
 
     def __contains__(self, obj) -> bool:
-        return (
-            obj is self.mesh_device
-            or obj is self.weight
-            or obj is self.ccl
-            or obj is self.compute_kernel_config
-            or obj is self.program_config
-            or any(m is obj for m in self.modules)
-        )
+        """Whether the plan binds `obj`: its mesh, weight, CCL object or a module whose attributes it read (the
+        configs are read by their fields, which the signature compares)."""
+        return obj is self.mesh_device or obj is self.weight or obj is self.ccl or any(m is obj for m in self.modules)
 
 
 _make = tuple.__new__
@@ -149,6 +166,7 @@ def signature(
     *,
     mesh_device,
     x,
+    entry=None,
     modules=(),
     mode=None,
     distributed=None,
@@ -165,6 +183,8 @@ def signature(
     sharded=None,
     path=None,
     ccl=None,
+    input_memory_config=None,
+    stats_memory_config=None,
 ) -> tuple[Signature, Held]:
     """The signature of a call of these arguments (x and the residual are the call's tensors) and the objects it names
     by identity: the one function that makes a `Signature`, called by every entry point with its own parameters under
@@ -172,6 +192,7 @@ def signature(
     spec = getattr(x, "spec", None)  # tensor_signature(x), written out: every call makes a signature
     key = (
         id(mesh_device),
+        entry,
         tuple(map(id, modules)) if modules else (),
         mode,
         distributed,
@@ -187,6 +208,8 @@ def signature(
         sharded,
         path,
         id(ccl),
+        input_memory_config,
+        stats_memory_config,
         (spec, None if spec is None else x.storage_type()),
         None if residual is None else tensor_signature(residual),
     )

@@ -7,7 +7,7 @@ within the bf16 policy."""
 import pytest
 import torch
 
-from tests.mock.tt_metal_decoders import FUSED, NORM, PRE, SCENARIOS
+from tests.mock.tt_metal_decoders import FUNCTION_SCENARIOS, FUSED, NORM, PRE, SCENARIOS
 from tt_rmsnorm import accuracy, reference
 from tt_rmsnorm.testing import workers
 
@@ -97,3 +97,85 @@ def test_both_sequences_compute_the_norm_within_the_bf16_policy(scenario_id):
         distributed = FUSED in ops or PRE in ops
         y = _numbers(ops, s.memory_layout, x, w, residual, n if distributed else 1)
         accuracy.assert_close(y, golden, "bfloat16", context=f"{s.id} {ops}")
+
+
+FUNCTIONS_BY_ID = {s.id: s for s in FUNCTION_SCENARIOS}
+
+
+def _function_call(mesh, s):
+    """The scenario's call of tt_transformers' function, by its signature, on the model CCL stand-in and the configs a
+    decoder hands it (the TG decode grid of tt_transformers' DistributedNorm)."""
+    import ttnn
+
+    from tt_rmsnorm.compat import tt_distributed_rmsnorm, tt_sharded_distributed_rmsnorm
+    from tt_rmsnorm.testing import tt_metal_stand_ins as stand_ins
+
+    tg = s.system == "galaxy"
+    layer, norm, _, tt_ccl = stand_ins.decoder_norm_module(mesh, tg, distributed_modes=("decode", "prefill"))
+    x = stand_ins.decoder_input(mesh, s.mode, True)
+    gamma, eps = norm.weight_distributed, norm.eps
+    if s.function == "tt_distributed_rmsnorm":
+        ck = ttnn.WormholeComputeKernelConfig(
+            math_fidelity=ttnn.MathFidelity.HiFi2, math_approx_mode=False, fp32_dest_acc_en=False, packer_l1_acc=False
+        )
+        calls = {
+            "current": lambda: tt_distributed_rmsnorm(x, eps, gamma, mesh, tt_ccl, ck, None),
+            "with_ccl": lambda: tt_distributed_rmsnorm(x, eps, gamma, mesh, tt_ccl, ck),
+            "without_ccl": lambda: tt_distributed_rmsnorm(x, eps, gamma, mesh, ck),
+            "keywords": lambda: tt_distributed_rmsnorm(
+                inp=x, epsilon=eps, gamma=gamma, mesh_device=mesh, tt_ccl=tt_ccl, compute_kernel_config=ck, num_links=1
+            ),
+        }
+        return calls[s.signature], x
+    stats = ttnn.create_sharded_memory_config(
+        shape=[1, 1, 32, 32 * 4], core_grid=ttnn.CoreGrid(y=1, x=1), strategy=ttnn.ShardStrategy.WIDTH
+    )
+    configs = (layer.gather_in_mem_cfg, layer.ln_prg_cfg, stats)
+    calls = {
+        "current": lambda: tt_sharded_distributed_rmsnorm(x, eps, gamma, mesh, tt_ccl, *configs, None),
+        "with_ccl": lambda: tt_sharded_distributed_rmsnorm(x, eps, gamma, mesh, tt_ccl, *configs),
+        "without_ccl": lambda: tt_sharded_distributed_rmsnorm(x, eps, gamma, mesh, *configs),
+        "keywords": lambda: tt_sharded_distributed_rmsnorm(
+            inp=x,
+            epsilon=eps,
+            gamma=gamma,
+            mesh_device=mesh,
+            tt_ccl=tt_ccl,
+            ln_sharded_input_memcfg=configs[0],
+            ln_sharded_progcfg=configs[1],
+            ln_sharded_stats_memcfg=configs[2],
+            num_links=1,
+        ),
+    }
+    return calls[s.signature], x
+
+
+def _run_function(mesh, scenario_id):
+    """Warm up, then record the second call: its ops, its allocations, and which CCL slots served its gathers."""
+    from tests.mock.tt_metal_decoders import FUNCTION_SCENARIOS
+    from tt_rmsnorm.testing import recorder
+    from tt_rmsnorm.testing.tt_metal_stand_ins import facts
+
+    s = next(s for s in FUNCTION_SCENARIOS if s.id == scenario_id)
+    call, _ = _function_call(mesh, s)
+    call()
+    with recorder.recording() as rec:
+        y = call()
+    return facts(y), rec.ops, [c.name for c in rec.allocations]
+
+
+@pytest.mark.parametrize("scenario_id", list(FUNCTIONS_BY_ID))
+def test_tt_transformers_ccl_functions_run_by_each_signature(scenario_id):
+    s = FUNCTIONS_BY_ID[scenario_id]
+    got, ops, allocations = workers.run_isolated(s.system, _run_function, s.id, timeout=600)
+    devices = {"t3k": 8, "galaxy": 32}[s.system]
+    assert got == {
+        "devices": devices,
+        "shape": (1, 1, s.tokens, s.width),
+        "layout": s.memory_layout,
+        "buffer": "L1" if s.memory_layout == "WIDTH_SHARDED" else "DRAM",
+        "dtype": "BFLOAT16",
+    }
+    assert tuple(ops) == s.ops, ops
+    assert s.tt_metal_ops == s.ops or s.why
+    assert allocations == []

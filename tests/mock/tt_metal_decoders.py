@@ -172,3 +172,85 @@ SCENARIOS += tuple(
     for s in SCENARIOS
     if s.id in ("t3k-decode", "t3k-prefill", "galaxy-decode")
 )
+
+
+@dataclass(frozen=True)
+class FunctionScenario:
+    """A call of tt_transformers' ccl.py functions, by one of the signatures model files call them with, as data:
+    the ops tt-metal's function issues and the ops `tt_rmsnorm.compat` issues for the same call."""
+
+    id: str
+    system: str  # "t3k" | "galaxy"
+    function: str  # "tt_distributed_rmsnorm" | "tt_sharded_distributed_rmsnorm"
+    signature: str  # "current" (tt_ccl, num_links), "with_ccl" (tt_ccl, no num_links), "without_ccl", "keywords"
+    mode: str
+    width: int  # per device
+    memory_layout: str
+    tt_metal_ops: tuple
+    ops: tuple
+    why: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return 32 if self.mode == "decode" else 128
+
+
+ALL_GATHER = "all_gather"
+# tt_transformers' tt_all_gather moves its input to DRAM first; tt_distributed_rmsnorm reshapes the stats before it
+TT_METAL_PREFILL = (PRE, "reshape", MOVE, GATHER, POST)
+
+FUNCTION_SCENARIOS = (
+    *(
+        FunctionScenario(
+            f"{system}-tt_distributed_rmsnorm-{sig}",
+            system,
+            "tt_distributed_rmsnorm",
+            sig,
+            "prefill",
+            DIM // n,
+            "INTERLEAVED",
+            TT_METAL_PREFILL,
+            (PRE, GATHER, POST),
+            STATS_AS_GATHERED,
+        )
+        for system, n in (("t3k", 8), ("galaxy", 4))
+        for sig in ("current", "with_ccl", "keywords")
+    ),
+    # the signature before the CCL object: the stats through ttnn.all_gather
+    FunctionScenario(
+        "t3k-tt_distributed_rmsnorm-without_ccl",
+        "t3k",
+        "tt_distributed_rmsnorm",
+        "without_ccl",
+        "prefill",
+        DIM // 8,
+        "INTERLEAVED",
+        (PRE, ALL_GATHER, POST),
+        (PRE, ALL_GATHER, POST),
+    ),
+    *(
+        FunctionScenario(
+            f"galaxy-tt_sharded_distributed_rmsnorm-{sig}",
+            "galaxy",
+            "tt_sharded_distributed_rmsnorm",
+            sig,
+            "decode",
+            DIM // 4,
+            "WIDTH_SHARDED",
+            (MOVE, PRE, GATHER, POST),
+            (MOVE, PRE, GATHER, POST),
+        )
+        for sig in ("current", "with_ccl", "keywords")
+    ),
+    FunctionScenario(
+        "galaxy-tt_sharded_distributed_rmsnorm-without_ccl",
+        "galaxy",
+        "tt_sharded_distributed_rmsnorm",
+        "without_ccl",
+        "decode",
+        DIM // 4,
+        "WIDTH_SHARDED",
+        (MOVE, PRE, ALL_GATHER, POST),
+        (MOVE, PRE, ALL_GATHER, POST),
+    ),
+)

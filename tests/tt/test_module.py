@@ -103,7 +103,7 @@ class _Counting(module.PlannedModule):
     def bound_modules(self):
         return (self, *self.reads)
 
-    def plan(self, signature, x, residual):
+    def plan(self, signature, held, x, residual):
         self.made.append(signature)
         return module.BoundCall(f"run{len(self.made)}", "w", None, None)
 
@@ -164,7 +164,7 @@ def test_setting_an_attribute_of_a_module_whose_attributes_a_plan_reads_forgets_
 
 def test_a_module_s_plan_refuses_what_is_not_a_tensor_before_anything_is_cached():
     class Refusing(_Counting):
-        def plan(self, signature, x, residual):
+        def plan(self, signature, held, x, residual):
             self.made.append(signature)
             raise RuleError("input.ttnn_tensor", "x must be a ttnn mesh tensor", type(x).__name__, "a tensor")
 

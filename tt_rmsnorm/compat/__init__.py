@@ -1,5 +1,7 @@
-"""tt-metal's norm modules, keyword for keyword: `RMSNorm` (models/common/rmsnorm.py) and `DistributedNorm`
-(models/tt_transformers/tt/distributed_norm.py). A model file changes its import line and keeps every call:
+"""tt-metal's norm modules and functions, keyword for keyword: `RMSNorm` and `SimpleRMSNorm` (models/common/rmsnorm.py),
+`DistributedNorm` (models/tt_transformers/tt/distributed_norm.py), `tt_distributed_rmsnorm` and
+`tt_sharded_distributed_rmsnorm` (models/tt_transformers/tt/ccl.py), and the Galaxy decoder's `DistributedNorm`
+(`tt_rmsnorm.compat.llama_galaxy`). A model file changes its import line and keeps every call:
 
     from tt_rmsnorm.compat import DistributedNorm, RMSNorm
 
@@ -9,7 +11,8 @@ distributed norm taking sharded inputs too, and a TILE copy of the weight where 
 hold a ROW_MAJOR one in a core's L1 (8192 wide on one device). docs/migrating-from-tt-metal.md maps every argument.
 """
 
-from tt_rmsnorm.compat.rmsnorm import RMSNorm
+from tt_rmsnorm.compat.rmsnorm import RMSNorm, SimpleRMSNorm
 from tt_rmsnorm.compat.tt_transformers import DistributedNorm
+from tt_rmsnorm.compat.tt_transformers_ccl import tt_distributed_rmsnorm, tt_sharded_distributed_rmsnorm
 
-__all__ = ["DistributedNorm", "RMSNorm"]
+__all__ = ["DistributedNorm", "RMSNorm", "SimpleRMSNorm", "tt_distributed_rmsnorm", "tt_sharded_distributed_rmsnorm"]

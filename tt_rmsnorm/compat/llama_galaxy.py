@@ -1,12 +1,15 @@
 """The Llama-70B Galaxy decoder's `DistributedNorm` (models/demos/llama3_70b_galaxy/tt/distributed_norm.py):
-`DistributedNorm(norm, args, TG=False, tt_ccl=None, ccl_topology=None)` and `forward(x, res, mode)`, which always
-gives the decoder a pair back, run through the package.
+`DistributedNorm(norm, args, TG=False, tt_ccl=None, ccl_topology=None)`, and its current form `DistributedNorm(norm,
+args, tt_ccl=None, ccl_topology=None, use_sharded_decode=True)` (always the Galaxy flows), with `forward(x, res, mode)`,
+which always gives the decoder a pair back, run through the package.
 
 TG (the Galaxy 8x4): both modes distributed over the mesh columns (cluster axis 1). Decode runs on the decoder's
 width-sharded grid, cores (1,0)-(2,7) with [32, dim/4/16] shards and the matching sharded program config, as the fused
 op (`fused_rms_minimal`, with the residual when one is given, as the Galaxy decoder's sharded norm runs it); prefill
 runs pre -> all_gather_async -> post with HiFi2 and no fp32 accumulation. With `res`, x + res is written into `res` in
 place and `(output, res)` comes back; without, `(output, None)`.
+`use_sharded_decode=False`: decode runs as prefill does, in DRAM (x + res added first where `res` is given, into `res`),
+and gives `(output, None)` back, as the current decoder's non-sharded decode does.
 Not TG: the norm on the input where the norm reads it (the decoder's sharded config for decode, DRAM for prefill).
 """
 
@@ -22,7 +25,7 @@ from tt_rmsnorm.compat.tt_transformers import check_norm
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
-from tt_rmsnorm.rules import sharding
+from tt_rmsnorm.rules import operands, sharding
 from tt_rmsnorm.signature import signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 
@@ -38,13 +41,21 @@ class DistributedNorm(module.PlannedModule):
     own `CCLResources` at construction, before any trace.
     """
 
-    def __init__(self, norm, args, TG=False, tt_ccl=None, ccl_topology=None):  # noqa: N803 (tt-metal's name)
+    def __init__(self, norm, args, TG=None, tt_ccl=None, ccl_topology=None, use_sharded_decode=True):  # noqa: N803
+        if TG is not None and not isinstance(TG, bool):
+            # the current signature (norm, args, tt_ccl, ccl_topology, use_sharded_decode), called by position
+            if isinstance(ccl_topology, bool):
+                use_sharded_decode = ccl_topology
+            TG, tt_ccl, ccl_topology = None, TG, tt_ccl
+        if TG is None:  # the current module has no TG: its flows are the Galaxy's, on a 2-D mesh
+            TG = min(tuple(args.mesh_device.shape)) > 1
         check_norm(norm)
         self.norm = norm
         self.args = args
         self.tt_ccl = tt_ccl
         self.ccl_topology = ccl_topology
         self.TG = TG
+        self.use_sharded_decode = use_sharded_decode
         if not TG:
             return
         rows = 5 if getattr(args, "qk_norm", False) else 8
@@ -96,11 +107,12 @@ class DistributedNorm(module.PlannedModule):
 
     __call__ = forward
 
-    def plan(self, signature, x, residual) -> module.BoundCall:
+    def plan(self, signature, held, x, residual) -> module.BoundCall:
         """The call for this signature, every op it issues (moves, the norm, the residual's copy back) checked before
         any runs."""
         distributed_calls.check_tensors(x, None, residual)
-        x, residual, mode, distributed = describe(x), describe(residual), signature.mode, signature.distributed
+        x, residual, distributed = describe(x), describe(residual), signature.distributed
+        mode = module.mode_name(signature.mode)
         if self.TG:
             return self._tg(x, residual, mode)
         if residual is not None:
@@ -136,6 +148,8 @@ class DistributedNorm(module.PlannedModule):
     def _tg(self, x: TensorDesc, res: TensorDesc | None, mode) -> module.BoundCall:
         module.check_input_width(x, self.args.dim, self.args.mesh_device.shape[_TG_AXIS], distributed=True)
         decode = mode == "decode"
+        if decode and not self.use_sharded_decode:
+            return self._dram_decode(x, res)
         cfg = self.gather_in_mem_cfg
         moves = decode and x.memory_config != cfg
         configs = {"program_config": self.ln_prg_cfg} if decode else {"compute_kernel_config": self.ln_cfg}
@@ -176,3 +190,45 @@ class DistributedNorm(module.PlannedModule):
             return out if res is not None else (out, None)
 
         return module.BoundCall(run, w, plan, plan.output_desc(h))
+
+    def _dram_decode(self, x: TensorDesc, res: TensorDesc | None) -> module.BoundCall:
+        """use_sharded_decode=False: decode in DRAM as the current decoder runs it without its sharded grid: x (and
+        res) moved to DRAM, x + res added into a new tensor (the caller's res is not written), the distributed norm
+        interleaved with HiFi2, the output moved where the norm's output config says; `(output, None)` back."""
+        dram = ttnn.DRAM_MEMORY_CONFIG
+        moves = [t is not None and t.memory_config != dram for t in (x, res)]
+        for t, move in zip((x, res), moves, strict=True):
+            if move:
+                sharding.check_move(t, dram)
+        h = replace(x, memory_config=dram)
+        if res is not None:
+            operands.check_residual(h, replace(res, memory_config=dram))
+        out_mc = self.norm.output_mem_config
+        plan = distributed_calls.plan_described(
+            self.args.mesh_device,
+            h,
+            describe(self.norm.weight_distributed),
+            None,
+            epsilon=self.norm.eps,
+            cluster_axis=_TG_AXIS,
+            compute_kernel_config=self.ln_cfg,
+            ccl=self._ccl,
+        )
+        output = plan.output_desc(h)
+        if out_mc is not None:
+            sharding.check_move(output, out_mc)
+            output = replace(output, memory_config=out_mc)
+        plan_run = plan.run
+        move_x, move_res = moves
+
+        def run(x, w, res):
+            via = route()
+            if move_x:
+                x = via(ttnn.to_memory_config)(x, dram)
+            if res is not None:
+                r = via(ttnn.to_memory_config)(res, dram) if move_res else res
+                x = via(ttnn.add)(x, r, memory_config=dram)
+            out = plan_run(x, w, None)
+            return (out if out_mc is None else via(ttnn.to_memory_config)(out, out_mc)), None
+
+        return module.BoundCall(run, self.norm.weight_distributed, plan, output)

@@ -95,7 +95,15 @@ class RMSNorm(module.PlannedModule):
                     else ccl.CCLResources(device, cluster_axis=axis, topology=ccl_topology)
                 )
 
-    def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False) -> ttnn.Tensor:
+    def forward(self, x: ttnn.Tensor, mode, in_sharded=False, out_sharded=False, norm_config=None) -> ttnn.Tensor:
+        """The norm of `x`. mode: "decode" / "prefill" or tt-metal's `Mode`, handed to `is_distributed` as given.
+        in_sharded: x is sharded, the norm runs with the sharded program config. out_sharded: the output goes to the
+        sharded output config. norm_config: {"sharded_program_config", "sharded_output_config"} for this call, in
+        place of the module's (tt-metal's newer RMSNorm takes the configs per call). Returns the output."""
+        program_config, output_config = self.sharded_program_config, self.sharded_output_config
+        if norm_config:
+            program_config = norm_config.get("sharded_program_config", program_config)
+            output_config = norm_config.get("sharded_output_config", output_config)
         called, held = signature(
             mesh_device=self.device,
             modules=self.bound_modules(),
@@ -104,24 +112,30 @@ class RMSNorm(module.PlannedModule):
             distributed=self.distributed_in(mode),
             in_sharded=in_sharded,
             out_sharded=out_sharded,
+            program_config=program_config if in_sharded else None,
+            memory_config=output_config if out_sharded else None,
         )
         call = PLANS.planned(called, held, self.plan_new, x, None)
         return call.run(x, call.weight, None)
 
     __call__ = forward
 
-    def plan(self, signature, x, residual) -> module.BoundCall:
+    def plan(self, signature, held, x, residual) -> module.BoundCall:
         distributed_calls.check_tensors(x)
         s = signature
-        return self.plan_described(describe(x), s.mode, s.distributed, s.in_sharded, s.out_sharded)
+        return self.plan_described(
+            describe(x), s.mode, s.distributed, s.in_sharded, s.out_sharded, held.program_config, s.memory_config
+        )
 
-    def plan_described(self, x: TensorDesc, mode, distributed, in_sharded, out_sharded) -> module.BoundCall:
-        """The call for an input as described, its rules checked: tt-metal's program and output configs where the
-        input and output are sharded, the distributed norm or the replicated rms_norm, then `sharded_to_interleaved`
-        where a sharded input gives an interleaved output. A module that makes the input (a gather, a move) plans it
-        here before it runs anything."""
-        program_config = self.sharded_program_config if in_sharded else None
-        memory_config = self.sharded_output_config if out_sharded else None
+    def plan_described(
+        self, x: TensorDesc, mode, distributed, in_sharded, out_sharded, program_config=None, output_config=None
+    ) -> module.BoundCall:
+        """The call for an input as described, its rules checked: the program and output configs (the module's
+        sharded ones by default) where the input and output are sharded, the distributed norm or the replicated
+        rms_norm, then `sharded_to_interleaved` where a sharded input gives an interleaved output. A module that makes
+        the input (a gather, a move) plans it here before it runs anything."""
+        program_config = (program_config or self.sharded_program_config) if in_sharded else None
+        memory_config = (output_config or self.sharded_output_config) if out_sharded else None
         distributed = bool(distributed) and self.num_devices > 1
         module.check_input_width(x, self.dim, self.num_devices, distributed=distributed)
         if distributed:
@@ -164,3 +178,59 @@ class RMSNorm(module.PlannedModule):
         """The policy's answer for `mode` (tt-metal's `is_distributed(mode)`, None and False meaning never): the norm
         is distributed where it is true and the mesh columns hold several devices."""
         return self._policy(mode)
+
+
+class SimpleRMSNorm(module.PlannedModule):
+    """tt-metal's `SimpleRMSNorm` (models/common/rmsnorm.py, for models whose width is not a multiple of 32): the
+    weight from a state_dict by key, padded with zeros to tiles (TILE, replicated), and `forward(x, mode=None,
+    in_sharded=False, out_sharded=False)` one plain `rms_norm` of x where it sits with that weight and `eps`. As in
+    tt-metal, `mode`, `in_sharded`, `out_sharded` and `sharded_output_config` do not change the call (the module
+    keeps the config as an attribute); the call is planned and checked once per signature."""
+
+    def __init__(
+        self,
+        device,
+        dim,
+        state_dict,
+        weight_key,
+        layer_num=None,
+        state_dict_prefix=None,
+        weight_cache_path=None,
+        weight_memory_config=ttnn.DRAM_MEMORY_CONFIG,
+        weight_dtype=ttnn.bfloat16,
+        eps: float = 1e-05,
+        add_unit_offset=False,
+        sharded_output_config=None,
+    ):
+        self.device = device
+        self.dim = dim
+        self.eps = eps
+        self.sharded_output_config = sharded_output_config
+        name = module.weight_name(weight_key, layer_num, state_dict_prefix)
+        torch_weight = module.state_dict_weight(state_dict, name, dim)
+        if add_unit_offset:
+            torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernel multiplies by w
+        cache = None if weight_cache_path is None else Path(weight_cache_path)
+        load = module.WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
+        self.weight = load(torch_weight, name, None, ttnn.TILE_LAYOUT)
+
+    def forward(self, x, mode=None, in_sharded=False, out_sharded=False):
+        called, held = signature(
+            mesh_device=self.device,
+            modules=self.bound_modules(),
+            x=x,
+            mode=mode,
+            in_sharded=in_sharded,
+            out_sharded=out_sharded,
+        )
+        call = PLANS.planned(called, held, self.plan_new, x, None)
+        return call.run(x, call.weight, None)
+
+    __call__ = forward
+
+    def plan(self, signature, held, x, residual) -> module.BoundCall:
+        distributed_calls.check_tensors(x)
+        module.check_input_width(x, self.dim, 1, distributed=False)
+        x = describe(x)
+        plan = distributed_calls.plan_replicated(self.device, x, describe(self.weight), epsilon=self.eps)
+        return module.BoundCall(plan.run, self.weight, plan, plan.output_desc(x))

@@ -18,7 +18,7 @@ from loguru import logger
 from tt_rmsnorm.architecture import architecture
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules import l1_budget
-from tt_rmsnorm.rules.common import max_subblock_w
+from tt_rmsnorm.rules.common import enum_name, max_subblock_w
 from tt_rmsnorm.systems import SYSTEMS
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE, one_tile_row, tile_padded
@@ -236,7 +236,11 @@ class NormPlan:
 
     def describe(self) -> str:
         c = self.compute_kernel_config
-        fid = str(c.math_fidelity).rsplit(".", 1)[-1]
+        compute = (
+            "compute: ttnn's default (HiFi4, approximate, bf16 accumulation)"
+            if c is None
+            else f"compute {enum_name(c.math_fidelity)} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}"
+        )
         if self.layout == "sharded":
             pc = self.program_config
             grid = pc.compute_with_storage_grid_size
@@ -253,9 +257,7 @@ class NormPlan:
         else:
             cfg = "LayerNormDefaultProgramConfig(legacy_reduction=False); input/stats/output DRAM interleaved"
         why = "; ".join(PLANNER_REASONS[key][0] for key in self.reasons)
-        return (
-            f"{self.layout}: {cfg}; compute {fid} fp32_acc={c.fp32_dest_acc_en} approx={c.math_approx_mode}; why: {why}"
-        )
+        return f"{self.layout}: {cfg}; {compute}; why: {why}"
 
     def explain(self) -> str:
         """One line per choice of this plan that departs from tt-metal's usual configs, with its full reason."""
@@ -265,8 +267,8 @@ class NormPlan:
     def reasons(self) -> tuple[str, ...]:
         """The PLANNER_REASONS keys behind this plan's choices where they differ from tt-metal's usual layouts."""
         c = self.compute_kernel_config
-        keys = ["fp32_dest_acc_en"]
-        if c.fp32_dest_acc_en and c.math_fidelity == ttnn.MathFidelity.HiFi3:
+        keys = [] if c is None else ["fp32_dest_acc_en"]
+        if c is not None and c.fp32_dest_acc_en and c.math_fidelity == ttnn.MathFidelity.HiFi3:
             keys.append("math_fidelity")
         keys += ["decode_grid", "subblock_w"] if self.layout == "sharded" else ["legacy_reduction", "use_2d_core_grid"]
         return tuple(keys)
@@ -284,15 +286,20 @@ def plan(
     compute_kernel_config=None,
     grid: tuple[int, int] | None = None,
     strategy: str = WIDTH,
+    fp32_accumulation: bool = True,
 ) -> NormPlan:
     """Choose the layout and configs for a per-device activation of `local_shape` on a device of architecture `arch`
-    (None: the default) with `compute_grid` (None: the architecture's default grid)."""
+    (None: the default) with `compute_grid` (None: the architecture's default grid). Without a
+    `compute_kernel_config`, the package's (fp32 accumulation) where `fp32_accumulation`, else None: ttnn's own
+    default, which the ops then resolve (HiFi4, approximate, bf16 accumulation)."""
     local_shape = tuple(local_shape)
     arch = architecture(arch)
     compute_grid = tuple(compute_grid or arch.default_compute_grid)
     layout = choose_layout(local_shape, sharded)
     if layout == "sharded":
-        cfg = compute_kernel_config or _default_compute(arch=arch)
+        cfg = compute_kernel_config
+        if cfg is None and fp32_accumulation:
+            cfg = _default_compute(arch=arch)
         g = grid or width_shard_grid(tile_padded(local_shape)[-1], compute_grid, max_cores=MAX_DECODE_CORES)
         return NormPlan(
             layout=layout,
@@ -305,7 +312,7 @@ def plan(
             grid=g,
         )
     cfg = compute_kernel_config
-    if cfg is None:
+    if cfg is None and fp32_accumulation:
         fits = (
             l1_budget.pre_l1_bytes(
                 TensorDesc(local_shape, dtype=dtype, arch=arch), _default_compute(fp32_dest_acc_en=True, arch=arch)

@@ -366,6 +366,50 @@ class FusedPath(PathPlan):
         return out, residual
 
 
+@dataclass(frozen=True)
+class RankView:
+    """A rank-3 activation [B, S, H/n] on a path whose ops take rank 4 (the pre and post index dim 3, the fused op
+    takes (1, 1, M, N)): the path runs on the view [1, B, S, H/n] and the output is viewed back. `ttnn.reshape` of the
+    leading dims of a tiled tensor is a view of the same buffer, so the residual stream the path writes is the
+    caller's own."""
+
+    plan: PathPlan
+    shape: tuple[int, ...]  # the caller's rank-3 shape
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def norm(self) -> NormPlan:
+        return self.plan.norm
+
+    @property
+    def call(self) -> Call:
+        return self.plan.call
+
+    def describe(self) -> str:
+        return f"{self.plan.describe()}; rank-3 input {list(self.shape)} viewed as rank 4"
+
+    def output_desc(self, x: TensorDesc) -> TensorDesc:
+        return replace(self.plan.output_desc(rank4(x)), shape=x.shape, padded_shape=x.padded_shape)
+
+    def run(self, x, w, residual):
+        reshape = route()(ttnn.reshape)
+        four = (1, *self.shape)
+        out = self.plan.run(reshape(x, four), w, None if residual is None else reshape(residual, four))
+        if residual is None:
+            return reshape(out, self.shape)
+        return reshape(out[0], self.shape), residual
+
+
+def rank4(t: TensorDesc | None) -> TensorDesc | None:
+    """A rank-3 description viewed as rank 4 (a leading 1); any other as it is."""
+    if t is None or t.rank != 3:
+        return t
+    return replace(t, shape=(1, *t.shape), padded_shape=(1, *t.padded_shape))
+
+
 def choose(
     local_shape, num_devices: int, *, ccl, has_weight: bool, path: str = "auto", in_l1: bool = True
 ) -> tuple[str, str]:

@@ -71,7 +71,9 @@ def _layout(name: str, x: TensorDesc, sharded):
     return True if x.is_sharded else bool(sharded)
 
 
-def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_config, compute_kernel_config):
+def _norm_plan(
+    name, x: TensorDesc, num_devices, compute_grid, sharded, program_config, compute_kernel_config, fp32_accumulation
+):
     norm = layouts.plan(
         x.shape,
         num_devices,
@@ -81,6 +83,7 @@ def _norm_plan(name, x: TensorDesc, num_devices, compute_grid, sharded, program_
         sharded=_layout(name, x, sharded),
         program_config=program_config,
         compute_kernel_config=compute_kernel_config,
+        fp32_accumulation=fp32_accumulation,
     )
     if norm.layout == "sharded" and x.is_sharded:
         # The caller's sharding is honoured: x stays where it is, and the rules judge the caller's program config (or
@@ -115,7 +118,9 @@ def _check_path_fits(name: str, num_devices: int, ccl) -> None:
             "path.local_one_device",
             "the local path normalizes one device's slice by itself: it needs one device on the gather axis",
             f"{num_devices} devices on the gather axis",
-            'path="auto" (or "classic"/"async"/"fused")',
+            "a per-head norm (each device normalizing its own heads over their own width): "
+            "tt_rmsnorm.DistributedRMSNorm(mesh_device, head_dim, ..., is_distributed=False), which runs rms_norm on "
+            'every device with the replicated weight; a hidden dim sharded over the axis: path="auto"',
         )
     if name in ("async", "fused") and ccl is None:
         raise RuleError(
@@ -189,16 +194,84 @@ def plan_call(
     program_config=None,
     compute_kernel_config=None,
     ccl=None,
-) -> paths.PathPlan:
+    stats_memory_config=None,
+) -> paths.PathPlan | paths.RankView:
     """The checked plan for one call signature. With a `mesh_device` the path's persistent buffers are allocated from
-    `ccl` once every check has passed; without one (planning only) the plan carries their descriptions."""
+    `ccl` once every check has passed; without one (planning only) the plan carries their descriptions.
+
+    Without a `compute_kernel_config` the plan takes fp32 accumulation (`layouts.compute_kernel_config`), and where
+    that does not fit (`FP32_BOUND_RULES`) ttnn's own default, as ttnn would run the call: the plan's reason says so."""
+    if x.rank == 3 and not (num_devices == 1 and path in ("auto", "local")):  # rms_norm takes rank 3 as it is
+        viewed = plan_call(
+            paths.rank4(x),
+            w,
+            paths.rank4(residual),
+            mesh_device=mesh_device,
+            compute_grid=compute_grid,
+            num_devices=num_devices,
+            call=call,
+            path=path,
+            sharded=sharded,
+            program_config=program_config,
+            compute_kernel_config=compute_kernel_config,
+            ccl=ccl,
+            stats_memory_config=stats_memory_config,
+        )
+        return paths.RankView(viewed, x.shape)
+    arguments = (x, w, residual, mesh_device, compute_grid, num_devices, call, path, sharded, program_config)
+    try:
+        return _plan_call(*arguments, compute_kernel_config, ccl, stats_memory_config, fp32_accumulation=True)
+    except RuleError as e:
+        if compute_kernel_config is not None or e.rule not in FP32_BOUND_RULES:
+            raise
+        plan = _plan_call(*arguments, None, ccl, stats_memory_config, fp32_accumulation=False)
+        why = f"ttnn's default compute config: fp32 accumulation does not fit ({e.rule})"
+        return replace(plan, reason=f"{plan.reason}; {why}")
+
+
+# The rules a plan can break only because it took fp32 accumulation, which the caller did not ask for: the L1 the
+# accumulation's buffers take and the dst-register limit on subblock_w.
+FP32_BOUND_RULES = frozenset(
+    {
+        "pre.l1_budget",
+        "post.l1_budget",
+        "rms_norm.l1_budget",
+        "sharded.l1_budget",
+        "fused.l1_budget",
+        "program_config.subblock_w_limit",
+        "fused.subblock_w_limit",
+    }
+)
+
+
+def _plan_call(
+    x,
+    w,
+    residual,
+    mesh_device,
+    compute_grid,
+    num_devices,
+    call,
+    path,
+    sharded,
+    program_config,
+    compute_kernel_config,
+    ccl,
+    stats_memory_config,
+    *,
+    fp32_accumulation,
+) -> paths.PathPlan:
     name, reason = paths.choose(
         x.shape, num_devices, ccl=ccl, has_weight=w is not None, path=path, in_l1=x.is_sharded or bool(sharded)
     )
     if name == "fused":
         name, reason = _fused_on_one_host(path, reason, x, mesh_device, call.mesh_shape)
     _check_path_fits(name, num_devices, ccl)
-    norm = _norm_plan(name, x, num_devices, compute_grid, sharded, program_config, compute_kernel_config)
+    norm = _norm_plan(
+        name, x, num_devices, compute_grid, sharded, program_config, compute_kernel_config, fp32_accumulation
+    )
+    if stats_memory_config is not None:  # the caller's: the gather and the post's rules judge it
+        norm = replace(norm, stats_memory_config=stats_memory_config)
     written, move = _output_placement(name, norm, x, call.memory_config)
     plan = _PATH_CLASSES[name](
         name=name,
