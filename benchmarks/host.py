@@ -191,12 +191,12 @@ def _tt_metal_galaxy_norm(layer, mode, x, res):
     columns -> post with HiFi2 and no fp32 accumulation."""
     import ttnn
 
+    from tt_rmsnorm import op_outputs
     from tt_rmsnorm.planning import planner
-    from tt_rmsnorm.rules import ccl_checks
 
     norm, ccl, mesh = layer.norm, layer._ccl, layer.args.mesh_device
     if mode == "decode":
-        stats = planner.allocate(ccl_checks.fused_stats_desc(x, 4, None), mesh)
+        stats = planner.allocate(op_outputs.fused_stats_desc(x, 4, None), mesh)
         res_kw = {} if res is None else {"residual_input_tensor": res}
         return lambda: ttnn.fused_rms_minimal(
             x,

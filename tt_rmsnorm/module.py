@@ -17,13 +17,13 @@ import torch
 import ttnn
 
 from tt_rmsnorm import distributed as distributed_calls
-from tt_rmsnorm import topology
+from tt_rmsnorm import op_outputs, topology
 from tt_rmsnorm.ccl import CCLResources, resources_for
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
 from tt_rmsnorm.planning import layouts, paths
-from tt_rmsnorm.rules import ccl_checks, op_checks
+from tt_rmsnorm.rules import op_checks
 from tt_rmsnorm.rules.common import GAMMA_DTYPES, enum_name
 from tt_rmsnorm.signature import Held, Signature, signature
 from tt_rmsnorm.tensors import TensorDesc, describe
@@ -399,7 +399,7 @@ class DistributedRMSNorm(PlannedModule):
         # judged before the norm runs, so that a gather that cannot run leaves x and the residual untouched
         gathered_mc = gathered_memory_config(output.memory_config, self.num_devices)
         self.ccl.check_gather(output, gathered_mc, cluster_axis=self.cluster_axis, num_links=self.ccl.links.num_links)
-        gathered = ccl_checks.gathered_desc(output, 3, self.num_devices, gathered_mc)
+        gathered = op_outputs.gathered_desc(output, 3, self.num_devices, gathered_mc)
         run = plan.run
 
         def gathered_run(x, w, residual):

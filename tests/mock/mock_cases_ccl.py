@@ -19,13 +19,8 @@ import ttnn
 from tests.mock import mock_cases
 from tests.mock.mock_cases import CK, GRIDS, PC, S, T, in_sample, tensor_desc
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.rules.ccl_checks import (
-    SemaphoreDesc,
-    check_all_gather_async,
-    check_fused_rms_minimal,
-    gathered_desc,
-    pre_stats_desc,
-)
+from tt_rmsnorm.op_outputs import gathered_desc, pre_stats_desc
+from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc, check_all_gather_async, check_fused_rms_minimal
 from tt_rmsnorm.rules.op_checks import check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.systems import system_of
 from tt_rmsnorm.tensors import describe, stats_kind_of

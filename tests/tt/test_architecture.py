@@ -9,7 +9,7 @@ import pytest
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import architecture, systems
+from tt_rmsnorm import architecture, op_outputs, systems
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import ccl_checks, l1_budget, op_checks
@@ -102,8 +102,8 @@ def test_the_burst_guard_reads_the_architecture():
 
 def test_derived_descriptions_keep_the_architecture():
     x = D((1, 1, 32, 1024), arch=BH)
-    assert ccl_checks.pre_stats_desc(x).arch is BH
-    assert ccl_checks.gathered_desc(ccl_checks.pre_stats_desc(x), 3, 2).arch is BH
+    assert op_outputs.pre_stats_desc(x).arch is BH
+    assert op_outputs.gathered_desc(op_outputs.pre_stats_desc(x), 3, 2).arch is BH
 
 
 def test_the_plan_takes_the_architecture():

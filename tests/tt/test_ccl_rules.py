@@ -7,15 +7,9 @@ import ttnn
 
 from tests.support import pc
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.op_outputs import fused_stats_desc, gathered_desc, pre_stats_desc
 from tt_rmsnorm.rules import ccl_l1, op_checks
-from tt_rmsnorm.rules.ccl_checks import (
-    SemaphoreDesc,
-    check_all_gather_async,
-    check_fused_rms_minimal,
-    fused_stats_desc,
-    gathered_desc,
-    pre_stats_desc,
-)
+from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc, check_all_gather_async, check_fused_rms_minimal
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES, RULES
 from tt_rmsnorm.tensors import TensorDesc as D
 

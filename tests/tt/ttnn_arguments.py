@@ -15,7 +15,8 @@ import ttnn
 from hypothesis import strategies as st
 
 from tt_rmsnorm.architecture import ARCHITECTURES
-from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc, fused_stats_desc
+from tt_rmsnorm.op_outputs import fused_stats_desc
+from tt_rmsnorm.rules.ccl_checks import SemaphoreDesc
 from tt_rmsnorm.tensors import STATS_KINDS, TensorDesc
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES
 from tt_rmsnorm.tiles import TILE
@@ -424,7 +425,7 @@ def decode_inputs(draw) -> TensorDesc:
 
 @st.composite
 def fused_stats_for(draw, x: TensorDesc, num_devices: int | None, compute_kernel_config):
-    """fused_rms_minimal's stats buffer for x (ccl_checks.fused_stats_desc), or any stats."""
+    """fused_rms_minimal's stats buffer for x (op_outputs.fused_stats_desc), or any stats."""
     if not x.is_sharded or not num_devices or draw(st.sampled_from((False, False, True))):
         return draw(stats_for(x, num_devices))
     return fused_stats_desc(x, num_devices, compute_kernel_config)

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import ttnn
 
-from tt_rmsnorm import ccl, module
+from tt_rmsnorm import ccl, module, op_outputs
 from tt_rmsnorm import distributed as distributed_calls
 from tt_rmsnorm.compat.rmsnorm import RMSNorm
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
-from tt_rmsnorm.rules import ccl_checks, sharding
+from tt_rmsnorm.rules import sharding
 from tt_rmsnorm.signature import signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 
@@ -161,7 +161,7 @@ class DistributedNorm(module.PlannedModule):
         """The gather of `x` into `memory_config`, its rules checked (a gathered width whose shards do not fit the grid
         is a RuleError, not a TT_FATAL): what it returns."""
         self._gather_ccl.check_gather(x, memory_config, num_links=params["num_links"])
-        return ccl_checks.gathered_desc(x, 3, self._gather_ccl.num_devices, memory_config)
+        return op_outputs.gathered_desc(x, 3, self._gather_ccl.num_devices, memory_config)
 
     def forward(self, x, mode, norm_config=None, residual=None):
         """The norm of `x` with its gathers. mode: "decode" / "prefill" or tt-metal's `Mode` (handed to the policies

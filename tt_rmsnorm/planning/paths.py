@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import ttnn
 
-from tt_rmsnorm import ccl
+from tt_rmsnorm import ccl, op_outputs
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning.layouts import NormPlan
@@ -100,11 +100,11 @@ class PathPlan:
 
     def local_stats_desc(self, x: TensorDesc) -> TensorDesc:
         """One device's stats as the pre writes them: sums in DRAM (interleaved), means on one core (sharded)."""
-        return ccl_checks.pre_stats_desc(self.input_desc(x))
+        return op_outputs.pre_stats_desc(self.input_desc(x))
 
     def stats_desc(self, x: TensorDesc) -> TensorDesc:
         """The gathered stats the post receives: one 32-wide tile per device on the gather axis."""
-        return ccl_checks.gathered_desc(
+        return op_outputs.gathered_desc(
             self.local_stats_desc(x), 3, self.call.num_devices, self.norm.stats_memory_config
         )
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 import torch
 import ttnn
 
+from tt_rmsnorm import op_outputs
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts, paths
 from tt_rmsnorm.rules import ccl_checks
@@ -137,7 +138,7 @@ def _buffers(name: str, plan: paths.PathPlan, x: TensorDesc) -> dict[str, Tensor
         return {"gathered": plan.stats_desc(x)}
     if name == "fused":
         return {
-            "fused_stats": ccl_checks.fused_stats_desc(
+            "fused_stats": op_outputs.fused_stats_desc(
                 plan.input_desc(x), plan.call.num_devices, plan.norm.compute_kernel_config
             )
         }

@@ -8,8 +8,8 @@ plus guards ttnn lacks (listed in `tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES`). 
 to Python, so the checks take a `SemaphoreDesc`: the cores they were created on and the handles a call passes. Tensor
 arguments are real ttnn tensors or `TensorDesc`s; every violation raises `tt_rmsnorm.errors.RuleError`.
 
-The shapes the gather produces are also here (`gathered_desc`, `pre_stats_desc`, `fused_stats_desc`), so persistent
-buffers are sized from the same facts the checks use.
+The tensors the ops produce are described in `tt_rmsnorm.op_outputs`, so that persistent buffers are sized from the
+same facts the checks use.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import ttnn
 
+from tt_rmsnorm.op_outputs import accumulation_dtype, fused_stats_desc, gathered_desc
 from tt_rmsnorm.rules import op_checks, operands, sharding
 from tt_rmsnorm.rules.ccl_l1 import check_fused_l1, check_gather_l1
 from tt_rmsnorm.rules.common import (
@@ -26,14 +27,13 @@ from tt_rmsnorm.rules.common import (
     check_dtype,
     check_on_device,
     check_tile,
-    compute_flags,
     enum_name,
     fail,
     is_sharded_program_config,
     max_subblock_w,
 )
 from tt_rmsnorm.systems import system_of
-from tt_rmsnorm.tensors import STATS_MEANS, STATS_SUMS, TensorDesc, describe
+from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.tiles import TILE
 
 FUSED_INPUT_DTYPES = (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.float32)
@@ -53,61 +53,6 @@ class SemaphoreDesc:
         """Describe the handle (or list of handles) created with `ttnn.create_global_semaphore(mesh, grid, 0)`."""
         handles = list(handles) if isinstance(handles, list | tuple) else [handles]
         return cls(grid, len(handles), tuple(id(h) for h in handles))
-
-
-def gathered_desc(x, dim: int, num_devices: int, memory_config=None) -> TensorDesc:
-    """What gathering `x` on `dim` over `num_devices` returns (the persistent output buffer must have this spec)."""
-    x = describe(x)
-    shape = list(x.shape)
-    shape[dim % x.rank] *= num_devices
-    return TensorDesc(
-        tuple(shape), x.dtype, x.layout, memory_config or x.memory_config, stats_kind=x.stats_kind, arch=x.arch
-    )
-
-
-def pre_stats_desc(x, *, dtype=ttnn.bfloat16, memory_config=None) -> TensorDesc:
-    """The stats `ttnn.rms_norm_pre_all_gather(x, ...)` returns: [.., S, 32] sums (interleaved: `dtype`, the given or
-    the input's memory config), or [1, 1, 32, 32] bfloat16 means on one L1 core, the input grid's first (sharded)."""
-    x = describe(x)
-    if not x.is_sharded:
-        return TensorDesc(
-            (*x.shape[:-1], TILE),
-            dtype or ttnn.bfloat16,
-            memory_config=memory_config or x.memory_config,
-            stats_kind=STATS_SUMS,
-            arch=x.arch,
-        )
-    start = x.shard_spec.grid.bounding_box().start
-    return TensorDesc(
-        (*x.shape[:-1], TILE),
-        ttnn.bfloat16,
-        memory_config=_one_core_l1((start.x, start.y), TILE),
-        stats_kind=STATS_MEANS,
-        arch=x.arch,
-    )
-
-
-def fused_stats_desc(x, num_devices: int, compute_kernel_config=None) -> TensorDesc:
-    """The stats buffer `fused_rms_minimal` needs for input `x`: [1, 1, 32, 32 * devices] TILE on the input grid's first
-    core, in the accumulation format (float32 with fp32_dest_acc_en, else bfloat16)."""
-    x = describe(x)
-    start = x.shard_spec.grid.bounding_box().start
-    return TensorDesc(
-        (1, 1, TILE, TILE * num_devices),
-        _accumulation_dtype(compute_kernel_config),
-        memory_config=_one_core_l1((start.x, start.y), TILE * num_devices),
-        arch=x.arch,
-    )
-
-
-def _one_core_l1(core, width: int) -> ttnn.MemoryConfig:
-    grid = ttnn.CoreRangeSet({ttnn.CoreRange(ttnn.CoreCoord(*core), ttnn.CoreCoord(*core))})
-    spec = ttnn.ShardSpec(grid, [TILE, width], ttnn.ShardOrientation.ROW_MAJOR)
-    return ttnn.MemoryConfig(ttnn.TensorMemoryLayout.WIDTH_SHARDED, ttnn.BufferType.L1, spec)
-
-
-def _accumulation_dtype(compute_kernel_config):
-    return ttnn.float32 if compute_flags(compute_kernel_config).fp32_dest_acc_en else ttnn.bfloat16
 
 
 def _check_count(sems: SemaphoreDesc | None, want: int, rule: str, fix: str):
@@ -240,14 +185,14 @@ def _check_persistent_buffer(x: TensorDesc, dim: int, n: int, buf: TensorDesc, m
             "all_gather_async.persistent_shape",
             "the persistent buffer must have the input's rank and dims, and at most input * devices on the gather dim",
             seen,
-            f"allocate it with shape {want.shape} (tt_rmsnorm.rules.ccl_checks.gathered_desc)",
+            f"allocate it with shape {want.shape} (tt_rmsnorm.op_outputs.gathered_desc)",
         )
     if buf.shape[dim] != want.shape[dim]:
         fail(
             "all_gather_async.persistent_truncated",
             "the persistent buffer must hold the whole gather (ttnn accepts a smaller one and returns it truncated)",
             seen,
-            f"allocate it with shape {want.shape} (tt_rmsnorm.rules.ccl_checks.gathered_desc)",
+            f"allocate it with shape {want.shape} (tt_rmsnorm.op_outputs.gathered_desc)",
         )
     for field, rule in (
         ("dtype", "all_gather_async.persistent_dtype"),
@@ -311,7 +256,7 @@ def check_fused_rms_minimal(
                 f"fused.{what}_required",
                 f"fused_rms_minimal requires {what}",
                 None,
-                "tt_rmsnorm.rules.ccl_checks.fused_stats_desc(...) sizes the stats buffer"
+                "tt_rmsnorm.op_outputs.fused_stats_desc(...) sizes the stats buffer"
                 if what == "stats"
                 else "tt_rmsnorm.prepare_weight(...) (ROW_MAJOR [1, 1, W/32, 32])",
             )
@@ -481,13 +426,13 @@ def _check_fused_program_config(x: TensorDesc, pc, compute_kernel_config):
 
 def _check_fused_stats(x: TensorDesc, s: TensorDesc, n: int, compute_kernel_config):
     check_on_device(s, "stats")
-    want = _accumulation_dtype(compute_kernel_config)
+    want = accumulation_dtype(compute_kernel_config)
     if s.dtype != want:
         fail(
             "fused.stats_dtype",
             "the stats buffer's dtype must be the accumulation format (float32 with fp32_dest_acc_en, else bfloat16)",
             f"{enum_name(s.dtype)} with fp32_dest_acc_en={want == ttnn.float32}",
-            f"allocate it as {enum_name(want)} (tt_rmsnorm.rules.ccl_checks.fused_stats_desc)",
+            f"allocate it as {enum_name(want)} (tt_rmsnorm.op_outputs.fused_stats_desc)",
         )
     if not s.is_sharded or s.memory_config.buffer_type != ttnn.BufferType.L1 or s.shard_spec.grid.num_cores() != 1:
         fail(
@@ -495,7 +440,7 @@ def _check_fused_stats(x: TensorDesc, s: TensorDesc, n: int, compute_kernel_conf
             "the stats buffer must be sharded in L1 on exactly one core (it backs a circular buffer)",
             f"{enum_name(s.memory_layout)} {enum_name(s.memory_config.buffer_type)}"
             + (f" on {s.shard_spec.grid.num_cores()} cores" if s.is_sharded else ""),
-            "tt_rmsnorm.rules.ccl_checks.fused_stats_desc(...) gives the memory config",
+            "tt_rmsnorm.op_outputs.fused_stats_desc(...) gives the memory config",
         )
     start = x.shard_spec.grid.bounding_box().start
     core = s.shard_spec.grid.bounding_box().start
@@ -515,7 +460,7 @@ def _check_fused_stats(x: TensorDesc, s: TensorDesc, n: int, compute_kernel_conf
                 rule,
                 f"the stats buffer must be {what}",
                 seen,
-                f"shape {expected.shape} on core ({start.x},{start.y}) (tt_rmsnorm.rules.ccl_checks.fused_stats_desc)",
+                f"shape {expected.shape} on core ({start.x},{start.y}) (tt_rmsnorm.op_outputs.fused_stats_desc)",
             )
 
 
