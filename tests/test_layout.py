@@ -13,7 +13,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tt_rmsnorm", "programs")
 # What a call of distributed_rms_norm, the module, the CCL resources or a checked op runs through.
-CALL_PATH = ("tt_rmsnorm.distributed", "tt_rmsnorm.module", "tt_rmsnorm.ccl", "tt_rmsnorm.ops", "tt_rmsnorm.devices")
+CALL_PATH = (
+    "tt_rmsnorm.distributed",
+    "tt_rmsnorm.rmsnorm_module",
+    "tt_rmsnorm.planned_module",
+    "tt_rmsnorm.weights",
+    "tt_rmsnorm.ccl",
+    "tt_rmsnorm.ops",
+    "tt_rmsnorm.devices",
+)
 
 
 def _module_name(path: Path) -> str:

@@ -23,7 +23,7 @@ if _ttnn_importable():
     from tt_rmsnorm.ccl import CCLResources
     from tt_rmsnorm.devices import close_mesh, gather_output, open_mesh, prepare_weight, shard_activation
     from tt_rmsnorm.distributed import distributed_rms_norm, plan_distributed_rms_norm
-    from tt_rmsnorm.module import DistributedRMSNorm
+    from tt_rmsnorm.rmsnorm_module import DistributedRMSNorm
     from tt_rmsnorm.tensors import TensorDesc, mark_stats
 
 __all__ = [

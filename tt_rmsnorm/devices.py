@@ -11,11 +11,11 @@ import ttnn
 
 from tt_rmsnorm.ccl import forget_adopted
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.module import row_major_fits
 from tt_rmsnorm.plan_cache import forget_plans
 from tt_rmsnorm.rules.common import GAMMA_DTYPES
 from tt_rmsnorm.tiles import TILE
 from tt_rmsnorm.topology import check_local_width, mapper, resolve_cluster_axis
+from tt_rmsnorm.weights import row_major_fits
 
 
 def open_mesh(shape: tuple[int, int], **kwargs):

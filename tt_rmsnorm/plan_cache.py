@@ -4,7 +4,7 @@ the compat classes, so a call with a known signature goes straight to its ttnn c
 The cache is bounded (the least recently used signature goes first) and compares the last signature it answered
 before any lookup: a loop over one call repeats one signature. Each plan is kept with the objects its signature names
 by identity (`Held`): `close_mesh` drops a mesh's plans, and setting an attribute of a module drops the plans that bind
-it (`tt_rmsnorm.module.PlannedModule`).
+it (`tt_rmsnorm.planned_module.PlannedModule`).
 """
 
 from __future__ import annotations

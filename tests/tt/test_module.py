@@ -6,22 +6,24 @@ import pytest
 import torch
 import ttnn
 
-from tt_rmsnorm import module
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.planned_module import BoundCall, PlannedModule, check_input_width
 from tt_rmsnorm.planning import layouts
+from tt_rmsnorm.rmsnorm_module import gathered_memory_config
 from tt_rmsnorm.signature import signature
+from tt_rmsnorm.weights import row_major_fits, state_dict_weight
 
 
 def test_the_weight_is_read_by_name_as_float_and_must_have_dim_elements():
     sd = {"layers.0.ffn_norm.weight": torch.arange(64, dtype=torch.bfloat16).reshape(2, 32)}
-    w = module.state_dict_weight(sd, "layers.0.ffn_norm.weight", 64)
+    w = state_dict_weight(sd, "layers.0.ffn_norm.weight", 64)
     assert w.dtype == torch.float32 and w.shape == (64,) and torch.equal(w, torch.arange(64, dtype=torch.float32))
     with pytest.raises(RuleError) as err:
-        module.state_dict_weight(sd, "layers.1.ffn_norm.weight", 64)
+        state_dict_weight(sd, "layers.1.ffn_norm.weight", 64)
     assert err.value.rule == "module.weight_key" and "layers.1.ffn_norm.weight" in str(err.value)
     with pytest.raises(RuleError) as err:
-        module.state_dict_weight(sd, "layers.0.ffn_norm.weight", 128)
+        state_dict_weight(sd, "layers.0.ffn_norm.weight", 128)
     assert err.value.rule == "module.weight_size" and "64" in str(err.value)
 
 
@@ -32,21 +34,21 @@ def _sharded(layout, width=128, orientation=ttnn.ShardOrientation.ROW_MAJOR, buf
 
 def test_a_gathered_width_sharded_output_keeps_its_cores_with_wider_shards():
     mc = _sharded(ttnn.TensorMemoryLayout.WIDTH_SHARDED, orientation=ttnn.ShardOrientation.COL_MAJOR)
-    wide = module.gathered_memory_config(mc, 8)
+    wide = gathered_memory_config(mc, 8)
     assert wide.memory_layout == mc.memory_layout and wide.buffer_type == mc.buffer_type
     assert wide.shard_spec.grid == mc.shard_spec.grid and wide.shard_spec.orientation == mc.shard_spec.orientation
     assert list(wide.shard_spec.shape) == [32, 128 * 8]
     height = _sharded(ttnn.TensorMemoryLayout.HEIGHT_SHARDED)
-    assert module.gathered_memory_config(height, 8) is height
-    assert module.gathered_memory_config(ttnn.DRAM_MEMORY_CONFIG, 8) is ttnn.DRAM_MEMORY_CONFIG
+    assert gathered_memory_config(height, 8) is height
+    assert gathered_memory_config(ttnn.DRAM_MEMORY_CONFIG, 8) is ttnn.DRAM_MEMORY_CONFIG
 
 
 def test_a_row_major_weight_fits_the_interleaved_norm_up_to_a_core_of_l1():
     ck = layouts.compute_kernel_config()
-    assert module.row_major_fits(4096, ttnn.bfloat16, ck)
-    assert not module.row_major_fits(8192, ttnn.bfloat16, ck)  # 1,772,896 B of L1 with the ROW_MAJOR weight
+    assert row_major_fits(4096, ttnn.bfloat16, ck)
+    assert not row_major_fits(8192, ttnn.bfloat16, ck)  # 1,772,896 B of L1 with the ROW_MAJOR weight
     with pytest.raises(RuleError) as err:  # another rule is the caller's to see, not a verdict on the fit
-        module.row_major_fits(100, ttnn.bfloat16, ck)
+        row_major_fits(100, ttnn.bfloat16, ck)
     assert err.value.rule == "weight.row_major_shape"
 
 
@@ -62,18 +64,18 @@ class _Input(ttnn.Tensor):
 
 
 def test_input_widths_are_checked_per_mode():
-    module.check_input_width(_Input(1024), 8192, 8, distributed=True)
-    module.check_input_width(_Input(8192), 8192, 8, distributed=False)
+    check_input_width(_Input(1024), 8192, 8, distributed=True)
+    check_input_width(_Input(8192), 8192, 8, distributed=False)
     with pytest.raises(RuleError) as err:
-        module.check_input_width(_Input(8192), 8192, 8, distributed=True)
+        check_input_width(_Input(8192), 8192, 8, distributed=True)
     assert err.value.rule == "module.input_width" and "width 8192" in str(err.value) and "1024 wide" in str(err.value)
     assert "shard the activation" in err.value.fix
     with pytest.raises(RuleError) as err:
-        module.check_input_width(_Input(1024), 8192, 8, distributed=False)
+        check_input_width(_Input(1024), 8192, 8, distributed=False)
     assert "width 1024" in str(err.value) and "8192 wide" in str(err.value)
     assert "gather the fractured activation" in err.value.fix
     with pytest.raises(RuleError) as err:
-        module.check_input_width([[1.0] * 8192], 8192, 8, distributed=False)
+        check_input_width([[1.0] * 8192], 8192, 8, distributed=False)
     assert err.value.rule == "input.ttnn_tensor" and "list" in str(err.value)
 
 
@@ -92,7 +94,7 @@ class _Tensor(ttnn.Tensor):
         return "".join(self._storage)
 
 
-class _Counting(module.PlannedModule):
+class _Counting(PlannedModule):
     """A module whose plan for a signature is numbered: `made` lists the signatures' fields it planned."""
 
     def __init__(self, reads=()):
@@ -105,7 +107,7 @@ class _Counting(module.PlannedModule):
 
     def plan(self, signature, held, x, residual):
         self.made.append(signature)
-        return module.BoundCall(f"run{len(self.made)}", "w", None, None)
+        return BoundCall(f"run{len(self.made)}", "w", None, None)
 
     def forward(self, x, mode="decode", residual=None):
         called, held = signature(

@@ -5,9 +5,11 @@ import pytest
 import ttnn
 
 import tt_rmsnorm
-from tt_rmsnorm import ccl, module, signature
+from tt_rmsnorm import ccl, signature
 from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.planned_module import default_is_distributed, distribution_policy
 from tt_rmsnorm.planning import paths, planner
+from tt_rmsnorm.weights import weight_name
 
 T3K, GALAXY, N300, N150 = (1, 8), (8, 4), (1, 2), (1, 1)
 
@@ -166,7 +168,7 @@ def test_a_path_name_is_read_by_value():
     ids=["meta-layer", "final-norm", "hf-prefix"],
 )
 def test_weight_key_conventions(key, layer, prefix, expect):
-    assert module.weight_name(key, layer, prefix) == expect
+    assert weight_name(key, layer, prefix) == expect
 
 
 @pytest.mark.parametrize(
@@ -175,7 +177,7 @@ def test_weight_key_conventions(key, layer, prefix, expect):
     ids=["n150", "n300", "t3k", "galaxy-columns"],
 )
 def test_default_is_distributed_policy(devices, decode, prefill):
-    policy = module.default_is_distributed(devices)
+    policy = default_is_distributed(devices)
     assert (policy("decode"), policy("prefill")) == (decode, prefill)
 
 
@@ -213,13 +215,13 @@ def test_a_caller_sharded_input_stays_where_it_is_with_the_callers_program_confi
     ids=["none-default", "false-never", "true-always", "callable"],
 )
 def test_is_distributed_false_means_never(given, decode, prefill):
-    policy = module.distribution_policy(given, 8)
+    policy = distribution_policy(given, 8)
     assert (policy("decode"), policy("prefill")) == (decode, prefill)
 
 
 def test_is_distributed_of_another_kind_is_refused():
     with pytest.raises(RuleError, match="module.is_distributed"):
-        module.distribution_policy("prefill", 8)
+        distribution_policy("prefill", 8)
 
 
 def test_a_rank_1_activation_is_one_tile_row():

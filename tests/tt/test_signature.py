@@ -8,9 +8,10 @@ import ttnn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tt_rmsnorm import compat, distributed, module
+from tt_rmsnorm import compat, distributed
 from tt_rmsnorm.compat import llama_galaxy
 from tt_rmsnorm.plan_cache import PlanCache
+from tt_rmsnorm.rmsnorm_module import DistributedRMSNorm
 from tt_rmsnorm.signature import (
     COMPARE,
     CONFIG,
@@ -29,7 +30,7 @@ FIELDS = {name: COMPARE[name] for name in Signature._fields}
 MODULE_ENTRY_POINTS = [
     distributed.distributed_rms_norm,
     distributed.planned_call,
-    module.DistributedRMSNorm.forward,
+    DistributedRMSNorm.forward,
     compat.RMSNorm.forward,
     compat.SimpleRMSNorm.forward,
     compat.DistributedNorm.forward,
@@ -134,8 +135,8 @@ class _Norm(compat.RMSNorm):
 def _owner(entry, mesh, answer):
     """The object a module's forward is called on, with what its forward reads (its mesh and its distribution policy,
     answering `answer`); None for the functions."""
-    if entry is module.DistributedRMSNorm.forward:
-        return _module(module.DistributedRMSNorm, mesh_device=mesh, is_distributed=lambda mode: answer)
+    if entry is DistributedRMSNorm.forward:
+        return _module(DistributedRMSNorm, mesh_device=mesh, is_distributed=lambda mode: answer)
     if entry is compat.RMSNorm.forward:
         return _module(
             compat.RMSNorm,

@@ -19,12 +19,13 @@ from dataclasses import replace
 
 import ttnn
 
-from tt_rmsnorm import ccl, module
+from tt_rmsnorm import ccl
 from tt_rmsnorm import distributed as distributed_calls
 from tt_rmsnorm.compat.tt_transformers import check_norm
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.planned_module import BoundCall, PlannedModule, check_input_width, mode_name
 from tt_rmsnorm.rules import operands, sharding
 from tt_rmsnorm.signature import signature
 from tt_rmsnorm.tensors import TensorDesc, describe
@@ -32,7 +33,7 @@ from tt_rmsnorm.tensors import TensorDesc, describe
 _TG_AXIS = 1  # the Galaxy decoder's hidden dim is split over the mesh columns
 
 
-class DistributedNorm(module.PlannedModule):
+class DistributedNorm(PlannedModule):
     """The Galaxy decoder's norm with its residual: `forward(x, res, mode)` -> `(output, res or None)`.
 
     `args` is duck-typed: `dim`, `mesh_device`, `is_multichip`, `is_distributed_norm(mode)`, and `qk_norm` where the
@@ -107,12 +108,12 @@ class DistributedNorm(module.PlannedModule):
 
     __call__ = forward
 
-    def plan(self, signature, held, x, residual) -> module.BoundCall:
+    def plan(self, signature, held, x, residual) -> BoundCall:
         """The call for this signature, every op it issues (moves, the norm, the residual's copy back) checked before
         any runs."""
         distributed_calls.check_tensors(x, None, residual)
         x, residual, distributed = describe(x), describe(residual), signature.distributed
-        mode = module.mode_name(signature.mode)
+        mode = mode_name(signature.mode)
         if self.TG:
             return self._tg(x, residual, mode)
         if residual is not None:
@@ -143,10 +144,10 @@ class DistributedNorm(module.PlannedModule):
                 x = route()(ttnn.to_memory_config)(x, input_mc)
             return norm_run(x, w, None)
 
-        return module.BoundCall(run, norm_call.weight, norm_call.plan, norm_call.output)
+        return BoundCall(run, norm_call.weight, norm_call.plan, norm_call.output)
 
-    def _tg(self, x: TensorDesc, res: TensorDesc | None, mode) -> module.BoundCall:
-        module.check_input_width(x, self.args.dim, self.args.mesh_device.shape[_TG_AXIS], distributed=True)
+    def _tg(self, x: TensorDesc, res: TensorDesc | None, mode) -> BoundCall:
+        check_input_width(x, self.args.dim, self.args.mesh_device.shape[_TG_AXIS], distributed=True)
         decode = mode == "decode"
         if decode and not self.use_sharded_decode:
             return self._dram_decode(x, res)
@@ -189,9 +190,9 @@ class DistributedNorm(module.PlannedModule):
             out = plan_run(x, w, res)
             return out if res is not None else (out, None)
 
-        return module.BoundCall(run, w, plan, plan.output_desc(h))
+        return BoundCall(run, w, plan, plan.output_desc(h))
 
-    def _dram_decode(self, x: TensorDesc, res: TensorDesc | None) -> module.BoundCall:
+    def _dram_decode(self, x: TensorDesc, res: TensorDesc | None) -> BoundCall:
         """use_sharded_decode=False: decode in DRAM as the current decoder runs it without its sharded grid: x (and
         res) moved to DRAM, x + res added into a new tensor (the caller's res is not written), the distributed norm
         interleaved with HiFi2, the output moved where the norm's output config says; `(output, None)` back."""
@@ -231,4 +232,4 @@ class DistributedNorm(module.PlannedModule):
             out = plan_run(x, w, None)
             return (out if out_mc is None else via(ttnn.to_memory_config)(out, out_mc)), None
 
-        return module.BoundCall(run, self.norm.weight_distributed, plan, output)
+        return BoundCall(run, self.norm.weight_distributed, plan, output)

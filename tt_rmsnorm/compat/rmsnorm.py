@@ -7,14 +7,16 @@ from pathlib import Path
 
 import ttnn
 
-from tt_rmsnorm import ccl, module
+from tt_rmsnorm import ccl
 from tt_rmsnorm import distributed as distributed_calls
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.planned_module import BoundCall, PlannedModule, check_input_width, distribution_policy
 from tt_rmsnorm.rules import sharding
 from tt_rmsnorm.signature import signature
 from tt_rmsnorm.tensors import TensorDesc, describe
 from tt_rmsnorm.topology import resolve_cluster_axis
+from tt_rmsnorm.weights import WeightLoader, state_dict_weight, weight_name
 
 
 def _hifi2():
@@ -24,7 +26,7 @@ def _hifi2():
     )
 
 
-class RMSNorm(module.PlannedModule):
+class RMSNorm(PlannedModule):
     """tt-metal's `RMSNorm`: weights from a state_dict by key, cached tilized, replicated (`weight`) and, where
     `is_distributed` is given, split over the mesh columns (`weight_distributed`); `forward(x, mode, in_sharded,
     out_sharded)` runs `rms_norm` on full-width activations or the distributed norm where `is_distributed(mode)`.
@@ -67,19 +69,19 @@ class RMSNorm(module.PlannedModule):
         self.output_mem_config = output_mem_config
         self.compute_kernel_config_hifi2 = _hifi2()
         # None and False: never distributed (tt-metal's reading); True or a callable: the policy per mode
-        self._policy = module.distribution_policy(is_distributed if is_distributed is not None else False, 1)
+        self._policy = distribution_policy(is_distributed if is_distributed is not None else False, 1)
         ccl.check_topology(ccl_topology, device)
         mesh_shape = tuple(device.shape)
         # tt-metal splits the distributed weight over mesh dim 1 (ShardTensor2dMesh dims (None, 2)): the columns, which
         # a 1-D mesh gathers over unnamed (as tt-metal's calls on it)
         axis = 1 if mesh_shape[0] > 1 else None
         self.cluster_axis, self.num_devices = resolve_cluster_axis(mesh_shape, axis)
-        name = module.weight_name(weight_key, layer_num, state_dict_prefix)
-        torch_weight = module.state_dict_weight(state_dict, name, dim)
+        name = weight_name(weight_key, layer_num, state_dict_prefix)
+        torch_weight = state_dict_weight(state_dict, name, dim)
         if add_unit_offset:
             torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernels multiply by w
         cache = None if weight_cache_path is None else Path(weight_cache_path)
-        load = module.WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
+        load = WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
         self.weight, self._weight_interleaved = load.replicated(torch_weight, name, self.compute_kernel_config_hifi2)
         self.weight_distributed = None
         self._ccl = None
@@ -120,7 +122,7 @@ class RMSNorm(module.PlannedModule):
 
     __call__ = forward
 
-    def plan(self, signature, held, x, residual) -> module.BoundCall:
+    def plan(self, signature, held, x, residual) -> BoundCall:
         distributed_calls.check_tensors(x)
         s = signature
         return self.plan_described(
@@ -129,7 +131,7 @@ class RMSNorm(module.PlannedModule):
 
     def plan_described(
         self, x: TensorDesc, mode, distributed, in_sharded, out_sharded, program_config=None, output_config=None
-    ) -> module.BoundCall:
+    ) -> BoundCall:
         """The call for an input as described, its rules checked: the program and output configs (the module's
         sharded ones by default) where the input and output are sharded, the distributed norm or the replicated
         rms_norm, then `sharded_to_interleaved` where a sharded input gives an interleaved output. A module that makes
@@ -137,7 +139,7 @@ class RMSNorm(module.PlannedModule):
         program_config = (program_config or self.sharded_program_config) if in_sharded else None
         memory_config = (output_config or self.sharded_output_config) if out_sharded else None
         distributed = bool(distributed) and self.num_devices > 1
-        module.check_input_width(x, self.dim, self.num_devices, distributed=distributed)
+        check_input_width(x, self.dim, self.num_devices, distributed=distributed)
         if distributed:
             w = self.weight_distributed
             plan = distributed_calls.plan_described(
@@ -165,14 +167,14 @@ class RMSNorm(module.PlannedModule):
             )
         output = plan.output_desc(x)
         if not (in_sharded and not out_sharded):
-            return module.BoundCall(plan.run, w, plan, output)
+            return BoundCall(plan.run, w, plan, output)
         sharding.check_move(output, ttnn.DRAM_MEMORY_CONFIG)
         run = plan.run
 
         def to_interleaved(x, w, residual):
             return route()(ttnn.sharded_to_interleaved)(run(x, w, residual))
 
-        return module.BoundCall(to_interleaved, w, plan, replace(output, memory_config=ttnn.DRAM_MEMORY_CONFIG))
+        return BoundCall(to_interleaved, w, plan, replace(output, memory_config=ttnn.DRAM_MEMORY_CONFIG))
 
     def distributed_in(self, mode):
         """The policy's answer for `mode` (tt-metal's `is_distributed(mode)`, None and False meaning never): the norm
@@ -180,7 +182,7 @@ class RMSNorm(module.PlannedModule):
         return self._policy(mode)
 
 
-class SimpleRMSNorm(module.PlannedModule):
+class SimpleRMSNorm(PlannedModule):
     """tt-metal's `SimpleRMSNorm` (models/common/rmsnorm.py, for models whose width is not a multiple of 32): the
     weight from a state_dict by key, padded with zeros to tiles (TILE, replicated), and `forward(x, mode=None,
     in_sharded=False, out_sharded=False)` one plain `rms_norm` of x where it sits with that weight and `eps`. As in
@@ -206,12 +208,12 @@ class SimpleRMSNorm(module.PlannedModule):
         self.dim = dim
         self.eps = eps
         self.sharded_output_config = sharded_output_config
-        name = module.weight_name(weight_key, layer_num, state_dict_prefix)
-        torch_weight = module.state_dict_weight(state_dict, name, dim)
+        name = weight_name(weight_key, layer_num, state_dict_prefix)
+        torch_weight = state_dict_weight(state_dict, name, dim)
         if add_unit_offset:
             torch_weight = torch_weight + 1.0  # Gemma stores w - 1; the kernel multiplies by w
         cache = None if weight_cache_path is None else Path(weight_cache_path)
-        load = module.WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
+        load = WeightLoader(device, dim, weight_dtype, weight_memory_config, cache)
         self.weight = load(torch_weight, name, None, ttnn.TILE_LAYOUT)
 
     def forward(self, x, mode=None, in_sharded=False, out_sharded=False):
@@ -228,9 +230,9 @@ class SimpleRMSNorm(module.PlannedModule):
 
     __call__ = forward
 
-    def plan(self, signature, held, x, residual) -> module.BoundCall:
+    def plan(self, signature, held, x, residual) -> BoundCall:
         distributed_calls.check_tensors(x)
-        module.check_input_width(x, self.dim, 1, distributed=False)
+        check_input_width(x, self.dim, 1, distributed=False)
         x = describe(x)
         plan = distributed_calls.plan_replicated(self.device, x, describe(self.weight), epsilon=self.eps)
-        return module.BoundCall(plan.run, self.weight, plan, plan.output_desc(x))
+        return BoundCall(plan.run, self.weight, plan, plan.output_desc(x))

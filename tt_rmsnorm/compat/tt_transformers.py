@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import ttnn
 
-from tt_rmsnorm import ccl, module, op_outputs
+from tt_rmsnorm import ccl, op_outputs
 from tt_rmsnorm import distributed as distributed_calls
 from tt_rmsnorm.compat.rmsnorm import RMSNorm
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.planned_module import BoundCall, PlannedModule, check_input_width, mode_name
 from tt_rmsnorm.rules import sharding
 from tt_rmsnorm.signature import signature
 from tt_rmsnorm.tensors import TensorDesc, describe
@@ -53,7 +54,7 @@ def check_prefetcher(prefetcher) -> None:
     )
 
 
-class DistributedNorm(module.PlannedModule):
+class DistributedNorm(PlannedModule):
     """tt_transformers' `DistributedNorm`: the norm of a decoder layer with the gathers around it.
 
     `args` is duck-typed: `dim`, `mesh_device`, `is_multichip`, `is_distributed_norm(mode)`, `ccl_topology()`, and
@@ -190,12 +191,12 @@ class DistributedNorm(module.PlannedModule):
 
     __call__ = forward
 
-    def plan(self, signature, held, x, residual) -> module.BoundCall:
+    def plan(self, signature, held, x, residual) -> BoundCall:
         """The call for this signature, every op's rules checked before any runs: the input gathered to full width (a
         mode that is not distributed on a multichip mesh) or moved to where the norm reads it, the norm, and the
         output gathered (a distributed mode)."""
         distributed_calls.check_tensors(x, None, residual)
-        x, r, mode = describe(x), describe(residual), module.mode_name(signature.mode)
+        x, r, mode = describe(x), describe(residual), mode_name(signature.mode)
         distributed_mode, norm_distributed = signature.distributed
         decode = mode == "decode"
         if residual is not None and not (self.use_fused_rms and decode):
@@ -226,7 +227,7 @@ class DistributedNorm(module.PlannedModule):
         else:
             h = x
         if norm is None:
-            norm_call = module.BoundCall(lambda x, w, residual: x, None, None, h)
+            norm_call = BoundCall(lambda x, w, residual: x, None, None, h)
         else:
             norm_call = norm.plan_described(
                 h, mode, norm_distributed, decode, decode, held.program_config, signature.memory_config
@@ -247,9 +248,9 @@ class DistributedNorm(module.PlannedModule):
             x = norm_run(x, w, None)
             return self._gather(x, out_mc, via, output_params) if gather_output else x
 
-        return module.BoundCall(run, norm_call.weight, norm_call.plan, output)
+        return BoundCall(run, norm_call.weight, norm_call.plan, output)
 
-    def _interleaved(self, x, mode, norm_distributed, gather_input, output_config, params) -> module.BoundCall:
+    def _interleaved(self, x, mode, norm_distributed, gather_input, output_config, params) -> BoundCall:
         """force_interleaved_norm: the input gathered (or moved) into DRAM, the norm interleaved, a decode output moved
         into the norm's sharded output config."""
         norm, decode, mc = self.norm, mode == "decode", ttnn.DRAM_MEMORY_CONFIG
@@ -259,7 +260,7 @@ class DistributedNorm(module.PlannedModule):
             sharding.check_move(x, mc)
             h = replace(x, memory_config=mc)
         norm_call = (
-            module.BoundCall(lambda x, w, residual: x, None, None, h)
+            BoundCall(lambda x, w, residual: x, None, None, h)
             if norm is None
             else norm.plan_described(h, mode, norm_distributed, False, False)
         )
@@ -275,9 +276,9 @@ class DistributedNorm(module.PlannedModule):
             return x if out_mc is None else via(ttnn.to_memory_config)(x, out_mc)
 
         output = norm_call.output if out_mc is None else replace(norm_call.output, memory_config=out_mc)
-        return module.BoundCall(run, norm_call.weight, norm_call.plan, output)
+        return BoundCall(run, norm_call.weight, norm_call.plan, output)
 
-    def _fused(self, x: TensorDesc, residual: TensorDesc, program_config, output_config) -> module.BoundCall:
+    def _fused(self, x: TensorDesc, residual: TensorDesc, program_config, output_config) -> BoundCall:
         """use_fused_rms decode: x + residual written into the residual, normalized over the full width, in one
         fused_rms_minimal; the output in the norm's sharded output config (the fused op writes a width-sharded L1
         config itself), the output alone handed back, as tt-metal's module does."""
@@ -299,12 +300,12 @@ class DistributedNorm(module.PlannedModule):
         def run(x, w, residual):
             return plan_run(x, w, residual)[0]
 
-        return module.BoundCall(run, w, plan, plan.output_desc(x))
+        return BoundCall(run, w, plan, plan.output_desc(x))
 
-    def _tg(self, x: TensorDesc, mode) -> module.BoundCall:
+    def _tg(self, x: TensorDesc, mode) -> BoundCall:
         """Both modes distributed over the mesh columns: decode on tt-metal's TG grid and program config, prefill
         interleaved with its TG compute config (HiFi2, no fp32 accumulation)."""
-        module.check_input_width(x, self.args.dim, 4, distributed=True)
+        check_input_width(x, self.args.dim, 4, distributed=True)
         if mode == "decode":
             mc = self.gather_in_mem_cfg if x.memory_config != self.gather_in_mem_cfg else None
             configs = {"program_config": self.ln_prg_cfg}
@@ -325,10 +326,10 @@ class DistributedNorm(module.PlannedModule):
             **configs,
         )
         if mc is None:
-            return module.BoundCall(plan.run, w, plan, plan.output_desc(x))
+            return BoundCall(plan.run, w, plan, plan.output_desc(x))
         plan_run = plan.run
 
         def run(x, w, residual):
             return plan_run(route()(ttnn.to_memory_config)(x, mc), w, None)
 
-        return module.BoundCall(run, w, plan, plan.output_desc(x))
+        return BoundCall(run, w, plan, plan.output_desc(x))

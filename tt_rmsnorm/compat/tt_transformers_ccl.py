@@ -20,8 +20,8 @@ import ttnn
 from tt_rmsnorm import ccl, distributed
 from tt_rmsnorm.direct_calls import route
 from tt_rmsnorm.errors import RuleError
-from tt_rmsnorm.module import BoundCall
 from tt_rmsnorm.plan_cache import PLANS
+from tt_rmsnorm.planned_module import BoundCall
 from tt_rmsnorm.rules import sharding
 from tt_rmsnorm.signature import Held, Signature, signature
 from tt_rmsnorm.tensors import describe
