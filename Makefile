@@ -51,7 +51,7 @@ bench-host: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m benchmarks.host
 
 conformance: $(STAMP)
-	PYTHONUNBUFFERED=1 $(PY) -m tests.conformance.conformance
+	PYTHONUNBUFFERED=1 $(PY) -m tools.conformance
 
 parity: $(STAMP)
 	$(VENV)/bin/tt-rmsnorm-parity
@@ -71,7 +71,7 @@ mutation: $(STAMP)
 # dtype and the calls the package accepts and ttnn refuses. `make test` runs a fixed-seed sample of 300.
 N ?= 1000
 fuzz: $(STAMP)
-	PYTHONUNBUFFERED=1 $(PY) -m tests.mock.differential $(N)
+	PYTHONUNBUFFERED=1 $(PY) -m tools.differential $(N)
 # The checkers' totality without devices (tests/tt/test_rule_totality.py): N fresh hypothesis examples for each check
 # entry point, path plan and the planner, every one accepted or refused with a RuleError; a failure prints its
 # smallest example and the blob that reproduces it. `make test` runs a fixed sample of 300 each.

@@ -3,7 +3,8 @@ a seeded sample through real ttnn on the mock clusters. `make conformance` runs 
 
 import pytest
 
-from tests.conformance import conformance, corpus, corpus_format
+from tests.conformance import corpus, corpus_format
+from tools import conformance
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 ISSUE_FILES = (

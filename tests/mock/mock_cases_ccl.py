@@ -442,7 +442,7 @@ for system in SYSTEMS:
     _compose_cases(system)
 
 
-# --- classes found by differential fuzzing (differential.py) ---------------------------------------------------------
+# --- classes found by differential fuzzing (tools/differential.py) ---------------------------------------------------
 def _one_core_stats(core, n, dtype="bf16"):
     return T((1, 1, 32, 32 * n), dtype, mem=_one_core(core, 32 * n))
 

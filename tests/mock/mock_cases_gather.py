@@ -54,7 +54,7 @@ case("single-device", "all_gather", T(STAT), R, system="n150", dim=3, cluster_ax
 case("single-device-axisNone", "all_gather", T(STAT), R, system="n150", dim=3)
 case("host-input", "all_gather", T(STAT, host=True), "pkg:input.on_device", system="n300", dim=3, cluster_axis=1)
 
-# --- classes found by differential fuzzing (differential.py) ---------------------------------------------------------
+# --- classes found by differential fuzzing (tools/differential.py) ---------------------------------------------------
 case(
     "out-misfit",
     "all_gather",

@@ -392,7 +392,7 @@ for system in ("n300", "t3k", "galaxy"):
     case("decode", "post", T(X, mem=W8), A, system=system, stats=SS, program_config=PC8, weight=GRM)
     case("prefill", "rms_norm", T((1, 1, 2048, 1024)), A, system=system)
 
-# --- classes found by differential fuzzing (differential.py); one case per side of each boundary -----------------
+# --- classes found by differential fuzzing (tools/differential.py); one case per side of each boundary ---------------
 case("welford-interleaved", "rms_norm", T(X), R, program_config=DPC(welford=True))
 case("sharded-default-pc", "rms_norm", T(X, mem=W8), R, program_config=DPC())
 case("residual-sharded", "rms_norm", T(X), A, residual=T(X, mem=W8))  # the pre refuses this one

@@ -1,13 +1,14 @@
-"""The differential fuzzer (differential.py) as tests: its generator and judge on their own, then a seeded sample of
-generated calls through ttnn on mock clusters and through the rules. The sample's seed is fixed (SAMPLE_SEED), so that
-the suite's verdict does not change from run to run; TT_RMSNORM_FUZZ_SEED picks another and TT_RMSNORM_FUZZ_N sizes it
-(300 calls by default). `make fuzz` draws a fresh seed."""
+"""The differential fuzzer (tools/differential.py) as tests: its generator and judge on their own, then a seeded sample
+of generated calls through ttnn on mock clusters and through the rules. The sample's seed is fixed (SAMPLE_SEED), so
+that the suite's verdict does not change from run to run; TT_RMSNORM_FUZZ_SEED picks another and TT_RMSNORM_FUZZ_N
+sizes it (300 calls by default). `make fuzz` draws a fresh seed."""
 
 import os
 
 import pytest
 
-from tests.mock import differential, fuzz_cases, fuzz_mutations, mock_cases, mock_cases_ccl
+from tests.mock import fuzz_cases, fuzz_mutations, mock_cases, mock_cases_ccl
+from tools import differential
 from tt_rmsnorm.rules.table import PACKAGE_ONLY_RULES
 
 N_ENV = "TT_RMSNORM_FUZZ_N"

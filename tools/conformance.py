@@ -1,8 +1,8 @@
 """Runs tt-metal's RMSNorm test parameter sets (corpus.ENTRIES) through the package's rules (device-free) and through
 real ttnn 0.81.1 on mock clusters, and prints the table: package verdict vs tt-metal's intent vs ttnn on mock.
 
-    python -m tests.conformance.conformance                 # everything (make conformance)
-    python -m tests.conformance.conformance --sample 40     # a seeded sample
+    python -m tools.conformance                 # everything (make conformance)
+    python -m tools.conformance --sample 40     # a seeded sample
 
 A call agrees when the package and ttnn give the same verdict, or when the package refuses with one of its documented
 package-only rules (tt_rmsnorm.rules.table.PACKAGE_ONLY_RULES) where ttnn accepts. An entry's verdict is its first

@@ -12,7 +12,7 @@ CCL battery's cases do, and an accepted one agrees only when ttnn returns the ou
 call is printed as a line for its battery's table (`case(...)` of mock_cases' or mock_cases_ccl's format), ttnn's
 verdict as its `expect`.
 
-    python -m tests.mock.differential 2000        # a fresh seed, printed; TT_RMSNORM_FUZZ_SEED fixes it
+    python -m tools.differential 2000        # a fresh seed, printed; TT_RMSNORM_FUZZ_SEED fixes it
 """
 
 from __future__ import annotations
