@@ -4,15 +4,15 @@ for."""
 
 import pytest
 
+from tests import support
 from tests.mock import mock_cases, mock_worker
-from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules.op_checks import check_all_gather, check_post_all_gather, check_pre_all_gather
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.testing import mock_cluster, workers
 
 pytestmark = pytest.mark.mock_cluster
 
-PLANS = layouts.demo_configurations()
+PLANS = support.plan_case_configurations()
 
 
 def system_of(name: str) -> str:
@@ -21,7 +21,7 @@ def system_of(name: str) -> str:
 
 def run_plan_by_name(mesh, name):
     """Worker side: rebuild the plan there (ttnn config objects do not pickle) and run it on raw ttnn."""
-    plan = dict(layouts.demo_configurations())[name]
+    plan = dict(support.plan_case_configurations())[name]
     return mock_worker.run_plan(mesh, plan, cluster_axis=1)
 
 

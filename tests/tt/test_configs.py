@@ -4,6 +4,7 @@ rules."""
 import pytest
 import ttnn
 
+from tests import support
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.planning import layouts
 from tt_rmsnorm.rules import op_checks
@@ -146,9 +147,11 @@ def test_plan_drops_fp32_acc_only_where_l1_needs_it():
     )
 
 
-@pytest.mark.parametrize("name, plan", layouts.demo_configurations(), ids=[n for n, _ in layouts.demo_configurations()])
+@pytest.mark.parametrize(
+    "name, plan", support.plan_case_configurations(), ids=[n for n, _ in support.plan_case_configurations()]
+)
 def test_demo_plans_pass_the_rules(name, plan):
-    system = layouts.demo_system(name)
+    system = support.plan_case_system(name)
     grid, arch = system.compute_grid, system.arch
     shape, n = plan.local_shape, plan.num_devices
     kw = dict(program_config=plan.program_config, compute_kernel_config=plan.compute_kernel_config, compute_grid=grid)

@@ -19,7 +19,6 @@ from tt_rmsnorm.architecture import architecture
 from tt_rmsnorm.errors import RuleError
 from tt_rmsnorm.rules import l1_budget
 from tt_rmsnorm.rules.common import enum_name, max_subblock_w
-from tt_rmsnorm.systems import SYSTEMS
 from tt_rmsnorm.tensors import TensorDesc
 from tt_rmsnorm.tiles import TILE, one_tile_row, tile_padded
 
@@ -335,36 +334,3 @@ def plan(
         stats_memory_config=ttnn.DRAM_MEMORY_CONFIG,
         grid=None,
     )
-
-
-# Per-device shapes of the demo and the tests, by system (tt_rmsnorm.systems): Llama-70B (hidden 8192) on T3000 1x8 and
-# on the Wormhole and Blackhole Galaxies 8x4 (2048 a column); 8192 over the two chips of an N300 or a P300.
-DEMO_CASES = [
-    # (name, local_shape, system); the hidden dim is sharded over the system mesh's columns
-    *[(f"t3k_prefill_{s}", (1, 1, s, 1024), "T3000") for s in (128, 512, 2048)],
-    ("t3k_decode_32", (1, 1, 32, 1024), "T3000"),
-    *[(f"galaxy_prefill_{s}", (1, 1, s, 2048), "Galaxy") for s in (128, 512, 2048)],
-    ("galaxy_decode_32", (1, 1, 32, 2048), "Galaxy"),
-    ("n300_decode_32", (1, 1, 32, 4096), "N300"),
-    ("n300_prefill_128", (1, 1, 128, 4096), "N300"),
-    ("p300_decode_32", (1, 1, 32, 4096), "P300"),
-    ("p300_prefill_128", (1, 1, 128, 4096), "P300"),
-    *[(f"bh-galaxy_prefill_{s}", (1, 1, s, 2048), "Blackhole Galaxy") for s in (128, 2048)],
-    ("bh-galaxy_decode_32", (1, 1, 32, 2048), "Blackhole Galaxy"),
-]
-
-
-def demo_system(name: str):
-    """The system (tt_rmsnorm.systems.System) a demo case runs on."""
-    system = next(sys_name for case, _, sys_name in DEMO_CASES if case == name)
-    return next(s for s in SYSTEMS if s.name == system)
-
-
-def demo_configurations() -> list[tuple[str, NormPlan]]:
-    """The plans `distributed_rms_norm` makes for the demo and test shapes (the mock battery checks that ttnn accepts
-    them)."""
-    plans = []
-    for name, shape, _ in DEMO_CASES:
-        system = demo_system(name)
-        plans.append((name, plan(shape, system.mesh_shape[1], compute_grid=system.compute_grid, arch=system.arch)))
-    return plans
