@@ -11,7 +11,7 @@ import importlib.util
 
 import pytest
 
-from tt_rmsnorm.testing.hardware import mock_cluster_active, tt_hardware_present
+from tt_rmsnorm.hardware import mock_cluster_active, tt_hardware_present
 
 NO_TT = "no Tenstorrent hardware here (mock-cluster cases run through tests/mock in their own processes)"
 

@@ -34,7 +34,7 @@ from loguru import logger  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from tt_rmsnorm import accuracy, reference  # noqa: E402
-from tt_rmsnorm.testing.hardware import tt_hardware_present  # noqa: E402
+from tt_rmsnorm.hardware import tt_hardware_present  # noqa: E402
 
 HIDDEN = 8192
 EPSILON = 1e-5

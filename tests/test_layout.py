@@ -174,6 +174,9 @@ from tt_rmsnorm import accuracy, reference
 import tt_rmsnorm
 assert tt_rmsnorm.RuleError is RuleError and "ttnn" not in sys.modules
 assert not hasattr(tt_rmsnorm, "distributed_rms_norm")
+names = {}
+exec("from tt_rmsnorm import *", names)
+assert set(tt_rmsnorm.__all__) <= set(names) and "ttnn" not in sys.modules, tt_rmsnorm.__all__
 print("ok")
 """
 

@@ -7,6 +7,7 @@ ttnn's checked ops, with ttnn's names and keywords, are under `tt_rmsnorm.ops`. 
 and Trainium hosts the other ports run on) only the ttnn-free modules import: `errors`, `accuracy`, `reference`.
 """
 
+from tt_rmsnorm import accuracy, errors, reference
 from tt_rmsnorm.errors import RuleError
 
 
@@ -18,6 +19,8 @@ def _ttnn_importable() -> bool:
     return True
 
 
+# What imports everywhere (the GPU and Trainium hosts included), and what needs ttnn.
+__all__ = ["RuleError", "accuracy", "errors", "reference"]
 if _ttnn_importable():
     from tt_rmsnorm import ops
     from tt_rmsnorm.ccl import CCLResources
@@ -26,18 +29,17 @@ if _ttnn_importable():
     from tt_rmsnorm.rmsnorm_module import DistributedRMSNorm
     from tt_rmsnorm.tensors import TensorDesc, mark_stats
 
-__all__ = [
-    "CCLResources",
-    "DistributedRMSNorm",
-    "RuleError",
-    "TensorDesc",
-    "close_mesh",
-    "distributed_rms_norm",
-    "gather_output",
-    "mark_stats",
-    "open_mesh",
-    "ops",
-    "plan_distributed_rms_norm",
-    "prepare_weight",
-    "shard_activation",
-]
+    __all__ += [
+        "CCLResources",
+        "DistributedRMSNorm",
+        "TensorDesc",
+        "close_mesh",
+        "distributed_rms_norm",
+        "gather_output",
+        "mark_stats",
+        "open_mesh",
+        "ops",
+        "plan_distributed_rms_norm",
+        "prepare_weight",
+        "shard_activation",
+    ]

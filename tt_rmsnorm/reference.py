@@ -65,6 +65,8 @@ from pathlib import Path
 import torch
 
 from tt_rmsnorm.accuracy import dtype_name
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
 
 TILE_WIDTH = 32
 # "fused" is fused_rms_minimal: the sharded layout's local means, gathered in the compute accumulation format (float32
@@ -106,7 +108,7 @@ def quantize(x, dtype) -> torch.Tensor:
         return x.to(torch.float32)
     if name == "bfloat8_b":
         return _bfloat8_b(x)
-    raise ValueError(f"quantize: dtype {name!r} is not a TT device dtype; use one of {DEVICE_DTYPES}")
+    raise RuleError("reference.dtype", "quantize takes a TT device dtype", repr(name), f"one of {DEVICE_DTYPES}")
 
 
 def _layout_keyword(fn):
@@ -133,15 +135,22 @@ def pre_all_gather(x_local, *, layout="interleaved", stats_dtype="bfloat16", res
     _check_layout(layout)
     stats_name = dtype_name(stats_dtype)
     if stats_name not in DEVICE_DTYPES:
-        raise ValueError(f"stats_dtype {stats_name!r} is not a TT stats dtype; use one of {DEVICE_DTYPES}")
+        raise RuleError(
+            "reference.stats_dtype", "stats_dtype is a TT device dtype", repr(stats_name), f"one of {DEVICE_DTYPES}"
+        )
     if layout == "fused" and stats_name not in ("bfloat16", "float32"):
-        raise ValueError(
-            f"fused_rms_minimal's stats are in the accumulation format, bfloat16 or float32; got {stats_name!r}"
+        raise RuleError(
+            "reference.stats_dtype",
+            "fused_rms_minimal's stats are in the accumulation format, bfloat16 or float32",
+            repr(stats_name),
+            "stats_dtype='float32' (fp32 accumulation) or 'bfloat16'",
         )
     if layout == "sharded" and stats_name != "bfloat16":
-        raise ValueError(
-            f"the sharded layout supports bfloat16 stats only (ttnn: 'Only bfloat16 is supported for stats'), "
-            f"got stats_dtype={stats_name!r}; pass stats_dtype='bfloat16' or use the interleaved layout"
+        raise RuleError(
+            "reference.stats_dtype",
+            "the sharded layout supports bfloat16 stats only (ttnn: 'Only bfloat16 is supported for stats')",
+            f"stats_dtype={stats_name!r}",
+            "stats_dtype='bfloat16', or the interleaved layout",
         )
     h = _with_residual(x_local, residual)
     squares = h.pow(2)
@@ -158,13 +167,20 @@ def pre_all_gather(x_local, *, layout="interleaved", stats_dtype="bfloat16", res
 def all_gather_stats(per_device_stats: list) -> torch.Tensor:
     """`all_gather(stats, dim=3)`: device d's tile lands at columns [32d, 32d+32)."""
     if not per_device_stats:
-        raise ValueError("all_gather_stats: got no per-device stats; pass one [..., S, 32] tensor per device")
+        raise RuleError(
+            "reference.stats",
+            "all_gather_stats gathers per-device stats",
+            "no stats",
+            "one [..., S, 32] tensor a device",
+        )
     lead = per_device_stats[0].shape[:-1]
     for d, s in enumerate(per_device_stats):
         if s.shape[:-1] != lead or s.shape[-1] % TILE_WIDTH:
-            raise ValueError(
-                f"all_gather_stats: device {d} stats have shape {tuple(s.shape)}; every device needs "
-                f"[{', '.join(map(str, lead))}, 32*k]"
+            raise RuleError(
+                "reference.stats",
+                "every device's stats have the first device's leading dims and a width of 32 * k",
+                f"device {d} stats of shape {tuple(s.shape)}",
+                f"[{', '.join(map(str, lead))}, 32*k] on every device",
             )
     return torch.cat(list(per_device_stats), dim=-1)
 
@@ -180,14 +196,19 @@ def post_all_gather(
     x = _f64(x_local)
     s = _f64(stats)
     if s.shape[-1] == 0 or s.shape[-1] % TILE_WIDTH:
-        raise ValueError(
-            f"stats last dim is {s.shape[-1]}; it must be 32 * num_devices (ttnn: 'Stats inner dimension must be "
-            f"divisible by tile_width'); gather one 32-wide tile per device"
+        raise RuleError(
+            "reference.stats",
+            "the gathered stats are 32 * num_devices wide (ttnn: 'Stats inner dimension must be divisible by "
+            "tile_width')",
+            f"stats last dim {s.shape[-1]}",
+            "gather one 32-wide tile per device",
         )
     if s.shape[:-1] != x.shape[:-1]:
-        raise ValueError(
-            f"stats {tuple(s.shape)} and input {tuple(x.shape)} must agree on every dim but the last "
-            f"(ttnn: 'Stats and input ... must match'); gather the stats of this same input"
+        raise RuleError(
+            "reference.stats",
+            "stats and input agree on every dim but the last (ttnn: 'Stats and input ... must match')",
+            f"stats {tuple(s.shape)}, input {tuple(x.shape)}",
+            "gather the stats of this same input",
         )
     num_devices = s.shape[-1] // TILE_WIDTH
     w_local = x.shape[-1]
@@ -224,9 +245,11 @@ def distributed_rms_norm(
     x = torch.as_tensor(x)
     hidden = x.shape[-1]
     if not isinstance(num_devices, int) or num_devices < 1 or hidden % num_devices:
-        raise ValueError(
-            f"num_devices={num_devices!r} must be a positive int dividing the hidden dim {hidden} "
-            f"(each device holds an equal contiguous slice)"
+        raise RuleError(
+            "reference.num_devices",
+            f"num_devices is a positive int dividing the hidden dim {hidden} (each device an equal contiguous slice)",
+            f"num_devices={num_devices!r}",
+            f"a divisor of {hidden}",
         )
     w_local = hidden // num_devices
     h = _device_input(x, residual, name)
@@ -308,8 +331,6 @@ def _conversion_cluster():
     """bfloat8_b host packing needs a cluster: with no Tenstorrent hardware and no mock asked for, point ttnn at the
     packaged N150 descriptor for the conversion, then restore the environment so `mock_cluster_active()` still tells
     the truth. (ttnn keeps the cluster it built for the rest of the process.)"""
-    from tt_rmsnorm.testing.hardware import MOCK_ENV, tt_hardware_present
-
     if os.environ.get(MOCK_ENV) or tt_hardware_present():
         yield
         return
@@ -328,18 +349,22 @@ def _bf16_truncate(value: float) -> float:
 
 def _check_layout(layout):
     if layout not in LAYOUTS:
-        raise ValueError(
-            f"layout={layout!r}; use 'interleaved' (DRAM, prefill), 'sharded' (L1 width/block, decode) or 'fused' "
-            "(fused_rms_minimal, decode)"
+        raise RuleError(
+            "reference.layout",
+            "the layout is one the TT ops run",
+            f"layout={layout!r}",
+            "'interleaved' (DRAM, prefill), 'sharded' (L1 width/block, decode) or 'fused' (fused_rms_minimal, decode)",
         )
 
 
 def _row(t, width, what):
     v = _f64(t).reshape(-1)
     if v.numel() != width:
-        raise ValueError(
-            f"{what} has {v.numel()} elements but the width it scales is {width}; pass a [{width}] vector "
-            f"(or any shape holding {width} elements, e.g. [1,1,{width}//32,32])"
+        raise RuleError(
+            f"reference.{what}",
+            f"the {what} scales a width of {width}",
+            f"{v.numel()} elements",
+            f"a [{width}] vector (or any shape of {width} elements, e.g. [1, 1, {width} // 32, 32])",
         )
     return v
 
@@ -347,9 +372,11 @@ def _row(t, width, what):
 def _same_shape(t, like, what):
     t = torch.as_tensor(t)
     if t.shape != like.shape:
-        raise ValueError(
-            f"{what} shape {tuple(t.shape)} must equal the input's {tuple(like.shape)} "
-            f"(ttnn: 'Input and residual logical and padded shapes must match')"
+        raise RuleError(
+            f"reference.{what}",
+            f"the {what}'s shape equals the input's (ttnn: 'Input and residual logical and padded shapes must match')",
+            f"{what} {tuple(t.shape)}, input {tuple(like.shape)}",
+            f"a {what} of shape {tuple(like.shape)}",
         )
     return t
 

@@ -29,7 +29,7 @@ import torch
 from programs.parity.cases import Case, tensors
 from programs.parity.log import logger
 from tt_rmsnorm import reference
-from tt_rmsnorm.testing.hardware import tt_hardware_present
+from tt_rmsnorm.hardware import tt_hardware_present
 from tt_rmsnorm.tiles import one_tile_row
 
 # The Triton interpreter runs each program in Python: ~0.7 s for 256K elements on one CPU core.

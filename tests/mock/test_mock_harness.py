@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.mock import mock_worker
-from tt_rmsnorm.testing import hardware, mock_cluster, sfpi_stand_in, workers
-from tt_rmsnorm.testing.hardware import MOCK_ENV
+from tt_rmsnorm import hardware
+from tt_rmsnorm.hardware import MOCK_ENV
+from tt_rmsnorm.testing import mock_cluster, sfpi_stand_in, workers
 
 ROOT = Path(__file__).resolve().parents[2]
 

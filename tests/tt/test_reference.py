@@ -18,7 +18,8 @@ import ttnn as ttnn_module
 from tt_rmsnorm import accuracy
 from tt_rmsnorm import reference as ref
 from tt_rmsnorm.accuracy import assert_close
-from tt_rmsnorm.testing.hardware import MOCK_ENV, tt_hardware_present
+from tt_rmsnorm.errors import RuleError
+from tt_rmsnorm.hardware import MOCK_ENV, tt_hardware_present
 
 EPS = 1e-5
 HIDDEN = 8192  # Llama-70B
@@ -430,17 +431,20 @@ def test_reference_imports_and_runs_without_ttnn():
     [
         (lambda x: ref.pre_all_gather(x, layout="sharded", stats_dtype="bfloat8_b"), "bfloat16 stats only"),
         (lambda x: ref.pre_all_gather(x, layout="width_sharded"), "layout='width_sharded'"),
-        (lambda x: ref.pre_all_gather(x, stats_dtype="float16"), "not a TT stats dtype"),
+        (lambda x: ref.pre_all_gather(x, stats_dtype="float16"), "is a TT device dtype"),
         (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 32, 48), epsilon=EPS), "32 * num_devices"),
-        (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 64, 32), epsilon=EPS), "must agree"),
+        (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 64, 32), epsilon=EPS), "agree on every dim but the last"),
         (lambda x: ref.post_all_gather(x, torch.zeros(1, 1, 32, 0), epsilon=EPS), "32 * num_devices"),
         (lambda x: ref.golden_rms_norm(x, torch.ones(2048), epsilon=EPS), "2048 elements"),
         (lambda x: ref.post_all_gather(x, ref.pre_all_gather(x), epsilon=EPS, weight=torch.ones(512)), "512 elements"),
         (lambda x: ref.distributed_rms_norm(x, num_devices=3, epsilon=EPS), "dividing the hidden dim 1024"),
-        (lambda x: ref.distributed_rms_norm(x, num_devices=0, epsilon=EPS), "must be a positive int"),
-        (lambda x: ref.distributed_rms_norm(x, num_devices=2, epsilon=EPS, residual=x[..., :512]), "residual shape"),
-        (lambda x: ref.quantize(x, "float16"), "not a TT device dtype"),
-        (lambda x: ref.all_gather_stats([]), "no per-device stats"),
+        (lambda x: ref.distributed_rms_norm(x, num_devices=0, epsilon=EPS), "num_devices=0"),
+        (
+            lambda x: ref.distributed_rms_norm(x, num_devices=2, epsilon=EPS, residual=x[..., :512]),
+            "residual (1, 1, 32, 512)",
+        ),
+        (lambda x: ref.quantize(x, "float16"), "quantize takes a TT device dtype"),
+        (lambda x: ref.all_gather_stats([]), "got no stats"),
         (lambda x: ref.all_gather_stats([ref.pre_all_gather(x), torch.zeros(1, 1, 32, 16)]), "device 1 stats"),
         (lambda x: ref.all_gather_stats([ref.pre_all_gather(x), torch.zeros(1, 1, 64, 32)]), "[1, 1, 32, 32*k]"),
     ],
@@ -464,8 +468,9 @@ def test_reference_imports_and_runs_without_ttnn():
 )
 def test_bad_input_names_the_rule(call, fragment):
     x = ref.quantize(_randn((1, 1, 32, 1024), 35), "bfloat16")
-    with pytest.raises(ValueError, match=re.escape(fragment)):
+    with pytest.raises(RuleError, match=re.escape(fragment)) as err:
         call(x)
+    assert err.value.rule.startswith("reference.") and "Fix:" in str(err.value)
 
 
 def test_fp16_tolerance_takes_ulps_at_its_smallest_normal_at_least():

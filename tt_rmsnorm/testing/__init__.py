@@ -1,7 +1,6 @@
 """What tests, the demo and the parity runner need to run real ttnn without Tenstorrent hardware; nothing on the
 call path imports it.
 
-- `hardware`: is a real device here, or a mock cluster;
 - `mock_cluster`: configure a process for a mock Wormhole (N150, N300, T3000, Galaxy) or Blackhole (P150, P300,
   Blackhole Galaxy) system and open its meshes;
 - `blackhole_boards`: the Blackhole systems' cluster descriptors, written from each board's public facts;

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tt_rmsnorm.testing.hardware import MOCK_ENV, MockClusterError, tt_hardware_present
+from tt_rmsnorm.hardware import MOCK_ENV, MockClusterError, tt_hardware_present
 from tt_rmsnorm.testing.sfpi_stand_in import install_compiler_stand_in
 
 DESCRIPTOR_DIR = Path(__file__).resolve().parent / "cluster_descriptors"

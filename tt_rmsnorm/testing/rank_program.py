@@ -168,7 +168,7 @@ def main(argv: list[str]) -> None:
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     out = directory / f"rank{rank}.json"
     if "--one-host" in argv[3:]:
-        from tt_rmsnorm.testing.hardware import MOCK_ENV
+        from tt_rmsnorm.hardware import MOCK_ENV
 
         os.environ[MOCK_ENV] = str(directory / "joined.yaml")
         out = directory / "one_host.json"

@@ -23,7 +23,7 @@ import struct
 import sys
 from pathlib import Path
 
-from tt_rmsnorm.testing.hardware import MockClusterError
+from tt_rmsnorm.hardware import MockClusterError
 
 COMPILER = "riscv-tt-elf-g++"
 STAND_IN_MARK = "tt_rmsnorm mock-cluster stand-in for the SFPI compiler"

@@ -23,8 +23,8 @@ import time
 import traceback
 from pathlib import Path
 
+from tt_rmsnorm.hardware import MOCK_ENV, MockClusterError
 from tt_rmsnorm.testing import mock_cluster
-from tt_rmsnorm.testing.hardware import MOCK_ENV, MockClusterError
 from tt_rmsnorm.testing.mock_cluster import MESH_SHAPES, PRIVATE_CACHE_ENV, configure
 
 STARTUP_TIMEOUT_S = 180.0
