@@ -38,11 +38,21 @@ def plan_distributed_rms_norm(
 ) -> paths.PathPlan:
     """The checked plan `distributed_rms_norm` would run for a per-device activation shape, without a device.
 
-    `arch` is the architecture planned for (a `ttnn.device.Arch`, its name or a `tt_rmsnorm.architecture` row; None:
-    the default), whose default grid a `compute_grid` of None takes; `ccl=True` plans as for a call given
-    `CCLResources` (the async and fused paths need them);
-    `input_memory_config` is x's as the caller holds it (DRAM interleaved when None); `kw` takes the call's
-    sharded / program_config / compute_kernel_config / memory_config / out_dtype."""
+    local_shape: one device's activation shape, [B, 1, S, H/n].
+    mesh_shape: the mesh's (rows, columns).
+    cluster_axis: the gather axis, as `distributed_rms_norm` takes it.
+    compute_grid: a device's worker grid (None: the architecture's).
+    arch: the architecture planned for (a `ttnn.device.Arch`, its name or a `tt_rmsnorm.architecture` row; None:
+        the default).
+    dtype: the activation's dtype.
+    path: as `distributed_rms_norm` takes it.
+    ccl: True plans as for a call given CCL resources (the async and fused paths need them).
+    with_weight: whether the call passes a weight.
+    epsilon: as `distributed_rms_norm` takes it.
+    input_memory_config: x's memory config as the caller holds it (None: DRAM interleaved).
+    kw: the call's `sharded`, `program_config`, `compute_kernel_config`, `memory_config` and `out_dtype` (its dtype).
+    Returns the plan (`tt_rmsnorm.planning.paths.PathPlan`: its `describe()` says what runs and why).
+    """
     axis, n = resolve_cluster_axis(mesh_shape, cluster_axis)
     x = TensorDesc(
         tuple(local_shape), dtype=dtype, memory_config=input_memory_config or ttnn.DRAM_MEMORY_CONFIG, arch=arch
@@ -92,14 +102,26 @@ def distributed_rms_norm(
 ):
     """RMSNorm of a hidden dim sharded over the mesh, equal to single-device `ttnn.rms_norm` of the full activation.
 
-    x: mesh tensor [B, 1, S, H/n] per device (`shard_activation`); w: `prepare_weight(...)` or None.
-    path: "auto" (default), "classic", "async", "fused" or "local" (`tt_rmsnorm.planning.paths`); auto takes local
-    with one device on the gather axis, classic without `ccl`, and with `ccl` (a `CCLResources` of this mesh and axis,
-    or the model's own CCL object, tt-metal's TT_CCL: its cycled semaphores and links are used) fused for decode with
-    a weight and async otherwise. Interleaved layout for prefill; sharded (L1, one tile row) for
-    decode when the padded height is 32 (`sharded` overrides). With `residual`, x + residual is written into `residual`
-    in place on every path (the residual stream, as tt-metal's decode updates it), normalized, and `(output, residual)`
-    is returned; x is never written. The output has x's memory config unless `memory_config` says otherwise.
+    x: the activation, [B, 1, S, H/n] (or [B, S, H/n]) on every device of the gather axis (`shard_activation`).
+    w: the weight, each device's slice (`prepare_weight`), or None.
+    mesh_device: the mesh.
+    epsilon: added to the mean of squares.
+    cluster_axis: the mesh axis the hidden dim is sharded over (None on a 1-D mesh: its long axis).
+    residual: the residual stream, like x; x + residual is written into it in place on every path (as tt-metal's
+        decode updates the stream), and the norm is of that sum. x is never written.
+    memory_config: where the output goes (None: x's memory config).
+    compute_kernel_config: the ops' (None: fp32 accumulation where it fits, ttnn's default where it does not).
+    program_config: the ops' (None: the planner's for the layout; a sharded input's own shard spec where it is
+        sharded).
+    dtype: the output dtype (None: x's).
+    sharded: True asks for the width-sharded L1 layout of a one-tile-row decode input, False for the interleaved one
+        (None: sharded where x is sharded).
+    path: "auto" (default), "classic", "async", "fused" or "local" (`tt_rmsnorm.planning.paths`): auto takes local
+        with one device on the gather axis, classic without `ccl`, and with `ccl` fused for a decode input in L1 with
+        a weight and async otherwise.
+    ccl: a `CCLResources` of this mesh and axis, or the model's own CCL object (tt-metal's TT_CCL: its cycled
+        semaphores and links are used), for the trace-safe paths (async, fused); None: none.
+    Returns the output, or `(output, residual)` with a residual.
     """
     return planned_call(
         x,
