@@ -1,7 +1,7 @@
 """tt_rmsnorm.plan_cache without a device: one plan per signature, the last signature answered first, bounded, and
 forgetting what holds a mesh, a module or a CCL object."""
 
-from tt_rmsnorm.plan_cache import PlanCache
+from tt_rmsnorm.plan_cache import MAX_SIGNATURES, PlanCache
 from tt_rmsnorm.signature import signature
 
 
@@ -104,6 +104,16 @@ def test_a_call_whose_signature_does_not_hash_is_planned_every_time_and_never_ca
     for _ in range(2):
         cache.planned(*_call("x", epsilon=[1e-5]), plan, None, None)  # a value that does not hash
     assert len(made) == 2 and len(cache) == 0
+    cache.put(*_call("y"), "y")  # a dict with entries hashes the key it is asked for (an empty one does not)
+    cache.planned(*_call("x", epsilon=[1e-5]), plan, None, None)
+    assert len(made) == 3 and cache.plans() == ["y"]
+
+
+def test_the_default_cache_holds_max_signatures_and_drops_the_oldest_beyond():
+    cache = PlanCache()
+    for n in range(MAX_SIGNATURES + 1):
+        cache.put(*_call(str(n)), n)
+    assert len(cache) == MAX_SIGNATURES and cache.get(_sig("0")) is None and cache.get(_sig("1")) == 1
 
 
 def test_what_is_not_a_ttnn_tensor_has_no_spec_in_its_signature_and_is_told_apart_from_a_tensor():
