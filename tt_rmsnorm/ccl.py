@@ -133,7 +133,18 @@ def semaphore_descs(resources, compute_grid) -> tuple[SemaphoreDesc, SemaphoreDe
 class CCLResources:
     """Semaphores and persistent buffers of the stats gather along one mesh axis. Create once per mesh and cluster axis,
     before any trace capture; pass the same object to every call (`distributed_rms_norm(..., ccl=...)`,
-    `DistributedRMSNorm(..., ccl=...)`)."""
+    `DistributedRMSNorm(..., ccl=...)`).
+
+    mesh_device: the mesh whose devices the semaphores and buffers are created on.
+    cluster_axis: the mesh axis the stats are gathered along; None on a 1-D mesh (a 2-D mesh must name it).
+    num_sets: how many semaphore sets are cycled, at least 2 (a call must not reset the set the previous call can
+        still signal).
+    topology: the gather's topology (`ttnn.Topology.Ring` or `Linear`); None, the system's (`tt_rmsnorm.systems`).
+        A Ring is refused where the axis closes no ring.
+    num_links: the links each gather uses; None, the system's, or the model CCL object's `get_num_links`.
+    model_ccl: the model's own CCL object (tt-metal's TT_CCL): its cycled semaphores and persistent buffers are used
+        instead of new ones.
+    """
 
     def __init__(
         self,

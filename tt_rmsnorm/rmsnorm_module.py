@@ -59,6 +59,24 @@ class DistributedRMSNorm(PlannedModule):
     A call is planned and checked once per signature (the mode, the policy's answer, x's and the residual's specs);
     later calls with that signature make only their ttnn calls. Setting an attribute of the module plans again; a
     config object changed in place after a call is not seen (assign a new one).
+
+    mesh_device: the mesh (or one device) the module runs on.
+    dim: the full hidden width; the weight in `state_dict` must hold `dim` values.
+    state_dict: the weights by key.
+    weight_key: the weight's name: its key is `{state_dict_prefix}{weight_key}.weight`, or with `layer_num` and no
+        prefix `layers.{layer_num}.{weight_key}.weight` (tt-metal's naming).
+    layer_num, state_dict_prefix: the key's parts, as above.
+    weight_cache_path: a directory for the tilized weights (`ttnn.as_tensor` cache files); None caches nothing.
+    weight_dtype: the weight's device dtype: bfloat16 or float32 (`weight.dtype`).
+    weight_memory_config: where the weight lives; None, DRAM.
+    eps: epsilon inside the square root.
+    add_unit_offset: the state_dict holds w - 1 (Gemma): the module multiplies by w.
+    is_distributed: None (distributed wherever the axis holds several devices), a bool, or a callable of the mode.
+    cluster_axis: the mesh axis the hidden dim is split over; None on a 1-D mesh.
+    ccl: as above.
+    compute_kernel_config: the ops' compute config; None, the planner's (`planning.layouts.compute_kernel_config`).
+    output_memory_config: where the output goes, one config or a dict by mode; None, where x sits.
+    gather_output: all-gather a distributed output along the axis.
     """
 
     def __init__(

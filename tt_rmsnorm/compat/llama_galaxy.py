@@ -40,6 +40,14 @@ class DistributedNorm(PlannedModule):
     model has one (its decode grid is then 5x2 rather than 8x2). `tt_ccl`: a model CCL object with tt_transformers'
     `TT_CCL` methods is adopted (its cycled semaphores serve the norm's gathers); without one the module creates its
     own `CCLResources` at construction, before any trace.
+
+    norm: the norm module.
+    args: the model args, as above.
+    TG: the Galaxy flows; None, a 2-D mesh. The current signature `(norm, args, tt_ccl, ccl_topology,
+        use_sharded_decode)` is also taken by position.
+    tt_ccl: the model's CCL object, as above.
+    ccl_topology: the gathers' topology; None, the system's.
+    use_sharded_decode: decode width-sharded on the decode grid; False, interleaved in DRAM.
     """
 
     def __init__(self, norm, args, TG=None, tt_ccl=None, ccl_topology=None, use_sharded_decode=True):  # noqa: N803

@@ -36,6 +36,20 @@ class RMSNorm(PlannedModule):
     `CCLResources` at construction, before any trace. `ccl_topology`: the stats gather's topology (Ring or Linear).
     A call is planned and checked once per signature (mode, in_sharded, out_sharded, the policy's answer, x's spec);
     setting an attribute (`sharded_program_config`, `eps`, ...) plans again.
+
+    device: the device or mesh.
+    dim: the full hidden width.
+    state_dict, weight_key, layer_num, state_dict_prefix: the weight's key, by tt-metal's naming
+        (`tt_rmsnorm.weights.weight_name`).
+    weight_cache_path: a directory for the tilized weights; None caches nothing.
+    weight_memory_config, weight_dtype: where and in which dtype the weights live (DRAM, bfloat16).
+    eps: epsilon inside the square root.
+    add_unit_offset: the state_dict holds w - 1 (Gemma).
+    sharded_program_config: the `LayerNormShardedMultiCoreProgramConfig` of a sharded call (`in_sharded=True`),
+        honoured as given.
+    sharded_output_config: where a sharded call writes its output (`out_sharded=True`).
+    output_mem_config: where an interleaved call writes its output; None, where x sits.
+    ccl_topology, tt_ccl: as above.
     """
 
     def __init__(
@@ -187,7 +201,18 @@ class SimpleRMSNorm(PlannedModule):
     weight from a state_dict by key, padded with zeros to tiles (TILE, replicated), and `forward(x, mode=None,
     in_sharded=False, out_sharded=False)` one plain `rms_norm` of x where it sits with that weight and `eps`. As in
     tt-metal, `mode`, `in_sharded`, `out_sharded` and `sharded_output_config` do not change the call (the module
-    keeps the config as an attribute); the call is planned and checked once per signature."""
+    keeps the config as an attribute); the call is planned and checked once per signature.
+
+    device: the device or mesh.
+    dim: the hidden width, any positive width (the weight is padded to whole tiles).
+    state_dict, weight_key, layer_num, state_dict_prefix: the weight's key, by tt-metal's naming
+        (`tt_rmsnorm.weights.weight_name`).
+    weight_cache_path: a directory for the tilized weight; None caches nothing.
+    weight_memory_config, weight_dtype: where and in which dtype the weight lives (DRAM, bfloat16).
+    eps: epsilon inside the square root.
+    add_unit_offset: the state_dict holds w - 1 (Gemma).
+    sharded_output_config: kept as an attribute, as in tt-metal.
+    """
 
     def __init__(
         self,

@@ -68,6 +68,18 @@ class DistributedNorm(PlannedModule):
     multichip mesh without TG, a decode call with `residual` runs as one fused_rms_minimal (x + residual written into
     the residual, normalized, gathered stats), its output where the norm's sharded output config says. `prefetcher`:
     refused (`compat.prefetcher`). `mode` is a string or tt-metal's `Mode`.
+
+    norm: the norm module (`compat.RMSNorm`, `compat.SimpleRMSNorm`, `DistributedRMSNorm`), or None as above.
+    args: the model args, as above.
+    tt_ccl: the model's CCL object (tt-metal's TT_CCL), whose cycled semaphores the gathers use.
+    prefetcher: refused where given (no prefetcher runs here).
+    TG: the Galaxy flows.
+    ag_config_key: the key of the decode input gather's config in `args.model_config` (its links, chunks per sync and
+        workers per link).
+    enable_all_gather: gather a distributed output to full width.
+    use_fused_rms: decode with a residual as one fused_rms_minimal, as above.
+    force_interleaved_norm: the norm runs interleaved on an input in DRAM; a decode output then moves into the norm's
+        sharded output config.
     """
 
     def __init__(
