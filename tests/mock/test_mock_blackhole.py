@@ -11,9 +11,9 @@ from tt_rmsnorm.testing import workers
 pytestmark = pytest.mark.mock_cluster
 
 
-def _norm_on_one_chip(mesh, hidden, rows, fp32):
-    """prepare_weight + distributed_rms_norm on a one-chip mesh, and the same rms_norm straight through ttnn: each
-    verdict ('ok' or the refusal's rule / message)."""
+def _norm_on_one_chip(mesh, hidden, rows, fp32, weight_layout=None):
+    """prepare_weight (its own layout choice, or `weight_layout` as named) + distributed_rms_norm on a one-chip mesh,
+    and the same rms_norm straight through ttnn: each verdict ('ok' or the refusal's rule / message)."""
     import torch
     import ttnn
 
@@ -22,8 +22,13 @@ def _norm_on_one_chip(mesh, hidden, rows, fp32):
 
     cfg = layouts.compute_kernel_config(fp32_dest_acc_en=True, arch=mesh.arch()) if fp32 else None
     x = tt_rmsnorm.shard_activation(torch.randn(1, 1, rows, hidden), mesh)
-    w = tt_rmsnorm.prepare_weight(torch.randn(hidden), mesh)
-    out = {"arch": str(mesh.arch()), "described_arch": tt_rmsnorm.TensorDesc.from_tensor(x).arch.name}
+    layout = {"row_major": ttnn.ROW_MAJOR_LAYOUT, "tile": ttnn.TILE_LAYOUT, None: None}[weight_layout]
+    w = tt_rmsnorm.prepare_weight(torch.randn(hidden), mesh, layout=layout)
+    out = {
+        "weight_layout": str(w.layout),
+        "arch": str(mesh.arch()),
+        "described_arch": tt_rmsnorm.TensorDesc.from_tensor(x).arch.name,
+    }
     try:
         y = tt_rmsnorm.distributed_rms_norm(x, w, mesh, epsilon=1e-5, compute_kernel_config=cfg)
         out["package"] = ("ok", tuple(ttnn.get_device_tensors(y)[0].shape))
@@ -45,15 +50,16 @@ def test_p150_runs_what_its_l1_holds(rows, fp32):
     device."""
     got = workers.run_isolated("p150", _norm_on_one_chip, 5120, rows, fp32)
     assert got["arch"] == "Arch.BLACKHOLE" and got["described_arch"] == "blackhole"
+    assert got["weight_layout"] == "Layout.ROW_MAJOR", got
     assert got["ttnn"] == ("ok", None)
     assert got["package"] == ("ok", (1, 1, rows, 5120)), got
 
 
 @pytest.mark.parametrize("fp32", [False, True], ids=["default-config", "fp32-acc"])
 def test_p150_refuses_what_its_l1_cannot_hold(fp32):
-    """H=8192: ttnn refuses the row's buffers (1,778,816 B without fp32 accumulation) beyond the P150's L1, and the
-    package refuses first with the same end address and the Blackhole L1 size."""
-    got = workers.run_isolated("p150", _norm_on_one_chip, 8192, 32, fp32)
+    """H=8192 with a ROW_MAJOR weight: ttnn refuses the row's buffers (1,778,816 B without fp32 accumulation) beyond
+    the P150's L1, and the package refuses first with the same end address and the Blackhole L1 size."""
+    got = workers.run_isolated("p150", _norm_on_one_chip, 8192, 32, fp32, "row_major")
     assert got["ttnn"][0] == "refused"
     rule, message = got["package"]
     assert rule == "rms_norm.l1_budget", got
@@ -61,6 +67,16 @@ def test_p150_refuses_what_its_l1_cannot_hold(fp32):
     assert reported, got["ttnn"]
     end, l1_size = reported.groups()
     assert f"end at {end} B" in message and f"above {l1_size} B" in message, (message, got["ttnn"])
+
+
+@pytest.mark.parametrize("fp32", [False, True], ids=["default-config", "fp32-acc"])
+def test_p150_weight_layout_left_to_prepare_weight_fits(fp32):
+    """H=8192 with prepare_weight's own layout: it takes the TILE weight the ROW_MAJOR row cannot fit beside, and
+    both ttnn and the package run the call."""
+    got = workers.run_isolated("p150", _norm_on_one_chip, 8192, 32, fp32)
+    assert got["weight_layout"] == "Layout.TILE", got
+    assert got["ttnn"] == ("ok", None)
+    assert got["package"] == ("ok", (1, 1, 32, 8192)), got
 
 
 def _facts(mesh):
