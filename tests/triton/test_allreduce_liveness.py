@@ -124,7 +124,7 @@ def benchmark_sequence(rank, world, dist, dog, verify, rounds):
     """The benchmark's calls at T = 1, 8, 32 (benchmarks/triton/allreduce.py: Bench.measure), each timed method as
     graph_time_us runs it; every fused call's last output also held to an eager call of the same strategy and shape."""
     import programs.triton.allreduce.api as ar
-    from programs.triton.allreduce.measurement import graph_time_us, sweep_shapes
+    from benchmarks.triton.allreduce_measurement import graph_time_us, sweep_shapes
     from programs.triton.forward import rmsnorm_fwd
     from programs.triton.timing import pin_launch_state
 

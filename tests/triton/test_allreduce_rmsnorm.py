@@ -437,7 +437,7 @@ def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
     disarmed."""
     import time
 
-    from programs.triton.allreduce.measurement import Watchdog
+    from benchmarks.triton.allreduce_measurement import Watchdog
 
     dog = Watchdog(rank=1, seconds=0.05)
     dog.arm("T=1024 residual=False two_shot_pulled shape 1x16 grid default")

@@ -1,4 +1,4 @@
-"""The benchmarks' measurement method (programs/triton/timing.py, programs/triton/allreduce/measurement.py), with the
+"""The benchmarks' measurement method (programs/triton/timing.py, benchmarks/triton/allreduce_measurement.py), with the
 GPU timer replaced: what is reported is each contender's median over interleaved rounds, and a peer that cannot run a
 shape is n/a, not retried."""
 
@@ -133,7 +133,7 @@ class _FakeCuda:
 
 def _fake_gpu(monkeypatch, log):
     """The all-reduce measurement with torch.cuda faked and its warm-up's stream hand-off a plain block."""
-    from programs.triton.allreduce import measurement
+    from benchmarks.triton import allreduce_measurement as measurement
 
     monkeypatch.setattr(measurement.torch, "cuda", _FakeCuda(log))
     monkeypatch.setattr(measurement, "on_capture_stream", contextlib.nullcontext)
@@ -202,7 +202,7 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
 
 def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
-    from programs.triton.allreduce import measurement as b
+    from benchmarks.triton import allreduce_measurement as b
     from programs.triton.allreduce.dispatch import Strategy
 
     sweep = [(1, 8), (1, 16), (2, 16), (4, 32)]
@@ -213,7 +213,7 @@ def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
 
 
 def test_allreduce_bench_table_names_the_best_strategy_and_the_dispatched_ratios():
-    from programs.triton.allreduce import measurement as b
+    from benchmarks.triton import allreduce_measurement as b
     from programs.triton.allreduce.dispatch import Strategy
 
     row = {"T": 8, "per_rank_kib": 128.0, "nccl": 10.0, "nccl+fused": 12.0, "nccl+torch": None, "fused": 6.0}
