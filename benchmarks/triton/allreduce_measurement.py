@@ -13,8 +13,8 @@ import threading
 
 import torch
 
+from benchmarks.triton.timing import on_capture_stream
 from programs.triton.allreduce.dispatch import PUSHED, Strategy
-from programs.triton.timing import on_capture_stream
 
 
 def graph_time_us(fn, reset, calls, reps, pin=None) -> float:

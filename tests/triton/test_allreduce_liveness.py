@@ -125,8 +125,8 @@ def benchmark_sequence(rank, world, dist, dog, verify, rounds):
     graph_time_us runs it; every fused call's last output also held to an eager call of the same strategy and shape."""
     import programs.triton.allreduce.api as ar
     from benchmarks.triton.allreduce_measurement import graph_time_us, sweep_shapes
+    from benchmarks.triton.timing import pin_launch_state
     from programs.triton.forward import rmsnorm_fwd
-    from programs.triton.timing import pin_launch_state
 
     dev = torch.device("cuda", rank)
     comm = ar.AllReduceRMSNormFP8(hidden_size=H, max_tokens=32, device=dev, stall_timeout_s=20.0)

@@ -1,4 +1,4 @@
-"""The benchmarks' measurement method (programs/triton/timing.py, benchmarks/triton/allreduce_measurement.py), with the
+"""The benchmarks' measurement method (benchmarks/triton/timing.py and allreduce_measurement.py), with the
 GPU timer replaced: what is reported is each contender's median over interleaved rounds, and a peer that cannot run a
 shape is n/a, not retried."""
 
@@ -6,7 +6,7 @@ import contextlib
 
 import torch
 
-from programs.triton import timing
+from benchmarks.triton import timing
 
 
 def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
@@ -230,7 +230,7 @@ def test_allreduce_bench_table_names_the_best_strategy_and_the_dispatched_ratios
 def test_tree_comparison_rotates_every_tree_through_every_place_and_reports_ratios_to_the_first(tmp_path):
     """compare_trees: two trees alternate, more rotate (each takes every place in turn); the table gives each later
     tree's median over the first's; clashing directory names fall back to positional names."""
-    from programs.triton.timing import render, rotated, tree_names
+    from benchmarks.triton.timing import render, rotated, tree_names
 
     assert [rotated(["a", "b"], r) for r in range(2)] == [["a", "b"], ["b", "a"]]
     three = [rotated(["a", "b", "c"], r) for r in range(3)]

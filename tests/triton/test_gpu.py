@@ -328,7 +328,7 @@ def test_benchmark_captures_eager_backward():
     """The benchmark's backward contenders run their forward on the capture stream: with the forward on the default
     stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100),
     and the table showed eager as n/a."""
-    from programs.triton import timing
+    from benchmarks.triton import timing
 
     xs = [cuda_rand(256, 4096, seed=s) for s in (60, 61)]
     dys = [cuda_rand(256, 4096, seed=s) for s in (62, 63)]
