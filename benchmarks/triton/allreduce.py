@@ -37,14 +37,12 @@ if STDLIB:
 
 from benchmarks.triton.allreduce_measurement import Watchdog, graph_time_us, render, shape_str, sweep_shapes  # noqa: E402
 from benchmarks.triton.timing import pin_launch_state  # noqa: E402
-from programs.triton.allreduce.api import (  # noqa: E402
+from programs.triton.allreduce.api import AllReduceRMSNormFP8, Strategy, choose_strategy  # noqa: E402
+from programs.triton.allreduce.workspace import (  # noqa: E402
     LAMPORT2_MAX_TOKENS,
     LAMPORT_MAX_TOKENS,
     PUSH_MAX_TOKENS,
     PUSH_PROGRAMS,
-    AllReduceRMSNormFP8,
-    Strategy,
-    choose_strategy,
 )
 from programs.triton.forward import rmsnorm_fwd  # noqa: E402
 

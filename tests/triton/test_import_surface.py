@@ -90,6 +90,26 @@ def test_the_all_reduce_api_is_exported():
     assert programs.triton.AllReduceRMSNormFP8 is AllReduceRMSNormFP8
 
 
+def test_the_all_reduce_module_lists_its_api_only():
+    """api's __all__ is what a caller of the fused all-reduce uses: the communicator and its stall, the reference and
+    NCCL paths, the strategies and the default choice, the output. The workspace, dispatch table, launches and kernels
+    are imported from their own modules."""
+    from types import ModuleType
+
+    from programs.triton.allreduce import api
+
+    assert sorted(api.__all__) == [
+        "AllReduceRMSNormFP8",
+        "CollectiveStall",
+        "RMSNormOutput",
+        "Strategy",
+        "choose_strategy",
+        "nccl_allreduce_rmsnorm_fp8",
+        "reference_allreduce_rmsnorm_fp8",
+    ]
+    assert not [name for name in api.__all__ if isinstance(getattr(api, name), ModuleType)]
+
+
 def test_importing_the_package_imports_no_triton():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)

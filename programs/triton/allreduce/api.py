@@ -67,29 +67,14 @@ import triton
 
 from programs.triton import fp8 as fp8mod
 from programs.triton.allreduce import kernels
-from programs.triton.allreduce.dispatch import (
-    DISPATCH,
-    MAX_WORLD,
-    PUSHED,
-    ROW,
-    Strategy,
-    choose_strategy,
-    dispatch_rows,
-    push_capable,
-)
-from programs.triton.allreduce.launch import STALLED_BY, lamport_warps, launch, launch_config, tl_dtype
+from programs.triton.allreduce.dispatch import MAX_WORLD, Strategy, choose_strategy
+from programs.triton.allreduce.launch import STALLED_BY, launch
 from programs.triton.allreduce.validation import as_strategy, check_call, int32_view_ok
 from programs.triton.allreduce.workspace import (
-    LAMPORT2_MAX_TOKENS,
-    LAMPORT_MAX_TOKENS,
-    PUSH_MAX_TOKENS,
-    PUSH_PIECE,
     PUSH_PROGRAMS,
-    RankBuffers,
     carve,
     fitting_strategy,
     init_workspace,
-    lamport_rows,
     rows_held,
     workspace_bytes,
 )
@@ -97,40 +82,14 @@ from programs.triton.checks import as_rows, check_activation
 from programs.triton.forward import RMSNormOutput, rmsnorm_fwd
 from tt_rmsnorm.errors import RuleError
 
-__all__ = [  # the API, and what tests and benchmarks reach through this module
-    "DISPATCH",
-    "LAMPORT2_MAX_TOKENS",
-    "LAMPORT_MAX_TOKENS",
-    "MAX_WORLD",
-    "PUSHED",
-    "PUSH_MAX_TOKENS",
-    "PUSH_PIECE",
-    "PUSH_PROGRAMS",
-    "ROW",
+__all__ = [
     "AllReduceRMSNormFP8",
     "CollectiveStall",
     "RMSNormOutput",
-    "RankBuffers",
     "Strategy",
-    "as_strategy",
-    "carve",
-    "check_call",
     "choose_strategy",
-    "dispatch_rows",
-    "fitting_strategy",
-    "init_workspace",
-    "int32_view_ok",
-    "kernels",
-    "lamport_rows",
-    "lamport_warps",
-    "launch",
-    "launch_config",
     "nccl_allreduce_rmsnorm_fp8",
-    "push_capable",
     "reference_allreduce_rmsnorm_fp8",
-    "rows_held",
-    "tl_dtype",
-    "workspace_bytes",
 ]
 
 
