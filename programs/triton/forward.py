@@ -22,9 +22,9 @@
               launch, whose programs must all be resident at once (they wait on each other through global memory),
               launches plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
 
-This module owns the call: its outputs, the choice of launch (forward_config.py, after the rules of
-forward_rules.py have passed, before any device work) and the launch itself, one function a kernel. The kernels live
-in kernels/forward.py, kernels/forward_split.py, kernels/forward_cluster.py and kernels/forward_async.py.
+This module owns the call: its outputs, the choice of launch (forward_config.py) and the launch itself, one function
+a kernel. The rules of forward_rules.py, the launch shape's included, all pass before the call allocates anything. The
+kernels live in kernels/forward.py, kernels/forward_split.py, kernels/forward_cluster.py and kernels/forward_async.py.
 """
 
 from __future__ import annotations
@@ -46,15 +46,7 @@ from programs.triton.checks import (
     check_vector,
 )
 from programs.triton.forward_config import JOINT_MAX_PER_THREAD, FwdConfig, fwd_config
-from programs.triton.forward_rules import (
-    Call,
-    check_gluon,
-    check_output,
-    check_stats,
-    check_words,
-    cluster_busy,
-    out_mode,
-)
+from programs.triton.forward_rules import Call, check_launch, check_output, check_stats, out_mode
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 from programs.triton.kernels import forward_async, forward_cluster
 from programs.triton.kernels.forward import fwd_looped_kernel, fwd_rows_kernel, row_sumsq_kernel
@@ -67,7 +59,6 @@ from programs.triton.launch import (
     wordable_rows,
     wordable_weight,
 )
-from tt_rmsnorm.errors import RuleError
 
 
 class RMSNormOutput(NamedTuple):
@@ -77,11 +68,11 @@ class RMSNormOutput(NamedTuple):
     scale: torch.Tensor | None  # FP8: float32 [M] (row) or [1] (tensor)
 
 
-def split_words_fit(x2: torch.Tensor, y2: torch.Tensor, weight, plain: bool) -> bool:
-    """Whether the split forward may hold its blocks as words (fwd_split_words_kernel): the rows of x and y wordable
-    (so y in x's 16-bit dtype), the weight absent or 16-bit on a 4-byte boundary, and plain: x normalized as given
-    into a cast output, no bias."""
-    return plain and wordable_rows(x2) and wordable_rows(y2) and wordable_weight(weight)
+def split_words_fit(x2: torch.Tensor, out_dtype: torch.dtype, weight, plain: bool) -> bool:
+    """Whether the split forward may hold its blocks as words (fwd_split_words_kernel): the rows of x wordable, a
+    16-bit output (y is allocated contiguous [M, N], so its rows are then wordable too), the weight absent or 16-bit on
+    a 4-byte boundary, and plain: x normalized as given into a cast output, no bias."""
+    return plain and wordable_rows(x2) and out_dtype.itemsize == 2 and wordable_weight(weight)
 
 
 # --- the launches, one function a kernel ----------------------------------------------------------------------------
@@ -170,28 +161,13 @@ class _Launch:
         return (p.src, p.y, self.weight, self.bias, rsig, self.n, self.inv_hidden, self.eps, self.weight_offset)
 
     def run(self, p: _Pass) -> None:
-        runner = _RUNNERS.get(self.cfg.kernel)
-        if runner is None:
-            raise RuleError(
-                "config.kernel",
-                "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
-                self.cfg.kernel,
-                "config=None",
-            )
-        runner(self, p)
+        _RUNNERS[self.cfg.kernel](self, p)
 
 
 def _run_rows(L: _Launch, p: _Pass) -> None:
     cfg, device = L.cfg, p.src.device
     row_n = block_n = triton.next_power_of_2(L.n)
     if cfg.chunk and cfg.chunk < row_n:
-        if cfg.chunk & (cfg.chunk - 1):
-            raise RuleError(
-                "config.chunk",
-                "config.chunk of a rows launch (columns per program) must be a power of two",
-                cfg.chunk,
-                "chunk=0 (whole rows)",
-            )
         block_n = cfg.chunk
     slices = row_n // block_n
     grid = (triton.cdiv(L.m, cfg.block_m) * slices,)
@@ -212,8 +188,6 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
 def _run_looped(L: _Launch, p: _Pass) -> None:
     cfg, device = L.cfg, p.src.device
     grid = (min(L.m, cfg.programs or sm_count(device)),)
-    if cfg.head and (cfg.head > L.n or cfg.head & (cfg.head - 1)):
-        raise RuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
     words = triton.next_power_of_2(triton.cdiv(L.n, 2)) if cfg.words else 0
     fwd_looped_kernel[grid](
         *L.args(p),
@@ -342,6 +316,13 @@ def rmsnorm_fwd(
     m = x2.shape[0]
     check_stats(stats, residual, m, x.device)
     mode = out_mode(out_dtype, scale_mode, scale)
+    r2 = as_rows(residual, "residual") if residual is not None else None
+    plain = mode == OUT_CAST and residual is None and stats is None and bias is None
+    words_fit = split_words_fit(x2, out_dtype, weight, plain)
+    c = Call(x2, weight, bias, residual, stats, out_dtype, mode, scale is not None, words_fit)
+    if m:  # no rows: nothing launches, so no launch shape is checked
+        cfg = config or _default_config(c)
+        busy = check_launch(cfg, c)
     interpreter.use_exact_casts(x.device)
 
     y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
@@ -354,19 +335,11 @@ def rmsnorm_fwd(
         return RMSNormOutput(y, rsig, res_out, sc)
 
     y2 = y.view(-1, n)
-    plain = mode == OUT_CAST and residual is None and stats is None and bias is None
-    words_fit = split_words_fit(x2, y2, weight, plain)
-    c = Call(x2, weight, bias, residual, stats, out_dtype, mode, scale is not None, words_fit)
-    cfg = config or _default_config(c)
-    check_words(cfg, c)
-    check_gluon(cfg, c)
-    busy = cluster_busy(cfg, c) if cfg.kernel == "cluster" else False
     fmax = fp8mod.fp8_format(out_dtype).max if mode != OUT_CAST else 1.0
     ub = min(scale_ub, 3.0e38)  # scale_ub as the kernels take it: a finite float32
     consts = fp8mod.downcast_consts(out_dtype)
     scalars = (m, n, 1.0 / hidden, eps, float(weight_offset), float(ub), float(fmax))
     L = _Launch(cfg, weight, bias, stats, *scalars, pdl, busy, consts)
-    r2 = as_rows(residual, "residual") if residual is not None else None
     ro2 = res_out.view(-1, n) if res_out is not None else None
     if c.dynamic_tensor_scale:
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale

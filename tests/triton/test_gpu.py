@@ -83,7 +83,9 @@ def test_forward_split_words_at_real_widths(case):
     x = cuda_rand(m, n, dtype=dt, seed=70)
     w = cuda_rand(n, dtype=dt, seed=71) if has_w else None
     if cfg is None:
-        assert fwd_module.fwd_config(m, n, x.device, split_words_ok=fwd_module.split_words_fit(x, x, w, True)).words
+        assert fwd_module.fwd_config(
+            m, n, x.device, split_words_ok=fwd_module.split_words_fit(x, x.dtype, w, True)
+        ).words
     off = 1.0 if has_w else 0.0
     o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
     v, rs, _ = norm64(x, w, epsilon=1e-6, weight_offset=off)
