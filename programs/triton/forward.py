@@ -1,26 +1,5 @@
-"""The RMSNorm forward launcher: y = h * rsqrt(mean(h^2) + eps) * (w + weight_offset) (+ bias), h = x (+ residual).
-
-    rmsnorm_fwd(x, weight=None, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, dtype=None,
-                scale_mode="row", scale=None, scale_ub=inf, return_rsigma=False, stats=None, hidden_size=None,
-                config=None, enable_pdl=None) -> RMSNormOutput(y, rsigma, residual_out, scale)
-
-    x         [..., N] bf16/fp16/fp32, hidden dim contiguous, rows may be strided; math in fp32, 64-bit offsets.
-    weight    [N] or None; the kernel multiplies by (weight + weight_offset) (weight_offset=1.0: zero-centered gamma).
-    residual  [..., N]: h = x + residual rounded to residual.dtype is both normalized and returned as residual_out.
-    dtype     output dtype: None (x.dtype), bf16/fp16/fp32, or torch.float8_e4m3fn / torch.float8_e5m2.
-    FP8       scale_mode="row":    one float32 scale per row, min(rowmax|v|, scale_ub) / fp8_max, returned [M]
-              scale_mode="tensor": one float32 scale [1]: `scale` if given (static), else min(max|v|, scale_ub)/fp8_max
-                                   from a first pass over x (dynamic); y = fp8(clamp(v / scale)), v ~= y * scale.
-    rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
-    stats     float64 (or float32) [W, M] per-shard sums of squares (distributed post): summed in rank order, divided
-              by hidden_size (default N), instead of the sum over x's own row; rsigma taken from them in float64.
-    config    a FwdConfig to launch instead of forward_config.fwd_config's choice (checked before any device work).
-    enable_pdl programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
-              Hopper and later): each CTA first waits for the previous kernel in the stream to finish
-              (griddepcontrol.wait, before any load or store), then lets the next kernel's CTAs launch as this grid's
-              free their SMs, so back-to-back PDL kernels overlap one's launch with the other's tail. The split
-              launch, whose programs must all be resident at once (they wait on each other through global memory),
-              launches plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
+"""The RMSNorm forward launcher: y = h * rsqrt(mean(h^2) + eps) * (w + weight_offset) (+ bias), h = x (+ residual),
+into a float or FP8 output; rmsnorm_fwd's docstring gives each parameter and the result.
 
 This module owns the call: its outputs, the choice of launch (forward_config.py) and the launch itself, one function
 a kernel. The rules of forward_rules.py, the launch shape's included, all pass before the call allocates anything. The
@@ -303,7 +282,64 @@ def rmsnorm_fwd(
     config: FwdConfig | None = None,
     enable_pdl: bool | None = None,
 ) -> RMSNormOutput:
-    """Fused RMSNorm forward (see the module docstring for every argument)."""
+    """Fused RMSNorm forward: y = h * rsqrt(mean(h^2) + epsilon) * (weight + weight_offset) (+ bias), where
+    h = x (+ residual), in fp32 with 64-bit offsets.
+
+    Parameters
+    ----------
+    x: torch.Tensor
+        [..., N] bf16, fp16 or fp32, the hidden dimension contiguous; rows may be strided.
+    weight: torch.Tensor | None
+        [N] on x's device; the rows are multiplied by (weight + weight_offset). None: no weight.
+    epsilon: float
+        Added to mean(h^2) under the square root; >= 0.
+    weight_offset: float
+        Added to the weight (1.0: a zero-centered gamma); 0.0 without a weight.
+    bias: torch.Tensor | None
+        [N] on x's device, added after the weight.
+    residual: torch.Tensor | None
+        x's shape: h = x + residual, rounded to residual.dtype, is normalized and returned as residual_out.
+    dtype: torch.dtype | None
+        The output dtype: None (x.dtype), bf16, fp16, fp32, torch.float8_e4m3fn or torch.float8_e5m2.
+    scale_mode: str
+        FP8 output: "row", a float32 scale per row, min(max|v| of the row, scale_ub) / fp8_max; or "tensor", one
+        float32 scale, `scale` if given, else min(max|v|, scale_ub) / fp8_max from a first pass over the rows.
+        y = fp8(clamp(v / scale)), so v ~= y * scale.
+    scale: torch.Tensor | None
+        FP8 output with scale_mode="tensor": the static scale, one float32 element on x's device.
+    scale_ub: float
+        FP8 output: the bound on the max|v| a scale is taken from; > 0 (inf: none).
+    return_rsigma: bool
+        Whether to return rsigma.
+    stats: torch.Tensor | None
+        float64 (or float32) [W, M], contiguous rows: the shards' sums of squares (the distributed call's post phase),
+        summed in rank order and divided by hidden_size in place of x's own row; rsigma taken from them in float64.
+        No residual with stats.
+    hidden_size: int | None
+        What the sum of squares is divided by: None (N), or the global hidden size >= N beside stats.
+    config: FwdConfig | None
+        The launch to run in place of forward_config.fwd_config's choice; its rules hold before anything is allocated.
+    enable_pdl: bool | None
+        Programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
+        Hopper and later; True where it cannot run is refused). Each CTA first waits for the previous kernel in the
+        stream to finish (griddepcontrol.wait, before any load or store), then lets the next kernel's CTAs launch as
+        this grid's free their SMs, so back-to-back PDL kernels overlap one's launch with the other's tail. The split
+        launch, whose programs must all be resident at once (they wait on each other through global memory), launches
+        plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
+
+    Returns
+    -------
+    RMSNormOutput
+        y: x's shape, in `dtype`.
+        rsigma: float32 [M], rsqrt(mean(h^2) + epsilon) (TransformerEngine's nvte_rmsnorm_fwd rsigma), or None.
+        residual_out: h in residual.dtype, x's shape, or None without a residual.
+        scale: the FP8 scales, float32 [M] ("row") or [1] ("tensor"), or None for a float output.
+
+    Raises
+    ------
+    RuleError
+        An argument or launch a rule refuses (its id, the value seen, the fix), before any allocation or launch.
+    """
     check_activation(x)
     eps = check_epsilon(epsilon)
     n = x.shape[-1]
