@@ -1,4 +1,4 @@
-"""The compiled kernels' facts at the launch shapes the port uses, without a GPU (programs/triton/compiled.py
+"""The compiled kernels' facts at the launch shapes the port uses, without a GPU (tools/compiled.py
 compiles them for sm_90a): PTX lines, shared stores, registers, spills, atomics, fences, wide loads, L2 prefetches,
 async sends and copies.
 
@@ -15,7 +15,8 @@ import os
 import sys
 
 from programs.triton import backward_config, forward_config
-from programs.triton.compiled import (
+from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
+from tools.compiled import (
     MAX_SHARED_STORES,
     Report,
     allreduce,
@@ -29,7 +30,6 @@ from programs.triton.compiled import (
     fwd_split,
     fwd_split_words,
 )
-from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 
 
 def default_reports() -> list[Report]:

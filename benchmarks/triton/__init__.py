@@ -4,5 +4,5 @@
     torchrun --nproc-per-node 2 -m benchmarks.triton.allreduce         # fused all-reduce + RMSNorm + FP8
     python3 -m benchmarks.triton.compare_trees BEFORE AFTER            # two source trees timed against each other
 
-The measurement method they share is programs/triton/timing.py.
+The measurement method they share is benchmarks/triton/timing.py.
 """

@@ -11,8 +11,8 @@ ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce.dispat
 call as users make it (the dispatched strategy, default shape, reuse_x=True: x is dead after the call, as the
 baseline's is, and nccl with a residual all-reduces in place on the baseline's copy), against NCCL + fused norm and
 against the best strategy of the same row. KiB/rank is the payload T * H * 2 of every rank.
-Where PDL runs, every timed replay starts in one launch state (programs/triton/timing.py's pin_launch_state).
-The timing, the launch shapes tried, the tables and the watchdog are programs/triton/allreduce/measurement.py.
+Where PDL runs, every timed replay starts in one launch state (benchmarks/triton/timing.py's pin_launch_state).
+The timing, the launch shapes tried, the tables and the watchdog are benchmarks/triton/allreduce_measurement.py.
 A rank that makes no progress for --stall-s seconds prints where it is (a start-up step, or the timed method: T,
 strategy, launch shape) and keeps printing it, so a hang names its step instead of leaving a silent table. One timed
 method takes seconds at most, its first compiles included.
@@ -35,18 +35,16 @@ if STDLIB:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-from programs.triton.allreduce.api import (  # noqa: E402
+from benchmarks.triton.allreduce_measurement import Watchdog, graph_time_us, render, shape_str, sweep_shapes  # noqa: E402
+from benchmarks.triton.timing import pin_launch_state  # noqa: E402
+from programs.triton.allreduce.api import AllReduceRMSNormFP8, Strategy, choose_strategy  # noqa: E402
+from programs.triton.allreduce.workspace import (  # noqa: E402
     LAMPORT2_MAX_TOKENS,
     LAMPORT_MAX_TOKENS,
     PUSH_MAX_TOKENS,
     PUSH_PROGRAMS,
-    AllReduceRMSNormFP8,
-    Strategy,
-    choose_strategy,
 )
-from programs.triton.allreduce.measurement import Watchdog, graph_time_us, render, shape_str, sweep_shapes  # noqa: E402
 from programs.triton.forward import rmsnorm_fwd  # noqa: E402
-from programs.triton.timing import pin_launch_state  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 EPS = 1e-6

@@ -19,9 +19,9 @@ import threading
 import torch
 import torch.distributed as dist
 
+from benchmarks.triton.allreduce_measurement import graph_time_us
+from benchmarks.triton.timing import on_capture_stream
 from programs.triton.allreduce.api import AllReduceRMSNormFP8, Strategy
-from programs.triton.allreduce.measurement import graph_time_us
-from programs.triton.timing import on_capture_stream
 
 FP8 = torch.float8_e4m3fn
 

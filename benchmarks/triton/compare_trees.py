@@ -5,13 +5,13 @@
 
 BEFORE and each AFTER are directories that each hold a `programs` package (a checkout, or `git archive REV programs
 tt_rmsnorm` unpacked). Every round runs one fresh process a tree, the trees' order rotating round by round (with two
-trees: alternating); each process imports programs.triton from its own tree (its directory put first on PYTHONPATH,
-so a Triton placed on PYTHONPATH stays visible) and times rmsnorm_fwd and rmsnorm_bwd (default launches, bf16, a
-weight, rsigma from the forward; --fp8: also the forward into e4m3 with row scales) at every shape with
-programs/triton/timing.py's graph_time (CUDA graphs over rotating input sets of at least 3x the L2). The table gives
-each tree's median over the rounds, each AFTER's ratio to BEFORE, and the spread of each tree's rounds (max / min -
-1), beside a device-to-device copy's bandwidth measured at the start and the end of the run (bytes read plus
-written), which says whether the card's memory speed held through it.
+trees: alternating); each process imports programs.triton from its own tree (its directory put first on PYTHONPATH, so a
+Triton placed on PYTHONPATH stays visible) and times rmsnorm_fwd and rmsnorm_bwd (default launches, bf16, a weight,
+rsigma from the forward; --fp8: also the forward into e4m3 with row scales) at every shape with this checkout's
+benchmarks/triton/timing.py graph_time, the same method for every tree (CUDA graphs over rotating input sets of at least
+3x the L2). The table gives each tree's median over the rounds, each AFTER's ratio to BEFORE, and the spread of each
+tree's rounds (max / min - 1), beside a device-to-device copy's bandwidth measured at the start and the end of the run
+(bytes read plus written), which says whether the card's memory speed held through it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from programs.triton.timing import render, rotated, tree_names
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -50,10 +50,14 @@ def copy_gbps(n_bytes: int = 1 << 30, reps: int = 20) -> float:
 
 
 def worker(shapes: list[tuple[int, int]], reps: int, fp8: bool = False) -> dict:
-    """Times of this process's tree (the `programs` package first on sys.path): {"fwd MxN": us, "bwd MxN": us}."""
+    """Times of this process's tree (the `programs` package first on sys.path) by this checkout's method:
+    {"fwd MxN": us, "bwd MxN": us}."""
     from programs.triton.backward import rmsnorm_bwd
     from programs.triton.forward import rmsnorm_fwd
-    from programs.triton.timing import graph_time, n_sets, rotating
+
+    # benchmarks from this checkout, whatever the tree holds; programs stays the tree's, imported above
+    sys.path.insert(0, str(REPO))
+    from benchmarks.triton.timing import graph_time, n_sets, rotating
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -103,6 +107,8 @@ def main() -> None:
         return
     if len(a.trees) < 2:
         ap.error("give BEFORE and at least one AFTER tree")
+    from benchmarks.triton.timing import render, rotated, tree_names
+
     trees = [t.resolve() for t in a.trees]
     names = tree_names(trees)
     bw_start = copy_gbps()

@@ -9,7 +9,7 @@ from importlib import metadata
 
 import torch
 
-from programs.triton.timing import EPS, log
+from benchmarks.triton.timing import EPS, log
 
 # FlashInfer's norms have no backward: the backward tables leave them out
 FORWARD_ONLY = frozenset({"flashinfer"})

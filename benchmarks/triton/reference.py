@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from programs.triton.timing import EPS
+from benchmarks.triton.timing import EPS
 from tt_rmsnorm.accuracy import Report, compare
 
 SAMPLE_ROWS = 256

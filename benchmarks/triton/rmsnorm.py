@@ -8,7 +8,7 @@
     python3 -m benchmarks.triton.rmsnorm --sweep-rows    # forward rows-kernel launch shapes at mid sizes, beside peers
     python3 -m benchmarks.triton.rmsnorm --shapes 2048x65536,8192x8192 --peers none   # some shapes, no peers
 
-Method (programs/triton/timing.py): every timed call is captured in a CUDA graph of many calls over rotating input
+Method (benchmarks/triton/timing.py): every timed call is captured in a CUDA graph of many calls over rotating input
 sets whose total footprint is at least 3x the L2 (so neither launch overhead nor the cache is measured), replayed 15
 times; time per call = median replay time / calls per graph. The single-GPU tables run every contender once, untimed
 (all compiles done before any timing: a torch.compile run makes every later contender faster), then time each once a
@@ -42,10 +42,7 @@ import torch.nn.functional as F
 from benchmarks.triton import sweeps
 from benchmarks.triton.peers import FORWARD_ONLY, NORMALIZES_FP32_SUM, describe, load_peers, load_residual_peers
 from benchmarks.triton.reference import SAMPLE_ROWS, check_forward, check_residual
-from programs.triton.backward import rmsnorm_bwd
-from programs.triton.forward import rmsnorm_fwd
-from programs.triton.launch import pdl_supported
-from programs.triton.timing import (
+from benchmarks.triton.timing import (
     DT,
     EPS,
     autograd_calls,
@@ -56,6 +53,9 @@ from programs.triton.timing import (
     rotating,
     timed_rounds,
 )
+from programs.triton.backward import rmsnorm_bwd
+from programs.triton.forward import rmsnorm_fwd
+from programs.triton.launch import pdl_supported
 from tt_rmsnorm.accuracy import Report
 
 # 1024 x 262144 first: measured last, even a plain copy of its bytes ran slower (2.7 TB/s)

@@ -1,6 +1,6 @@
 """Launch-shape sweeps of the Triton kernels on CUDA, the measurements the launch rules (forward_config.py,
 backward_config.py) come from: each candidate shape timed beside the default launch and the copy of the same bytes,
-by the benchmark's method (programs/triton/timing.py).
+by the benchmark's method (benchmarks/triton/timing.py).
 
     python3 -m benchmarks.triton.rmsnorm --sweep         # decode and long-row forwards, rows backward
     python3 -m benchmarks.triton.rmsnorm --sweep-long    # split against looped forward, split against cols backward
@@ -18,12 +18,12 @@ import torch
 import triton
 
 from benchmarks.triton.peers import load_peers
+from benchmarks.triton.timing import DT, EPS, graph_time, log, n_sets, rotating
 from programs.triton.backward import rmsnorm_bwd
 from programs.triton.backward_config import STREAM_ROWS_N, BwdConfig, bwd_config, stream_config
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig, fwd_config
 from programs.triton.kernels import forward_async, forward_cluster
-from programs.triton.timing import DT, EPS, graph_time, log, n_sets, rotating
 
 
 def fwd_calls(xs, w, sets: int, calls: int, residuals=None, **kw) -> list[Callable[[], object]]:

@@ -1,7 +1,5 @@
-"""The RMSNorm backward launcher: dx (+ dresidual), dgamma and dbias from the saved rsigma, dgamma deterministic.
-
-    rmsnorm_bwd(dy, h, weight, rsigma, *, weight_offset=0.0, dresidual=None, need_bias_grad=False, config=None,
-                enable_pdl=None) -> (dx, dweight | None, dbias | None)
+"""The RMSNorm backward launcher: dx (+ dresidual), dgamma and dbias from the saved rsigma, dgamma deterministic;
+rmsnorm_bwd's docstring gives each parameter and the result.
 
 With xhat = h * rs, g = dy * (w + weight_offset) and c = mean(xhat * g) over the row:
     dx = rs * (g - xhat * c) (+ dresidual, the gradient reaching residual_out), dweight = sum_rows dy * xhat,
@@ -13,9 +11,6 @@ kernel sums that buffer column by column in a fixed order. No atomics: the same 
 With one program (M <= BLOCK_M of the rows kernel) its row is the sum: it is stored in the output dtype and the second
 kernel is not launched (a second launch would double a decode step's time). Decode-sized inputs (M <= DECODE_M) take
 the decode kernel: its column programs sum dweight / dbias over all rows, final in one fixed order.
-enable_pdl as forward.rmsnorm_fwd takes it: the rows and decode kernels and the partials' sum launch with
-programmatic dependent launch (each waits for the kernel before it, then lets the next one launch); the split kernel,
-whose programs must all be resident at once, and the interpreter's two-kernel path launch plainly.
 
 This module owns the call: its rules (checked before any device work), the outputs and the launches, one function a
 kernel. The kernels live in kernels/backward.py, the launch heuristics in backward_config.py.
@@ -287,7 +282,46 @@ def rmsnorm_bwd(
     config: BwdConfig | None = None,
     enable_pdl: bool | None = None,
 ):
-    """(dx, dweight, dbias) of RMSNorm (module docstring). dx has h's dtype, dweight weight's, dbias bias_dtype."""
+    """The gradients of RMSNorm from the forward's saved rsigma (the module docstring gives the formulas); dweight and
+    dbias are summed over the rows in a fixed order, the same bits every run.
+
+    Parameters
+    ----------
+    dy: torch.Tensor
+        The gradient reaching y, h's shape.
+    h: torch.Tensor
+        [..., N] bf16, fp16 or fp32, what the forward normalized: x, or residual_out where it added a residual.
+    weight: torch.Tensor | None
+        The forward's weight [N] on h's device, or None.
+    rsigma: torch.Tensor
+        The forward's rsigma: contiguous float32 [M] (rmsnorm_fwd(..., return_rsigma=True).rsigma).
+    weight_offset: float
+        The forward's weight offset.
+    dresidual: torch.Tensor | None
+        The gradient reaching residual_out, h's shape, added to dx; None where the forward took no residual.
+    need_bias_grad: bool
+        Whether to compute dbias.
+    bias_dtype: torch.dtype | None
+        dbias's dtype: None (h.dtype), or the forward's bias dtype.
+    config: BwdConfig | None
+        The launch to run in place of backward_config.bwd_config's choice; its rules hold before any launch.
+    enable_pdl: bool | None
+        Programmatic dependent launch as rmsnorm_fwd takes it: the rows and decode kernels and the partials' sum wait
+        for the kernel before them, then let the next one launch; the split kernel, whose programs must all be
+        resident at once, and the interpreter's two-kernel path launch plainly.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+        dx: h's shape and dtype (dresidual included).
+        dweight: [N] in weight's dtype, or None without a weight.
+        dbias: [N] in bias_dtype, or None unless need_bias_grad.
+
+    Raises
+    ------
+    RuleError
+        An argument or launch a rule refuses (its id, the value seen, the fix), before any launch.
+    """
     check_activation(h, "h")
     check_same_rows(dy, h, "dy")
     check_same_rows(dresidual, h, "dresidual")

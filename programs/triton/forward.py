@@ -1,30 +1,9 @@
-"""The RMSNorm forward launcher: y = h * rsqrt(mean(h^2) + eps) * (w + weight_offset) (+ bias), h = x (+ residual).
+"""The RMSNorm forward launcher: y = h * rsqrt(mean(h^2) + eps) * (w + weight_offset) (+ bias), h = x (+ residual),
+into a float or FP8 output; rmsnorm_fwd's docstring gives each parameter and the result.
 
-    rmsnorm_fwd(x, weight=None, *, epsilon=1e-5, weight_offset=0.0, bias=None, residual=None, dtype=None,
-                scale_mode="row", scale=None, scale_ub=inf, return_rsigma=False, stats=None, hidden_size=None,
-                config=None, enable_pdl=None) -> RMSNormOutput(y, rsigma, residual_out, scale)
-
-    x         [..., N] bf16/fp16/fp32, hidden dim contiguous, rows may be strided; math in fp32, 64-bit offsets.
-    weight    [N] or None; the kernel multiplies by (weight + weight_offset) (weight_offset=1.0: zero-centered gamma).
-    residual  [..., N]: h = x + residual rounded to residual.dtype is both normalized and returned as residual_out.
-    dtype     output dtype: None (x.dtype), bf16/fp16/fp32, or torch.float8_e4m3fn / torch.float8_e5m2.
-    FP8       scale_mode="row":    one float32 scale per row, min(rowmax|v|, scale_ub) / fp8_max, returned [M]
-              scale_mode="tensor": one float32 scale [1]: `scale` if given (static), else min(max|v|, scale_ub)/fp8_max
-                                   from a first pass over x (dynamic); y = fp8(clamp(v / scale)), v ~= y * scale.
-    rsigma    float32 [M], rsqrt(mean(h^2) + eps) (TransformerEngine's nvte_rmsnorm_fwd rsigma).
-    stats     float64 (or float32) [W, M] per-shard sums of squares (distributed post): summed in rank order, divided
-              by hidden_size (default N), instead of the sum over x's own row; rsigma taken from them in float64.
-    config    a FwdConfig to launch instead of forward_config.fwd_config's choice (checked before any device work).
-    enable_pdl programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
-              Hopper and later): each CTA first waits for the previous kernel in the stream to finish
-              (griddepcontrol.wait, before any load or store), then lets the next kernel's CTAs launch as this grid's
-              free their SMs, so back-to-back PDL kernels overlap one's launch with the other's tail. The split
-              launch, whose programs must all be resident at once (they wait on each other through global memory),
-              launches plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
-
-This module owns the call: its outputs, the choice of launch (forward_config.py, after the rules of
-forward_rules.py have passed, before any device work) and the launch itself, one function a kernel. The kernels live
-in kernels/forward.py, kernels/forward_split.py, kernels/forward_cluster.py and kernels/forward_async.py.
+This module owns the call: its outputs, the choice of launch (forward_config.py) and the launch itself, one function
+a kernel. The rules of forward_rules.py, the launch shape's included, all pass before the call allocates anything. The
+kernels live in kernels/forward.py, kernels/forward_split.py, kernels/forward_cluster.py and kernels/forward_async.py.
 """
 
 from __future__ import annotations
@@ -46,15 +25,7 @@ from programs.triton.checks import (
     check_vector,
 )
 from programs.triton.forward_config import JOINT_MAX_PER_THREAD, FwdConfig, fwd_config
-from programs.triton.forward_rules import (
-    Call,
-    check_gluon,
-    check_output,
-    check_stats,
-    check_words,
-    cluster_busy,
-    out_mode,
-)
+from programs.triton.forward_rules import Call, check_launch, check_output, check_stats, out_mode
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 from programs.triton.kernels import forward_async, forward_cluster
 from programs.triton.kernels.forward import fwd_looped_kernel, fwd_rows_kernel, row_sumsq_kernel
@@ -67,7 +38,6 @@ from programs.triton.launch import (
     wordable_rows,
     wordable_weight,
 )
-from tt_rmsnorm.errors import RuleError
 
 
 class RMSNormOutput(NamedTuple):
@@ -77,11 +47,11 @@ class RMSNormOutput(NamedTuple):
     scale: torch.Tensor | None  # FP8: float32 [M] (row) or [1] (tensor)
 
 
-def split_words_fit(x2: torch.Tensor, y2: torch.Tensor, weight, plain: bool) -> bool:
-    """Whether the split forward may hold its blocks as words (fwd_split_words_kernel): the rows of x and y wordable
-    (so y in x's 16-bit dtype), the weight absent or 16-bit on a 4-byte boundary, and plain: x normalized as given
-    into a cast output, no bias."""
-    return plain and wordable_rows(x2) and wordable_rows(y2) and wordable_weight(weight)
+def split_words_fit(x2: torch.Tensor, out_dtype: torch.dtype, weight, plain: bool) -> bool:
+    """Whether the split forward may hold its blocks as words (fwd_split_words_kernel): the rows of x wordable, a
+    16-bit output (y is allocated contiguous [M, N], so its rows are then wordable too), the weight absent or 16-bit on
+    a 4-byte boundary, and plain: x normalized as given into a cast output, no bias."""
+    return plain and wordable_rows(x2) and out_dtype.itemsize == 2 and wordable_weight(weight)
 
 
 # --- the launches, one function a kernel ----------------------------------------------------------------------------
@@ -170,28 +140,13 @@ class _Launch:
         return (p.src, p.y, self.weight, self.bias, rsig, self.n, self.inv_hidden, self.eps, self.weight_offset)
 
     def run(self, p: _Pass) -> None:
-        runner = _RUNNERS.get(self.cfg.kernel)
-        if runner is None:
-            raise RuleError(
-                "config.kernel",
-                "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
-                self.cfg.kernel,
-                "config=None",
-            )
-        runner(self, p)
+        _RUNNERS[self.cfg.kernel](self, p)
 
 
 def _run_rows(L: _Launch, p: _Pass) -> None:
     cfg, device = L.cfg, p.src.device
     row_n = block_n = triton.next_power_of_2(L.n)
     if cfg.chunk and cfg.chunk < row_n:
-        if cfg.chunk & (cfg.chunk - 1):
-            raise RuleError(
-                "config.chunk",
-                "config.chunk of a rows launch (columns per program) must be a power of two",
-                cfg.chunk,
-                "chunk=0 (whole rows)",
-            )
         block_n = cfg.chunk
     slices = row_n // block_n
     grid = (triton.cdiv(L.m, cfg.block_m) * slices,)
@@ -212,8 +167,6 @@ def _run_rows(L: _Launch, p: _Pass) -> None:
 def _run_looped(L: _Launch, p: _Pass) -> None:
     cfg, device = L.cfg, p.src.device
     grid = (min(L.m, cfg.programs or sm_count(device)),)
-    if cfg.head and (cfg.head > L.n or cfg.head & (cfg.head - 1)):
-        raise RuleError("config.head", f"config.head must be a power of two <= N={L.n}", cfg.head, "head=0")
     words = triton.next_power_of_2(triton.cdiv(L.n, 2)) if cfg.words else 0
     fwd_looped_kernel[grid](
         *L.args(p),
@@ -329,7 +282,64 @@ def rmsnorm_fwd(
     config: FwdConfig | None = None,
     enable_pdl: bool | None = None,
 ) -> RMSNormOutput:
-    """Fused RMSNorm forward (see the module docstring for every argument)."""
+    """Fused RMSNorm forward: y = h * rsqrt(mean(h^2) + epsilon) * (weight + weight_offset) (+ bias), where
+    h = x (+ residual), in fp32 with 64-bit offsets.
+
+    Parameters
+    ----------
+    x: torch.Tensor
+        [..., N] bf16, fp16 or fp32, the hidden dimension contiguous; rows may be strided.
+    weight: torch.Tensor | None
+        [N] on x's device; the rows are multiplied by (weight + weight_offset). None: no weight.
+    epsilon: float
+        Added to mean(h^2) under the square root; >= 0.
+    weight_offset: float
+        Added to the weight (1.0: a zero-centered gamma); 0.0 without a weight.
+    bias: torch.Tensor | None
+        [N] on x's device, added after the weight.
+    residual: torch.Tensor | None
+        x's shape: h = x + residual, rounded to residual.dtype, is normalized and returned as residual_out.
+    dtype: torch.dtype | None
+        The output dtype: None (x.dtype), bf16, fp16, fp32, torch.float8_e4m3fn or torch.float8_e5m2.
+    scale_mode: str
+        FP8 output: "row", a float32 scale per row, min(max|v| of the row, scale_ub) / fp8_max; or "tensor", one
+        float32 scale, `scale` if given, else min(max|v|, scale_ub) / fp8_max from a first pass over the rows.
+        y = fp8(clamp(v / scale)), so v ~= y * scale.
+    scale: torch.Tensor | None
+        FP8 output with scale_mode="tensor": the static scale, one float32 element on x's device.
+    scale_ub: float
+        FP8 output: the bound on the max|v| a scale is taken from; > 0 (inf: none).
+    return_rsigma: bool
+        Whether to return rsigma.
+    stats: torch.Tensor | None
+        float64 (or float32) [W, M], contiguous rows: the shards' sums of squares (the distributed call's post phase),
+        summed in rank order and divided by hidden_size in place of x's own row; rsigma taken from them in float64.
+        No residual with stats.
+    hidden_size: int | None
+        What the sum of squares is divided by: None (N), or the global hidden size >= N beside stats.
+    config: FwdConfig | None
+        The launch to run in place of forward_config.fwd_config's choice; its rules hold before anything is allocated.
+    enable_pdl: bool | None
+        Programmatic dependent launch of the rows, looped, cp.async and cluster kernels (None: wherever it runs,
+        Hopper and later; True where it cannot run is refused). Each CTA first waits for the previous kernel in the
+        stream to finish (griddepcontrol.wait, before any load or store), then lets the next kernel's CTAs launch as
+        this grid's free their SMs, so back-to-back PDL kernels overlap one's launch with the other's tail. The split
+        launch, whose programs must all be resident at once (they wait on each other through global memory), launches
+        plainly; a cluster's CTAs wait only on each other, and the hardware starts them together.
+
+    Returns
+    -------
+    RMSNormOutput
+        y: x's shape, in `dtype`.
+        rsigma: float32 [M], rsqrt(mean(h^2) + epsilon) (TransformerEngine's nvte_rmsnorm_fwd rsigma), or None.
+        residual_out: h in residual.dtype, x's shape, or None without a residual.
+        scale: the FP8 scales, float32 [M] ("row") or [1] ("tensor"), or None for a float output.
+
+    Raises
+    ------
+    RuleError
+        An argument or launch a rule refuses (its id, the value seen, the fix), before any allocation or launch.
+    """
     check_activation(x)
     eps = check_epsilon(epsilon)
     n = x.shape[-1]
@@ -342,6 +352,13 @@ def rmsnorm_fwd(
     m = x2.shape[0]
     check_stats(stats, residual, m, x.device)
     mode = out_mode(out_dtype, scale_mode, scale)
+    r2 = as_rows(residual, "residual") if residual is not None else None
+    plain = mode == OUT_CAST and residual is None and stats is None and bias is None
+    words_fit = split_words_fit(x2, out_dtype, weight, plain)
+    c = Call(x2, weight, bias, residual, stats, out_dtype, mode, scale is not None, words_fit)
+    if m:  # no rows: nothing launches, so no launch shape is checked
+        cfg = config or _default_config(c)
+        busy = check_launch(cfg, c)
     interpreter.use_exact_casts(x.device)
 
     y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
@@ -354,19 +371,11 @@ def rmsnorm_fwd(
         return RMSNormOutput(y, rsig, res_out, sc)
 
     y2 = y.view(-1, n)
-    plain = mode == OUT_CAST and residual is None and stats is None and bias is None
-    words_fit = split_words_fit(x2, y2, weight, plain)
-    c = Call(x2, weight, bias, residual, stats, out_dtype, mode, scale is not None, words_fit)
-    cfg = config or _default_config(c)
-    check_words(cfg, c)
-    check_gluon(cfg, c)
-    busy = cluster_busy(cfg, c) if cfg.kernel == "cluster" else False
     fmax = fp8mod.fp8_format(out_dtype).max if mode != OUT_CAST else 1.0
     ub = min(scale_ub, 3.0e38)  # scale_ub as the kernels take it: a finite float32
     consts = fp8mod.downcast_consts(out_dtype)
     scalars = (m, n, 1.0 / hidden, eps, float(weight_offset), float(ub), float(fmax))
     L = _Launch(cfg, weight, bias, stats, *scalars, pdl, busy, consts)
-    r2 = as_rows(residual, "residual") if residual is not None else None
     ro2 = res_out.view(-1, n) if res_out is not None else None
     if c.dynamic_tensor_scale:
         # pass 1: per-row max|v| (also writes residual_out and rsigma); pass 2 quantizes with the one scale

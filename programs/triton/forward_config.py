@@ -57,6 +57,9 @@ FP8_CLUSTER_N, FP8_CLUSTER_MIN_ELEMENTS = (8192, 16384), 1 << 23
 ASYNC_N, ASYNC_MAX_M = (4096, 8192), 16384
 
 
+KERNELS = ("rows", "looped", "split", "cluster", "async")  # FwdConfig.kernel's values
+
+
 @dataclass(frozen=True)
 class FwdConfig:
     """Launch shape. kernel "rows": block_m rows a program (chunk > 0: `chunk` columns of them a program, each

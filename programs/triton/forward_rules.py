@@ -1,18 +1,19 @@
 """The forward call's rules, checked before any device work: the arguments (output dtype, FP8 scale, hidden size,
-distributed stats) and a launch shape against what its kernel can hold. Each refusal is a RuleError naming the
-rule id, the value seen and the fix; forward.py calls these before it allocates or launches anything."""
+distributed stats) and a launch shape against what its kernel can hold (check_launch). Each refusal is a RuleError
+naming the rule id, the value seen and the fix; forward.py calls these before it allocates or launches anything."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from programs.triton import fp8 as fp8mod
-from programs.triton.forward_config import WIDE_CHUNK_N, FwdConfig
+from programs.triton.forward_config import KERNELS, WIDE_CHUNK_N, FwdConfig
 from programs.triton.fp8 import OUT_AMAX, OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC
 from programs.triton.kernels import cluster_staging, forward_async, forward_cluster
-from programs.triton.launch import sm_count, wordable_rows
+from programs.triton.launch import sm_count, split_shape, wordable_rows
 from tt_rmsnorm.errors import RuleError
 
 
@@ -131,6 +132,46 @@ class Call:
     @property
     def row_max_with_bias(self) -> bool:
         return self.bias is not None and (self.mode == OUT_FP8_ROW or self.dynamic_tensor_scale)
+
+    @property
+    def split_exchange(self) -> bool:
+        """Whether a split launch's programs exchange row partials in some pass: the sum of squares (no distributed
+        stats) or a row max (FP8 row scales, the dynamic tensor scale's first pass)."""
+        return self.stats is None or self.mode == OUT_FP8_ROW or self.dynamic_tensor_scale
+
+
+def check_launch(cfg: FwdConfig, c: Call) -> bool:
+    """Every rule of a launch shape, which the call checks before it allocates anything: the words kernels', the Gluon
+    kernels', the shape against the row (check_shape) and a cluster CTA's shared memory. Returns cluster_busy's answer
+    for a cluster launch, False for the others."""
+    check_words(cfg, c)
+    check_gluon(cfg, c)
+    check_shape(cfg, c)
+    return cluster_busy(cfg, c) if cfg.kernel == "cluster" else False
+
+
+def check_shape(cfg: FwdConfig, c: Call) -> None:
+    """The kernel's name, and the rows, looped and split kernels' shape against the row: a rows launch's column slices
+    and a looped launch's head are powers of two, a split launch's programs can all be resident (launch.split_shape)."""
+    if cfg.kernel not in KERNELS:
+        raise RuleError(
+            "config.kernel",
+            "config.kernel must be 'rows', 'looped', 'split', 'cluster' or 'async'",
+            cfg.kernel,
+            "config=None",
+        )
+    m, n = c.x2.shape
+    if cfg.kernel == "rows" and 0 < cfg.chunk < triton.next_power_of_2(n) and cfg.chunk & (cfg.chunk - 1):
+        raise RuleError(
+            "config.chunk",
+            "config.chunk of a rows launch (columns per program) must be a power of two",
+            cfg.chunk,
+            "chunk=0 (whole rows)",
+        )
+    if cfg.kernel == "looped" and cfg.head and (cfg.head > n or cfg.head & (cfg.head - 1)):
+        raise RuleError("config.head", f"config.head must be a power of two <= N={n}", cfg.head, "head=0")
+    if cfg.kernel == "split":
+        split_shape(m, n, cfg.chunk, cfg.block_m, cfg.programs, c.x2.device, exchange=c.split_exchange)
 
 
 def check_words(cfg: FwdConfig, c: Call) -> None:

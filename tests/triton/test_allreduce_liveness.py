@@ -124,9 +124,9 @@ def benchmark_sequence(rank, world, dist, dog, verify, rounds):
     """The benchmark's calls at T = 1, 8, 32 (benchmarks/triton/allreduce.py: Bench.measure), each timed method as
     graph_time_us runs it; every fused call's last output also held to an eager call of the same strategy and shape."""
     import programs.triton.allreduce.api as ar
-    from programs.triton.allreduce.measurement import graph_time_us, sweep_shapes
+    from benchmarks.triton.allreduce_measurement import graph_time_us, sweep_shapes
+    from benchmarks.triton.timing import pin_launch_state
     from programs.triton.forward import rmsnorm_fwd
-    from programs.triton.timing import pin_launch_state
 
     dev = torch.device("cuda", rank)
     comm = ar.AllReduceRMSNormFP8(hidden_size=H, max_tokens=32, device=dev, stall_timeout_s=20.0)
@@ -187,14 +187,16 @@ def log_uniform(rng, hi):
 def random_sequence(rank, world, dist, dog, verify, calls):
     """Bursts of random calls enqueued without a host sync, then every call of the burst verified."""
     import programs.triton.allreduce.api as ar
+    from programs.triton.allreduce.dispatch import PUSHED
+    from programs.triton.allreduce.workspace import LAMPORT2_MAX_TOKENS, LAMPORT_MAX_TOKENS, PUSH_MAX_TOKENS
 
     dev = torch.device("cuda", rank)
     rng = random.Random(11)  # the same sequence on every rank; delays from a per-rank generator
     delay = random.Random(100 + rank)
     side = torch.cuda.Stream(dev)
-    caps = {ar.Strategy.ONE_SHOT_FLAGS: ar.PUSH_MAX_TOKENS, ar.Strategy.ONE_SHOT_LAMPORT: ar.LAMPORT_MAX_TOKENS}
-    caps[ar.Strategy.TWO_SHOT_LAMPORT] = ar.LAMPORT2_MAX_TOKENS
-    shapes = {s: [None, (1, 8), (1, 16)] for s in ar.PUSHED}
+    caps = {ar.Strategy.ONE_SHOT_FLAGS: PUSH_MAX_TOKENS, ar.Strategy.ONE_SHOT_LAMPORT: LAMPORT_MAX_TOKENS}
+    caps[ar.Strategy.TWO_SHOT_LAMPORT] = LAMPORT2_MAX_TOKENS
+    shapes = {s: [None, (1, 8), (1, 16)] for s in PUSHED}
     shapes[ar.Strategy.TWO_SHOT_PULLED] = [None, (1, 8), (1, 16), (2, 16)]
 
     def new_comm(max_tokens):

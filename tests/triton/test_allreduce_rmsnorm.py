@@ -23,6 +23,20 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from programs.triton.allreduce import api as ar  # noqa: E402
+from programs.triton.allreduce import kernels  # noqa: E402
+from programs.triton.allreduce.dispatch import DISPATCH, PUSHED, dispatch_rows  # noqa: E402
+from programs.triton.allreduce.launch import launch  # noqa: E402
+from programs.triton.allreduce.validation import as_strategy, check_call  # noqa: E402
+from programs.triton.allreduce.workspace import (  # noqa: E402
+    LAMPORT2_MAX_TOKENS,
+    LAMPORT_MAX_TOKENS,
+    PUSH_MAX_TOKENS,
+    carve,
+    fitting_strategy,
+    init_workspace,
+    rows_held,
+    workspace_bytes,
+)
 from tests.triton.allreduce_checks import (  # noqa: E402
     check,
     expected,
@@ -77,8 +91,8 @@ def simulate(
     max_tokens = max_tokens or t
     dev = xs[0].device
     bufs = [
-        ar.init_workspace(
-            torch.empty(ar.workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
+        init_workspace(
+            torch.empty(workspace_bytes(max_tokens, h, xs[0].dtype.itemsize, world), dtype=torch.uint8, device=dev),
             max_tokens,
             h,
             xs[0].dtype,
@@ -97,11 +111,11 @@ def simulate(
         )
         for _ in range(world)
     ]
-    epoch = torch.zeros(ar.kernels.N_COUNTERS, dtype=torch.int32, device=dev)
-    for phase in (ar.kernels.PHASE_A, ar.kernels.PHASE_B, ar.kernels.PHASE_C):  # what the barriers order on the GPU
+    epoch = torch.zeros(kernels.N_COUNTERS, dtype=torch.int32, device=dev)
+    for phase in (kernels.PHASE_A, kernels.PHASE_B, kernels.PHASE_C):  # what the barriers order on the GPU
         for r in range(world):
             o = outs[r]
-            ar.launch(
+            launch(
                 strategy,
                 r,
                 bufs,
@@ -195,8 +209,8 @@ def test_lamport_keeps_every_bit_and_leaves_its_buffers_empty(strategy, with_res
         if with_res:
             assert torch.equal(o.residual_out.view(torch.int16), pulled[r].residual_out.view(torch.int16))
         for name in ("lamport", "rs", "ag"):
-            assert bool((getattr(bufs[r], name) == ar.kernels.LAMPORT_EMPTY).all()), f"rank {r}: words left in {name}"
-        assert bool((bufs[r].ag_scale == ar.kernels.LAMPORT_EMPTY32).all()), f"rank {r}: scales left"
+            assert bool((getattr(bufs[r], name) == kernels.LAMPORT_EMPTY).all()), f"rank {r}: words left in {name}"
+        assert bool((bufs[r].ag_scale == kernels.LAMPORT_EMPTY32).all()), f"rank {r}: scales left"
 
 
 # magnitudes of the rows of extreme_partials: ordinary, fp32 sum of squares overflows, sums near the bf16 maximum,
@@ -285,7 +299,7 @@ def test_fused_matches_reference_path_interpreted():
 def test_strategy_choice_follows_the_dispatch_table():
     h, isz = 8192, 2
     for world in (2, 3, 4, 8):
-        table = ar.dispatch_rows(world)
+        table = dispatch_rows(world)
         assert table[-1][0] is None, "the last row takes every larger payload"
         assert [b for b, _, _ in table[:-1]] == sorted(b for b, _, _ in table[:-1])
         lo = 0
@@ -307,7 +321,7 @@ def test_strategy_choice_follows_the_dispatch_table():
         ar.choose_strategy(64, h, isz, 4) == S.TWO_SHOT_LAMPORT
         and ar.choose_strategy(64, h, isz, 4, residual=True) == S.ONE_SHOT_LAMPORT
     )
-    assert ar.dispatch_rows(3) is ar.DISPATCH[4] and ar.dispatch_rows(8) is ar.DISPATCH[4]
+    assert dispatch_rows(3) is DISPATCH[4] and dispatch_rows(8) is DISPATCH[4]
     assert (
         ar.choose_strategy(1, h, isz, 2) == S.ONE_SHOT_FLAGS and ar.choose_strategy(32, h, isz, 2) == S.ONE_SHOT_LAMPORT
     )
@@ -329,13 +343,13 @@ def test_dispatched_strategy_fits_its_buffers_at_every_size(world):
     tensors: sizes, no memory)."""
     h, isz = 8192, 2
     for max_tokens in (1, 37, 1030, 4096):
-        raw = torch.empty(ar.workspace_bytes(max_tokens, h, isz, world), dtype=torch.uint8, device="meta")
-        bufs = [ar.carve(raw, max_tokens, h, torch.bfloat16, world)] * world
-        held = ar.rows_held(bufs, h)
+        raw = torch.empty(workspace_bytes(max_tokens, h, isz, world), dtype=torch.uint8, device="meta")
+        bufs = [carve(raw, max_tokens, h, torch.bfloat16, world)] * world
+        held = rows_held(bufs, h)
         sizes = {1, 2, 8, 9, 31, 32, 33, 64, 128, 129, 511, 512, 513, 1023, 1024, 1025, 1027, 2048, 2049, max_tokens}
         for t in sorted(x for x in sizes if x <= max_tokens):
             for res in (False, True):
-                strategy = ar.fitting_strategy(ar.choose_strategy(t, h, isz, world, residual=res), t, bufs, h, True)
+                strategy = fitting_strategy(ar.choose_strategy(t, h, isz, world, residual=res), t, bufs, h, True)
                 if strategy == S.TWO_SHOT_LAMPORT:
                     assert t <= held[S.TWO_SHOT_LAMPORT] and math.ceil(t / world) <= bufs[0].rs.numel() // (
                         2 * world * h
@@ -345,16 +359,16 @@ def test_dispatched_strategy_fits_its_buffers_at_every_size(world):
                 else:
                     assert strategy == S.TWO_SHOT_PULLED and t <= bufs[0].inp.shape[0] // 2, (max_tokens, t)
     # bufs hold 4096 rows: the pushed strategies fall back down the chain once T passes their buffers
-    assert ar.fitting_strategy(S.ONE_SHOT_FLAGS, 8, bufs, h, False) == S.ONE_SHOT_LAMPORT, (
+    assert fitting_strategy(S.ONE_SHOT_FLAGS, 8, bufs, h, False) == S.ONE_SHOT_LAMPORT, (
         "one-shot flags needs x as int32 words"
     )
-    assert ar.fitting_strategy(S.ONE_SHOT_FLAGS, ar.PUSH_MAX_TOKENS + 1, bufs, h, True) == S.ONE_SHOT_LAMPORT
-    assert ar.fitting_strategy(S.ONE_SHOT_LAMPORT, ar.LAMPORT_MAX_TOKENS, bufs, h, True) == S.ONE_SHOT_LAMPORT
-    assert ar.fitting_strategy(S.TWO_SHOT_LAMPORT, ar.LAMPORT2_MAX_TOKENS, bufs, h, True) == S.TWO_SHOT_LAMPORT
-    assert ar.fitting_strategy(S.TWO_SHOT_LAMPORT, ar.LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == S.TWO_SHOT_PULLED
-    assert ar.fitting_strategy(
-        S.ONE_SHOT_LAMPORT, max(ar.LAMPORT_MAX_TOKENS, ar.LAMPORT2_MAX_TOKENS) + 1, bufs, h, True
-    ) == (S.TWO_SHOT_PULLED)
+    assert fitting_strategy(S.ONE_SHOT_FLAGS, PUSH_MAX_TOKENS + 1, bufs, h, True) == S.ONE_SHOT_LAMPORT
+    assert fitting_strategy(S.ONE_SHOT_LAMPORT, LAMPORT_MAX_TOKENS, bufs, h, True) == S.ONE_SHOT_LAMPORT
+    assert fitting_strategy(S.TWO_SHOT_LAMPORT, LAMPORT2_MAX_TOKENS, bufs, h, True) == S.TWO_SHOT_LAMPORT
+    assert fitting_strategy(S.TWO_SHOT_LAMPORT, LAMPORT2_MAX_TOKENS + 1, bufs, h, True) == S.TWO_SHOT_PULLED
+    assert fitting_strategy(S.ONE_SHOT_LAMPORT, max(LAMPORT_MAX_TOKENS, LAMPORT2_MAX_TOKENS) + 1, bufs, h, True) == (
+        S.TWO_SHOT_PULLED
+    )
 
 
 RULES = {
@@ -372,7 +386,7 @@ RULES = {
         x=lambda: torch.zeros(2, 65, dtype=torch.bfloat16)[:, 1:], strategy=S.ONE_SHOT_FLAGS
     ),  # rows at odd offsets
     "strategy.push_tokens": dict(
-        x=lambda: torch.zeros(ar.PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16),
+        x=lambda: torch.zeros(PUSH_MAX_TOKENS + 1, 64, dtype=torch.bfloat16),
         strategy=S.ONE_SHOT_FLAGS,
         max_tokens=1000,
     ),
@@ -396,8 +410,8 @@ def test_bad_input_names_the_rule(rule):
     args = {k: (v() if callable(v) else v) for k, v in c.items()}
     max_tokens = args.pop("max_tokens", 8)
     with pytest.raises(RuleError) as err:
-        args["strategy"] = ar.as_strategy(args["strategy"])  # the call's first step: a name becomes a Strategy
-        ar.check_call(
+        args["strategy"] = as_strategy(args["strategy"])  # the call's first step: a name becomes a Strategy
+        check_call(
             args.pop("x"),
             args.pop("weight"),
             **args,
@@ -409,11 +423,11 @@ def test_bad_input_names_the_rule(rule):
     assert err.value.rule == rule and "Fix:" in str(err.value)
 
 
-@pytest.mark.parametrize("strategy", ar.PUSHED, ids=lambda s: s.value)
+@pytest.mark.parametrize("strategy", PUSHED, ids=lambda s: s.value)
 def test_pushed_strategies_take_one_row_per_program(strategy):
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
     with pytest.raises(RuleError) as err:
-        ar.launch(
+        launch(
             strategy,
             0,
             [None, None],
@@ -437,7 +451,7 @@ def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
     disarmed."""
     import time
 
-    from programs.triton.allreduce.measurement import Watchdog
+    from benchmarks.triton.allreduce_measurement import Watchdog
 
     dog = Watchdog(rank=1, seconds=0.05)
     dog.arm("T=1024 residual=False two_shot_pulled shape 1x16 grid default")

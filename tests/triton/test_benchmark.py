@@ -1,4 +1,4 @@
-"""The benchmarks' measurement method (programs/triton/timing.py, programs/triton/allreduce/measurement.py), with the
+"""The benchmarks' measurement method (benchmarks/triton/timing.py and allreduce_measurement.py), with the
 GPU timer replaced: what is reported is each contender's median over interleaved rounds, and a peer that cannot run a
 shape is n/a, not retried."""
 
@@ -6,7 +6,7 @@ import contextlib
 
 import torch
 
-from programs.triton import timing
+from benchmarks.triton import timing
 
 
 def test_timed_rounds_interleaves_contenders_and_reports_medians(monkeypatch):
@@ -133,7 +133,7 @@ class _FakeCuda:
 
 def _fake_gpu(monkeypatch, log):
     """The all-reduce measurement with torch.cuda faked and its warm-up's stream hand-off a plain block."""
-    from programs.triton.allreduce import measurement
+    from benchmarks.triton import allreduce_measurement as measurement
 
     monkeypatch.setattr(measurement.torch, "cuda", _FakeCuda(log))
     monkeypatch.setattr(measurement, "on_capture_stream", contextlib.nullcontext)
@@ -202,7 +202,7 @@ def test_timed_rounds_runs_every_contender_before_any_timing(monkeypatch):
 
 
 def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
-    from programs.triton.allreduce import measurement as b
+    from benchmarks.triton import allreduce_measurement as b
     from programs.triton.allreduce.dispatch import Strategy
 
     sweep = [(1, 8), (1, 16), (2, 16), (4, 32)]
@@ -213,7 +213,7 @@ def test_allreduce_bench_sweeps_block_rows_only_where_every_sm_gets_a_block():
 
 
 def test_allreduce_bench_table_names_the_best_strategy_and_the_dispatched_ratios():
-    from programs.triton.allreduce import measurement as b
+    from benchmarks.triton import allreduce_measurement as b
     from programs.triton.allreduce.dispatch import Strategy
 
     row = {"T": 8, "per_rank_kib": 128.0, "nccl": 10.0, "nccl+fused": 12.0, "nccl+torch": None, "fused": 6.0}
@@ -230,7 +230,7 @@ def test_allreduce_bench_table_names_the_best_strategy_and_the_dispatched_ratios
 def test_tree_comparison_rotates_every_tree_through_every_place_and_reports_ratios_to_the_first(tmp_path):
     """compare_trees: two trees alternate, more rotate (each takes every place in turn); the table gives each later
     tree's median over the first's; clashing directory names fall back to positional names."""
-    from programs.triton.timing import render, rotated, tree_names
+    from benchmarks.triton.timing import render, rotated, tree_names
 
     assert [rotated(["a", "b"], r) for r in range(2)] == [["a", "b"], ["b", "a"]]
     three = [rotated(["a", "b", "c"], r) for r in range(3)]

@@ -83,7 +83,9 @@ def test_forward_split_words_at_real_widths(case):
     x = cuda_rand(m, n, dtype=dt, seed=70)
     w = cuda_rand(n, dtype=dt, seed=71) if has_w else None
     if cfg is None:
-        assert fwd_module.fwd_config(m, n, x.device, split_words_ok=fwd_module.split_words_fit(x, x, w, True)).words
+        assert fwd_module.fwd_config(
+            m, n, x.device, split_words_ok=fwd_module.split_words_fit(x, x.dtype, w, True)
+        ).words
     off = 1.0 if has_w else 0.0
     o = rmsnorm_fwd(x, w, epsilon=1e-6, weight_offset=off, return_rsigma=True, config=cfg)
     v, rs, _ = norm64(x, w, epsilon=1e-6, weight_offset=off)
@@ -328,7 +330,7 @@ def test_benchmark_captures_eager_backward():
     """The benchmark's backward contenders run their forward on the capture stream: with the forward on the default
     stream, the eager backward's capture failed ("operation failed due to a previous error during capture", H100),
     and the table showed eager as n/a."""
-    from programs.triton import timing
+    from benchmarks.triton import timing
 
     xs = [cuda_rand(256, 4096, seed=s) for s in (60, 61)]
     dys = [cuda_rand(256, 4096, seed=s) for s in (62, 63)]

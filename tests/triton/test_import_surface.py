@@ -2,6 +2,7 @@
 importing a package or any module of the Triton port changes no environment variable (each checked in a fresh
 interpreter, since this test session sets TRITON_INTERPRET itself)."""
 
+import inspect
 import json
 import os
 import pkgutil
@@ -90,6 +91,26 @@ def test_the_all_reduce_api_is_exported():
     assert programs.triton.AllReduceRMSNormFP8 is AllReduceRMSNormFP8
 
 
+def test_the_all_reduce_module_lists_its_api_only():
+    """api's __all__ is what a caller of the fused all-reduce uses: the communicator and its stall, the reference and
+    NCCL paths, the strategies and the default choice, the output. The workspace, dispatch table, launches and kernels
+    are imported from their own modules."""
+    from types import ModuleType
+
+    from programs.triton.allreduce import api
+
+    assert sorted(api.__all__) == [
+        "AllReduceRMSNormFP8",
+        "CollectiveStall",
+        "RMSNormOutput",
+        "Strategy",
+        "choose_strategy",
+        "nccl_allreduce_rmsnorm_fp8",
+        "reference_allreduce_rmsnorm_fp8",
+    ]
+    assert not [name for name in api.__all__ if isinstance(getattr(api, name), ModuleType)]
+
+
 def test_importing_the_package_imports_no_triton():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
@@ -97,3 +118,40 @@ def test_importing_the_package_imports_no_triton():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]"
+
+
+def _calls():
+    from programs.triton import AllReduceRMSNormFP8, rmsnorm_bwd, rmsnorm_fwd
+    from programs.triton.allreduce import api
+
+    return {
+        "rmsnorm_fwd": rmsnorm_fwd,
+        "rmsnorm_bwd": rmsnorm_bwd,
+        "AllReduceRMSNormFP8": AllReduceRMSNormFP8,
+        "AllReduceRMSNormFP8.__call__": AllReduceRMSNormFP8.__call__,
+        "reference_allreduce_rmsnorm_fp8": api.reference_allreduce_rmsnorm_fp8,
+        "nccl_allreduce_rmsnorm_fp8": api.nccl_allreduce_rmsnorm_fp8,
+    }
+
+
+def _section(doc: str, title: str) -> list[str]:
+    """The lines of a docstring's numpy-style section (`title`, a rule of dashes, then lines up to a blank one)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    if title not in lines:
+        return []
+    start = lines.index(title) + 2
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("name", list(_calls()))
+def test_public_calls_document_each_parameter_and_the_result_on_its_own_line(name):
+    """Each parameter an entry of its own (`name: type`, then what it is), in the signature's order, and the result
+    (a constructor has none) with each of its fields on a line."""
+    call = _calls()[name]
+    params = [p for p in inspect.signature(call).parameters if p != "self"]
+    entries = [line.split(":")[0] for line in _section(call.__doc__, "Parameters") if not line.startswith(" ")]
+    assert entries == params
+    if not isinstance(call, type):
+        returns = _section(call.__doc__, "Returns")
+        assert len(returns) >= 2 and not returns[0].startswith(" "), returns

@@ -1,16 +1,18 @@
 """The launch shapes the forward and backward choose on a GPU (read without one: the device's SM count and DRAM
-bandwidth a SM are stood in for), and the rules that refuse a launch shape before any device work."""
+bandwidth a SM are stood in for), and the rules that refuse a launch shape before any allocation or launch."""
 
 from dataclasses import replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from programs.triton import forward_config as fwd_mod
 from programs.triton import fp8
 from programs.triton.forward import rmsnorm_fwd
 from programs.triton.forward_config import FwdConfig
-from tests.triton.support import rand
+from tests.triton.support import DEV, rand
 from tt_rmsnorm.errors import RuleError
 
 
@@ -433,3 +435,77 @@ def test_cluster_launch_shape_rules(monkeypatch):
     assert rc.check(262144, 16384, 8, torch.device("cpu"), cs.shared_bytes(262144, 16384, 8, 2, 4, 4)) == 16
     with pytest.raises(RuleError, match=r"\[config.chunk\].*shared memory, 8 bytes a column.*chunk=16384 or less"):
         rc.check(131072, 65536, 16, torch.device("cpu"), cs.shared_bytes(131072, 65536, 16, 2, 4, 4))
+
+
+class Allocations(TorchDispatchMode):
+    """Every aten op run inside it that returns a tensor on storage none of its inputs holds (an allocation: a
+    factory such as empty or zeros, or a new result); views and in-place ops share their input's storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        held = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        if any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in held for t in tree_leaves(out)):
+            self.ops.append(str(func))
+        return out
+
+
+def test_the_allocation_finder_sees_factories_and_results_not_views():
+    x = torch.ones(4, 8)
+    with Allocations() as seen:
+        x.view(-1, 4)
+        x.mul_(2.0)
+        torch.empty(3)
+        torch.zeros_like(x)
+        x + 1
+    assert seen.ops == ["aten.empty.memory_format", "aten.zeros_like.default", "aten.add.Tensor"]
+
+
+# refused launches of rmsnorm_fwd on a [4, 100] bf16 x: (extra arguments, the launch, the rule)
+REFUSED_LAUNCHES = {
+    "kernel_name": (dict(), FwdConfig("tiled", 4), "config.kernel"),
+    "rows_chunk_not_a_power_of_two": (dict(), FwdConfig("rows", 4, chunk=48), "config.chunk"),
+    "looped_head_past_the_row": (dict(), FwdConfig("looped", 4, chunk=64, head=128), "config.head"),
+    "looped_head_not_a_power_of_two": (dict(), FwdConfig("looped", 4, chunk=64, head=48), "config.head"),
+    "split_chunk_not_a_power_of_two": (dict(), FwdConfig("split", 4, chunk=48, programs=8), "config.chunk"),
+    "split_programs_not_resident": (dict(), FwdConfig("split", 4, chunk=32, programs=2), "config.chunk"),
+    "split_exchange_interpreted": (dict(), FwdConfig("split", 4, chunk=32, programs=8), "config.split_interpreter"),
+    "split_bias_row_max": (
+        dict(bias=True, dtype=torch.float8_e4m3fn),
+        FwdConfig("split", 4, chunk=128, programs=8),
+        "config.split_bias_rowmax",
+    ),
+    "split_words_fp32_output": (
+        dict(dtype=torch.float32),
+        FwdConfig("split", 4, chunk=128, programs=8, words=True),
+        "config.words",
+    ),
+    "looped_words_with_a_head": (dict(), FwdConfig("looped", 4, chunk=64, head=64, words=True), "config.words"),
+    "stages": (dict(), FwdConfig("looped", 4, chunk=64, stages=4), "config.stages"),
+    "cluster_interpreted": (dict(), FwdConfig("cluster", 4, chunk=4096), "config.cluster"),
+    "cluster_residual": (dict(residual=True), FwdConfig("cluster", 4, chunk=4096), "config.cluster"),
+    "async_interpreted": (dict(), FwdConfig("async", 8), "config.async"),
+    "async_fp8": (dict(dtype=torch.float8_e5m2), FwdConfig("async", 8), "config.async"),
+}
+# refused by the interpreter only: a GPU runs a split exchange, and the Gluon kernels refuse these shapes by other rules
+INTERPRETED = {"split_exchange_interpreted", "cluster_interpreted", "async_interpreted"}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_LAUNCHES))
+def test_a_refused_launch_allocates_nothing(case):
+    """Every launch rule of the forward holds before its first allocation: a refused call leaves nothing behind."""
+    if case in INTERPRETED and DEV == "cuda":
+        pytest.skip("refused under the interpreter only")
+    kw, cfg, rule = dict(REFUSED_LAUNCHES[case][0]), *REFUSED_LAUNCHES[case][1:]
+    x, w = rand(4, 100, dtype=torch.bfloat16, seed=41), rand(100, dtype=torch.bfloat16, seed=44)
+    if kw.pop("residual", False):
+        kw["residual"] = rand(4, 100, dtype=torch.bfloat16, seed=42)
+    if kw.pop("bias", False):
+        kw["bias"] = rand(100, dtype=torch.bfloat16, seed=43)
+    with Allocations() as seen, pytest.raises(RuleError) as refused:
+        rmsnorm_fwd(x, w, config=cfg, **kw)
+    assert refused.value.rule == rule
+    assert seen.ops == [], f"allocated before the refusal: {seen.ops}"

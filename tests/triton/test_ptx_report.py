@@ -1,4 +1,4 @@
-"""The compiled kernels, checked without a GPU (programs/triton/compiled.py, and the report tools/ptx_report.py):
+"""The compiled kernels, checked without a GPU (tools/compiled.py, and the report tools/ptx_report.py):
 Triton compiles them for sm_90a in a subprocess (the test session runs the interpreter) and the PTX must hold no
 layout conversion through shared memory of the kind that made the split kernel's FP8 row output 100x slow."""
 
@@ -20,7 +20,7 @@ def _compiled(code: str) -> subprocess.CompletedProcess:
 
 # what every _compiled_json snippet may use: the report (p), the launch rules (f, b) and the output modes
 PRELUDE = (
-    "import json, torch, triton; from programs.triton import compiled as p, forward_config as f, "
+    "import json, torch, triton; from tools import compiled as p; from programs.triton import forward_config as f, "
     "backward_config as b; from programs.triton.fp8 import OUT_CAST, OUT_FP8_ROW, OUT_FP8_STATIC; "
 )
 
@@ -33,7 +33,7 @@ def _compiled_json(code: str):
 
 
 def _ptxas_present() -> bool:
-    probe = _compiled("from programs.triton.compiled import ptxas; import os; print(os.path.exists(ptxas()))")
+    probe = _compiled("from tools.compiled import ptxas; import os; print(os.path.exists(ptxas()))")
     return probe.returncode == 0 and probe.stdout.strip() == "True"
 
 

@@ -67,29 +67,14 @@ import triton
 
 from programs.triton import fp8 as fp8mod
 from programs.triton.allreduce import kernels
-from programs.triton.allreduce.dispatch import (
-    DISPATCH,
-    MAX_WORLD,
-    PUSHED,
-    ROW,
-    Strategy,
-    choose_strategy,
-    dispatch_rows,
-    push_capable,
-)
-from programs.triton.allreduce.launch import STALLED_BY, lamport_warps, launch, launch_config, tl_dtype
+from programs.triton.allreduce.dispatch import MAX_WORLD, Strategy, choose_strategy
+from programs.triton.allreduce.launch import STALLED_BY, launch
 from programs.triton.allreduce.validation import as_strategy, check_call, int32_view_ok
 from programs.triton.allreduce.workspace import (
-    LAMPORT2_MAX_TOKENS,
-    LAMPORT_MAX_TOKENS,
-    PUSH_MAX_TOKENS,
-    PUSH_PIECE,
     PUSH_PROGRAMS,
-    RankBuffers,
     carve,
     fitting_strategy,
     init_workspace,
-    lamport_rows,
     rows_held,
     workspace_bytes,
 )
@@ -97,40 +82,14 @@ from programs.triton.checks import as_rows, check_activation
 from programs.triton.forward import RMSNormOutput, rmsnorm_fwd
 from tt_rmsnorm.errors import RuleError
 
-__all__ = [  # the API, and what tests and benchmarks reach through this module
-    "DISPATCH",
-    "LAMPORT2_MAX_TOKENS",
-    "LAMPORT_MAX_TOKENS",
-    "MAX_WORLD",
-    "PUSHED",
-    "PUSH_MAX_TOKENS",
-    "PUSH_PIECE",
-    "PUSH_PROGRAMS",
-    "ROW",
+__all__ = [
     "AllReduceRMSNormFP8",
     "CollectiveStall",
     "RMSNormOutput",
-    "RankBuffers",
     "Strategy",
-    "as_strategy",
-    "carve",
-    "check_call",
     "choose_strategy",
-    "dispatch_rows",
-    "fitting_strategy",
-    "init_workspace",
-    "int32_view_ok",
-    "kernels",
-    "lamport_rows",
-    "lamport_warps",
-    "launch",
-    "launch_config",
     "nccl_allreduce_rmsnorm_fp8",
-    "push_capable",
     "reference_allreduce_rmsnorm_fp8",
-    "rows_held",
-    "tl_dtype",
-    "workspace_bytes",
 ]
 
 
@@ -145,7 +104,36 @@ def reference_allreduce_rmsnorm_fp8(
     scale_ub: float = math.inf,
     dtype: torch.dtype = torch.float8_e4m3fn,
 ) -> RMSNormOutput:
-    """The unfused definition: fp32 all_reduce (torch.distributed, any backend) then rmsnorm_fwd with FP8 row scales."""
+    """The unfused definition: fp32 all_reduce (torch.distributed, any backend) then rmsnorm_fwd with FP8 row scales;
+    collective (every rank of the group, the same shapes and options).
+
+    Parameters
+    ----------
+    x: torch.Tensor
+        This rank's partial activations [..., H], bf16, fp16 or fp32.
+    weight: torch.Tensor | None
+        [H] on x's device, or None.
+    group: ProcessGroup | None
+        The ranks whose partials are summed (None: the default group).
+    epsilon: float
+        Added to mean(h^2) under the square root; >= 0.
+    weight_offset: float
+        Added to the weight (1.0: a zero-centered gamma); 0.0 without a weight.
+    residual: torch.Tensor | None
+        x's shape: h = sum + residual, rounded to residual.dtype, is normalized and returned as residual_out.
+    scale_ub: float
+        The bound on the max|v| a row's scale is taken from; > 0 (inf: none).
+    dtype: torch.dtype
+        The FP8 output dtype, torch.float8_e4m3fn or torch.float8_e5m2.
+
+    Returns
+    -------
+    RMSNormOutput
+        y: x's shape, in `dtype`.
+        rsigma: None.
+        residual_out: h, x's shape, or None without a residual.
+        scale: float32 [T], a scale per row.
+    """
     check_activation(x)
     fp8mod.fp8_format(dtype)
     total = x.float()  # a copy: the caller's partial stays as it was
@@ -183,11 +171,29 @@ class AllReduceRMSNormFP8:
     Construction is collective (every rank of `group`, same arguments): it allocates the symmetric workspace
     (workspace_bytes: ~ 2*max_tokens*hidden*(2*itemsize + 1) bytes per rank), zeroes the flags and exchanges handles.
 
-    stall_timeout_s (None: unbounded): a launch of a fused strategy (all but nccl) whose polling still waits this long
-    after its start gives up and records the stall in pinned host memory; the next call (or check_stall(), which
-    CUDA-graph replays need, as they skip the host) raises CollectiveStall naming the strategy, the call and the
-    program. The bound is at least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same
-    call (a first call's compile on a slower rank)."""
+    Parameters
+    ----------
+    group: ProcessGroup | None
+        2 to 8 ranks of one NVLink domain (None: the default group).
+    hidden_size: int
+        H, the activations' last dimension; <= 32768.
+    max_tokens: int
+        The most rows a call takes, T.
+    dtype: torch.dtype
+        The activations' dtype: bf16, fp16 or fp32.
+    device: torch.device | None
+        This rank's GPU (None: the current CUDA device).
+    push_programs: int
+        The programs of a one_shot_flags launch, 1 to kernels.MAX_PROGRAMS.
+    lamport_programs: int
+        The programs of a Lamport launch, 1 to kernels.MAX_PROGRAMS.
+    stall_timeout_s: float | None
+        A launch of a fused strategy (all but nccl) whose polling still waits this long after its start gives up and
+        records the stall in pinned host memory; the next call (or check_stall(), which CUDA-graph replays need, as
+        they skip the host) raises CollectiveStall naming the strategy, the call and the program. The bound is at
+        least 2.1 s, and should exceed the longest host-side gap between ranks reaching the same call (a first call's
+        compile on a slower rank). None: unbounded.
+    """
 
     def __init__(
         self,
@@ -287,10 +293,44 @@ class AllReduceRMSNormFP8:
         config: tuple[int, int] | None = None,
         reuse_x: bool = False,
     ) -> RMSNormOutput:
-        """The fused call on this rank's partial x [..., H]; collective (all ranks, same shapes and options).
-        reuse_x: x may be overwritten (its values after the call are unspecified), which lets the nccl strategy
-        all-reduce in place where that is the fastest path (see the strategies above); x is never written
-        otherwise."""
+        """The fused call on this rank's partial; collective (every rank of the group, the same shapes and options)
+        and CUDA-graph capturable. The numbers are reference_allreduce_rmsnorm_fp8's (the module docstring says where
+        the nccl strategy's differ).
+
+        Parameters
+        ----------
+        x: torch.Tensor
+            This rank's partial activations [..., H] of the communicator's dtype and device, at most max_tokens rows.
+        weight: torch.Tensor | None
+            [H] on x's device, or None.
+        epsilon: float
+            Added to mean(h^2) under the square root; >= 0.
+        weight_offset: float
+            Added to the weight (1.0: a zero-centered gamma); 0.0 without a weight.
+        residual: torch.Tensor | None
+            x's shape, dtype and device: h = sum + residual is normalized and returned as residual_out.
+        scale_ub: float
+            The bound on the max|v| a row's scale is taken from; > 0 (inf: none).
+        dtype: torch.dtype
+            The FP8 output dtype, torch.float8_e4m3fn or torch.float8_e5m2.
+        strategy: Strategy | str | None
+            A Strategy or its name ("one_shot_lamport"); None: choose_strategy's measured choice for this call, moved
+            to a strategy whose buffers hold the rows where they do not.
+        config: tuple[int, int] | None
+            The launch shape (rows a program, warps) in place of the strategy's default; the pushed strategies take
+            one row a program.
+        reuse_x: bool
+            Whether x may be overwritten (its values after the call unspecified), which lets the nccl strategy
+            all-reduce in place where that is the fastest path; x is never written otherwise.
+
+        Returns
+        -------
+        RMSNormOutput
+            y: x's shape, in `dtype`.
+            rsigma: None.
+            residual_out: h, x's shape, or None without a residual.
+            scale: float32 [T], a scale per row.
+        """
         strategy = as_strategy(strategy)
         x2 = check_call(
             x,
@@ -401,14 +441,43 @@ def nccl_allreduce_rmsnorm_fp8(
     dtype: torch.dtype,
     reuse_x: bool = False,
 ) -> RMSNormOutput:
-    """The nccl strategy, NCCL as the transport (x: [T, H] rows, inputs already checked; x is written only where reuse_x
-    allows it: with a residual, all_reduce in place on x, then rmsnorm_fwd on every row). Without a residual
-    and with T a multiple of the world size: reduce-scatter the rows, normalize and quantize the owned T/W rows with
-    rmsnorm_fwd, all-gather the FP8 rows and the scales: the norm runs on 1/W of the rows and the all-gather moves
-    1 byte an element instead of 2. With a residual every rank needs the whole sum (residual_out): reduce-scatter +
-    all-gather in the activation dtype (NCCL's all_reduce is in place only, this leaves x as it is), then rmsnorm_fwd
-    on every row. NCCL sums in the activation dtype in its own order, so this strategy's numbers are those of NCCL
-    all_reduce + rmsnorm_fwd (sums rounded to bf16), not the fp32 rank-order sums of the fused strategies."""
+    """The nccl strategy, NCCL as the transport; collective. Without a residual and with T a multiple of the world
+    size: reduce-scatter the rows, normalize and quantize the owned T/W rows with rmsnorm_fwd, all-gather the FP8 rows
+    and the scales: the norm runs on 1/W of the rows and the all-gather moves 1 byte an element instead of 2. With a
+    residual every rank needs the whole sum (residual_out): all_reduce in place on x where reuse_x allows it, else
+    reduce-scatter + all-gather in the activation dtype (NCCL's all_reduce is in place only; this leaves x as it is),
+    then rmsnorm_fwd on every row. NCCL sums in the activation dtype in its own order, so this strategy's numbers are
+    those of NCCL all_reduce + rmsnorm_fwd (sums rounded to bf16), not the fp32 rank-order sums of the fused strategies.
+
+    Parameters
+    ----------
+    x: torch.Tensor
+        This rank's partial activations as [T, H] rows, already checked (AllReduceRMSNormFP8's call checks them).
+    weight: torch.Tensor | None
+        [H] on x's device, or None.
+    group: ProcessGroup | None
+        The ranks whose partials are summed (None: the default group).
+    epsilon: float
+        As AllReduceRMSNormFP8's call takes it.
+    weight_offset: float
+        As AllReduceRMSNormFP8's call takes it.
+    residual: torch.Tensor | None
+        [T, H] rows, or None.
+    scale_ub: float
+        As AllReduceRMSNormFP8's call takes it.
+    dtype: torch.dtype
+        The FP8 output dtype.
+    reuse_x: bool
+        Whether x may be overwritten: with a residual, the all_reduce runs in place on it.
+
+    Returns
+    -------
+    RMSNormOutput
+        y: [T, H] in `dtype`.
+        rsigma: None.
+        residual_out: [T, H], or None without a residual.
+        scale: float32 [T], a scale per row.
+    """
     world = dist.get_world_size(group)
     t, h = x.shape
     norm = dict(epsilon=epsilon, weight_offset=weight_offset, dtype=dtype, scale_mode="row", scale_ub=scale_ub)

@@ -1,12 +1,12 @@
-"""How a kernel's time is measured on the GPU: the method every benchmark table and sweep (benchmarks/triton/) and the
-GPU tests share.
+"""How a kernel's time is measured on the GPU: the method every benchmark table and sweep of this package and the GPU
+tests share.
 
 Every timed call is captured in a CUDA graph of many calls over rotating input sets whose total footprint is at least
 3x the L2 (so neither launch overhead nor the cache is measured), replayed `reps` times; time per call = median
 replay time / calls per graph (graph_time). timed_rounds runs every contender once untimed, then times each once a
 round in interleaved rounds, the later ones shuffled, and reports each one's median. pin_launch_state gives every
 timing the same launch state where PDL runs. rotated, tree_names and render order and report the
-runs of benchmarks/triton/compare_trees.py, which times source trees against each other.
+runs of compare_trees.py, which times source trees against each other.
 """
 
 from __future__ import annotations

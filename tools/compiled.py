@@ -1,6 +1,6 @@
 """What the compiler makes of a kernel, without a GPU: Triton compiles it for sm_90a here, ptxas reports registers and
 spills, and the PTX shows layout conversions through shared memory, PDL waits and triggers, atomics, fences and async
-copies. tools/ptx_report.py prints these facts for the launch shapes the port uses; the tests check them.
+copies. ptx_report.py beside it prints these facts for the launch shapes the port uses; the tests check them.
 
 Why it exists: the split forward with FP8 row scales ran 100x slow on the GPU. Its PTX held 4,096
 shared-memory stores per thread where the bf16 variant held 2 (a layout conversion Triton generated); and the

@@ -1,6 +1,7 @@
 """How the all-reduce strategies are measured on GPUs (benchmarks/triton/allreduce.py runs it; the rows of
-dispatch.DISPATCH come from its tables): CUDA-graph timing on one rank, the launch shapes a strategy is tried at, the
-table of every method against NCCL all_reduce + the fused norm, and a watchdog that names a step making no progress.
+programs/triton/allreduce/dispatch.py's DISPATCH come from its tables): CUDA-graph timing on one rank, the launch shapes
+a strategy is tried at, the table of every method against NCCL all_reduce + the fused norm, and a watchdog that names a
+step making no progress.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import threading
 
 import torch
 
+from benchmarks.triton.timing import on_capture_stream
 from programs.triton.allreduce.dispatch import PUSHED, Strategy
-from programs.triton.timing import on_capture_stream
 
 
 def graph_time_us(fn, reset, calls, reps, pin=None) -> float:
