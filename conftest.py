@@ -7,6 +7,7 @@ The fixtures open real hardware when it is present, a mock cluster when the proc
 case (see tt_rmsnorm.testing.mock_cluster), and otherwise skip with the reason.
 """
 
+import gc
 import importlib.util
 
 import pytest
@@ -42,6 +43,13 @@ def pytest_collection_modifyitems(config, items):
             "device" in getattr(item, "fixturenames", ()) or "mesh_device" in getattr(item, "fixturenames", ())
         ) and not have_tt:
             item.add_marker(pytest.mark.skip(reason=NO_TT))
+
+
+def pytest_collection_finish(session):
+    """The modules and the collected tests live for the whole session: frozen out of the garbage collector's scans,
+    every later collection looks only at what tests create (torch, ttnn and Triton make the frozen part large)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="function")

@@ -150,6 +150,10 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
     from tt_rmsnorm.devices import close_mesh
     from tt_rmsnorm.plan_cache import forget_plans
 
+    # The collection after every call looks only at what calls create: the modules imported here (torch, ttnn) stay
+    # out of it, which makes it about a tenth of a second cheaper a call.
+    gc.collect()
+    gc.freeze()
     mesh, mesh_shape = None, None
     _send(wfd, {"ready": True, "pid": os.getpid()})
     while True:
