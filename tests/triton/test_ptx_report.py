@@ -2,6 +2,7 @@
 Triton compiles them for sm_90a in a subprocess (the test session runs the interpreter) and the PTX must hold no
 layout conversion through shared memory of the kind that made the split kernel's FP8 row output 100x slow."""
 
+import atexit
 import json
 import os
 import subprocess
@@ -25,11 +26,33 @@ PRELUDE = (
 )
 
 
+class _CompileServer:
+    """This test process's compile server (compile_server.py): started on first use, PRELUDE imported there once,
+    stopped when the process exits."""
+
+    process = None
+
+    @classmethod
+    def run(cls, code: str) -> dict:
+        if cls.process is None or cls.process.poll() is not None:
+            env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+            server = [sys.executable, str(Path(__file__).with_name("compile_server.py")), PRELUDE]
+            cls.process = subprocess.Popen(
+                server, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            atexit.register(cls.process.stdin.close)
+        cls.process.stdin.write(json.dumps({"code": code}) + "\n")
+        cls.process.stdin.flush()
+        reply = cls.process.stdout.readline()
+        assert reply, f"the compile server exited ({cls.process.poll()})"
+        return json.loads(reply)
+
+
 def _compiled_json(code: str):
-    """Run PRELUDE + `code` compiled (not interpreted); it prints one JSON value last, returned parsed."""
-    out = _compiled(PRELUDE + code)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Run `code` after PRELUDE, compiled (not interpreted); it prints one JSON value last, returned parsed."""
+    out = _CompileServer.run(code)
+    assert out["returncode"] == 0, out["stderr"][-2000:]
+    return json.loads(out["stdout"].strip().splitlines()[-1])
 
 
 def _ptxas_present() -> bool:
