@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Two test processes (this project's CI has two cores); each runs its own mock-cluster workers.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test battery conformance parity bench-host mutation fuzz fuzz-rules multihost mpi clean-venv
+.PHONY: demo test extended battery conformance parity bench-host mutation fuzz fuzz-rules multihost mpi clean-venv
 
 $(STAMP): pyproject.toml
 	@set -e; if [ ! -x $(PY) ]; then \
@@ -39,7 +39,11 @@ mpi:
 test: $(STAMP) mpi
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not multihost_galaxy and not full_battery" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not multihost_galaxy and not full_battery and not extended" $(PYTEST_ARGS)
+
+# The 4- and 8-rank gloo runs (each rank a process importing torch and Triton: about a minute more on two cores).
+extended: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m extended $(PYTEST_ARGS)
 
 battery: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m full_battery tests/mock $(PYTEST_ARGS)
@@ -68,7 +72,7 @@ mutation: $(STAMP)
 # Differential fuzzing of the rules against ttnn on mock clusters: N generated calls (the norm ops, all_gather,
 # fused_rms_minimal, all_gather_async and their compositions, inputs of every dtype ttnn describes), a fresh seed unless
 # TT_RMSNORM_FUZZ_SEED is set; prints every failing call as a battery case, then the agreement per op and per input
-# dtype and the calls the package accepts and ttnn refuses. `make test` runs a fixed-seed sample of 300.
+# dtype and the calls the package accepts and ttnn refuses. `make test` runs a fixed-seed sample of 150.
 N ?= 1000
 fuzz: $(STAMP)
 	PYTHONUNBUFFERED=1 $(PY) -m tools.differential $(N)

@@ -1,7 +1,7 @@
 """The differential fuzzer (tools/differential.py) as tests: its generator and judge on their own, then a seeded sample
 of generated calls through ttnn on mock clusters and through the rules. The sample's seed is fixed (SAMPLE_SEED), so
 that the suite's verdict does not change from run to run; TT_RMSNORM_FUZZ_SEED picks another and TT_RMSNORM_FUZZ_N
-sizes it (300 calls by default). `make fuzz` draws a fresh seed."""
+sizes it (150 calls by default). `make fuzz` draws a fresh seed."""
 
 import os
 
@@ -101,7 +101,7 @@ def test_fuzz_sample_agrees(capsys):
     """The seeded sample: no call on which the rules and ttnn disagree (outside the package-only guards), no call the
     harness could not build, and a sample that ttnn neither mostly accepts nor mostly rejects."""
     seed = int(os.environ.get(differential.SEED_ENV) or SAMPLE_SEED)
-    n = int(os.environ.get(N_ENV, "300"))
+    n = int(os.environ.get(N_ENV, "150"))
     with capsys.disabled():
         print(f"\nfuzz seed {seed} ({differential.SEED_ENV}={seed} repeats it), {n} calls")
     outcomes = differential.run(fuzz_cases.generate(seed, n))

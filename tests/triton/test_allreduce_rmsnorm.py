@@ -468,7 +468,11 @@ def test_bench_watchdog_names_the_step_that_makes_no_progress(capsys):
 # rank processes: the reference path over gloo (CPU), the fused path over NCCL + symmetric memory (GPUs)
 
 
-@pytest.mark.parametrize("world", [2, 4, 8], ids=["2_ranks", "4_ranks", "8_ranks"])
+@pytest.mark.parametrize(
+    "world",
+    [2, pytest.param(4, marks=pytest.mark.extended), pytest.param(8, marks=pytest.mark.extended)],
+    ids=["2_ranks", "4_ranks", "8_ranks"],
+)
 def test_reference_path_gloo(world):
     print(run_ranks(__name__, world, "gloo", timeout=120.0))
 
