@@ -11,6 +11,11 @@ ratio against NCCL all_reduce + our fused norm/FP8 (the rows of allreduce.dispat
 call as users make it (the dispatched strategy, default shape, reuse_x=True: x is dead after the call, as the
 baseline's is, and nccl with a residual all-reduces in place on the baseline's copy), against NCCL + fused norm and
 against the best strategy of the same row. KiB/rank is the payload T * H * 2 of every rank.
+Where flashinfer imports, a last table times FlashInfer's all-reduce fusion on the same inputs (its patterns with a
+bf16 norm, a static per-tensor FP8 scale and per-row FP8 scales, one-shot and two-shot; benchmarks/triton/
+allreduce_peers.py), against our dispatched call; every output there, ours included, is first held to float64
+(benchmarks/triton/reference.py's check_allreduce), and one that fails gets no ratio. Where it does not import, one
+line says so and the rest is timed.
 Where PDL runs, every timed replay starts in one launch state (benchmarks/triton/timing.py's pin_launch_state).
 The timing, the launch shapes tried, the tables and the watchdog are benchmarks/triton/allreduce_measurement.py.
 A rank that makes no progress for --stall-s seconds prints where it is (a start-up step, or the timed method: T,
@@ -35,7 +40,15 @@ if STDLIB:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-from benchmarks.triton.allreduce_measurement import Watchdog, graph_time_us, render, shape_str, sweep_shapes  # noqa: E402
+from benchmarks.triton.allreduce_measurement import (  # noqa: E402
+    Watchdog,
+    graph_time_us,
+    render,
+    render_flashinfer,
+    shape_str,
+    sweep_shapes,
+)
+from benchmarks.triton.reference import check_allreduce, sample_rows  # noqa: E402
 from benchmarks.triton.timing import pin_launch_state  # noqa: E402
 from programs.triton.allreduce.api import AllReduceRMSNormFP8, Strategy, choose_strategy  # noqa: E402
 from programs.triton.allreduce.workspace import (  # noqa: E402
@@ -100,6 +113,7 @@ def parse_args(argv=None):
         help="one_shot_flags grids tried (each on its own workspace: a workspace keeps one such grid)",
     )
     ap.add_argument("--torch-baseline", action="store_true", help="also time NCCL + torch norm/FP8 (unfused)")
+    ap.add_argument("--no-flashinfer", action="store_true", help="leave FlashInfer's all-reduce fusion out")
     ap.add_argument("--table-file", default=None, help="also write the tables to this file (rank 0)")
     ap.add_argument("--stall-s", type=float, default=20.0, help="name a step still running after this long")
     return ap.parse_args(argv)
@@ -119,6 +133,7 @@ class Bench:
     push_comms: dict
     pin: object
     watchdog: Watchdog
+    fi: object = None  # allreduce_peers.FlashInferFusion, or None: FlashInfer is not timed
 
     def timed(self, fn, rst=None, label=""):
         """Microseconds a call, the slowest rank's median over CUDA-graph replays."""
@@ -150,7 +165,7 @@ class Bench:
         def reset():
             a.copy_(x)
 
-        r = {"T": t, "per_rank_kib": t * h * 2 / 1024}
+        r = {"T": t, "residual": with_res, "per_rank_kib": t * h * 2 / 1024}
         r["nccl"] = self.timed(lambda: dist.all_reduce(a), reset, f"{at} NCCL all_reduce")
         r["nccl+fused"] = self.timed(
             lambda: (dist.all_reduce(a), rmsnorm_fwd(a, w, epsilon=EPS, residual=res, dtype=FP8)),
@@ -193,16 +208,135 @@ class Bench:
             reset if inplace else None,
             label=f"{at} dispatched {r['auto'].value}",
         )
+        r["ours_passed"] = self.check_ours(r["auto"], a, x, w, res, inplace)
+        if self.fi is not None:
+            r["fi"] = self.measure_flashinfer(x, w, res, at)
         if self.rank == 0:
             logger.info(
                 f"T={t} res={with_res}: "
                 + ", ".join(
-                    f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "times"
+                    f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in r.items()
+                    if k not in ("times", "fi")
                 )
                 + "; "
                 + ", ".join(f"{s.value}={us:.1f} ({shape})" for s, (us, shape) in r["times"].items())
             )
         return r
+
+    def exact_sums(self, x, rows):
+        """The float64 sum of every rank's partial on `rows` (float64 all_reduce: exact for a few bf16 terms)."""
+        sums = x[rows].double()
+        dist.all_reduce(sums)
+        return sums
+
+    def nccl_sums(self, x, rows):
+        """The bf16 sums the nccl strategy normalizes without a residual, made by the same NCCL calls on the same
+        partial (reduce-scatter + all-gather, or all_reduce where T is not a multiple of the world size): from 3 ranks
+        on NCCL rounds at every step of its reduction, so they are not the exact sum rounded once."""
+        t = x.shape[0]
+        if t % self.world:
+            total = x.clone()
+            dist.all_reduce(total)
+        else:
+            part = torch.empty(t // self.world, x.shape[1], dtype=x.dtype, device=x.device)
+            dist.reduce_scatter_tensor(part, x)
+            total = torch.empty_like(x)
+            dist.all_gather_into_tensor(total, part)
+        return total[rows].double()
+
+    def check_ours(self, auto, a, x, w, res, inplace) -> bool:
+        """Our dispatched call, as timed, held to float64; the nccl strategy to the bf16 sums NCCL delivered (in place:
+        those its all_reduce left in `a`)."""
+        rows = sample_rows(x.shape[0], x.device)
+        if inplace:
+            a.copy_(x)
+        out = self.comm(a if inplace else x, w, epsilon=EPS, residual=res, dtype=FP8, reuse_x=True)
+        if inplace:
+            sums = a[rows].double()
+        elif auto == Strategy.NCCL:
+            sums = self.nccl_sums(x, rows)
+        else:
+            sums = self.exact_sums(x, rows)
+        report = check_allreduce(
+            out.y[rows],
+            out.scale[rows],
+            None if out.residual_out is None else out.residual_out[rows],
+            sums,
+            None if res is None else res[rows],
+            w,
+        )
+        if self.rank == 0:
+            logger.info(f"  check ours ({auto.value}): {report.summary()}")
+        return report.passed
+
+    def measure_flashinfer(self, x, w, res, at) -> dict:
+        """FlashInfer's patterns on this row's inputs: {pattern key: {use_oneshot: (us or None, passed or None)}},
+        each call checked against float64 before it is timed; one that raises is n/a (None, None)."""
+        from benchmarks.triton import allreduce_peers as fip
+
+        t = x.shape[0]
+        rows = sample_rows(t, x.device)
+        exact = self.exact_sums(x, rows)
+        sums32 = x.float()
+        dist.all_reduce(sums32)
+        out = {}
+        for key, p in fip.PATTERNS.items():
+            bufs = fip.buffers(p, x, res is not None)
+            if p.quant == "tensor":
+                bufs["scale_factor"].copy_(fip.tensor_scale(sums32, res, w, EPS))
+            out[key] = {}
+            for one in fip.shots(t, self.world):
+                label = f"{at} flashinfer {key} {fip.SHOTS[one]}"
+                try:
+                    self.watchdog.arm(label)
+                    self.fi.call(p, x, w, res, EPS, bufs, one)
+                    torch.cuda.synchronize(self.dev)
+                    y, scale, ro = fip.outputs(p, bufs)
+                    report = check_allreduce(
+                        y[rows],
+                        scale if scale is None or scale.numel() == 1 else scale[rows],
+                        ro[rows],
+                        exact,
+                        None if res is None else res[rows],
+                        w,
+                        sum_dtype=torch.bfloat16,
+                        norm_dtype=torch.bfloat16,
+                    )
+                    us = self.timed(
+                        lambda p=p, bufs=bufs, one=one: self.fi.call(p, x, w, res, EPS, bufs, one), None, label
+                    )
+                except Exception as e:
+                    self.watchdog.disarm()
+                    torch.cuda.synchronize(self.dev)
+                    if self.rank == 0:
+                        logger.info(f"  {label}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+                    out[key][one] = (None, None)
+                    continue
+                if self.rank == 0:
+                    logger.info(f"  {label}: {us:.1f} us, check {report.summary()}")
+                out[key][one] = (us, report.passed)
+        return out
+
+
+def load_flashinfer(args, world, rank, max_tokens, hidden, dev):
+    """(FlashInfer's fusion on a workspace for this run, its version) (collective), or (None, one line saying why it
+    is not timed), or (None, None) with --no-flashinfer."""
+    if args.no_flashinfer:
+        return None, None
+    try:
+        import flashinfer
+        import flashinfer.comm as fi_comm
+    except Exception as e:
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
+        return None, f"# FlashInfer's all-reduce fusion not timed: flashinfer does not import ({why})"
+    from benchmarks.triton import allreduce_peers as fip
+
+    why = fip.unusable(fi_comm, world)
+    if why is not None:
+        return None, f"# FlashInfer's all-reduce fusion not timed: {why}"
+    fusion = fip.workspace(fi_comm, world, rank, max_tokens, hidden, torch.bfloat16, dev)
+    return fusion, getattr(flashinfer, "__version__", "?")
 
 
 def main():
@@ -242,15 +376,26 @@ def main():
         f"# measured: local HBM copy {hbm_gbs:.0f} GB/s (read+write), pull from a peer over NVLink {nvl_gbs:.0f} GB/s",
     ]
 
-    bench = Bench(args, dev, rank, world, sweep, comm, push_comms, pin, watchdog)
-    lines += render(bench.table(tokens, False), "\n## no residual (times in µs per call)", h, args.torch_baseline)
+    watchdog.arm("start: FlashInfer workspace")
+    fi, fi_note = load_flashinfer(args, world, rank, max(tokens + res_tokens), h, dev)
+    if fi is None and fi_note is not None and rank == 0:
+        print(fi_note, flush=True)
+
+    bench = Bench(args, dev, rank, world, sweep, comm, push_comms, pin, watchdog, fi)
+    no_res = bench.table(tokens, False)
+    lines += render(no_res, "\n## no residual (times in µs per call)", h, args.torch_baseline)
+    with_res = bench.table(res_tokens, True) if res_tokens else []
     if res_tokens:
         lines += render(
-            bench.table(res_tokens, True),
-            "\n## with residual (residual_out returned; default launch shape)",
-            h,
-            args.torch_baseline,
+            with_res, "\n## with residual (residual_out returned; default launch shape)", h, args.torch_baseline
         )
+    if fi is not None:
+        from benchmarks.triton import allreduce_peers as fip
+
+        lines += render_flashinfer(no_res + with_res, list(fip.PATTERNS), fi_note)
+        fip.close_all()
+    elif fi_note is not None:
+        lines.append(fi_note)
     if rank == 0:
         text = "\n".join(lines)
         print(text, flush=True)

@@ -1,7 +1,8 @@
 """How the all-reduce strategies are measured on GPUs (benchmarks/triton/allreduce.py runs it; the rows of
 programs/triton/allreduce/dispatch.py's DISPATCH come from its tables): CUDA-graph timing on one rank, the launch shapes
-a strategy is tried at, the table of every method against NCCL all_reduce + the fused norm, and a watchdog that names a
-step making no progress.
+a strategy is tried at, the table of every method against NCCL all_reduce + the fused norm, the table against
+FlashInfer's all-reduce fusion (benchmarks/triton/allreduce_peers.py), and a watchdog that names a step making no
+progress.
 """
 
 from __future__ import annotations
@@ -109,6 +110,62 @@ def render(rows, title: str, hidden: int, torch_baseline: bool) -> list[str]:
         cells += [f"{best.value} ({r['nccl+fused'] / times[best][0]:.2f}x)"]
         cells += [f"{r['fused']:.1f} ({r['auto'].value})", f"{r['nccl+fused'] / r['fused']:.2f}x"]
         cells += [f"{times[best][0] / r['fused']:.2f}x", f"{r['T'] * hidden * 2 / r['fused'] / 1e3:.0f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def flashinfer_best(cells: dict) -> tuple[float, bool] | None:
+    """The fastest of a pattern's FlashInfer timings whose output passed its float64 check, as (us, use_oneshot);
+    None where none did. cells: {use_oneshot: (us or None where it could not run, passed: bool or None)}."""
+    ok = [(us, one) for one, (us, passed) in cells.items() if us is not None and passed]
+    return min(ok, key=lambda c: c[0]) if ok else None
+
+
+def peer_ratio(ours_us: float, ours_passed: bool | None, best: tuple[float, bool] | None) -> str:
+    """FlashInfer's best time over ours (> 1: ours is faster); n/a where no FlashInfer timing passed its check,
+    FAIL where ours did not."""
+    if ours_passed is False:
+        return "FAIL (ours)"
+    if best is None:
+        return "n/a"
+    return f"{best[0] / ours_us:.2f}x ({'1' if best[1] else '2'}-shot)"
+
+
+def _fi_cell(cell) -> str:
+    if cell is None:
+        return "-"
+    us, passed = cell
+    if us is None:
+        return "n/a"
+    return f"{us:.1f}" + ("" if passed else " FAIL")
+
+
+def render_flashinfer(rows, patterns, version: str) -> list[str]:
+    """The comparison with FlashInfer's all-reduce fusion: a row a (residual, T), our dispatched call beside each
+    pattern's one-shot and two-shot times and FlashInfer's best over ours. A row holds "T", "residual", "fused" (our
+    us), "auto" (its Strategy), "ours_passed" and "fi": {pattern key: {use_oneshot: (us or None, passed)}}; a shot
+    absent from a pattern's cells was not run at that T ("-"), None us could not run (n/a)."""
+    out = [
+        f"\n## FlashInfer {version} all-reduce fusion against ours (us per call; FI best / ours: > 1 means ours is "
+        "faster; FAIL: the output failed its float64 check and gets no ratio)",
+        "# ours: the dispatched call, FP8 e4m3 with a scale per row (max|v| / 448); h = bf16(fp32 sum + residual), "
+        "the fp32 sum itself without one",
+        "# FlashInfer (TensorRT-LLM workspace, fp32 accumulation, a zeroed residual where there is none): "
+        "h = bf16(bf16(fp32 sum) + residual); norm = kARResidualRMSNorm, the bf16 norm, no FP8; "
+        "fp8 = kARResidualRMSNormFP8Quant, one static per-tensor scale (max|v| of the tensor / 448); "
+        "fp8_row = kARResidualRMSNormDynamicFP8Quant, a scale per row as ours",
+    ]
+    head = ["T", "residual", "ours (dispatched)"]
+    for key in patterns:
+        head += [f"{key} 1-shot", f"{key} 2-shot", f"{key}: FI best / ours"]
+    out += ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for r in rows:
+        ours = f"{r['fused']:.1f} ({r['auto'].value})" + ("" if r["ours_passed"] is not False else " FAIL")
+        cells = [str(r["T"]), "yes" if r["residual"] else "no", ours]
+        for key in patterns:
+            fi = r["fi"].get(key, {})
+            cells += [_fi_cell(fi.get(True)), _fi_cell(fi.get(False))]
+            cells.append(peer_ratio(r["fused"], r["ours_passed"], flashinfer_best(fi)))
         out.append("| " + " | ".join(cells) + " |")
     return out
 

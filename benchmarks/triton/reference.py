@@ -6,7 +6,11 @@ defines it: rounded to r's dtype for ours (what it returns as x + r, as an HF or
 for a kernel that normalizes its fp32 sum (QuACK, FlashInfer). The two definitions differ by up to about 2 bf16 ULPs
 (h's rounding and y's), so each kernel is held to its own; the returned x + r is held to the float64 sum. The rows
 read are all of them up to SAMPLE_ROWS, else SAMPLE_ROWS spread over the tensor, the first and the last included, so
-that the policy's CPU metrics stay cheap at 32768 rows."""
+that the policy's CPU metrics stay cheap at 32768 rows.
+
+The all-reduce contenders (check_allreduce) are held the same way, each to the sum it defines: ours adds the residual
+to the fp32 sum of the partials, FlashInfer's fusion rounds that sum to bf16 first; FP8 codes are held to v / scale
+under the FP8 policy, with a scale per row (ours, FlashInfer's dynamic pattern) or the one static scale given."""
 
 from __future__ import annotations
 
@@ -49,3 +53,54 @@ def check_residual(
         ry.passed = False
         ry.failures = ry.failures + [f"x + r: {f}" for f in rh.failures]
     return ry
+
+
+def check_allreduce(
+    y: torch.Tensor,
+    scale: torch.Tensor | None,
+    residual_out: torch.Tensor | None,
+    sums: torch.Tensor,
+    residual: torch.Tensor | None,
+    w: torch.Tensor,
+    *,
+    sum_dtype: torch.dtype | None = None,
+    norm_dtype: torch.dtype = torch.float32,
+) -> Report:
+    """A fused all-reduce + residual + norm (+ FP8) against float64, on rows already picked (sample_rows): the report of
+    y, failed where the scale or residual_out fails.
+
+    sums: the float64 sum of the ranks' partials on those rows (or the sums the transport delivered). sum_dtype: None
+    where the kernel adds the residual to the fp32 sum (ours), else the dtype it rounds the sum to first (FlashInfer:
+    bf16); h = sum + residual rounded to the residual's dtype, or the sum itself without one. y: the bf16 norm, or FP8
+    codes with `scale`: one element (a static per-tensor scale: codes = v / scale) or one a row, max|v| / fp8 max
+    with v in norm_dtype: float32 (ours: the fp32 v, its scale held to the fp32 policy) or bfloat16 (FlashInfer: the
+    norm rounded to bf16, whose max is the float64 max rounded likewise, held to the bf16 policy: a rounding tie
+    decided the other way by the kernel's fp32 v is one bf16 ULP). residual_out: held to the float64 sum + residual
+    under its dtype's policy."""
+    s = sums.double() if sum_dtype is None else sums.to(sum_dtype).double()
+    r = None if residual is None else residual.double()
+    h = s if r is None else (s + r).to(residual.dtype).double()
+    v = _norm64(h, w)
+    extra = []
+    if y.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        fmax = torch.finfo(y.dtype).max
+        if scale.numel() == 1:
+            expected_scale = None
+            sb = scale.double().reshape(1, 1).to(v.device)
+        else:
+            amax = v.abs().amax(-1)
+            expected_scale = amax.to(norm_dtype).double() / fmax
+            sb = (amax / fmax).unsqueeze(-1)
+            extra.append(("row scales", compare(scale.flatten(), expected_scale, norm_dtype)))
+        recip = torch.where(sb == 0, torch.zeros_like(sb), 1.0 / sb)
+        report = compare(y.float(), (v * recip).clamp(-fmax, fmax), y.dtype)
+    else:
+        report = compare(y, v, y.dtype)
+    if residual_out is not None:
+        exact = s if r is None else s + r
+        extra.append(("residual_out", compare(residual_out, exact, residual_out.dtype)))
+    for name, rep in extra:
+        if not rep.passed:
+            report.passed = False
+            report.failures = report.failures + [f"{name}: {f}" for f in rep.failures]
+    return report
