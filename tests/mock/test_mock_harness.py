@@ -227,3 +227,36 @@ def test_a_function_from_a_module_outside_the_repository_runs_in_a_worker(tmp_pa
     import outside_module
 
     assert workers.run_isolated("n150", outside_module.mesh_size) == 1
+
+
+def _gather_an_l1_input(mesh):
+    """An all_gather of an L1 input (its program's semaphores stay in L1 while ttnn's program cache holds it); the L1
+    buffers alive after the input is freed."""
+    import torch
+    import ttnn
+
+    x = ttnn.from_torch(
+        torch.randn(1, 1, 32, 256),
+        dtype=ttnn.bfloat16,
+        layout=ttnn.TILE_LAYOUT,
+        device=mesh,
+        memory_config=ttnn.L1_MEMORY_CONFIG,
+        mesh_mapper=ttnn.ShardTensorToMesh(mesh, dim=3),
+    )
+    ttnn.deallocate(ttnn.all_gather(x, dim=3))
+    ttnn.deallocate(x)
+    return _l1_buffers(mesh)
+
+
+def _l1_buffers(mesh):
+    import ttnn
+
+    return sum(b.buffer_type == ttnn.BufferType.L1 for b in ttnn._ttnn.reports.get_buffers([mesh]))
+
+
+def test_every_call_starts_from_an_empty_l1():
+    """A worker serves every test of its system: what one call leaves in L1 (here the semaphores of a cached CCL
+    program) is gone before the next call, whose ops must see the whole L1 the rules assume."""
+    left = workers.run_isolated("t3k", _gather_an_l1_input)
+    assert left > 0, "the all_gather left nothing in L1: this test no longer shows what a worker clears"
+    assert workers.run_isolated("t3k", _l1_buffers) == 0

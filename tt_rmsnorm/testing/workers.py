@@ -36,7 +36,10 @@ CALL_TIMEOUT_S = 120.0
 IN_WORKER_ENV = "TT_RMSNORM_MOCK_WORKER"  # set inside workers: they never start workers of their own
 
 
-MAX_WORKERS = 2  # each worker holds ~0.8-1 GiB (ttnn + a mock cluster); the least recently used one is stopped
+# Past this many workers a test process stops the least recently used one. Eight keep every mock system's worker
+# open, so that tests which take turns over the systems never start one twice (restarts took half of the mock tests'
+# time at two); each holds ~0.5-1 GiB (ttnn + a mock cluster): two test processes peaked at 7.4 GB of used memory.
+MAX_WORKERS = int(os.environ.get("TT_RMSNORM_MOCK_WORKERS", "8"))
 
 
 class IsolatedError(RuntimeError):
@@ -174,17 +177,26 @@ def _serve(system: str, rfd: int, wfd: int) -> None:
             reply = {"ok": True, "result": fn(mesh, *msg["args"], **msg["kwargs"])}
         except BaseException as e:  # ttnn's TT_FATALs are RuntimeErrors; anything else is reported the same way
             reply = {"ok": False, "kind": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}
-        # Cached plans and the resources adopted from model CCL objects keep persistent buffers alive: dropped after
-        # every call, so that one call's L1 buffers never narrow the L1 the next call's ops see.
+        # Cached plans and the resources adopted from model CCL objects keep persistent buffers alive, and ttnn's
+        # program cache keeps the semaphores of the CCL programs it made: all dropped after every call, so that one
+        # call's L1 buffers never narrow the L1 the next call's ops see (a worker serves every test of its system).
         forget_plans()
         forget_adopted()
         gc.collect()
+        if mesh is not None and _holds_l1(mesh):
+            mesh.clear_program_cache()
         try:
             _send(wfd, reply)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             _send(wfd, {"ok": False, "kind": "PicklingError", "message": f"result not picklable: {e}", "traceback": ""})
     if mesh is not None:
         close_mesh(mesh)
+
+
+def _holds_l1(mesh) -> bool:
+    import ttnn
+
+    return any(b.buffer_type == ttnn.BufferType.L1 for b in ttnn._ttnn.reports.get_buffers([mesh]))
 
 
 _WORKER_MAIN = (
