@@ -1,5 +1,5 @@
 """Helpers the TT test modules share: ttnn program and memory configs written the short way, and the per-device shapes
-the planner's layouts are tested on."""
+the planner's layouts are tested on, and the stand-in tensor a signature reads without a device."""
 
 import ttnn
 
@@ -59,3 +59,29 @@ def plan_case_configurations() -> list[tuple[str, layouts.NormPlan]]:
             (name, layouts.plan(shape, system.mesh_shape[1], compute_grid=system.compute_grid, arch=system.arch))
         )
     return plans
+
+
+class SpecStandIn:
+    """What ttnn's TensorSpec does that matters here: equal by content, hashed by identity (a new object each read)."""
+
+    def __init__(self, content):
+        self.content = content
+
+    def __eq__(self, other):
+        return isinstance(other, SpecStandIn) and self.content == other.content
+
+    __hash__ = object.__hash__
+
+
+class TensorStandIn:
+    """What a signature reads of a ttnn tensor: its spec (a new, equal object on every read) and its storage."""
+
+    def __init__(self, content, storage="DEVICE"):
+        self.content, self.storage = content, storage
+
+    @property
+    def spec(self):
+        return SpecStandIn(self.content)
+
+    def storage_type(self):
+        return self.storage

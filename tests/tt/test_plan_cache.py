@@ -1,40 +1,16 @@
 """tt_rmsnorm.plan_cache without a device: one plan per signature, the last signature answered first, bounded, and
 forgetting what holds a mesh, a module or a CCL object."""
 
+from tests.support import TensorStandIn
 from tt_rmsnorm.plan_cache import MAX_SIGNATURES, PlanCache
 from tt_rmsnorm.signature import signature
-
-
-class _Spec:
-    def __init__(self, content):
-        self.content = content
-
-    def __eq__(self, other):
-        return isinstance(other, _Spec) and self.content == other.content
-
-    __hash__ = object.__hash__
-
-
-class _Tensor:
-    """What the cache's signatures read of a ttnn tensor: its spec (a new, equal object each read) and its storage."""
-
-    def __init__(self, content, storage="DEVICE"):
-        self.content, self.storage = content, storage
-
-    @property
-    def spec(self):
-        return _Spec(self.content)
-
-    def storage_type(self):
-        return self.storage
-
 
 MESH, OTHER_MESH = object(), object()
 
 
 def _call(content="x", mesh=MESH, **fields):
     """(signature, held objects) of a call."""
-    return signature(mesh_device=mesh, x=_Tensor(content), **fields)
+    return signature(mesh_device=mesh, x=TensorStandIn(content), **fields)
 
 
 def _sig(content="x", mesh=MESH, **fields):
@@ -87,9 +63,9 @@ def test_planned_plans_a_new_signature_once_and_hands_the_plan_the_call_s_tensor
         made.append((signature.epsilon, held.mesh_device, x, residual))
         return f"plan {len(made)}"
 
-    x = _Tensor("x")
+    x = TensorStandIn("x")
     assert cache.planned(*_call("x", epsilon=1e-5), plan, x, None) == "plan 1"
-    assert cache.planned(*_call("x", epsilon=1e-5), plan, _Tensor("x"), None) == "plan 1"
+    assert cache.planned(*_call("x", epsilon=1e-5), plan, TensorStandIn("x"), None) == "plan 1"
     assert cache.planned(*_call("x", epsilon=1e-6), plan, x, None) == "plan 2"
     assert made == [(1e-5, MESH, x, None), (1e-6, MESH, x, None)]
 

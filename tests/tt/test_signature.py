@@ -8,6 +8,7 @@ import ttnn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import SpecStandIn, TensorStandIn
 from tt_rmsnorm import compat, distributed
 from tt_rmsnorm.compat import llama_galaxy
 from tt_rmsnorm.plan_cache import PlanCache
@@ -43,32 +44,6 @@ ENTRY_POINTS = [*MODULE_ENTRY_POINTS, compat.tt_distributed_rmsnorm, compat.tt_s
 
 def _entry_id(fn) -> str:
     return f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__qualname__}"
-
-
-class _Spec:
-    """What ttnn's TensorSpec does that matters here: equal by content, hashed by identity (a new object each read)."""
-
-    def __init__(self, content):
-        self.content = content
-
-    def __eq__(self, other):
-        return isinstance(other, _Spec) and self.content == other.content
-
-    __hash__ = object.__hash__
-
-
-class _Tensor:
-    """What a signature reads of a ttnn tensor: its spec (a new, equal object on every read) and its storage."""
-
-    def __init__(self, content, storage="DEVICE"):
-        self.content, self.storage = content, storage
-
-    @property
-    def spec(self):
-        return _Spec(self.content)
-
-    def storage_type(self):
-        return self.storage
 
 
 class _Equal:
@@ -164,7 +139,7 @@ def test_every_entry_point_parameter_reaches_its_signature_field(entry, monkeypa
     owner = _owner(entry, mesh, answer)
     names = [name for name in inspect.signature(entry).parameters if name != "self" and name not in NOT_IN_SIGNATURE]
     given_values = {
-        name: _Tensor(object()) if FIELDS.get(PARAMETER_FIELDS.get(name, name)) == TENSOR else object()
+        name: TensorStandIn(object()) if FIELDS.get(PARAMETER_FIELDS.get(name, name)) == TENSOR else object()
         for name in names
     }
     with pytest.raises(_Captured) as seen:
@@ -174,7 +149,7 @@ def test_every_entry_point_parameter_reaches_its_signature_field(entry, monkeypa
         field = PARAMETER_FIELDS.get(name, name)
         got = getattr(called, field)
         if FIELDS[field] == TENSOR:
-            assert got == (_Spec(value.content), "DEVICE"), name
+            assert got == (SpecStandIn(value.content), "DEVICE"), name
         elif FIELDS[field] == VALUE:
             assert got is value, name
         else:  # the object by its id, itself kept with the plan
@@ -230,8 +205,8 @@ def _base_and_other(draw, compare: str, name: str):
         return _Equal(), draw(st.sampled_from([_Equal(), None]))
     if compare == TENSOR:
         content = draw(st.tuples(st.integers(1, 4), st.sampled_from(["tile", "row_major"])))
-        base = _Tensor(content)
-        others = [_Tensor((content[0] + 1, content[1])), _Tensor(content, "HOST")]
+        base = TensorStandIn(content)
+        others = [TensorStandIn((content[0] + 1, content[1])), TensorStandIn(content, "HOST")]
         if name != "x":
             others.append(None)
         return base, draw(st.sampled_from(others))
