@@ -342,3 +342,9 @@ def test_pdl_kernels_wait_before_touching_global_memory(kernel):
     assert on["launch_pdl"] and on["waits"] == 1 and on["triggers"] == 1 and on["wait_first"], on
     assert on["trigger_at"] == PDL_TRIGGER[kernel], on
     assert not off["launch_pdl"] and off["waits"] == 0 and off["triggers"] == 0 and off["trigger_at"] == "", off
+
+
+def test_a_snippets_patch_never_reaches_the_next():
+    """The compile server runs each snippet in its own child: a module a snippet patches is whole again for the next."""
+    assert _compiled_json("f.sm_count = lambda d: -1; print(json.dumps(f.sm_count(None)))") == -1
+    assert _compiled_json("print(json.dumps(getattr(f.sm_count, '__name__', '')))") == "sm_count"
